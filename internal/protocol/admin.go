@@ -1,0 +1,60 @@
+package protocol
+
+// AdminTimer is the timer state tenancy kept from an agent's last check-in.
+type AdminTimer struct {
+	Enabled    *bool   `json:"enabled"`
+	Active     *bool   `json:"active"`
+	NextElapse *string `json:"next_elapse"`
+	ObservedAt *string `json:"observed_at"`
+}
+
+// AdminAgent is one element of GET /v1/admin/agents.
+type AdminAgent struct {
+	EnvID            string      `json:"env_id"`
+	Site             string      `json:"site"`
+	Identity         string      `json:"identity"`
+	AgentVersion     string      `json:"agent_version"`
+	Transport        string      `json:"transport"`
+	Hostname         string      `json:"hostname"`
+	LastCheckinAt    *string     `json:"last_checkin_at"`
+	CheckinIntervalS int         `json:"checkin_interval_s"`
+	DesiredSha       string      `json:"desired_sha"`
+	DesiredAt        *string     `json:"desired_at"`
+	AppliedSha       string      `json:"applied_sha"`
+	LastResult       string      `json:"last_result"`
+	LastResultAt     *string     `json:"last_result_at"`
+	LastDetail       string      `json:"last_detail"`
+	Timer            *AdminTimer `json:"timer"`
+	TokenTTLSec      *int64      `json:"token_ttl_s"`
+	DiskFreeBytes    *int64      `json:"disk_free_bytes"`
+	UpgradedFrom     *string     `json:"upgraded_from"`
+}
+
+// AdminAgentsPage is the body of GET /v1/admin/agents. Next is an opaque cursor, nil on the last
+// page; Now is the server's clock, against which staleness is measured.
+type AdminAgentsPage struct {
+	Now    string       `json:"now"`
+	Agents []AdminAgent `json:"agents"`
+	Next   *string      `json:"next"`
+}
+
+// KitRequest is POST /v1/admin/backends/{env_id}/kit.
+type KitRequest struct {
+	Site      string `json:"site"`
+	Transport string `json:"transport"`
+}
+
+// KitResponse is the revealed install kit.
+type KitResponse struct {
+	EnvID          string `json:"env_id"`
+	Site           string `json:"site"`
+	Identity       string `json:"identity"`
+	BootstrapGrant string `json:"bootstrap_grant"`
+	GrantExpiresAt string `json:"grant_expires_at"`
+	PackageVersion string `json:"package_version"`
+	TenancyService string `json:"tenancy_service"`
+	TenancyPort    int    `json:"tenancy_port"`
+	BaoAddr        string `json:"bao_addr"`
+	BaoAuthMount   string `json:"bao_auth_mount"`
+	BaoRole        string `json:"bao_role"`
+}

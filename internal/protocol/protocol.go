@@ -1,0 +1,195 @@
+// Package protocol holds the wire types of the agent protocol (docs/PROTOCOL.md) and of tenancy's
+// admin API (docs/FLEET-API.md), shared by the agent, fleetctl and the fakes that stand in for
+// tenancy in tests, so that no side can drift from the others.
+package protocol
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// Actions tenancy answers a check-in with.
+const (
+	ActionApply = "apply"
+	ActionNone  = "none"
+	ActionDown  = "down"
+)
+
+// Results the agent reports.
+const (
+	ResultApplied   = "applied"
+	ResultFailed    = "failed"
+	ResultRefused   = "refused"
+	ResultHealthy   = "healthy"
+	ResultUnhealthy = "unhealthy"
+	ResultDown      = "down"
+)
+
+// Error codes tenancy sends, and the refusal codes the agent reports.
+const (
+	CodeUnauthenticated  = "AGENT_UNAUTHENTICATED"
+	CodeEnvMismatch      = "AGENT_ENV_MISMATCH"
+	CodeLeaseRateLimited = "LEASE_RATE_LIMITED"
+	CodeBackendUnknown   = "BACKEND_UNKNOWN"
+
+	CodeBundleInvalid     = "BUNDLE_INVALID"
+	CodeBundleShaMismatch = "BUNDLE_SHA_MISMATCH"
+	CodeManifestPath      = "MANIFEST_PATH"
+	CodePrivileged        = "PRIVILEGED_REFUSED"
+	CodeRollback          = "ROLLBACK_REFUSED"
+	CodeDisk              = "DISK_INSUFFICIENT"
+	CodeEnvIncomplete     = "ENV_INCOMPLETE"
+	CodeEnvUnsafeValue    = "ENV_UNSAFE_VALUE"
+	CodeLeaseShape        = "LEASE_SHAPE"
+)
+
+// Refusal is a bundle the agent will not run. It is reported as `CODE: detail` with result
+// `refused` (or `failed` for LEASE_SHAPE), and nothing is started, leased or read.
+type Refusal struct {
+	Code   string
+	Detail string
+}
+
+func (r *Refusal) Error() string { return r.Code + ": " + r.Detail }
+
+// Refuse builds a *Refusal with a formatted detail.
+func Refuse(code, format string, args ...any) *Refusal {
+	return &Refusal{Code: code, Detail: fmt.Sprintf(format, args...)}
+}
+
+// Timer is the agent's systemd timer as it last saw it. Every field is null where systemd is
+// absent: the agent never guesses.
+type Timer struct {
+	Unit       string  `json:"unit,omitempty"`
+	Enabled    *bool   `json:"enabled"`
+	Active     *bool   `json:"active"`
+	NextElapse *string `json:"next_elapse"`
+	ObservedAt *string `json:"observed_at,omitempty"`
+}
+
+// CheckinRequest is POST /v1/agent/checkin.
+type CheckinRequest struct {
+	EnvID         string  `json:"env_id"`
+	AppliedSha    *string `json:"applied_sha"`
+	AgentVersion  string  `json:"agent_version"`
+	Transport     string  `json:"transport"`
+	Hostname      string  `json:"hostname"`
+	LastResult    string  `json:"last_result,omitempty"`
+	Timer         *Timer  `json:"timer"`
+	TokenTTLSec   *int64  `json:"token_ttl_s"`
+	DiskFreeBytes *int64  `json:"disk_free_bytes"`
+	DockerVersion string  `json:"docker_version,omitempty"`
+	UpgradedFrom  string  `json:"upgraded_from,omitempty"`
+}
+
+// Vault is the OpenBao coordinates tenancy hands out with a check-in.
+type Vault struct {
+	Addr      string `json:"addr,omitempty"`
+	Mount     string `json:"mount,omitempty"`
+	Prefix    string `json:"prefix,omitempty"`
+	AuthMount string `json:"auth_mount,omitempty"`
+	AuthRole  string `json:"auth_role,omitempty"`
+}
+
+// CheckinResponse is the 200 answer to a check-in.
+type CheckinResponse struct {
+	EnvID            string `json:"env_id"`
+	DesiredSha       string `json:"desired_sha"`
+	Action           string `json:"action"`
+	PurgeVolumes     bool   `json:"purge_volumes"`
+	BundleURL        string `json:"bundle_url"`
+	CheckinIntervalS int    `json:"checkin_interval_s"`
+	Vault            Vault  `json:"vault"`
+}
+
+// BundleBody is the body of GET {bundle_url}: every file of the bundle by relative path.
+type BundleBody struct {
+	Files map[string]string `json:"files"`
+}
+
+// LeaseRequest is POST /v1/agent/lease.
+type LeaseRequest struct {
+	EnvID  string `json:"env_id"`
+	Reason string `json:"reason"`
+}
+
+// LeaseResponse is the 200 answer to a lease. WrappingToken and RoleID only exist to recognise an
+// AppRole-era tenancy, which the agent refuses with LEASE_SHAPE.
+type LeaseResponse struct {
+	EnvID         string `json:"env_id"`
+	LoginJWT      string `json:"login_jwt"`
+	TTLSec        int    `json:"ttl_s"`
+	Mount         string `json:"mount"`
+	Role          string `json:"role"`
+	Addr          string `json:"addr"`
+	Vault         *Vault `json:"vault,omitempty"`
+	WrappingToken string `json:"wrapping_token,omitempty"`
+	RoleID        string `json:"role_id,omitempty"`
+}
+
+// Container is one container of the compose project as the agent saw it.
+type Container struct {
+	Service string `json:"service"`
+	Name    string `json:"name"`
+	State   string `json:"state"`
+	Health  string `json:"health"`
+}
+
+// Report is POST /v1/agent/report.
+type Report struct {
+	EnvID        string      `json:"env_id"`
+	Sha          string      `json:"sha"`
+	Result       string      `json:"result"`
+	Detail       string      `json:"detail"`
+	LogTail      string      `json:"log_tail"`
+	AgentVersion string      `json:"agent_version"`
+	Containers   []Container `json:"containers"`
+}
+
+// Limits on what a report carries (after redaction).
+const (
+	MaxDetail  = 1000
+	MaxLogTail = 2048
+)
+
+// ErrorBody is a tenancy error. The code arrives at top level, FastAPI-style under `detail`, or
+// not at all (a plain-string `detail`); Parse accepts all three.
+type ErrorBody struct {
+	Code    string
+	Message string
+}
+
+// ParseErrorBody reads a tenancy error body in any of its three shapes. An unreadable body gives
+// an empty ErrorBody, never an error: the HTTP status still decides what happens.
+func ParseErrorBody(b []byte) ErrorBody {
+	var raw struct {
+		Code    string          `json:"code"`
+		Message string          `json:"message"`
+		Detail  json.RawMessage `json:"detail"`
+	}
+	if json.Unmarshal(b, &raw) != nil {
+		return ErrorBody{}
+	}
+	out := ErrorBody{Code: raw.Code, Message: raw.Message}
+	if len(raw.Detail) > 0 {
+		var nested struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		}
+		var s string
+		switch {
+		case json.Unmarshal(raw.Detail, &nested) == nil:
+			if out.Code == "" {
+				out.Code = nested.Code
+			}
+			if out.Message == "" {
+				out.Message = nested.Message
+			}
+		case json.Unmarshal(raw.Detail, &s) == nil:
+			if out.Message == "" {
+				out.Message = s
+			}
+		}
+	}
+	return out
+}

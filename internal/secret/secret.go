@@ -1,0 +1,109 @@
+// Package secret keeps secret values out of logs, reports and errors: a Value prints as `***`,
+// and a Redactor replaces every value it has been told about in any text on its way out.
+package secret
+
+import (
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+)
+
+const mask = "***"
+
+// Value is a secret string. Its String, GoString and LogValue print `***`; Reveal is the one way
+// to the bytes, so a grep for Reveal finds every place a secret leaves the process.
+type Value struct{ s string }
+
+// New wraps s.
+func New(s string) Value { return Value{s: s} }
+
+// Reveal returns the secret itself.
+func (v Value) Reveal() string { return v.s }
+
+// Empty reports whether the value is the empty string.
+func (v Value) Empty() bool { return v.s == "" }
+
+func (v Value) String() string       { return mask }
+func (v Value) GoString() string     { return mask }
+func (v Value) LogValue() slog.Value { return slog.StringValue(mask) }
+
+// MarshalText keeps a Value out of any JSON or YAML document by accident.
+func (v Value) MarshalText() ([]byte, error) { return []byte(mask), nil }
+
+// Redactor replaces known secret values with `***`. It is safe for concurrent use: KV reads of
+// one apply run in parallel and each adds what it read.
+type Redactor struct {
+	mu     sync.RWMutex
+	values []string
+}
+
+// minLen is the shortest value worth redacting: masking a one- or two-character value would
+// shred every log line without protecting anything.
+const minLen = 3
+
+// Add registers values to be masked. Values with surrounding whitespace are also registered
+// trimmed, and multi-line values line by line, because tools echo them that way.
+func (r *Redactor) Add(values ...string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, v := range values {
+		for _, cand := range variants(v) {
+			if len(cand) >= minLen && !contains(r.values, cand) {
+				r.values = append(r.values, cand)
+			}
+		}
+	}
+	// Longest first, so a value that contains another is masked whole.
+	sort.Slice(r.values, func(i, j int) bool { return len(r.values[i]) > len(r.values[j]) })
+}
+
+func variants(v string) []string {
+	out := []string{v, strings.TrimSpace(v)}
+	if strings.ContainsAny(v, "\r\n") {
+		for _, line := range strings.FieldsFunc(v, func(c rune) bool { return c == '\n' || c == '\r' }) {
+			out = append(out, strings.TrimSpace(line))
+		}
+	}
+	return out
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// Redact returns s with every registered value replaced by `***`.
+func (r *Redactor) Redact(s string) string {
+	if r == nil {
+		return s
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	for _, v := range r.values {
+		if strings.Contains(s, v) {
+			s = strings.ReplaceAll(s, v, mask)
+		}
+	}
+	return s
+}
+
+// Truncate redacts s and cuts it to at most n bytes, keeping the END (the last lines of a log
+// are the ones that explain a failure) and never splitting a UTF-8 sequence.
+func (r *Redactor) Truncate(s string, n int) string {
+	s = r.Redact(s)
+	if len(s) <= n {
+		return s
+	}
+	s = s[len(s)-n:]
+	for i := 0; i < len(s) && i < 4; i++ {
+		if s[i]&0xC0 != 0x80 {
+			return s[i:]
+		}
+	}
+	return s
+}
