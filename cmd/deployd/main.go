@@ -1,0 +1,18 @@
+// Command monky-deployd is the Monky backend pull agent; see internal/deploydcli.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/deploydcli"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := deploydcli.Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}

@@ -1,0 +1,247 @@
+// Package agent is the tick: one run of the pull agent from check-in to report, in the order of
+// docs/PROTOCOL.md. It orchestrates and decides; every outside system sits behind an interface
+// declared here and is injected, so tests drive the whole tick against in-process fakes.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/bao"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/compose"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/config"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/diskspace"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/state"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/version"
+)
+
+// Tenancy is the control plane's agent API. Implementations return errors that errors.Is
+// matches against tenancy.ErrUnauthenticated, ErrEnvMismatch, ErrRateLimited and ErrTemporary,
+// and a *protocol.Refusal for a lease body of the wrong shape.
+type Tenancy interface {
+	Checkin(ctx context.Context, token secret.Value, req protocol.CheckinRequest) (*protocol.CheckinResponse, error)
+	Bundle(ctx context.Context, token secret.Value, bundleURL string) (files map[string]string, headerSha string, err error)
+	Lease(ctx context.Context, token secret.Value, envID, reason string) (*protocol.LeaseResponse, error)
+	Report(ctx context.Context, token secret.Value, r protocol.Report) error
+}
+
+// Bao is one OpenBao server. Errors never carry a token or a secret value.
+type Bao interface {
+	Login(ctx context.Context, mount, role string, jwt secret.Value) (bao.Token, error)
+	LookupSelf(ctx context.Context, token secret.Value) (bao.TokenInfo, error)
+	RenewSelf(ctx context.Context, token secret.Value) (bao.Token, error)
+	RevokeSelf(ctx context.Context, token secret.Value) error
+	ReadMany(ctx context.Context, token secret.Value, mount string, reqs []bao.KVRequest, limit int) (map[string]secret.Value, error)
+}
+
+// Docker is the docker CLI, scoped to this env's compose project. Every call runs with the
+// agent's own DOCKER_CONFIG.
+type Docker interface {
+	Info(ctx context.Context) (compose.Info, error)
+	Pull(ctx context.Context, dir, composeFile, policy string) error
+	Up(ctx context.Context, dir, composeFile string) error
+	Ps(ctx context.Context, dir, composeFile string) ([]protocol.Container, error)
+	WaitHealthy(ctx context.Context, dir, composeFile string, timeout time.Duration, sleep func(context.Context, time.Duration) error) (bool, []protocol.Container, error)
+	Logs(ctx context.Context, dir, composeFile string, tail int) (string, error)
+	Down(ctx context.Context, dir, composeFile string, volumes bool) error
+	ImagePrune(ctx context.Context) error
+}
+
+// Deps is everything outside the agent's own logic. Zero values are not usable: cmd wiring
+// (internal/deploydcli) and tests fill every field.
+type Deps struct {
+	Log     *slog.Logger
+	Tenancy Tenancy
+	// NewBao returns a client for an OpenBao address; the address comes from config, and may be
+	// replaced for one tick by the check-in's vault block or a lease's addr.
+	NewBao func(addr string) (Bao, error)
+	Docker Docker
+	// Timer reads the agent's own systemd timer; fields are nil where systemd is absent.
+	Timer    func(ctx context.Context) *protocol.Timer
+	Disk     *diskspace.Meter
+	Now      func() time.Time
+	Sleep    func(ctx context.Context, d time.Duration) error
+	Hostname string
+	// Step, when set, is called after each named step of the tick; an error it returns aborts
+	// the tick there, as a crash would. Tests use it to prove every step is crash-safe.
+	Step func(name string) error
+}
+
+// Options are the flags of one tick.
+type Options struct {
+	Prune bool
+}
+
+// Agent runs ticks for one config.
+type Agent struct {
+	cfg  *config.Config
+	deps Deps
+	log  *slog.Logger
+	opt  Options
+
+	// per-tick
+	st      *state.State
+	token   secret.Value
+	redact  *secret.Redactor
+	baoAddr string
+	vault   protocol.Vault
+}
+
+// New returns an Agent for cfg.
+func New(cfg *config.Config, deps Deps, opt Options) *Agent {
+	return &Agent{cfg: cfg, deps: deps, log: deps.Log.With("env", cfg.EnvID), opt: opt}
+}
+
+// Sentinel errors the exit code is decided from (see ExitCode).
+var (
+	// ErrFailed: the tick reported failed or refused; the detail was logged and reported.
+	ErrFailed = errors.New("failed")
+	// ErrNeedsKit: no usable token and no bootstrap grant on disk.
+	ErrNeedsKit = errors.New("re-run the install kit")
+	// ErrEnvMismatch: the token belongs to another env than config's env_id.
+	ErrEnvMismatch = errors.New("AGENT_ENV_MISMATCH")
+	// ErrTemporary: the mesh, tenancy or OpenBao could not be reached, or answered 5xx.
+	ErrTemporary = errors.New("temporary network failure")
+)
+
+func (a *Agent) step(name string) error {
+	if a.deps.Step == nil {
+		return nil
+	}
+	if err := a.deps.Step(name); err != nil {
+		return fmt.Errorf("step %s: %w", name, err)
+	}
+	return nil
+}
+
+// Tick runs one tick. A nil error means ok/converged; otherwise ExitCode(err) decides the exit.
+func (a *Agent) Tick(ctx context.Context) error {
+	cfg := a.cfg
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
+	release, ok, err := state.TryLock(cfg.LockPath())
+	if err != nil {
+		return fmt.Errorf("lock %s: %w", cfg.LockPath(), err)
+	}
+	if !ok {
+		a.log.Info("another tick is running; nothing to do")
+		return nil
+	}
+	defer release()
+	if err := a.step("lock"); err != nil {
+		return err
+	}
+
+	a.redact = &secret.Redactor{}
+	a.st, err = a.loadState()
+	if err != nil {
+		return err
+	}
+	a.noteVersion()
+	a.baoAddr = cfg.Bao.Addr
+
+	err = a.run(ctx)
+	if a.cfg.LaptopMode && errors.Is(err, ErrTemporary) {
+		a.log.Info("laptop mode: tenancy unreachable; nothing to do", "why", a.redact.Redact(err.Error()))
+		return nil
+	}
+	return err
+}
+
+func (a *Agent) run(ctx context.Context) error {
+	if err := a.ensureToken(ctx); err != nil {
+		return err
+	}
+	if err := a.step("token"); err != nil {
+		return err
+	}
+	resp, err := a.checkin(ctx)
+	if err != nil {
+		return err
+	}
+	if err := a.step("checkin"); err != nil {
+		return err
+	}
+	a.adoptVault(resp.Vault)
+	switch resp.Action {
+	case protocol.ActionNone:
+		return a.heartbeat(ctx, resp)
+	case protocol.ActionApply:
+		return a.apply(ctx, resp)
+	case protocol.ActionDown:
+		return a.down(ctx, resp)
+	default:
+		return fmt.Errorf("tenancy: checkin: action %q is not one of apply, none, down", resp.Action)
+	}
+}
+
+// loadState reads state.json. A file that cannot be parsed is moved aside rather than trusted
+// or overwritten: the running release is untouched, and the next apply of the desired sha is
+// harmless, while a guessed applied sha could refuse a legitimate deploy as a rollback.
+func (a *Agent) loadState() (*state.State, error) {
+	st, err := state.Load(a.cfg.StatePath())
+	var corrupt *state.CorruptError
+	switch {
+	case err == nil:
+	case errors.As(err, &corrupt):
+		aside := a.cfg.StatePath() + ".corrupt-" + a.deps.Now().UTC().Format("20060102T150405Z")
+		if rerr := os.Rename(a.cfg.StatePath(), aside); rerr != nil {
+			return nil, fmt.Errorf("state: %v; and moving it aside failed: %w", err, rerr)
+		}
+		a.log.Warn("state unreadable; moved aside, starting fresh", "error", err.Error(), "moved_to", aside)
+		st = &state.State{}
+	default:
+		return nil, fmt.Errorf("state: %w", err)
+	}
+	if st.EnvID == "" {
+		st.EnvID = a.cfg.EnvID
+	}
+	return st, nil
+}
+
+// noteVersion records the agent's own version, remembering the previous one until a check-in
+// has carried it as upgraded_from: that is how fleetctl's gate sees an upgrade land.
+func (a *Agent) noteVersion() {
+	if a.st.AgentVersion != "" && a.st.AgentVersion != version.Version {
+		a.st.PendingUpgradeFrom = a.st.AgentVersion
+	}
+	a.st.AgentVersion = version.Version
+}
+
+func (a *Agent) saveState() error {
+	if err := state.Save(a.cfg.StatePath(), a.st); err != nil {
+		return fmt.Errorf("state: %w", err)
+	}
+	return nil
+}
+
+// adoptVault takes the check-in's OpenBao coordinates for this tick where they differ from the
+// config: tenancy knows where the env's secrets live.
+func (a *Agent) adoptVault(v protocol.Vault) {
+	a.vault = protocol.Vault{
+		Addr:      a.cfg.Bao.Addr,
+		Mount:     a.cfg.Bao.KVMount,
+		Prefix:    a.cfg.EnvID + "/see",
+		AuthMount: a.cfg.Bao.AuthMount,
+		AuthRole:  a.cfg.Bao.Role,
+	}
+	adopt := func(name string, dst *string, v string) {
+		if v != "" && v != *dst {
+			a.log.Info("adopting OpenBao setting from tenancy for this tick", "setting", name, "value", v)
+			*dst = v
+		}
+	}
+	adopt("addr", &a.vault.Addr, v.Addr)
+	adopt("mount", &a.vault.Mount, v.Mount)
+	adopt("prefix", &a.vault.Prefix, v.Prefix)
+	adopt("auth_mount", &a.vault.AuthMount, v.AuthMount)
+	adopt("auth_role", &a.vault.AuthRole, v.AuthRole)
+	a.baoAddr = a.vault.Addr
+}

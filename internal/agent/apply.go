@@ -1,0 +1,330 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/bao"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/bundle"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/compose"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/diskspace"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/registryauth"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/release"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
+)
+
+// kvReadLimit bounds the OpenBao reads of one apply that run at once.
+const kvReadLimit = 8
+
+// keepReleases is how many release directories --prune keeps.
+const keepReleases = 5
+
+// apply runs PROTOCOL step 5 to 7: every refusal check before anything is leased or read, then
+// secrets, then the release, then compose.
+func (a *Agent) apply(ctx context.Context, resp *protocol.CheckinResponse) error {
+	sha := resp.DesiredSha
+	log := a.log.With("sha", short(sha))
+
+	var files map[string]string
+	var headerSha string
+	err := a.withAuth(ctx, "tenancy: bundle", func(tok secret.Value) error {
+		var err error
+		files, headerSha, err = a.deps.Tenancy.Bundle(ctx, tok, resp.BundleURL)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if err := a.step("bundle"); err != nil {
+		return err
+	}
+
+	b, err := a.checkBundle(ctx, files, sha)
+	if err != nil {
+		return a.refuseOrFail(ctx, sha, err)
+	}
+	if headerSha != "" && headerSha != b.Sha {
+		log.Warn("bundle header sha disagrees with its content", "header", short(headerSha), "content", short(b.Sha))
+	}
+	if err := a.step("checks"); err != nil {
+		return err
+	}
+
+	values, err := a.readSecrets(ctx, b)
+	if err != nil {
+		return a.refuseOrFail(ctx, sha, err)
+	}
+	if err := a.step("secrets"); err != nil {
+		return err
+	}
+
+	envText, err := bundle.RenderEnv(b.EnvTemplate, values)
+	if err != nil {
+		return a.refuseOrFail(ctx, sha, err)
+	}
+	dir, err := release.Stage(a.cfg.EnvDir(), sha, b.Files, envText)
+	if err != nil {
+		return a.fail(ctx, sha, fmt.Sprintf("stage release: %v", err), "")
+	}
+	if err := a.step("stage"); err != nil {
+		return err
+	}
+	if err := release.Promote(a.cfg.EnvDir(), sha); err != nil {
+		return a.fail(ctx, sha, fmt.Sprintf("promote release: %v", err), "")
+	}
+	log.Info("promoted release " + short(sha) + " → " + dir)
+	if err := a.step("promote"); err != nil {
+		return err
+	}
+
+	return a.runCompose(ctx, b, dir)
+}
+
+// checkBundle validates the bundle and runs every refusal check that needs no secret: nothing is
+// leased and nothing is read until the bundle is known to be runnable.
+func (a *Agent) checkBundle(ctx context.Context, files map[string]string, sha string) (*bundle.Bundle, error) {
+	b, err := bundle.Parse(files, sha)
+	if err != nil {
+		return nil, err
+	}
+	releaseDir := filepath.Join(a.cfg.EnvDir(), "releases", sha)
+	if err := b.Check(releaseDir); err != nil {
+		return nil, err
+	}
+	if _, err := b.ResolveManifest(a.vault.Prefix); err != nil {
+		return nil, err
+	}
+	if err := checkEnvComplete(b); err != nil {
+		return nil, err
+	}
+	if a.st.IsRollback(sha) && !b.Meta.Agent.AllowRollback {
+		return nil, protocol.Refuse(protocol.CodeRollback, "%s was applied before and is not the running release; bundle.json agent.allow_rollback is not set", short(sha))
+	}
+	return b, a.checkDisk(ctx, b)
+}
+
+// checkEnvComplete renders the template with a stand-in for every variable the manifest will
+// supply, so ENV_INCOMPLETE is known before any lease.
+func checkEnvComplete(b *bundle.Bundle) error {
+	stand := map[string]secret.Value{}
+	for _, e := range b.EnvEntries() {
+		stand[e.Var] = secret.New("x")
+	}
+	_, err := bundle.RenderEnv(b.EnvTemplate, stand)
+	var r *protocol.Refusal
+	if errors.As(err, &r) && r.Code == protocol.CodeEnvIncomplete {
+		return r
+	}
+	return nil
+}
+
+// checkDisk refuses a bundle the image storage cannot hold. Every filesystem a pull fills is
+// measured, docker's data-root and containerd's root (docker 29 keeps layers there; on
+// env-dev-08 they were different disks), and a bundle that declares no size must still clear
+// the headroom floor, or a nearly full box dies mid-pull with an error that reads like a
+// registry fault (seed 0.1.8).
+func (a *Agent) checkDisk(ctx context.Context, b *bundle.Bundle) error {
+	info, err := a.deps.Docker.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("docker info: %w", err)
+	}
+	a.st.DockerRootDir = info.DockerRootDir
+	a.st.DockerVersion = info.ServerVersion
+	free, measured, err := a.deps.Disk.Tightest(a.storagePaths(info.DockerRootDir))
+	if err != nil {
+		return fmt.Errorf("disk: %w", err)
+	}
+	need := b.Meta.Agent.DiskNeedBytes
+	required := a.cfg.Disk.HeadroomBytes
+	if need > 0 {
+		required = int64(float64(need)*a.cfg.Disk.Factor) + a.cfg.Disk.HeadroomBytes
+	}
+	if free >= required {
+		return nil
+	}
+	var sized string
+	if need > 0 {
+		sized = fmt.Sprintf("bundle needs %d MiB (%d MiB × %g + %d MiB headroom)", mib(required), mib(need), a.cfg.Disk.Factor, mib(a.cfg.Disk.HeadroomBytes))
+	} else {
+		sized = fmt.Sprintf("a pull needs at least %d MiB headroom (bundle declares no size)", mib(required))
+	}
+	return protocol.Refuse(protocol.CodeDisk, "image storage (%s) has %d MiB free, %s", describe(measured), mib(free), sized)
+}
+
+func describe(ms []diskspace.Measure) string {
+	parts := make([]string, len(ms))
+	for i, m := range ms {
+		parts[i] = fmt.Sprintf("%s: %d MiB", m.Path, mib(m.Free))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func mib(n int64) int64 { return n / (1 << 20) }
+
+// readSecrets gets a token fit for this apply and reads every manifest entry concurrently. The
+// registry credential goes to the agent's own DOCKER_CONFIG, never to .env: an env entry would
+// put the registry password in every container's environment, and a `docker login` by a human
+// is invisible to the agent's user (env-dev-01, seed 0.1.7).
+func (a *Agent) readSecrets(ctx context.Context, b *bundle.Bundle) (map[string]secret.Value, error) {
+	if len(b.Entries) == 0 {
+		return map[string]secret.Value{}, nil
+	}
+	tok, err := a.tokenForApply(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.step("lease"); err != nil {
+		return nil, err
+	}
+	paths, err := b.ResolveManifest(a.vault.Prefix)
+	if err != nil {
+		return nil, err
+	}
+	reqs := make([]bao.KVRequest, len(b.Entries))
+	for i, e := range b.Entries {
+		reqs[i] = bao.KVRequest{Name: e.Var, Path: paths[i], Version: e.Version, Key: e.Key}
+		if e.Use == bundle.UseRegistryAuth {
+			reqs[i].Name = registryName
+		}
+	}
+	client, err := a.deps.NewBao(a.baoAddr)
+	if err != nil {
+		return nil, err
+	}
+	got, err := client.ReadMany(ctx, tok, a.vault.Mount, reqs, kvReadLimit)
+	for _, v := range got {
+		a.redact.Add(v.Reveal())
+	}
+	if err != nil {
+		if isTemporary(err) {
+			return nil, a.classify("bao: read", err)
+		}
+		return nil, err
+	}
+	values := map[string]secret.Value{}
+	var names []string
+	for _, e := range b.EnvEntries() {
+		values[e.Var] = got[e.Var]
+		names = append(names, e.Var)
+	}
+	sort.Strings(names)
+	suffix := ""
+	if cred, ok := got[registryName]; ok {
+		suffix = " (+ registry credential)"
+		if err := a.writeRegistryAuth(cred); err != nil {
+			return nil, err
+		}
+	}
+	a.log.Info(fmt.Sprintf("read %d secret(s): %s%s", len(b.Entries), strings.Join(names, ", "), suffix))
+	return values, nil
+}
+
+// registryName is the key the registry credential is read under; it cannot clash with an env
+// var name, which the bundle package restricts to [A-Za-z_][A-Za-z0-9_]*.
+const registryName = "registry-auth"
+
+func (a *Agent) writeRegistryAuth(cred secret.Value) error {
+	auth, err := registryauth.Parse(cred, a.cfg.RegistryHost)
+	if err != nil {
+		// The pull will fail with the registry's own words, which name the problem better than
+		// a refusal here could; say why in the journal.
+		a.log.Warn("registry credential unusable; private images will not pull", "error", err.Error())
+		return nil
+	}
+	a.redact.Add(auth.Password.Reveal())
+	if err := registryauth.WriteDockerConfig(a.cfg.DockerConfigDir(), auth); err != nil {
+		return fmt.Errorf("registry credential: %w", err)
+	}
+	a.log.Info("registry credential in place", "registry", auth.Registry, "docker_config", a.cfg.DockerConfigDir())
+	return nil
+}
+
+// runCompose pulls, starts and waits; only a healthy project becomes the applied sha.
+func (a *Agent) runCompose(ctx context.Context, b *bundle.Bundle, dir string) error {
+	sha, file := b.Sha, b.Meta.ComposeFile
+	d := a.deps.Docker
+	a.log.Info("compose pull", "policy", b.Meta.Pull)
+	if err := d.Pull(ctx, dir, file, b.Meta.Pull); err != nil {
+		return a.fail(ctx, sha, "compose pull: "+err.Error(), outputOf(err))
+	}
+	if err := a.step("pull"); err != nil {
+		return err
+	}
+	a.log.Info("compose up -d --remove-orphans")
+	if err := d.Up(ctx, dir, file); err != nil {
+		return a.fail(ctx, sha, "compose up: "+err.Error(), a.logsTail(ctx, dir, file))
+	}
+	if err := a.step("up"); err != nil {
+		return err
+	}
+	timeout := time.Duration(a.cfg.HealthyTimeoutS) * time.Second
+	if b.Meta.Agent.HealthyTimeoutS > 0 {
+		timeout = time.Duration(b.Meta.Agent.HealthyTimeoutS) * time.Second
+	}
+	ok, cs, err := d.WaitHealthy(ctx, dir, file, timeout, a.deps.Sleep)
+	if err != nil && !ok {
+		return a.fail(ctx, sha, "waiting for health: "+err.Error(), a.logsTail(ctx, dir, file))
+	}
+	if !ok {
+		detail := fmt.Sprintf("not healthy after %s: %s", timeout, strings.Join(compose.Unready(cs), ", "))
+		return a.failWith(ctx, sha, detail, a.logsTail(ctx, dir, file), cs)
+	}
+	if err := a.step("healthy"); err != nil {
+		return err
+	}
+
+	a.st.AppliedSha = sha
+	a.st.AddHistory(sha)
+	a.st.LastSha = sha
+	a.st.LastResult = protocol.ResultApplied
+	a.st.LastDetail = ""
+	now := a.deps.Now().UTC()
+	a.st.LastApplyAt = &now
+	if err := a.saveState(); err != nil {
+		return err
+	}
+	if err := a.step("state"); err != nil {
+		return err
+	}
+	a.log.Info("applied " + short(sha))
+	a.report(ctx, protocol.Report{Sha: sha, Result: protocol.ResultApplied, Containers: cs})
+	if a.opt.Prune {
+		a.prune(ctx)
+	}
+	return nil
+}
+
+func (a *Agent) prune(ctx context.Context) {
+	if err := a.deps.Docker.ImagePrune(ctx); err != nil {
+		a.log.Warn("image prune failed", "error", a.redact.Redact(err.Error()))
+	}
+	removed, err := release.Prune(a.cfg.EnvDir(), keepReleases)
+	if err != nil {
+		a.log.Warn("release prune failed", "error", err.Error())
+	}
+	if len(removed) > 0 {
+		a.log.Info("pruned old releases", "removed", strings.Join(removed, ","))
+	}
+}
+
+func (a *Agent) logsTail(ctx context.Context, dir, file string) string {
+	out, err := a.deps.Docker.Logs(ctx, dir, file, 50)
+	if err != nil {
+		return "compose logs failed: " + err.Error()
+	}
+	return out
+}
+
+func outputOf(err error) string {
+	var ce *compose.CmdError
+	if errors.As(err, &ce) {
+		return ce.Output
+	}
+	return ""
+}

@@ -1,0 +1,170 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/compose"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/release"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/version"
+)
+
+// report sends r after redaction. A report that cannot be delivered is logged, not fatal: what
+// the tick did has already happened, and the next check-in carries last_result anyway.
+func (a *Agent) report(ctx context.Context, r protocol.Report) {
+	r.EnvID = a.cfg.EnvID
+	r.AgentVersion = version.Version
+	r.Detail = a.redact.Truncate(r.Detail, protocol.MaxDetail)
+	r.LogTail = a.redact.Truncate(r.LogTail, protocol.MaxLogTail)
+	if r.Containers == nil {
+		r.Containers = []protocol.Container{}
+	}
+	err := a.withAuth(ctx, "tenancy: report", func(tok secret.Value) error {
+		return a.deps.Tenancy.Report(ctx, tok, r)
+	})
+	if err != nil {
+		a.log.Warn("report not delivered", "result", r.Result, "error", a.redact.Redact(err.Error()))
+	}
+}
+
+// refuseOrFail reports a refusal (nothing started, nothing leased) or a failure, and returns the
+// error the exit code is decided from. Errors that are not the bundle's fault (network, env
+// mismatch, missing kit) pass through unreported.
+func (a *Agent) refuseOrFail(ctx context.Context, sha string, err error) error {
+	var r *protocol.Refusal
+	switch {
+	case errors.Is(err, ErrTemporary), errors.Is(err, ErrEnvMismatch), errors.Is(err, ErrNeedsKit):
+		return err
+	case errors.As(err, &r) && r.Code == protocol.CodeLeaseShape:
+		return a.fail(ctx, sha, r.Error(), "")
+	case errors.As(err, &r):
+		detail := a.redact.Redact(r.Error())
+		a.log.Error("refused: " + detail)
+		a.record(sha, protocol.ResultRefused, detail)
+		a.report(ctx, protocol.Report{Sha: sha, Result: protocol.ResultRefused, Detail: detail})
+		return fmt.Errorf("refused: %s: %w", detail, ErrFailed)
+	default:
+		return a.fail(ctx, sha, err.Error(), "")
+	}
+}
+
+// fail reports `failed`. The running release, if any, keeps running: nothing here stops it.
+func (a *Agent) fail(ctx context.Context, sha, detail, logTail string) error {
+	return a.failWith(ctx, sha, detail, logTail, nil)
+}
+
+func (a *Agent) failWith(ctx context.Context, sha, detail, logTail string, cs []protocol.Container) error {
+	detail = a.redact.Redact(detail)
+	a.log.Error("failed: " + detail)
+	a.record(sha, protocol.ResultFailed, detail)
+	a.report(ctx, protocol.Report{Sha: sha, Result: protocol.ResultFailed, Detail: detail, LogTail: logTail, Containers: cs})
+	return fmt.Errorf("failed: %s: %w", detail, ErrFailed)
+}
+
+// record keeps the outcome in state; applied_sha is untouched, so a failed apply leaves the
+// previous release as the one the box is known to run.
+func (a *Agent) record(sha, result, detail string) {
+	a.st.LastSha = sha
+	a.st.LastResult = result
+	a.st.LastDetail = truncate(detail, protocol.MaxDetail)
+	if err := a.saveState(); err != nil {
+		a.log.Warn("state not saved", "error", err.Error())
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
+
+// heartbeat looks at the running project and reports healthy or unhealthy.
+func (a *Agent) heartbeat(ctx context.Context, resp *protocol.CheckinResponse) error {
+	sha, dir, err := release.Current(a.cfg.EnvDir())
+	if err != nil {
+		return fmt.Errorf("release: %w", err)
+	}
+	if sha == "" {
+		// Converged with nothing to run (no desired bundle yet).
+		a.report(ctx, protocol.Report{Sha: resp.DesiredSha, Result: protocol.ResultHealthy, Detail: "nothing deployed"})
+		a.log.Info("healthy; heartbeat reported", "containers", 0)
+		return nil
+	}
+	file := composeFileOf(dir)
+	cs, err := a.deps.Docker.Ps(ctx, dir, file)
+	if err != nil {
+		detail := a.redact.Redact("compose ps: " + err.Error())
+		a.log.Warn("unhealthy: " + detail)
+		a.st.LastResult = protocol.ResultUnhealthy
+		a.st.LastDetail = truncate(detail, protocol.MaxDetail)
+		a.report(ctx, protocol.Report{Sha: a.st.AppliedSha, Result: protocol.ResultUnhealthy, Detail: detail})
+		return a.saveState()
+	}
+	if bad := compose.Unready(cs); len(bad) > 0 || len(cs) == 0 {
+		detail := "not running/healthy: " + strings.Join(bad, ", ")
+		if len(cs) == 0 {
+			detail = "no containers running for project " + a.cfg.ComposeProject
+		}
+		a.log.Warn("unhealthy: " + detail)
+		a.st.LastResult = protocol.ResultUnhealthy
+		a.st.LastDetail = truncate(detail, protocol.MaxDetail)
+		a.report(ctx, protocol.Report{Sha: a.st.AppliedSha, Result: protocol.ResultUnhealthy, Detail: detail, Containers: cs})
+		return a.saveState()
+	}
+	a.st.LastResult = protocol.ResultHealthy
+	a.st.LastDetail = ""
+	a.report(ctx, protocol.Report{Sha: a.st.AppliedSha, Result: protocol.ResultHealthy, Containers: cs})
+	a.log.Info("healthy; heartbeat reported", "containers", len(cs))
+	return a.saveState()
+}
+
+// composeFileOf finds the compose file of a promoted release: the bundle's own choice is in its
+// bundle.json, which the release directory keeps.
+func composeFileOf(dir string) string {
+	var meta struct {
+		ComposeFile string `json:"compose_file"`
+	}
+	if raw, err := os.ReadFile(filepath.Join(dir, "bundle.json")); err == nil {
+		if json.Unmarshal(raw, &meta) == nil && meta.ComposeFile != "" {
+			return meta.ComposeFile
+		}
+	}
+	return "docker-compose.yml"
+}
+
+// down retires the env: containers go, volumes only when tenancy asks for it AND the box's
+// config allows it, since a retire by mistake must not take the data with it.
+func (a *Agent) down(ctx context.Context, resp *protocol.CheckinResponse) error {
+	volumes := resp.PurgeVolumes && a.cfg.VolumesOnAbsent == "purge"
+	if resp.PurgeVolumes && !volumes {
+		a.log.Warn("tenancy asked to purge volumes; config volumes_on_absent is keep, so they stay")
+	}
+	_, dir, err := release.Current(a.cfg.EnvDir())
+	if err != nil {
+		return fmt.Errorf("release: %w", err)
+	}
+	file := ""
+	if dir != "" {
+		file = composeFileOf(dir)
+	}
+	if err := a.deps.Docker.Down(ctx, dir, file, volumes); err != nil {
+		return a.fail(ctx, resp.DesiredSha, "compose down: "+err.Error(), outputOf(err))
+	}
+	a.st.LastResult = protocol.ResultDown
+	a.st.LastDetail = ""
+	a.st.AppliedSha = ""
+	if err := a.saveState(); err != nil {
+		return err
+	}
+	a.log.Info("down: project removed", "volumes_removed", volumes)
+	a.report(ctx, protocol.Report{Sha: resp.DesiredSha, Result: protocol.ResultDown})
+	return nil
+}

@@ -1,0 +1,240 @@
+package atomicfile
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+)
+
+// No test here runs in parallel: some swap the package's step hooks and one changes the umask.
+
+func listDir(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+func assertOnly(t *testing.T, dir string, want ...string) {
+	t.Helper()
+	got := listDir(t, dir)
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("directory holds %v, want exactly %v (a temp file was left behind?)", got, want)
+	}
+}
+
+func TestWriteFileModes(t *testing.T) {
+	old := syscall.Umask(0o077) // the agent's unit runs with a tight umask; modes must still be exact
+	defer syscall.Umask(old)
+	for _, perm := range []os.FileMode{0o600, 0o640, 0o644, 0o400} {
+		t.Run(perm.String(), func(t *testing.T) {
+			dir := t.TempDir()
+			p := filepath.Join(dir, "f")
+			var tempMode os.FileMode
+			afterCreate = func(tmp string) {
+				st, err := os.Stat(tmp)
+				if err != nil {
+					t.Errorf("stat temp: %v", err)
+					return
+				}
+				tempMode = st.Mode().Perm()
+			}
+			defer func() { afterCreate = func(string) {} }()
+			if err := WriteFile(p, []byte("hello"), perm); err != nil {
+				t.Fatal(err)
+			}
+			st, err := os.Stat(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Mode().Perm() != perm {
+				t.Errorf("mode %v, want %v", st.Mode().Perm(), perm)
+			}
+			if tempMode&^perm != 0 {
+				t.Errorf("temp file was created %v, wider than %v", tempMode, perm)
+			}
+			assertOnly(t, dir, "f")
+		})
+	}
+}
+
+func TestWriteFileReplacesAndNarrowsMode(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "token")
+	if err := os.WriteFile(p, []byte("old content that is longer"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteFile(p, []byte("new"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != "new" {
+		t.Errorf("content %q, want %q", got, "new")
+	}
+	st, _ := os.Stat(p)
+	if st.Mode().Perm() != 0o600 {
+		t.Errorf("mode %v after replacing a 0644 file, want 0600", st.Mode().Perm())
+	}
+	assertOnly(t, dir, "token")
+}
+
+func TestWriteFileRelativePath(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	if err := WriteFile("rel", []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	assertOnly(t, dir, "rel")
+}
+
+func TestWriteFileFailures(t *testing.T) {
+	injected := errors.New("injected")
+	old := []byte("the old content")
+	cases := []struct {
+		name string
+		// prepare makes the state of dir before the write and returns the path to write.
+		prepare func(t *testing.T, dir string) string
+		hook    func()
+		// wantOld: the target is a plain file holding old content that must survive.
+		wantOld bool
+	}{
+		{
+			name: "rename onto a directory",
+			prepare: func(t *testing.T, dir string) string {
+				p := filepath.Join(dir, "target")
+				if err := os.MkdirAll(filepath.Join(p, "inside"), 0o700); err != nil {
+					t.Fatal(err)
+				}
+				return p
+			},
+		},
+		{
+			name:    "fsync fails",
+			prepare: oldFile(old),
+			hook:    func() { syncFile = func(*os.File) error { return injected } },
+			wantOld: true,
+		},
+		{
+			name:    "rename fails",
+			prepare: oldFile(old),
+			hook:    func() { rename = func(string, string) error { return injected } },
+			wantOld: true,
+		},
+		{
+			name: "directory missing",
+			prepare: func(t *testing.T, dir string) string {
+				return filepath.Join(dir, "absent", "target")
+			},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			p := tc.prepare(t, dir)
+			entries := listDir(t, dir)
+			if tc.hook != nil {
+				tc.hook()
+				defer func() {
+					syncFile = func(f *os.File) error { return f.Sync() }
+					rename = os.Rename
+				}()
+			}
+			err := WriteFile(p, []byte("new content"), 0o600)
+			if err == nil {
+				t.Fatal("WriteFile succeeded, want an error")
+			}
+			if tc.hook != nil && !errors.Is(err, injected) {
+				t.Errorf("error %v does not wrap the injected failure", err)
+			}
+			assertOnly(t, dir, entries...)
+			if tc.wantOld {
+				got, rerr := os.ReadFile(p)
+				if rerr != nil || !bytes.Equal(got, old) {
+					t.Errorf("old file changed: %q, %v", got, rerr)
+				}
+			}
+		})
+	}
+}
+
+func oldFile(content []byte) func(t *testing.T, dir string) string {
+	return func(t *testing.T, dir string) string {
+		p := filepath.Join(dir, "target")
+		if err := os.WriteFile(p, content, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+}
+
+func TestWriteFileDirSyncFailureReportsContentInPlace(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "f")
+	syncDir = func(string) error { return errors.New("injected") }
+	defer func() { syncDir = syncDirectory }()
+	err := WriteFile(p, []byte("x"), 0o600)
+	if err == nil {
+		t.Fatal("want the directory fsync error")
+	}
+	if got, _ := os.ReadFile(p); string(got) != "x" {
+		t.Errorf("content %q, want the new content in place", got)
+	}
+	assertOnly(t, dir, "f")
+}
+
+func TestConcurrentWritersLeaveOneWholeFile(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "state.json")
+	const writers = 16
+	payloads := make([][]byte, writers)
+	for i := range payloads {
+		// Large enough that an interleaved or truncated write would show.
+		payloads[i] = bytes.Repeat([]byte{byte('a' + i)}, 256<<10)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, writers*4)
+	for i := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 4 {
+				if err := WriteFile(p, payloads[i], 0o600); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	got, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole := false
+	for _, want := range payloads {
+		if bytes.Equal(got, want) {
+			whole = true
+		}
+	}
+	if !whole {
+		t.Errorf("file (%d bytes) is not any one writer's whole payload", len(got))
+	}
+	assertOnly(t, dir, "state.json")
+}

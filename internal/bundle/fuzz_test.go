@@ -1,0 +1,226 @@
+package bundle
+
+import (
+	"fmt"
+	"time"
+	"encoding/json"
+	"errors"
+	"path"
+	"regexp"
+	"strings"
+	"testing"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
+)
+
+// FuzzParse feeds Parse a bundle's files as a JSON object {"path": "content", …}.
+func FuzzParse(f *testing.F) {
+	seed := func(files map[string]string) {
+		b, err := json.Marshal(files)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	seed(goodFiles())
+	seed(map[string]string{"bundle.json": "{}", "docker-compose.yml": ""})
+	seed(with(goodFiles(), "../x", ""))
+	seed(with(goodFiles(), "manifest.json", `{"entries":[{"var":"A","path":"a","version":2,"use":"registry-auth"},{"var":"A"}]}`))
+	seed(with(goodFiles(), "bundle.json", `{"pull":"missing","compose_file":"c/d.yml","agent":{"disk_need_bytes":1e3}}`, "c/d.yml", "x"))
+	f.Add([]byte(`{"a/b": "1", "a": "2"}`))
+
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var files map[string]string
+		if json.Unmarshal(data, &files) != nil || files == nil {
+			return
+		}
+		sha := Sha(files)
+		b, err := Parse(files, sha)
+		if err != nil {
+			var r *protocol.Refusal
+			if !errors.As(err, &r) || r.Code != protocol.CodeBundleInvalid || b != nil {
+				t.Fatalf("Parse with the right sha: %v (%T), bundle %v", err, err, b != nil)
+			}
+		} else {
+			if b.Sha != sha || len(b.Files) != len(files) {
+				t.Fatal("sha or files not carried over")
+			}
+			if _, ok := b.Files[b.Meta.ComposeFile]; !ok {
+				t.Fatalf("compose file %q not in the bundle", b.Meta.ComposeFile)
+			}
+			if b.Meta.Pull != PullAlways && b.Meta.Pull != PullMissing {
+				t.Fatalf("pull %q", b.Meta.Pull)
+			}
+			for p := range b.Files {
+				if badPath(p) != "" {
+					t.Fatalf("bad path %q accepted", p)
+				}
+			}
+			seen, registry := map[string]bool{}, 0
+			for _, e := range b.Entries {
+				switch e.Use {
+				case UseEnv:
+					if !envName.MatchString(e.Var) {
+						t.Fatalf("env entry with var %q", e.Var)
+					}
+				case UseRegistryAuth:
+					registry++
+				default:
+					t.Fatalf("use %q", e.Use)
+				}
+				if e.Var != "" && seen[e.Var] {
+					t.Fatalf("duplicate var %q", e.Var)
+				}
+				seen[e.Var] = true
+				if e.Version < 0 || e.Key == "" {
+					t.Fatalf("entry %+v", e)
+				}
+			}
+			if registry > 1 {
+				t.Fatal("two registry entries")
+			}
+		}
+		// a wrong sha never yields a bundle
+		if b, err := Parse(files, "0"+sha[1:]+"x"); b != nil || err == nil {
+			t.Fatal("wrong sha accepted")
+		}
+	})
+}
+
+// FuzzResolvePath: whatever the manifest says, a resolved path stays strictly under the prefix.
+func FuzzResolvePath(f *testing.F) {
+	for _, s := range [][2]string{
+		{"env-qa-02/see", "gemini_api_key"}, {"env-qa-02/see", "../x"}, {"env-qa-02/see", "a/./../b"},
+		{"env-qa-02/see/", "/abs"}, {"", "."}, {"a/../../b", "c"}, {"p", "a//b/"}, {"p", "..."}, {"p", "a\\..\\b"},
+	} {
+		f.Add(s[0], s[1])
+	}
+	f.Fuzz(func(t *testing.T, prefix, p string) {
+		got, err := ResolvePath(prefix, p)
+		if err != nil {
+			var r *protocol.Refusal
+			if !errors.As(err, &r) || r.Code != protocol.CodeManifestPath || got != "" {
+				t.Fatalf("ResolvePath(%q, %q) = %q, %v", prefix, p, got, err)
+			}
+			return
+		}
+		base := strings.Trim(path.Clean("/"+prefix), "/")
+		if base != "" && !strings.HasPrefix(got, base+"/") {
+			t.Fatalf("ResolvePath(%q, %q) = %q, not under %q", prefix, p, got, base)
+		}
+		rest := strings.TrimPrefix(got, base+"/")
+		if base == "" {
+			rest = got
+		}
+		if rest == "" || rest == "." || path.Clean(got) != got || strings.HasPrefix(got, "/") {
+			t.Fatalf("ResolvePath(%q, %q) = %q", prefix, p, got)
+		}
+		for _, seg := range strings.Split(rest, "/") {
+			if seg == ".." || seg == "." || seg == "" {
+				t.Fatalf("ResolvePath(%q, %q) = %q has segment %q", prefix, p, got, seg)
+			}
+		}
+	})
+}
+
+// A refusal's detail is made of variable names and fixed reasons only, so no value can leak.
+var (
+	incompleteDetail = regexp.MustCompile(`^unresolved: [A-Za-z_][A-Za-z0-9_]*(, [A-Za-z_][A-Za-z0-9_]*)*$`)
+	unsafeReason     = `(contains a NUL byte|contains a carriage return|not valid UTF-8|inside a longer value, and not plain|cannot be written so that docker compose reads it back unchanged)`
+	unsafeDetail     = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]* \(` + unsafeReason + `\)(, [A-Za-z_][A-Za-z0-9_]* \(` + unsafeReason + `\))*$`)
+)
+
+// FuzzRenderEnv renders an arbitrary template with two values (never panics, never leaks), and
+// the same values through a fixed template whose output must read back to exactly the values.
+func FuzzRenderEnv(f *testing.F) {
+	f.Add("A=${A}\nB=${B}\n", "plain", "it's a \"mix\" of $ and \\ and\nlines")
+	f.Add("# ${NOPE}\nURL=https://${A}/${B}", "host", "")
+	f.Add("X=${A} # c\n'${B}'\"${A}\"", " ", "#")
+	f.Add("$${A}${C}", "\x00", "\r")
+	f.Add("A='${A}'", "\xff", "'\\'")
+	f.Fuzz(func(t *testing.T, template, a, b string) {
+		values := vals("A", a, "B", b)
+		checkRender(t, template, values)
+
+		whole := "# header ${A} ${NOPE}\nA=${A}\nexport D = \"${A}\" # again\nB=${B}\nE: ${B}\nF='${A}'\n"
+		readsBack(t, whole, values, map[string]string{"A": a, "D": a, "F": a, "B": b, "E": b})
+		readsBack(t, "URL=x-${A}/${B}\n", values, map[string]string{"URL": "x-" + a + "/" + b})
+	})
+}
+
+// readsBack renders template and, when that succeeds, checks what the reader makes of it.
+func readsBack(t *testing.T, template string, values map[string]secret.Value, want map[string]string) {
+	t.Helper()
+	out, err := checkRender(t, template, values)
+	if err != nil {
+		return
+	}
+	read, perr := parseDotenv(out)
+	if perr != nil {
+		t.Fatalf("rendered .env %q does not read back: %v", out, perr)
+	}
+	for k, w := range want {
+		if read[k] != w {
+			t.Fatalf("%s read back as %q, want %q (from %q)", k, read[k], w, out)
+		}
+	}
+}
+
+func checkRender(t *testing.T, template string, values map[string]secret.Value) (string, error) {
+	t.Helper()
+	out, err := RenderEnv(template, values)
+	if err == nil {
+		return out, nil
+	}
+	var r *protocol.Refusal
+	if !errors.As(err, &r) || out != "" {
+		t.Fatalf("RenderEnv: %v (%T), output %q", err, err, out)
+	}
+	switch r.Code {
+	case protocol.CodeEnvIncomplete:
+		if !incompleteDetail.MatchString(r.Detail) {
+			t.Fatalf("ENV_INCOMPLETE detail %q", r.Detail)
+		}
+	case protocol.CodeEnvUnsafeValue:
+		if !unsafeDetail.MatchString(r.Detail) {
+			t.Fatalf("ENV_UNSAFE_VALUE detail %q", r.Detail)
+		}
+	default:
+		t.Fatalf("code %s", r.Code)
+	}
+	return "", err
+}
+
+// FuzzScanCompose: any input either loads or names where it does not; findings are "where: what".
+func FuzzScanCompose(f *testing.F) {
+	f.Add([]byte(everything))
+	f.Add([]byte(svc("    volumes: [\"../x:/x\", {type: bind, source: /etc}]\n    env_file: [{path: a}]\n    build: .\n")))
+	f.Add([]byte("x-a: &a\n  privileged: true\nservices:\n  s:\n    <<: *a\n"))
+	f.Add([]byte(svc("    secrets: [s]\n") + "secrets:\n  s:\n    file: /etc/x\nvolumes:\n  v:\n    driver_opts: {o: bind, device: ../x}\n"))
+	f.Add([]byte("services: {a: {volumes: [7]}}"))
+	f.Add([]byte("a: &a [*a, *a]\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		done := make(chan struct{})
+		go func() {
+			select {
+			case <-done:
+			case <-time.After(2 * time.Second):
+				panic(fmt.Sprintf("SLOW INPUT %q", data))
+			}
+		}()
+		priv, inv, err := ScanCompose(data, rel)
+		close(done)
+		if err != nil {
+			if priv != nil || inv != nil {
+				t.Fatal("findings returned with an error")
+			}
+			return
+		}
+		for _, s := range append(priv, inv...) {
+			if !strings.Contains(s, ": ") {
+				t.Fatalf("finding %q has no subject", s)
+			}
+		}
+	})
+}

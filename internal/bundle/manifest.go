@@ -1,0 +1,78 @@
+package bundle
+
+import (
+	"fmt"
+	"path"
+	"strings"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
+)
+
+// ResolvePath joins a manifest entry's path under the env's KV prefix (e.g. "env-qa-02/see" +
+// "gemini_api_key" → "env-qa-02/see/gemini_api_key"). The result is always strictly under the
+// prefix: a path that is empty, only "."s, absolute, or has a ".." segment, a backslash, a NUL,
+// a control character, "?" or "#" is a MANIFEST_PATH refusal naming the entry's path. The agent's
+// token may read more than one prefix, so a bundle must not be able to point a read elsewhere.
+func ResolvePath(prefix, p string) (string, error) {
+	if why := badManifestPath(p); why != "" {
+		return "", protocol.Refuse(protocol.CodeManifestPath, "path %q: %s", p, why)
+	}
+	base := strings.Trim(path.Clean("/"+prefix), "/")
+	rel := strings.TrimPrefix(path.Clean("/"+p), "/")
+	if rel == "" {
+		return "", protocol.Refuse(protocol.CodeManifestPath, "path %q: names the prefix itself, not a secret under it", p)
+	}
+	if base == "" {
+		return rel, nil
+	}
+	return base + "/" + rel, nil
+}
+
+func badManifestPath(p string) string {
+	switch {
+	case strings.TrimSpace(p) == "":
+		return "empty"
+	case strings.HasPrefix(p, "/"):
+		return "absolute; it must be relative to the prefix"
+	case strings.ContainsRune(p, '\\'):
+		return `contains "\"`
+	case strings.ContainsRune(p, 0):
+		return "contains NUL"
+	case strings.ContainsAny(p, "?#"):
+		// would end the path part of the KV URL
+		return `contains "?" or "#"`
+	}
+	for i := 0; i < len(p); i++ {
+		if p[i] < 0x20 || p[i] == 0x7f {
+			return "contains a control character"
+		}
+	}
+	for _, seg := range strings.Split(p, "/") {
+		if seg == ".." {
+			return `has a ".." segment; it must stay under the prefix`
+		}
+	}
+	return ""
+}
+
+// ResolveManifest resolves every entry's path under prefix, in manifest order, all of them up
+// front: if any entry is refused, the caller gets no paths and so reads nothing.
+func (b *Bundle) ResolveManifest(prefix string) ([]string, error) {
+	out := make([]string, 0, len(b.Entries))
+	for i, e := range b.Entries {
+		full, err := ResolvePath(prefix, e.Path)
+		if err != nil {
+			r := err.(*protocol.Refusal)
+			return nil, protocol.Refuse(r.Code, "%s: entries[%d]%s: %s", ManifestFile, i, varLabel(e), r.Detail)
+		}
+		out = append(out, full)
+	}
+	return out, nil
+}
+
+func varLabel(e Entry) string {
+	if e.Var == "" {
+		return fmt.Sprintf(" (%s)", e.Use)
+	}
+	return fmt.Sprintf(" (%s)", e.Var)
+}

@@ -1,0 +1,317 @@
+// Package compose drives docker and docker compose for the agent, always through the docker CLI
+// named by config's docker_bin and never the engine socket: one binary and one DOCKER_CONFIG
+// govern every call, and what the agent ran is what an operator can re-run by hand.
+package compose
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/runner"
+)
+
+// ErrNoConfigDir is returned, before anything runs, by a Docker without a ConfigDir.
+var ErrNoConfigDir = errors.New("compose: no DOCKER_CONFIG directory configured")
+
+// DefaultPollInterval is how often WaitHealthy looks at the project when PollInterval is 0.
+const DefaultPollInterval = 2 * time.Second
+
+// Docker runs docker commands for one compose project.
+type Docker struct {
+	Bin string // docker CLI (config docker_bin); "" means "docker"
+	// ConfigDir is DOCKER_CONFIG, set on EVERY call (seed 0.1.7): the agent's registry
+	// credential lives in a directory it owns, and a `docker login` by a human or root into
+	// their own ~/.docker must not be what makes a pull work — or fail — for the agent.
+	ConfigDir string
+	Project   string        // compose project name (config compose_project)
+	Runner    runner.Runner // runs the CLI
+	Now       func() time.Time
+	// PollInterval is the pause between two looks in WaitHealthy; 0 means DefaultPollInterval.
+	PollInterval time.Duration
+}
+
+// Info is what the agent needs from `docker info`. Either field may be empty when the engine
+// does not report it; callers fall back (DockerRootDir to /var/lib/docker).
+type Info struct {
+	DockerRootDir string
+	ServerVersion string
+}
+
+// Info runs `docker info --format '{{json .}}'`.
+func (d *Docker) Info(ctx context.Context) (Info, error) {
+	res, err := d.run(ctx, "docker info", "", "info", "--format", "{{json .}}")
+	if err != nil {
+		return Info{}, err
+	}
+	return ParseInfo(res.Stdout)
+}
+
+// ComposeVersion runs `docker compose version --short` and returns the version without a
+// leading "v" (e.g. "2.40.3").
+func (d *Docker) ComposeVersion(ctx context.Context) (string, error) {
+	res, err := d.run(ctx, "docker compose version", "", "compose", "version", "--short")
+	if err != nil {
+		return "", err
+	}
+	v := strings.TrimPrefix(strings.TrimSpace(string(res.Stdout)), "v")
+	if v == "" || strings.ContainsAny(v, " \n\t") {
+		return "", fmt.Errorf("compose: docker compose version: unexpected output %q", truncate(string(res.Stdout), 80))
+	}
+	return v, nil
+}
+
+// Pull pulls the project's images. policy is the bundle's `pull`: "always" (or "") pulls every
+// image, "missing" only those not present locally.
+func (d *Docker) Pull(ctx context.Context, dir, composeFile, policy string) error {
+	args, err := d.fileArgs(dir, composeFile)
+	if err != nil {
+		return err
+	}
+	args = append(args, "pull")
+	switch policy {
+	case "", "always":
+	case "missing":
+		args = append(args, "--policy", "missing")
+	default:
+		return fmt.Errorf("compose: pull: unknown policy %q (want always or missing)", policy)
+	}
+	_, err = d.run(ctx, "docker compose pull", "", args...)
+	return err
+}
+
+// Up runs `up -d --remove-orphans`: services dropped from the bundle must not keep running.
+func (d *Docker) Up(ctx context.Context, dir, composeFile string) error {
+	args, err := d.fileArgs(dir, composeFile)
+	if err != nil {
+		return err
+	}
+	_, err = d.run(ctx, "docker compose up", "", append(args, "up", "-d", "--remove-orphans")...)
+	return err
+}
+
+// Ps lists every container of the project, stopped ones included (`ps -a`: an exited container
+// is exactly what a heartbeat must report). With dir == "" the project is found by name alone.
+func (d *Docker) Ps(ctx context.Context, dir, composeFile string) ([]protocol.Container, error) {
+	args, workDir, err := d.optionalFileArgs(dir, composeFile)
+	if err != nil {
+		return nil, err
+	}
+	res, err := d.run(ctx, "docker compose ps", workDir, append(args, "ps", "-a", "--format", "json")...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePs(res.Stdout)
+}
+
+// Logs returns the last tail lines of every service's log (tail <= 0: all of it), standard
+// error appended. Container logs may print secrets: redact before reporting.
+func (d *Docker) Logs(ctx context.Context, dir, composeFile string, tail int) (string, error) {
+	args, workDir, err := d.optionalFileArgs(dir, composeFile)
+	if err != nil {
+		return "", err
+	}
+	n := "all"
+	if tail > 0 {
+		n = strconv.Itoa(tail)
+	}
+	res, err := d.run(ctx, "docker compose logs", workDir, append(args, "logs", "--no-color", "--tail", n)...)
+	if err != nil {
+		return "", err
+	}
+	return string(res.Stdout) + string(res.Stderr), nil
+}
+
+// Down removes the project's containers and networks, and its volumes when volumes is true.
+// When the compose file is gone (the release was pruned, or never staged on this box) it runs
+// with the project name alone, which compose supports: a retire must not depend on files.
+func (d *Docker) Down(ctx context.Context, dir, composeFile string, volumes bool) error {
+	args := d.projectArgs()
+	workDir := "/"
+	if dir != "" && composeFile != "" {
+		if _, err := os.Stat(filepath.Join(dir, composeFile)); err == nil {
+			if args, err = d.fileArgs(dir, composeFile); err != nil {
+				return err
+			}
+			workDir = ""
+		}
+	}
+	args = append(args, "down", "--remove-orphans")
+	if volumes {
+		args = append(args, "-v")
+	}
+	_, err := d.run(ctx, "docker compose down", workDir, args...)
+	return err
+}
+
+// ImagePrune removes dangling images (`docker image prune -f`); images still tagged stay, so a
+// rollback does not have to pull again.
+func (d *Docker) ImagePrune(ctx context.Context) error {
+	_, err := d.run(ctx, "docker image prune", "", "image", "prune", "-f")
+	return err
+}
+
+// WaitHealthy polls Ps until every container is ready (see Ready), or until timeout has passed
+// on d.Now's clock. It returns whether the project became ready and the containers it saw last.
+// sleep pauses between looks (nil: a real, ctx-aware sleep); tests pass one that advances a fake
+// clock. A failed `ps` counts as "not ready yet" (the engine may be restarting); its error is
+// returned only if the last look failed. The error is also set when ctx ends, or when the CLI
+// cannot be started at all.
+func (d *Docker) WaitHealthy(ctx context.Context, dir, composeFile string, timeout time.Duration, sleep func(context.Context, time.Duration) error) (bool, []protocol.Container, error) {
+	if sleep == nil {
+		sleep = sleepCtx
+	}
+	interval := d.PollInterval
+	if interval <= 0 {
+		interval = DefaultPollInterval
+	}
+	deadline := d.now().Add(timeout)
+	var last []protocol.Container
+	for {
+		cs, err := d.Ps(ctx, dir, composeFile)
+		var cmdErr *CmdError
+		switch {
+		case err == nil:
+			last = cs
+			if AllReady(cs) {
+				return true, cs, nil
+			}
+		case ctx.Err() != nil || !errors.As(err, &cmdErr):
+			return false, last, err
+		}
+		left := deadline.Sub(d.now())
+		if left <= 0 {
+			return false, last, err
+		}
+		if serr := sleep(ctx, min(interval, left)); serr != nil {
+			return false, last, fmt.Errorf("compose: wait for healthy: %w", serr)
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+func (d *Docker) now() time.Time {
+	if d.Now != nil {
+		return d.Now()
+	}
+	return time.Now()
+}
+
+// Ready reports whether c is running and, where it has a healthcheck, healthy. Containers
+// without a healthcheck count once running, as in `compose up --wait`.
+func Ready(c protocol.Container) bool {
+	return c.State == "running" && (c.Health == "" || c.Health == "healthy")
+}
+
+// AllReady reports whether there is at least one container and every one is Ready. A project
+// with no containers at all is not ready: `up` that started nothing did not deploy anything.
+func AllReady(cs []protocol.Container) bool {
+	if len(cs) == 0 {
+		return false
+	}
+	for _, c := range cs {
+		if !Ready(c) {
+			return false
+		}
+	}
+	return true
+}
+
+// Unready lists what keeps cs from being ready, one `service: state/health` (or `service: state`
+// without a healthcheck) per container, in the order given; a project with no containers gives
+// the single entry "no containers". Used for the `unhealthy` heartbeat and failure details.
+func Unready(cs []protocol.Container) []string {
+	if len(cs) == 0 {
+		return []string{"no containers"}
+	}
+	var out []string
+	for _, c := range cs {
+		if Ready(c) {
+			continue
+		}
+		who := c.Service
+		if who == "" {
+			who = c.Name
+		}
+		what := c.State
+		if c.Health != "" {
+			what += "/" + c.Health
+		}
+		out = append(out, who+": "+what)
+	}
+	return out
+}
+
+func (d *Docker) projectArgs() []string {
+	return []string{"compose", "-p", d.Project}
+}
+
+// fileArgs is `compose -p P --project-directory DIR -f DIR/FILE`. The project directory also
+// decides where compose reads `.env` from, which is why it is always the release directory.
+func (d *Docker) fileArgs(dir, composeFile string) ([]string, error) {
+	if dir == "" {
+		return nil, errors.New("compose: no release directory given")
+	}
+	// The bundle package validates compose_file; this is defence in depth against a path that
+	// would make compose read a file outside the release.
+	if composeFile == "" || !filepath.IsLocal(composeFile) || strings.Contains(composeFile, `\`) {
+		return nil, fmt.Errorf("compose: compose file %q is not a relative path inside the release", composeFile)
+	}
+	return append(d.projectArgs(), "--project-directory", dir, "-f", filepath.Join(dir, composeFile)), nil
+}
+
+// optionalFileArgs is fileArgs when dir is set, else the project name alone, run from "/" so
+// that no compose file in the agent's working directory (or its parents) gets picked up.
+func (d *Docker) optionalFileArgs(dir, composeFile string) ([]string, string, error) {
+	if dir == "" {
+		return d.projectArgs(), "/", nil
+	}
+	args, err := d.fileArgs(dir, composeFile)
+	return args, "", err
+}
+
+// Env is the environment every docker call gets on top of the agent's own.
+func (d *Docker) Env() []string {
+	return []string{
+		"DOCKER_CONFIG=" + d.ConfigDir,
+		// compose must never stop to ask a question: there is nobody at the terminal.
+		"COMPOSE_INTERACTIVE_NO_CLI=1",
+	}
+}
+
+func (d *Docker) run(ctx context.Context, op, workDir string, args ...string) (runner.Result, error) {
+	if d.ConfigDir == "" {
+		return runner.Result{}, ErrNoConfigDir
+	}
+	if len(args) > 0 && args[0] == "compose" && d.Project == "" {
+		return runner.Result{}, fmt.Errorf("compose: %s: no compose project name configured", op)
+	}
+	bin := d.Bin
+	if bin == "" {
+		bin = "docker"
+	}
+	res, err := d.Runner.Run(ctx, runner.Cmd{Name: bin, Args: args, Env: d.Env(), Dir: workDir})
+	if err != nil {
+		return res, fmt.Errorf("compose: %s: %w", op, err)
+	}
+	if res.ExitCode != 0 {
+		return res, newCmdError(op, res)
+	}
+	return res, nil
+}

@@ -1,0 +1,111 @@
+package compose
+
+import (
+	"regexp"
+	"strconv"
+	"strings"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/runner"
+)
+
+// CmdError is a docker command that ran and failed. Its Error() carries the last lines of the
+// command's output, because the registry's own words — "no basic auth credentials", "manifest
+// unknown", a DNS failure — are the diagnosis, and `rc=1` alone sent operators hunting (seed
+// 0.1.7). Output is raw: pass it through the redactor before it leaves the box.
+type CmdError struct {
+	Op       string // e.g. "docker compose pull"
+	ExitCode int
+	Output   string // standard output then standard error, ANSI escapes removed
+}
+
+// maxDetail bounds the output quoted in Error(): enough for the last few lines of a failed
+// pull, short enough for a report detail (≤ 1000 chars) with room for the prefix.
+const maxDetail = 600
+
+func (e *CmdError) Error() string {
+	msg := e.Op + " failed (rc=" + strconv.Itoa(e.ExitCode) + "): "
+	tail := Tail(e.Output, maxDetail)
+	if tail == "" {
+		tail = "(no output)"
+	}
+	msg += tail
+	if strings.Contains(e.Output, "is not a docker command") {
+		// DOCKER_CONFIG also moves the per-user plugin directory, so a compose plugin installed
+		// only under ~/.docker/cli-plugins vanishes for the agent.
+		msg += " (install the compose plugin system-wide, e.g. /usr/libexec/docker/cli-plugins: DOCKER_CONFIG hides ~/.docker/cli-plugins)"
+	}
+	return msg
+}
+
+func newCmdError(op string, res runner.Result) *CmdError {
+	out := strings.TrimRight(string(res.Stdout), "\n")
+	if errOut := strings.TrimRight(string(res.Stderr), "\n"); errOut != "" {
+		if out != "" {
+			out += "\n"
+		}
+		out += errOut
+	}
+	return &CmdError{Op: op, ExitCode: res.ExitCode, Output: ansi.ReplaceAllString(out, "")}
+}
+
+var ansi = regexp.MustCompile(`\x1b\[[0-9;?]*[ -/]*[@-~]`)
+
+// Tail returns the last non-blank lines of out joined by " | ", at most limit bytes: whole
+// lines from the end while they fit, or the end of the last line when even it does not. A line
+// redrawn with carriage returns (progress output) counts as its final state.
+func Tail(out string, limit int) string {
+	out = ansi.ReplaceAllString(out, "")
+	var picked []string
+	size := 0
+	lines := strings.Split(out, "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		line := lines[i]
+		if j := strings.LastIndexByte(strings.TrimRight(line, "\r"), '\r'); j >= 0 {
+			line = line[j+1:]
+		}
+		line = strings.TrimSpace(line)
+		if line == "" {
+			continue
+		}
+		add := len(line)
+		if len(picked) > 0 {
+			add += len(" | ")
+		}
+		if size+add > limit {
+			if len(picked) == 0 {
+				picked = append(picked, "…"+lastRunes(line, limit-len("…")))
+			}
+			break
+		}
+		picked = append(picked, line)
+		size += add
+	}
+	for i, j := 0, len(picked)-1; i < j; i, j = i+1, j-1 {
+		picked[i], picked[j] = picked[j], picked[i]
+	}
+	return strings.Join(picked, " | ")
+}
+
+// lastRunes returns the end of s, at most n bytes, cut on a rune boundary.
+func lastRunes(s string, n int) string {
+	if n <= 0 {
+		return ""
+	}
+	if len(s) <= n {
+		return s
+	}
+	s = s[len(s)-n:]
+	for len(s) > 0 && !isRuneStart(s[0]) {
+		s = s[1:]
+	}
+	return s
+}
+
+func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

@@ -1,0 +1,238 @@
+// Package config loads /etc/monky-deployd/config.yaml strictly: an unknown key, a value of the
+// wrong type, or a value out of range is a *config.Error naming the dotted key and the file, which
+// the command maps to exit 78 (EX_CONFIG) — a typo must stop the agent loudly rather than leave a
+// default silently in force. The file the Python agent's installer wrote loads unchanged.
+package config
+
+import (
+	"log/slog"
+	"net"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// DefaultPath is where the package and the installer put the config.
+const DefaultPath = "/etc/monky-deployd/config.yaml"
+
+// EnvVar names the environment variable the command reads for --config's default.
+const EnvVar = "MONKY_DEPLOYD_CONFIG"
+
+// Transports.
+const (
+	TransportSDK    = "sdk"
+	TransportProxy  = "proxy"
+	TransportSystem = "system"
+)
+
+// volumes_on_absent values.
+const (
+	VolumesKeep  = "keep"
+	VolumesPurge = "purge"
+)
+
+// Config is the agent's configuration after defaults, derivations and validation.
+type Config struct {
+	// Path is the file the config was loaded from (the file argument of Parse).
+	Path string `yaml:"-"`
+
+	EnvID     string `yaml:"env_id"`
+	Site      string `yaml:"site"`
+	Transport string `yaml:"transport"`
+	// Identity is the ziti host identity file (default derived from EnvID).
+	Identity string  `yaml:"identity"`
+	Tenancy  Tenancy `yaml:"tenancy"`
+	Bao      Bao     `yaml:"bao"`
+
+	IntervalS  int  `yaml:"interval_s"`
+	LaptopMode bool `yaml:"laptop_mode"`
+	// Prod is as written when the file sets it, else derived (see IsProd); never nil after Parse.
+	Prod          *bool  `yaml:"prod"`
+	StateDir      string `yaml:"state_dir"`
+	BootstrapFile string `yaml:"bootstrap_file"`
+	Disk          Disk   `yaml:"disk"`
+
+	HealthyTimeoutS int    `yaml:"healthy_timeout_s"`
+	VolumesOnAbsent string `yaml:"volumes_on_absent"`
+	ComposeProject  string `yaml:"compose_project"`
+	DockerBin       string `yaml:"docker_bin"`
+	// RegistryHost is the registry of a `username:password` pull credential.
+	RegistryHost string `yaml:"registry_host"`
+	// ContainerdRoot is the second filesystem a pull fills: docker 29 keeps image layers in
+	// containerd's store, often on another disk than the data-root (seed 0.1.8, env-dev-08).
+	ContainerdRoot string `yaml:"containerd_root"`
+	// LogLevel is upper-cased: DEBUG, INFO, WARN, WARNING or ERROR.
+	LogLevel string `yaml:"log_level"`
+}
+
+// Tenancy is how the agent reaches tenancy's agent entrypoint.
+type Tenancy struct {
+	// Service is the ziti service the sdk transport dials.
+	Service string `yaml:"service"`
+	// Host and Port are the intercept address (system transport) and the key of the proxy map.
+	// Port is the INTERCEPT port, 443 — not the pod's 8081 (seed 0.1.5).
+	Host   string `yaml:"host"`
+	Port   int    `yaml:"port"`
+	Scheme string `yaml:"scheme"`
+	// BaseURL is the alias the Python installer and hand-written configs use; after Parse,
+	// Scheme, Host and Port hold its parts.
+	BaseURL   string `yaml:"base_url"`
+	ProxyAddr string `yaml:"proxy_addr"`
+	TimeoutS  int    `yaml:"timeout_s"`
+}
+
+// Bao is how the agent reaches OpenBao.
+type Bao struct {
+	Service string `yaml:"service"`
+	// Addr is the OpenBao URL (an intercept name inside the mesh); see BaoURL.
+	Addr      string `yaml:"addr"`
+	AuthMount string `yaml:"auth_mount"`
+	Role      string `yaml:"role"`
+	KVMount   string `yaml:"kv_mount"`
+	// CAFile is used when it exists, else the system roots; verification is never off.
+	CAFile    string `yaml:"ca_file"`
+	ProxyAddr string `yaml:"proxy_addr"`
+	// RenewBelowS: a lease token whose TTL falls under this is renewed or re-leased.
+	RenewBelowS int `yaml:"renew_below_s"`
+	TimeoutS    int `yaml:"timeout_s"`
+}
+
+// Disk is the pre-flight's margin: required = need × Factor + HeadroomBytes, or just
+// HeadroomBytes when the bundle declares no size.
+type Disk struct {
+	Factor        float64 `yaml:"factor"`
+	HeadroomBytes int64   `yaml:"headroom_bytes"`
+}
+
+// defaults returns the documented defaults; the env_id-derived ones are filled after decoding.
+func defaults() Config {
+	return Config{
+		Transport: TransportSDK,
+		Tenancy: Tenancy{
+			Service:   "monky.tenancy.deploy",
+			Port:      443,
+			Scheme:    "http",
+			ProxyAddr: "127.0.0.1:18443",
+			TimeoutS:  30,
+		},
+		Bao: Bao{
+			Service:     "openbao",
+			Addr:        "https://bao.cbs.tikali.net:8200",
+			AuthMount:   "jwt-tenancy",
+			Role:        "see-env",
+			KVMount:     "monky",
+			CAFile:      "/etc/monky-deployd/openbao-ca.pem",
+			ProxyAddr:   "127.0.0.1:18200",
+			RenewBelowS: 3600,
+			TimeoutS:    30,
+		},
+		IntervalS:       60,
+		StateDir:        "/var/lib/monky-deployd",
+		BootstrapFile:   "/etc/monky-deployd/bootstrap.jwt",
+		Disk:            Disk{Factor: 1.5, HeadroomBytes: 2 << 30},
+		HealthyTimeoutS: 300,
+		VolumesOnAbsent: VolumesKeep,
+		DockerBin:       "docker",
+		RegistryHost:    "harbor.tikali.net",
+		ContainerdRoot:  "/var/lib/containerd",
+		LogLevel:        "INFO",
+	}
+}
+
+// DefaultIdentity is the identity path the installer uses for envID.
+func DefaultIdentity(envID string) string {
+	return "/opt/openziti/etc/identities/monky-host." + envID + ".json"
+}
+
+// TenancyURL is the base URL of tenancy's agent entrypoint: scheme://host:port.
+func (c *Config) TenancyURL() string {
+	return c.Tenancy.Scheme + "://" + net.JoinHostPort(c.Tenancy.Host, strconv.Itoa(c.Tenancy.Port))
+}
+
+// BaoURL is OpenBao's base URL, scheme://host:port with the port made explicit.
+func (c *Config) BaoURL() string {
+	scheme, host, port, err := splitURL(c.Bao.Addr)
+	if err != nil {
+		return c.Bao.Addr // only for a Config that did not come from Parse
+	}
+	return scheme + "://" + net.JoinHostPort(host, strconv.Itoa(port))
+}
+
+// BaoEndpoint is BaoURL's parts: the (host, port) the proxy transport maps and the system
+// transport dials.
+func (c *Config) BaoEndpoint() (scheme, host string, port int) {
+	scheme, host, port, _ = splitURL(c.Bao.Addr)
+	return scheme, host, port
+}
+
+// DockerConfigDir is DOCKER_CONFIG for every docker call: <state_dir>/docker. Never $HOME: a
+// `docker login` by a human or root is invisible to the agent's user (seed 0.1.7).
+func (c *Config) DockerConfigDir() string { return filepath.Join(c.StateDir, "docker") }
+
+// StatePath is <state_dir>/state.json.
+func (c *Config) StatePath() string { return filepath.Join(c.StateDir, "state.json") }
+
+// TokenPath is <state_dir>/bao.token.
+func (c *Config) TokenPath() string { return filepath.Join(c.StateDir, "bao.token") }
+
+// LockPath is <state_dir>/lock.
+func (c *Config) LockPath() string { return filepath.Join(c.StateDir, "lock") }
+
+// EnvDir is <state_dir>/<env_id>, holding releases/ and the current symlink.
+func (c *Config) EnvDir() string { return filepath.Join(c.StateDir, c.EnvID) }
+
+// ReleasesDir is <state_dir>/<env_id>/releases.
+func (c *Config) ReleasesDir() string { return filepath.Join(c.EnvDir(), "releases") }
+
+// CurrentLink is <state_dir>/<env_id>/current, the symlink to the promoted release.
+func (c *Config) CurrentLink() string { return filepath.Join(c.EnvDir(), "current") }
+
+// IsProd reports whether this box runs production. An explicit `prod:` wins. Otherwise a box is
+// NOT prod when `site` is dev or qa (any case), or when env_id is named env-dev-* or env-qa-*;
+// everything else is prod. The env_id rule exists because the installer writes the data centre
+// as the site (`--site cbs` for env-qa-02), so site alone would call every dev and qa box prod.
+func (c *Config) IsProd() bool {
+	if c.Prod != nil {
+		return *c.Prod
+	}
+	return deriveProd(c.Site, c.EnvID)
+}
+
+func deriveProd(site, envID string) bool {
+	switch strings.ToLower(site) {
+	case "dev", "qa":
+		return false
+	}
+	return !strings.HasPrefix(envID, "env-dev-") && !strings.HasPrefix(envID, "env-qa-")
+}
+
+// SlogLevel maps LogLevel to a slog level (INFO for anything unrecognised, which Parse refuses).
+func (c *Config) SlogLevel() slog.Level {
+	switch strings.ToUpper(c.LogLevel) {
+	case "DEBUG":
+		return slog.LevelDebug
+	case "WARN", "WARNING":
+		return slog.LevelWarn
+	case "ERROR":
+		return slog.LevelError
+	}
+	return slog.LevelInfo
+}
+
+// Interval is interval_s as a duration.
+func (c *Config) Interval() time.Duration { return time.Duration(c.IntervalS) * time.Second }
+
+// HealthyTimeout is healthy_timeout_s as a duration.
+func (c *Config) HealthyTimeout() time.Duration {
+	return time.Duration(c.HealthyTimeoutS) * time.Second
+}
+
+// Timeout is tenancy.timeout_s as a duration.
+func (t Tenancy) Timeout() time.Duration { return time.Duration(t.TimeoutS) * time.Second }
+
+// Timeout is bao.timeout_s as a duration.
+func (b Bao) Timeout() time.Duration { return time.Duration(b.TimeoutS) * time.Second }
+
+// RenewBelow is bao.renew_below_s as a duration.
+func (b Bao) RenewBelow() time.Duration { return time.Duration(b.RenewBelowS) * time.Second }

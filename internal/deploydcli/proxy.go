@@ -1,0 +1,43 @@
+package deploydcli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/spf13/cobra"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/config"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/journal"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/transport"
+)
+
+func newProxyCommand(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "proxy",
+		Short: "Hold one ziti context and forward loopback ports to tenancy and OpenBao (monky-deployd-proxy.service)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return exit(runProxy(cmd.Context(), g))
+		},
+	}
+}
+
+// runProxy runs until SIGTERM/SIGINT (the context of main) and then shuts down cleanly.
+func runProxy(ctx context.Context, g *globals) error {
+	cfg, err := config.Load(g.configPath)
+	if err != nil {
+		return err
+	}
+	log := slog.New(journal.New(g.stderr, cfg.SlogLevel()))
+	opts := transportOptions(cfg, log)
+	// The proxy itself always dials through the SDK: it is what the `proxy` transport of a tick
+	// connects to.
+	opts.Mode = "sdk"
+	err = transport.RunProxy(ctx, opts)
+	if err != nil && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("proxy: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,163 @@
+package deploydcli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/config"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/release"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/runner"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/state"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/systemd"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/version"
+)
+
+type statusOptions struct {
+	json bool
+}
+
+// statusDoc is `status --json`. Fields are only ever added; Schema changes when one is not.
+type statusDoc struct {
+	Schema         int             `json:"schema"`
+	AgentVersion   string          `json:"agent_version"`
+	Config         string          `json:"config"`
+	EnvID          string          `json:"env_id"`
+	Site           string          `json:"site"`
+	Transport      string          `json:"transport"`
+	Tenancy        string          `json:"tenancy"`
+	Bao            string          `json:"bao"`
+	StateDir       string          `json:"state_dir"`
+	AppliedSha     string          `json:"applied_sha"`
+	CurrentRelease string          `json:"current_release"`
+	LastResult     string          `json:"last_result"`
+	LastDetail     string          `json:"last_detail"`
+	LastCheckinAt  *time.Time      `json:"last_checkin_at"`
+	LastApplyAt    *time.Time      `json:"last_apply_at"`
+	TokenSource    string          `json:"token_source"`
+	TokenTTLSec    *int64          `json:"token_ttl_s"`
+	History        []string        `json:"history"`
+	Timer          *protocol.Timer `json:"timer"`
+}
+
+func newStatusCommand(g *globals) *cobra.Command {
+	var opts statusOptions
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show config, state, token and timer (reads files only; contacts nothing)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return exit(runStatus(cmd.Context(), opts, g, runner.Exec{}, time.Now()))
+		},
+	}
+	cmd.Flags().BoolVar(&opts.json, "json", false, "print a JSON document")
+	return cmd
+}
+
+func runStatus(ctx context.Context, opts statusOptions, g *globals, run runner.Runner, now time.Time) error {
+	cfg, err := config.Load(g.configPath)
+	if err != nil {
+		return err
+	}
+	st, err := state.Load(cfg.StatePath())
+	if err != nil {
+		return fmt.Errorf("state %s: %w", cfg.StatePath(), err)
+	}
+	doc := statusDoc{
+		Schema:        1,
+		AgentVersion:  version.Version,
+		Config:        cfg.Path,
+		EnvID:         cfg.EnvID,
+		Site:          cfg.Site,
+		Transport:     cfg.Transport,
+		Tenancy:       cfg.TenancyURL(),
+		Bao:           cfg.Bao.Addr,
+		StateDir:      cfg.StateDir,
+		AppliedSha:    st.AppliedSha,
+		LastResult:    st.LastResult,
+		LastDetail:    st.LastDetail,
+		LastCheckinAt: st.LastCheckinAt,
+		LastApplyAt:   st.LastApplyAt,
+		History:       st.History,
+		Timer:         systemd.TimerState(ctx, run, timerUnit, now),
+	}
+	if doc.History == nil {
+		doc.History = []string{}
+	}
+	if sha, _, err := release.Current(cfg.EnvDir()); err == nil {
+		doc.CurrentRelease = sha
+	}
+	if t := st.Token; t != nil {
+		doc.TokenSource = t.Source
+		if t.TTLSec > 0 {
+			left := t.TTLSec - int64(now.Sub(t.ObtainedAt)/time.Second)
+			if left < 0 {
+				left = 0
+			}
+			doc.TokenTTLSec = &left
+		}
+	}
+	if opts.json {
+		enc := json.NewEncoder(g.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(doc)
+	}
+	return printStatus(g.stdout, doc)
+}
+
+func printStatus(w io.Writer, d statusDoc) error {
+	orDash := func(s string) string {
+		if s == "" {
+			return "-"
+		}
+		return s
+	}
+	when := func(t *time.Time) string {
+		if t == nil {
+			return "never"
+		}
+		return t.UTC().Format(time.RFC3339)
+	}
+	ttl := "-"
+	if d.TokenTTLSec != nil {
+		ttl = (time.Duration(*d.TokenTTLSec) * time.Second).String()
+	}
+	timer := "unknown (no systemd)"
+	if d.Timer != nil && d.Timer.Enabled != nil {
+		timer = fmt.Sprintf("enabled=%t", *d.Timer.Enabled)
+		if d.Timer.Active != nil {
+			timer += fmt.Sprintf(" active=%t", *d.Timer.Active)
+		}
+		if d.Timer.NextElapse != nil {
+			timer += " next=" + *d.Timer.NextElapse
+		}
+	}
+	rows := [][2]string{
+		{"agent", d.AgentVersion},
+		{"config", d.Config},
+		{"env", d.EnvID + " (site " + orDash(d.Site) + ")"},
+		{"transport", d.Transport},
+		{"tenancy", d.Tenancy},
+		{"openbao", d.Bao},
+		{"state dir", d.StateDir},
+		{"applied", orDash(d.AppliedSha)},
+		{"current release", orDash(d.CurrentRelease)},
+		{"last result", orDash(d.LastResult)},
+		{"last detail", orDash(d.LastDetail)},
+		{"last check-in", when(d.LastCheckinAt)},
+		{"last apply", when(d.LastApplyAt)},
+		{"token", orDash(d.TokenSource) + ", ttl " + ttl},
+		{"timer", timer},
+	}
+	for _, r := range rows {
+		if _, err := fmt.Fprintf(w, "%-16s %s\n", r[0]+":", r[1]); err != nil {
+			return err
+		}
+	}
+	return nil
+}

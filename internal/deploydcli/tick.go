@@ -1,0 +1,45 @@
+package deploydcli
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/spf13/cobra"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/config"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/journal"
+)
+
+type tickOptions struct {
+	prune bool
+}
+
+func newTickCommand(g *globals) *cobra.Command {
+	var opts tickOptions
+	cmd := &cobra.Command{
+		Use:   "tick",
+		Short: "Check in once and converge (what the systemd timer runs)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return exit(runTick(cmd.Context(), opts, g))
+		},
+	}
+	cmd.Flags().BoolVar(&opts.prune, "prune", false, "after a successful apply, prune dangling images and all but the newest 5 releases")
+	return cmd
+}
+
+func runTick(ctx context.Context, opts tickOptions, g *globals) error {
+	cfg, err := config.Load(g.configPath)
+	if err != nil {
+		return err
+	}
+	log := slog.New(journal.New(g.stderr, cfg.SlogLevel()))
+	deps, closeFn, err := wire(cfg, log)
+	if err != nil {
+		log.Error(err.Error())
+		return err
+	}
+	defer closeFn()
+	return agent.New(cfg, deps, agent.Options{Prune: opts.prune}).Tick(ctx)
+}

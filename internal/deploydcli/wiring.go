@@ -1,0 +1,122 @@
+package deploydcli
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"time"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/bao"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/compose"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/config"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/diskspace"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/runner"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/systemd"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/tenancy"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/transport"
+)
+
+// timerUnit is the unit whose state every check-in reports.
+const timerUnit = "monky-deployd.timer"
+
+// transportOptions maps the config onto the transport's view of it.
+func transportOptions(cfg *config.Config, log *slog.Logger) transport.Options {
+	return transport.Options{
+		Mode:             cfg.Transport,
+		IdentityFile:     cfg.Identity,
+		TenancyService:   cfg.Tenancy.Service,
+		BaoService:       cfg.Bao.Service,
+		TenancyHostPort:  hostPort(cfg.TenancyURL()),
+		BaoHostPort:      hostPort(cfg.Bao.Addr),
+		TenancyProxyAddr: cfg.Tenancy.ProxyAddr,
+		BaoProxyAddr:     cfg.Bao.ProxyAddr,
+		Logger:           log,
+	}
+}
+
+// hostPort is the host:port a URL dials, with the scheme's default port filled in.
+func hostPort(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw
+	}
+	if u.Port() != "" {
+		return u.Host
+	}
+	if u.Scheme == "https" {
+		return u.Hostname() + ":443"
+	}
+	return u.Hostname() + ":80"
+}
+
+// wire builds the real outside world for a tick: the transport, both HTTP clients, the docker
+// CLI, systemd and the disk meter.
+func wire(cfg *config.Config, log *slog.Logger) (agent.Deps, func(), error) {
+	tr, err := transport.New(transportOptions(cfg, log))
+	if err != nil {
+		return agent.Deps{}, nil, fmt.Errorf("transport %s: %w", cfg.Transport, err)
+	}
+	tenancyHTTP := &http.Client{
+		Transport: tr.HTTPTransport(),
+		Timeout:   time.Duration(cfg.Tenancy.TimeoutS) * time.Second,
+	}
+	run := runner.Exec{}
+	host, _ := os.Hostname()
+	baoClients := map[string]agent.Bao{}
+	deps := agent.Deps{
+		Log:     log,
+		Tenancy: tenancy.New(cfg.TenancyURL(), tenancyHTTP),
+		NewBao: func(addr string) (agent.Bao, error) {
+			if c, ok := baoClients[addr]; ok {
+				return c, nil
+			}
+			u, err := url.Parse(addr)
+			if err != nil {
+				return nil, fmt.Errorf("bao: address %q: %w", addr, err)
+			}
+			c, err := bao.New(bao.Options{
+				Addr:       addr,
+				HTTPClient: &http.Client{Transport: tr.HTTPTransport()},
+				CAFile:     cfg.Bao.CAFile,
+				ServerName: u.Hostname(),
+				Timeout:    time.Duration(cfg.Bao.TimeoutS) * time.Second,
+			})
+			if err != nil {
+				return nil, err
+			}
+			baoClients[addr] = c
+			return c, nil
+		},
+		Docker: &compose.Docker{
+			Bin:       cfg.DockerBin,
+			ConfigDir: cfg.DockerConfigDir(),
+			Project:   cfg.ComposeProject,
+			Runner:    run,
+			Now:       time.Now,
+		},
+		Timer: func(ctx context.Context) *protocol.Timer {
+			return systemd.TimerState(ctx, run, timerUnit, time.Now())
+		},
+		Disk:     &diskspace.Meter{},
+		Now:      time.Now,
+		Sleep:    sleepCtx,
+		Hostname: host,
+	}
+	return deps, func() { _ = tr.Close() }, nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

@@ -1,0 +1,227 @@
+// Package admin is fleetctl's client of tenancy's admin API (docs/FLEET-API.md): the agents'
+// last check-ins, read page by page with an opaque cursor, and the reveal of an install kit.
+package admin
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/version"
+)
+
+// Limits on what the client accepts.
+const (
+	maxBody  = 64 << 20
+	maxPages = 100_000
+)
+
+// Errors callers branch on.
+var (
+	// ErrUnauthorized: tenancy refused the admin token (HTTP 401).
+	ErrUnauthorized = errors.New("unauthorized")
+	// ErrForbidden: the token is valid but not an admin's (HTTP 403).
+	ErrForbidden = errors.New("forbidden")
+	// ErrBackendUnknown: tenancy does not know the env (404 BACKEND_UNKNOWN).
+	ErrBackendUnknown = errors.New("backend unknown")
+)
+
+// StatusError is a non-2xx answer of tenancy.
+type StatusError struct {
+	Op      string
+	Status  int
+	Code    string
+	Message string
+}
+
+func (e *StatusError) Error() string {
+	s := fmt.Sprintf("tenancy: %s: HTTP %d", e.Op, e.Status)
+	if e.Code != "" {
+		s += " " + e.Code
+	}
+	if e.Message != "" {
+		s += ": " + e.Message
+	}
+	return s
+}
+
+// Is matches the sentinels by status and code.
+func (e *StatusError) Is(target error) bool {
+	switch target {
+	case ErrUnauthorized:
+		return e.Status == http.StatusUnauthorized
+	case ErrForbidden:
+		return e.Status == http.StatusForbidden
+	case ErrBackendUnknown:
+		return e.Status == http.StatusNotFound && e.Code == protocol.CodeBackendUnknown
+	}
+	return false
+}
+
+// Client calls one tenancy with one admin token. It is safe for concurrent use.
+type Client struct {
+	base  *url.URL
+	token secret.Value
+	hc    *http.Client
+}
+
+// New returns a client of the admin API at baseURL (scheme://host[:port][/prefix]). hc carries
+// timeouts and TLS; nil means a client with a 30 s timeout.
+func New(baseURL string, token secret.Value, hc *http.Client) (*Client, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return nil, fmt.Errorf("tenancy: URL %q is not an http(s) URL", baseURL)
+	}
+	if token.Empty() {
+		return nil, errors.New("tenancy: no admin token")
+	}
+	if hc == nil {
+		hc = &http.Client{Timeout: 30 * time.Second}
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/")
+	return &Client{base: u, token: token, hc: hc}, nil
+}
+
+// Agents is a complete listing: every page, and the server's clock.
+type Agents struct {
+	// Now is the newest `now` among the pages: staleness is measured against tenancy's clock,
+	// never the operator's, so a laptop ten minutes off cannot invent or hide a silent agent.
+	Now    time.Time
+	Agents []protocol.AdminAgent
+	Pages  int
+}
+
+// ListAgents reads every page of GET /v1/admin/agents (filtered by site when not ""), following
+// the cursor until it is null. progress, when not nil, is called after each page with the pages
+// and agents read so far. Any page that fails or does not parse fails the whole listing: a
+// verdict must never come from half the fleet.
+func (c *Client) ListAgents(ctx context.Context, site string, progress func(pages, agents int)) (*Agents, error) {
+	out := &Agents{}
+	seen := map[string]bool{}
+	cursor := ""
+	for {
+		q := url.Values{}
+		if site != "" {
+			q.Set("site", site)
+		}
+		if cursor != "" {
+			q.Set("cursor", cursor)
+		}
+		op := fmt.Sprintf("list agents (page %d)", out.Pages+1)
+		body, err := c.do(ctx, op, http.MethodGet, "/v1/admin/agents", q, nil)
+		if err != nil {
+			return nil, err
+		}
+		page, now, err := ParseAgentsPage(body)
+		if err != nil {
+			return nil, fmt.Errorf("tenancy: %s: %w", op, err)
+		}
+		out.Pages++
+		if now.After(out.Now) {
+			out.Now = now
+		}
+		out.Agents = append(out.Agents, page.Agents...)
+		if progress != nil {
+			progress(out.Pages, len(out.Agents))
+		}
+		if page.Next == nil {
+			break
+		}
+		if seen[*page.Next] {
+			return nil, fmt.Errorf("tenancy: %s: cursor repeats an earlier page; the listing would never end", op)
+		}
+		if out.Pages >= maxPages {
+			return nil, fmt.Errorf("tenancy: %s: more than %d pages", op, maxPages)
+		}
+		seen[*page.Next] = true
+		cursor = *page.Next
+	}
+	dup := map[string]bool{}
+	for _, a := range out.Agents {
+		if dup[a.EnvID] {
+			return nil, fmt.Errorf("tenancy: list agents: env %s appears twice", a.EnvID)
+		}
+		dup[a.EnvID] = true
+	}
+	return out, nil
+}
+
+// RevealKit asks tenancy for a new install kit for envID. It supersedes every earlier bootstrap
+// grant of that backend, whether or not the caller goes on to use the answer.
+func (c *Client) RevealKit(ctx context.Context, envID string, req protocol.KitRequest) (*protocol.KitResponse, error) {
+	if err := checkName("env_id", envID); err != nil {
+		return nil, fmt.Errorf("tenancy: reveal kit: %w", err)
+	}
+	b, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	op := "reveal kit for " + envID
+	body, err := c.do(ctx, op, http.MethodPost, "/v1/admin/backends/"+url.PathEscape(envID)+"/kit", nil, b)
+	if err != nil {
+		return nil, err
+	}
+	kit, err := ParseKit(body)
+	if err != nil {
+		return nil, fmt.Errorf("tenancy: %s: %w", op, err)
+	}
+	if kit.EnvID != envID {
+		return nil, fmt.Errorf("tenancy: %s: the kit is for env %q", op, kit.EnvID)
+	}
+	return kit, nil
+}
+
+func (c *Client) do(ctx context.Context, op, method, path string, q url.Values, body []byte) ([]byte, error) {
+	u := *c.base
+	u.Path += path
+	u.RawQuery = q.Encode()
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
+	if err != nil {
+		return nil, fmt.Errorf("tenancy: %s: %w", op, err)
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token.Reveal())
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", "fleetctl/"+version.Version)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("tenancy: %s: %w", op, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
+	if err != nil {
+		return nil, fmt.Errorf("tenancy: %s: read the answer: %w", op, err)
+	}
+	if len(b) > maxBody {
+		return nil, fmt.Errorf("tenancy: %s: answer larger than %d bytes", op, maxBody)
+	}
+	if resp.StatusCode/100 != 2 {
+		eb := protocol.ParseErrorBody(b)
+		msg := eb.Message
+		if msg == "" {
+			msg = http.StatusText(resp.StatusCode)
+		}
+		return nil, &StatusError{Op: op, Status: resp.StatusCode, Code: eb.Code, Message: oneLine(msg, 300)}
+	}
+	return b, nil
+}
+
+// oneLine keeps a server message from spilling a stack trace or HTML page into the terminal.
+func oneLine(s string, n int) string {
+	return clip(strings.Join(strings.Fields(s), " "), n)
+}

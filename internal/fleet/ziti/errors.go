@@ -1,0 +1,85 @@
+package ziti
+
+import (
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/go-openapi/runtime"
+	"github.com/openziti/edge-api/rest_model"
+)
+
+// Errors callers branch on.
+var (
+	// ErrUnauthorized: the controller refused the credentials or the session (HTTP 401).
+	ErrUnauthorized = errors.New("unauthorized")
+	// ErrNotFound: no such identity (HTTP 404, or an empty lookup by name).
+	ErrNotFound = errors.New("not found")
+	// ErrNoEnrollment: the identity has no pending one-time-token enrolment.
+	ErrNoEnrollment = errors.New("no pending enrollment")
+)
+
+// StatusError is an HTTP error answer of the controller, with the code and message of its
+// {"error": …} envelope when it sent one.
+type StatusError struct {
+	Op      string
+	Status  int
+	Code    string
+	Message string
+}
+
+func (e *StatusError) Error() string {
+	s := fmt.Sprintf("ziti: %s: HTTP %d", e.Op, e.Status)
+	if e.Code != "" {
+		s += " " + e.Code
+	}
+	if e.Message != "" {
+		s += ": " + e.Message
+	}
+	return s
+}
+
+// Is lets errors.Is match the sentinels by status.
+func (e *StatusError) Is(target error) bool {
+	switch target {
+	case ErrUnauthorized:
+		return e.Status == http.StatusUnauthorized
+	case ErrNotFound:
+		return e.Status == http.StatusNotFound
+	}
+	return false
+}
+
+// wrap turns what the generated client returns into an error that reads without pointer dumps.
+func wrap(op string, err error) error {
+	var coded interface{ Code() int }
+	var apiErr *runtime.APIError
+	status := 0
+	switch {
+	case errors.As(err, &coded):
+		status = coded.Code()
+	case errors.As(err, &apiErr):
+		status = apiErr.Code
+	}
+	if status != 0 {
+		se := &StatusError{Op: op, Status: status}
+		var withPayload interface {
+			GetPayload() *rest_model.APIErrorEnvelope
+		}
+		if errors.As(err, &withPayload) {
+			if p := withPayload.GetPayload(); p != nil && p.Error != nil {
+				se.Code, se.Message = p.Error.Code, p.Error.Message
+			}
+		}
+		if se.Message == "" {
+			se.Message = http.StatusText(status)
+		}
+		return se
+	}
+	var unknownCA x509.UnknownAuthorityError
+	if errors.As(err, &unknownCA) {
+		return fmt.Errorf("ziti: %s: %w (set ziti.ca_file to the controller's CA bundle)", op, err)
+	}
+	return fmt.Errorf("ziti: %s: %w", op, err)
+}

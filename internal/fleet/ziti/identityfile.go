@@ -1,0 +1,123 @@
+package ziti
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// ClientIdentity is an operator's ziti identity file (the JSON an enrolment writes), loaded for
+// certificate authentication to the management API.
+type ClientIdentity struct {
+	// Certificate is the client certificate and its private key.
+	Certificate tls.Certificate
+	// CA holds the controller CA bundle the file carries (id.ca); nil when it carries none.
+	CA *x509.CertPool
+	// ControllerURL is scheme://host[:port] of the file's ztAPI, "" when absent. The management
+	// API lives on the same listener as the client API the file names.
+	ControllerURL string
+}
+
+// LoadIdentityFile reads and parses a ziti identity file. Relative file:// references inside it
+// are resolved against the file's directory.
+//
+// The file is parsed here rather than through the SDK's loader because that loader exits the
+// process on a bad certificate and panics on a garbage key (see api-notes): an operator with a
+// stale identity must get a sentence naming the field, not a crash.
+func LoadIdentityFile(path string) (*ClientIdentity, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("ziti: identity file %s: %w", path, err)
+	}
+	id, err := ParseIdentity(data, filepath.Dir(path))
+	if err != nil {
+		return nil, fmt.Errorf("ziti: identity file %s: %w", path, err)
+	}
+	return id, nil
+}
+
+// identityFile is the on-disk shape; unknown fields (ztAPIs, configTypes, enableHa…) are ignored
+// because newer SDKs keep adding them.
+type identityFile struct {
+	ZtAPI string `json:"ztAPI"`
+	ID    *struct {
+		Key  string `json:"key"`
+		Cert string `json:"cert"`
+		CA   string `json:"ca"`
+	} `json:"id"`
+}
+
+// ParseIdentity parses the JSON of a ziti identity file. baseDir resolves relative file
+// references; "" forbids file references altogether (useful for input that did not come from disk).
+func ParseIdentity(data []byte, baseDir string) (*ClientIdentity, error) {
+	var f identityFile
+	if err := json.Unmarshal(data, &f); err != nil {
+		return nil, fmt.Errorf("not a ziti identity (JSON): %w", err)
+	}
+	if f.ID == nil {
+		return nil, errors.New(`field "id" is missing`)
+	}
+	certPEM, err := material("id.cert", f.ID.Cert, baseDir)
+	if err != nil {
+		return nil, err
+	}
+	keyPEM, err := material("id.key", f.ID.Key, baseDir)
+	if err != nil {
+		return nil, err
+	}
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("id.cert/id.key: %w", err)
+	}
+	out := &ClientIdentity{Certificate: pair}
+	if f.ID.CA != "" {
+		caPEM, err := material("id.ca", f.ID.CA, baseDir)
+		if err != nil {
+			return nil, err
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(caPEM) {
+			return nil, errors.New("id.ca: no PEM certificate in it")
+		}
+		out.CA = pool
+	}
+	if f.ZtAPI != "" {
+		u, err := url.Parse(f.ZtAPI)
+		if err != nil || u.Scheme != "https" || u.Host == "" {
+			return nil, fmt.Errorf("ztAPI: %q is not an https URL", f.ZtAPI)
+		}
+		out.ControllerURL = u.Scheme + "://" + u.Host
+	}
+	return out, nil
+}
+
+// material resolves one id.* value: inline "pem:…", "file://path", or a bare path, as the SDK
+// accepts. Hardware engines ("engine:…") are not supported by fleetctl.
+func material(field, v, baseDir string) ([]byte, error) {
+	switch {
+	case v == "":
+		return nil, fmt.Errorf("%s: empty", field)
+	case strings.HasPrefix(v, "pem:"):
+		return []byte(strings.TrimPrefix(v, "pem:")), nil
+	case strings.HasPrefix(v, "engine:"):
+		return nil, fmt.Errorf("%s: hardware engines are not supported by fleetctl", field)
+	}
+	if baseDir == "" {
+		return nil, fmt.Errorf("%s: file references are not allowed here", field)
+	}
+	p := strings.TrimPrefix(v, "file://")
+	if !filepath.IsAbs(p) {
+		p = filepath.Join(baseDir, p)
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", field, err)
+	}
+	return b, nil
+}

@@ -1,0 +1,284 @@
+//go:build integration
+
+package itest
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// The parts Require knows.
+const (
+	PartDocker   = "docker"   // a docker CLI whose engine answers
+	PartCompose  = "compose"  // docker compose v2 from a SYSTEM plugin dir (seen with an empty DOCKER_CONFIG)
+	PartRegistry = "registry" // Debian's /usr/bin/docker-registry
+	PartBao      = "bao"      // an OpenBao server binary (MONKY_BAO_BIN, else scripts/build-bao.sh)
+	PartGo       = "go"       // the go command, to build the test app
+)
+
+// registryBin is where Debian's docker-registry package puts the CNCF registry 2.8.
+const registryBin = "/usr/bin/docker-registry"
+
+// environment is everything this package reads from the process environment, read in one place.
+type environment struct {
+	ci     bool   // CI=true: missing parts fail instead of skipping
+	baoBin string // MONKY_BAO_BIN: a prebuilt bao binary, instead of running scripts/build-bao.sh
+}
+
+var env = sync.OnceValue(func() environment {
+	return environment{
+		ci:     os.Getenv("CI") == "true",
+		baoBin: os.Getenv("MONKY_BAO_BIN"),
+	}
+})
+
+// Require stops the test unless every named part (PartDocker, PartCompose, …) is usable:
+// t.Fatal when the environment has CI=true, t.Skip otherwise. An unknown part name is a
+// t.Fatal everywhere. Probes run once per test process; their results are shared.
+func Require(t testing.TB, parts ...string) {
+	t.Helper()
+	require(t, env().ci, parts...)
+}
+
+func require(t testing.TB, ci bool, parts ...string) {
+	t.Helper()
+	for _, p := range parts {
+		if _, err := probe(p); err != nil {
+			missingIn(t, ci, p, err)
+		}
+	}
+}
+
+// missing is where a missing part becomes a skip or, in CI, a failure.
+func missing(t testing.TB, part string, err error) {
+	t.Helper()
+	missingIn(t, env().ci, part, err)
+}
+
+func missingIn(t testing.TB, ci bool, part string, err error) {
+	t.Helper()
+	if errors.Is(err, errUnknownPart) {
+		t.Fatalf("itest: %v", err)
+	}
+	msg := fmt.Sprintf("itest: part %q missing: %v (run scripts/integration-setup.sh)", part, err)
+	if ci {
+		t.Fatal(msg + " — CI=true, so this is a failure, not a skip")
+	}
+	t.Skip(msg)
+}
+
+var errUnknownPart = errors.New("unknown part")
+
+type probeResult struct {
+	val string
+	err error
+}
+
+var (
+	probeMu    sync.Mutex
+	probeCache = map[string]*probeResult{}
+)
+
+// probe checks a part once per process and returns what later steps need (a binary path, a
+// version).
+func probe(part string) (string, error) {
+	probeMu.Lock()
+	defer probeMu.Unlock()
+	if r, ok := probeCache[part]; ok {
+		return r.val, r.err
+	}
+	var r probeResult
+	switch part {
+	case PartDocker:
+		r.val, r.err = probeDocker()
+	case PartCompose:
+		r.val, r.err = probeCompose()
+	case PartRegistry:
+		r.val, r.err = probeExecutable(registryBin)
+	case PartBao:
+		r.val, r.err = probeBao()
+	case PartGo:
+		r.val, r.err = exec.LookPath("go")
+	default:
+		return "", fmt.Errorf("%w %q (known: docker, compose, registry, bao, go)", errUnknownPart, part)
+	}
+	probeCache[part] = &r
+	return r.val, r.err
+}
+
+func probeExecutable(path string) (string, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "", err
+	}
+	if fi.IsDir() || fi.Mode()&0o111 == 0 {
+		return "", fmt.Errorf("%s is not an executable file", path)
+	}
+	return path, nil
+}
+
+func probeDocker() (string, error) {
+	if _, err := exec.LookPath("docker"); err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := runDocker(ctx, "", nil, "version", "--format", "{{.Server.Version}}")
+	if err != nil {
+		return "", fmt.Errorf("docker engine does not answer: %w", err)
+	}
+	return strings.TrimSpace(out), nil
+}
+
+// probeCompose looks for compose the way the agent will: with DOCKER_CONFIG on an empty
+// directory, which hides every per-user plugin (~/.docker/cli-plugins). Only a plugin in a
+// system directory survives that, and a test that found compose any other way would pass on a
+// machine where the agent cannot deploy. It returns "<version> <plugin path>".
+func probeCompose() (string, error) {
+	if _, err := probe(PartDocker); err != nil {
+		return "", err
+	}
+	empty, err := os.MkdirTemp("", "itest-docker-config-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(empty)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := runDocker(ctx, empty, nil, "info", "--format",
+		`{{range .ClientInfo.Plugins}}{{if eq .Name "compose"}}{{.Version}} {{.Path}}{{end}}{{end}}`)
+	if err != nil {
+		return "", fmt.Errorf("docker info with an empty DOCKER_CONFIG: %w", err)
+	}
+	version, path, _ := strings.Cut(strings.TrimSpace(out), " ")
+	version = strings.TrimPrefix(version, "v")
+	switch {
+	case path == "":
+		return "", errors.New("no compose plugin visible with an empty DOCKER_CONFIG (install it in a system plugin dir)")
+	case !strings.HasPrefix(version, "2."):
+		return "", fmt.Errorf("compose plugin %s reports %q, want v2", path, version)
+	}
+	return version + " " + path, nil
+}
+
+func probeBao() (string, error) {
+	if p := env().baoBin; p != "" {
+		return probeExecutable(p)
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		return "", err
+	}
+	// The script is the one place that knows where the binary is cached; when nothing is cached
+	// it builds OpenBao (minutes), which integration-setup.sh does ahead of the tests.
+	cmd := exec.Command(filepath.Join(root, "scripts", "build-bao.sh"))
+	cmd.Dir = root
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("scripts/build-bao.sh: %w: %s", err, tail(stderr.String(), 2000))
+	}
+	return probeExecutable(strings.TrimSpace(string(out)))
+}
+
+// moduleRoot finds the directory holding this module's go.mod, walking up from the working
+// directory (the package directory under `go test`, whichever package imports itest).
+var moduleRoot = sync.OnceValues(func() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && bytes.Contains(b, []byte("module "+modulePath+"\n")) {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("no go.mod of %s above the working directory", modulePath)
+		}
+		dir = parent
+	}
+})
+
+const modulePath = "scm.tikali.ai/tikali/applications/monky/monky-deployd"
+
+// runDocker runs the docker CLI. dockerConfig, when set, becomes DOCKER_CONFIG: every call that
+// touches credentials passes a temporary one, so no test ever reads or writes root's ~/.docker.
+// The error carries stderr (docker never echoes a password it was given on stdin).
+func runDocker(ctx context.Context, dockerConfig string, stdin []byte, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, "docker", args...)
+	cmd.Env = os.Environ()
+	if dockerConfig != "" {
+		cmd.Env = append(cmd.Env, "DOCKER_CONFIG="+dockerConfig)
+	}
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("docker %s: %w: %s", firstWords(args, 3), err, tail(stderr.String(), 2000))
+	}
+	return stdout.String(), nil
+}
+
+// docker is runDocker for test bodies: a failure ends the test.
+func docker(t testing.TB, dockerConfig string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	out, err := runDocker(ctx, dockerConfig, nil, args...)
+	if err != nil {
+		t.Fatalf("itest: %v", err)
+	}
+	return out
+}
+
+func firstWords(args []string, n int) string {
+	if len(args) > n {
+		args = args[:n]
+	}
+	return strings.Join(args, " ")
+}
+
+func tail(s string, n int) string {
+	s = strings.TrimSpace(s)
+	if len(s) > n {
+		return "…" + s[len(s)-n:]
+	}
+	return s
+}
+
+// randomHex returns n random bytes as hex: user names, passwords, tokens, project names.
+func randomHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err) // crypto/rand does not fail on Linux
+	}
+	return hex.EncodeToString(b)
+}
+
+// freePort asks the kernel for a free port on 127.0.0.1. Another process may take it before the
+// server binds it; callers retry the start on a bind failure.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

@@ -1,0 +1,205 @@
+//go:build integration
+
+// Command testapp is the service inside the integration tests' image: a static HTTP server with
+// no dependency beyond the standard library, so the image is one file imported with
+// `docker import` and nothing is pulled from a public registry. Its health is switched per
+// compose service through its environment, which is how a test makes a deploy go unhealthy or
+// stay "starting".
+//
+//	/               "monky itest app <version>"
+//	/version        the version linked in with -X main.version
+//	/env?name=X     the value of env var X, byte for byte (404 when unset)
+//	/file?path=P    the content of file P (a bundle file mounted into the container)
+//	/healthz        200 when healthy, 503 otherwise
+//
+// `/app -check` is the compose healthcheck: exit 0 when /healthz answers 200. `/app -get PATH`
+// prints the body of GET PATH on the running server (exit 1 unless 200): the image holds no
+// curl, so tests read a container's view with `docker exec <c> /app -get /env?name=X`.
+//
+// Environment: APP_HEALTHY=false keeps /healthz at 503 forever; APP_READY_AFTER_MS=N answers 503
+// until the server has been up N ms; APP_EXIT_CODE=N makes the server exit N at start (a crashing
+// service); APP_LISTEN (default :8080).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+var version = "dev"
+
+func main() {
+	check := flag.Bool("check", false, "healthcheck: exit 0 when the server answers /healthz with 200")
+	get := flag.String("get", "", "print the body of GET `path` on the running server")
+	flag.Parse()
+	cfg, err := loadConfig(os.LookupEnv)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "testapp:", err)
+		os.Exit(2)
+	}
+	if *check {
+		os.Exit(runCheck(cfg))
+	}
+	if *get != "" {
+		os.Exit(runGet(cfg, *get, os.Stdout))
+	}
+	if cfg.exitCode != 0 {
+		fmt.Fprintf(os.Stderr, "testapp: exiting %d as APP_EXIT_CODE asks\n", cfg.exitCode)
+		os.Exit(cfg.exitCode)
+	}
+	if err := serve(cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "testapp:", err)
+		os.Exit(1)
+	}
+}
+
+type config struct {
+	listen     string
+	healthy    bool
+	readyAfter time.Duration
+	exitCode   int
+}
+
+// loadConfig reads the APP_* variables; a bad value is an error naming the variable, so a typo in
+// a test's compose file fails loudly instead of silently meaning "healthy".
+func loadConfig(lookup func(string) (string, bool)) (config, error) {
+	cfg := config{listen: ":8080", healthy: true}
+	if v, ok := lookup("APP_LISTEN"); ok && v != "" {
+		cfg.listen = v
+	}
+	if v, ok := lookup("APP_HEALTHY"); ok && v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return cfg, fmt.Errorf("APP_HEALTHY: %q is not a boolean", v)
+		}
+		cfg.healthy = b
+	}
+	if v, ok := lookup("APP_READY_AFTER_MS"); ok && v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 || n > int64(24*time.Hour/time.Millisecond) {
+			return cfg, fmt.Errorf("APP_READY_AFTER_MS: %q is not a number of milliseconds up to a day", v)
+		}
+		cfg.readyAfter = time.Duration(n) * time.Millisecond
+	}
+	if v, ok := lookup("APP_EXIT_CODE"); ok && v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 255 {
+			return cfg, fmt.Errorf("APP_EXIT_CODE: %q is not an exit code 0..255", v)
+		}
+		cfg.exitCode = n
+	}
+	return cfg, nil
+}
+
+func serve(cfg config) error {
+	srv := &http.Server{
+		Addr:              cfg.listen,
+		Handler:           newHandler(cfg, time.Now(), time.Now, os.LookupEnv, os.ReadFile),
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	// PID 1 in a container gets no default signal handling: without this, `compose down` waits
+	// its full stop timeout for every test container.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdown)
+	}()
+	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+func newHandler(cfg config, started time.Time, now func() time.Time,
+	lookup func(string) (string, bool), readFile func(string) ([]byte, error)) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "monky itest app %s\n", version)
+	})
+	mux.HandleFunc("GET /version", func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, version)
+	})
+	mux.HandleFunc("GET /env", func(w http.ResponseWriter, r *http.Request) {
+		name := r.URL.Query().Get("name")
+		if name == "" {
+			http.Error(w, "name: missing", http.StatusBadRequest)
+			return
+		}
+		v, ok := lookup(name)
+		if !ok {
+			http.Error(w, name+": not set", http.StatusNotFound)
+			return
+		}
+		io.WriteString(w, v)
+	})
+	mux.HandleFunc("GET /file", func(w http.ResponseWriter, r *http.Request) {
+		path := r.URL.Query().Get("path")
+		if path == "" {
+			http.Error(w, "path: missing", http.StatusBadRequest)
+			return
+		}
+		b, err := readFile(path)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusNotFound)
+			return
+		}
+		w.Write(b)
+	})
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		switch up := now().Sub(started); {
+		case !cfg.healthy:
+			http.Error(w, "unhealthy: APP_HEALTHY=false", http.StatusServiceUnavailable)
+		case up < cfg.readyAfter:
+			http.Error(w, fmt.Sprintf("starting: up %s of %s", up, cfg.readyAfter), http.StatusServiceUnavailable)
+		default:
+			io.WriteString(w, "ok")
+		}
+	})
+	return mux
+}
+
+// runCheck is the healthcheck process docker runs inside the container. It asks the server
+// rather than deciding alone, so "starting" is measured from the server's start.
+func runCheck(cfg config) int {
+	var out strings.Builder
+	code := runGet(cfg, "/healthz", &out)
+	fmt.Printf("check: %s\n", out.String())
+	return code
+}
+
+// runGet prints the body of GET path on the local server; exit 0 only on 200.
+func runGet(cfg config, path string, w io.Writer) int {
+	host := cfg.listen
+	if strings.HasPrefix(host, ":") {
+		host = "127.0.0.1" + host
+	}
+	client := &http.Client{Timeout: 3 * time.Second}
+	resp, err := client.Get("http://" + host + path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "get:", err)
+		return 1
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(w, io.LimitReader(resp.Body, 1<<20)); err != nil {
+		fmt.Fprintln(os.Stderr, "get:", err)
+		return 1
+	}
+	if resp.StatusCode != http.StatusOK {
+		fmt.Fprintln(os.Stderr, "get:", resp.Status)
+		return 1
+	}
+	return 0
+}

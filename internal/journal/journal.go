@@ -1,0 +1,104 @@
+// Package journal formats the agent's log for the systemd journal: one short line per step,
+// `LEVEL message key=value …`, without a timestamp (journald adds its own), so the lines read
+// the way the operators' runbook (docs/OPERATIONS.md) quotes them.
+package journal
+
+import (
+	"context"
+
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// Handler is a slog.Handler writing `LEVEL msg k=v` lines. Values that need quoting are quoted
+// with strconv.Quote; secret.Value attributes print `***` through their LogValue.
+type Handler struct {
+	mu    *sync.Mutex
+	w     io.Writer
+	level slog.Leveler
+	attrs []slog.Attr
+	group string
+}
+
+// New returns a Handler writing to w at or above level.
+func New(w io.Writer, level slog.Leveler) *Handler {
+	return &Handler{mu: &sync.Mutex{}, w: w, level: level}
+}
+
+// Enabled reports whether lvl is logged.
+func (h *Handler) Enabled(_ context.Context, lvl slog.Level) bool { return lvl >= h.level.Level() }
+
+// Handle writes one line.
+func (h *Handler) Handle(_ context.Context, r slog.Record) error {
+	var b strings.Builder
+	b.WriteString(levelName(r.Level))
+	b.WriteByte(' ')
+	b.WriteString(r.Message)
+	write := func(a slog.Attr) bool {
+		a.Value = a.Value.Resolve()
+		if a.Equal(slog.Attr{}) {
+			return true
+		}
+		b.WriteByte(' ')
+		if h.group != "" {
+			b.WriteString(h.group)
+			b.WriteByte('.')
+		}
+		b.WriteString(a.Key)
+		b.WriteByte('=')
+		b.WriteString(quote(a.Value.String()))
+		return true
+	}
+	for _, a := range h.attrs {
+		write(a)
+	}
+	r.Attrs(write)
+	b.WriteByte('\n')
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, err := io.WriteString(h.w, b.String())
+	return err
+}
+
+// WithAttrs returns a Handler that adds attrs to every line.
+func (h *Handler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	c := *h
+	c.attrs = append(append([]slog.Attr(nil), h.attrs...), attrs...)
+	return &c
+}
+
+// WithGroup prefixes later keys with name.
+func (h *Handler) WithGroup(name string) slog.Handler {
+	c := *h
+	if c.group != "" {
+		name = c.group + "." + name
+	}
+	c.group = name
+	return &c
+}
+
+func levelName(l slog.Level) string {
+	switch {
+	case l >= slog.LevelError:
+		return "ERROR"
+	case l >= slog.LevelWarn:
+		return "WARN"
+	case l >= slog.LevelInfo:
+		return "INFO"
+	default:
+		return "DEBUG"
+	}
+}
+
+func quote(s string) string {
+	if s == "" || strings.ContainsAny(s, " \t\n\r\"=") {
+		return strconv.Quote(s)
+	}
+	return s
+}
+
+// Discard is a logger that writes nothing, for tests and library defaults.
+func Discard() *slog.Logger { return slog.New(New(io.Discard, slog.LevelError+100)) }

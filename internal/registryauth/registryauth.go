@@ -1,0 +1,178 @@
+// Package registryauth turns the registry pull credential a bundle's manifest names
+// (`use: registry-auth`) into the agent's own Docker config, so that every docker call made with
+// DOCKER_CONFIG=<state_dir>/docker can pull from the private registry.
+//
+// The credential is never an env var: a `.env` entry would hand the registry password to every
+// container. And it must live in a directory the agent owns and names explicitly — the unit runs
+// as its own user, so a `docker login` by a human or by root is invisible to it and looks exactly
+// like no credential at all (seed 0.1.7, env-dev-01).
+package registryauth
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"unicode"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/atomicfile"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
+)
+
+// Use is the manifest `use:` value that marks the registry pull credential.
+const Use = "registry-auth"
+
+// ConfigFile is the file name docker reads under DOCKER_CONFIG.
+const ConfigFile = "config.json"
+
+// ErrInvalid is wrapped by every Parse error. The messages are fixed text that never quote the
+// value, so an error can go to the journal and to tenancy as it is.
+var ErrInvalid = errors.New("registry credential unusable")
+
+// Auth is a parsed registry credential. Password prints as `***`.
+type Auth struct {
+	Registry string
+	Username string
+	Password secret.Value
+}
+
+func invalid(msg string) error { return fmt.Errorf("registry-auth: %s: %w", msg, ErrInvalid) }
+
+// Parse reads the secret's value in either shape the seeded robot account has been written in:
+//   - a JSON object {"registry": …, "username": …, "password": …} (registry optional, then
+//     defaultRegistry; other fields ignored);
+//   - `username:password`, split at the FIRST colon (a password may contain colons, a docker
+//     username may not), with defaultRegistry.
+//
+// Surrounding whitespace of the whole value is dropped (KV values often end in a newline).
+// Errors wrap ErrInvalid, name what is wrong and never contain any part of the value.
+func Parse(value secret.Value, defaultRegistry string) (Auth, error) {
+	text := strings.TrimSpace(value.Reveal())
+	if text == "" {
+		return Auth{}, invalid("the value is empty")
+	}
+	var a Auth
+	var password string
+	if strings.HasPrefix(text, "{") {
+		var err error
+		a, password, err = parseJSON(text)
+		if err != nil {
+			return Auth{}, err
+		}
+	} else {
+		user, pw, ok := strings.Cut(text, ":")
+		if !ok {
+			return Auth{}, invalid("the value is neither a JSON object nor username:password")
+		}
+		a.Username, password = user, pw
+	}
+	if a.Registry == "" {
+		if defaultRegistry == "" {
+			return Auth{}, invalid("no registry in the credential and no registry_host configured")
+		}
+		a.Registry = defaultRegistry
+	}
+	if err := checkRegistry(a.Registry); err != nil {
+		return Auth{}, err
+	}
+	switch {
+	case a.Username == "":
+		return Auth{}, invalid("username is empty")
+	case strings.Contains(a.Username, ":"):
+		// docker splits the decoded auth at the first colon: such a username cannot work.
+		return Auth{}, invalid("username contains a colon")
+	case strings.IndexFunc(a.Username, unicode.IsControl) >= 0:
+		return Auth{}, invalid("username contains a control character")
+	case password == "":
+		return Auth{}, invalid("password is empty")
+	}
+	a.Password = secret.New(password)
+	return a, nil
+}
+
+func parseJSON(text string) (Auth, string, error) {
+	var raw map[string]json.RawMessage
+	dec := json.NewDecoder(strings.NewReader(text))
+	// json's syntax errors quote the offending character: keep them out of the message.
+	if err := dec.Decode(&raw); err != nil {
+		return Auth{}, "", invalid("the value starts with '{' but is not a JSON object")
+	}
+	if dec.More() {
+		return Auth{}, "", invalid("the value has trailing data after the JSON object")
+	}
+	field := func(name string) (string, error) {
+		v, ok := raw[name]
+		if !ok || bytes.Equal(bytes.TrimSpace(v), []byte("null")) {
+			return "", nil
+		}
+		var s string
+		if err := json.Unmarshal(v, &s); err != nil {
+			return "", invalid(fmt.Sprintf("JSON field %q is not a string", name))
+		}
+		return s, nil
+	}
+	var a Auth
+	var password string
+	var err error
+	if a.Registry, err = field("registry"); err != nil {
+		return Auth{}, "", err
+	}
+	if a.Username, err = field("username"); err != nil {
+		return Auth{}, "", err
+	}
+	if password, err = field("password"); err != nil {
+		return Auth{}, "", err
+	}
+	return a, password, nil
+}
+
+// checkRegistry accepts what docker accepts as an auths key: a host[:port], optionally with a
+// scheme or path (`https://index.docker.io/v1/`). It refuses what would corrupt the file or
+// never match a pull: whitespace and control characters.
+func checkRegistry(r string) error {
+	if strings.IndexFunc(r, func(c rune) bool { return unicode.IsSpace(c) || unicode.IsControl(c) }) >= 0 {
+		return invalid("registry contains whitespace or a control character")
+	}
+	return nil
+}
+
+type dockerConfig struct {
+	Auths map[string]dockerAuth `json:"auths"`
+}
+
+type dockerAuth struct {
+	Auth string `json:"auth"`
+}
+
+// WriteDockerConfig writes <dir>/config.json (0600, atomically) holding only a's credential:
+// {"auths": {"<registry>": {"auth": base64("<username>:<password>")}}}. dir is created if needed
+// and forced to 0700. The whole file is the agent's: it is replaced, not merged, so a stray
+// `credsStore` or a stale registry cannot creep in. Writing the same Auth twice yields the same
+// bytes (the agent writes it on every apply).
+func WriteDockerConfig(dir string, a Auth) error {
+	if a.Registry == "" || a.Username == "" || a.Password.Empty() {
+		return fmt.Errorf("registry-auth: write docker config in %q: incomplete credential", dir)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("registry-auth: create %q: %w", dir, err)
+	}
+	// MkdirAll leaves an existing directory's mode alone, and the umask may have narrowed a new
+	// one; the credential's directory is the agent's alone either way.
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return fmt.Errorf("registry-auth: chmod %q: %w", dir, err)
+	}
+	cred := base64.StdEncoding.EncodeToString([]byte(a.Username + ":" + a.Password.Reveal()))
+	doc, err := json.MarshalIndent(dockerConfig{Auths: map[string]dockerAuth{a.Registry: {Auth: cred}}}, "", "\t")
+	if err != nil {
+		return fmt.Errorf("registry-auth: encode docker config: %w", err)
+	}
+	path := filepath.Join(dir, ConfigFile)
+	if err := atomicfile.WriteFile(path, append(doc, '\n'), 0o600); err != nil {
+		return fmt.Errorf("registry-auth: %w", err)
+	}
+	return nil
+}

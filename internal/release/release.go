@@ -1,0 +1,392 @@
+// Package release keeps the release directories of one environment on disk
+// (`<env_dir>/releases/<sha>/` and the `<env_dir>/current` symlink) so that a crash at any point
+// leaves `current` on a complete release and never a half-written one under a final name.
+package release
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Names inside an environment directory.
+const (
+	ReleasesDir = "releases" // holds one directory per staged sha
+	CurrentLink = "current"  // symlink → releases/<sha>
+	EnvFile     = ".env"     // the rendered environment, read by docker compose from the project dir
+)
+
+// ErrDangling is returned (wrapped) by Current when `current` points to a release directory
+// that does not exist; the sha and directory are still returned, so a retire can run
+// `compose down` by project name.
+var ErrDangling = errors.New("release: current points to a missing release")
+
+// hook is called at each step of Stage and Promote. Tests set it to inspect the disk between
+// steps and to inject a failure there; in production it does nothing.
+var hook = func(step string) error { return nil }
+
+// exchange atomically swaps two directories (renameat2 RENAME_EXCHANGE). It is a variable so
+// tests can exercise the fallback for filesystems that do not support it.
+var exchange = func(a, b string) error {
+	return unix.Renameat2(unix.AT_FDCWD, a, unix.AT_FDCWD, b, unix.RENAME_EXCHANGE)
+}
+
+// Dir is the directory of the release sha under envDir.
+func Dir(envDir, sha string) string { return filepath.Join(envDir, ReleasesDir, sha) }
+
+// Stage writes a release: every bundle file (by relative, '/'-separated path) and the rendered
+// .env, all 0600 in 0700 directories, into a hidden staging directory that is then renamed to
+// releases/<sha>. A release of the same sha already staged is replaced by an atomic exchange
+// where the filesystem supports it (else by renaming it aside first); its content is the same
+// bundle, but .env may carry new secret values. On error nothing is left under the final name
+// that was not there before. env holds secret values: it never appears in an error.
+func Stage(envDir, sha string, files map[string]string, env string) (string, error) {
+	if err := checkSha(sha); err != nil {
+		return "", err
+	}
+	paths := make([]string, 0, len(files))
+	for p := range files {
+		if err := checkPath(p); err != nil {
+			return "", err
+		}
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+
+	releases := filepath.Join(envDir, ReleasesDir)
+	if err := os.MkdirAll(releases, 0o700); err != nil {
+		return "", fmt.Errorf("release: stage %s: %w", sha, err)
+	}
+	tmp, err := os.MkdirTemp(releases, "."+sha+".tmp-")
+	if err != nil {
+		return "", fmt.Errorf("release: stage %s: %w", sha, err)
+	}
+	done := false
+	defer func() {
+		if !done {
+			_ = os.RemoveAll(tmp)
+		}
+	}()
+	if err := hook("staging-created"); err != nil {
+		return "", err
+	}
+
+	dirs := []string{tmp}
+	for _, p := range paths {
+		target := filepath.Join(tmp, filepath.FromSlash(p))
+		for d := filepath.Dir(target); d != tmp && !slices.Contains(dirs, d); d = filepath.Dir(d) {
+			dirs = append(dirs, d)
+		}
+		if err := os.MkdirAll(filepath.Dir(target), 0o700); err != nil {
+			return "", fmt.Errorf("release: stage %s: file %q: %w", sha, p, err)
+		}
+		if err := writeFile(target, files[p]); err != nil {
+			return "", fmt.Errorf("release: stage %s: file %q: %w", sha, p, err)
+		}
+		if err := hook("file-written"); err != nil {
+			return "", err
+		}
+	}
+	if err := writeFile(filepath.Join(tmp, EnvFile), env); err != nil {
+		// The error names the file only; env is secret.
+		return "", fmt.Errorf("release: stage %s: write %s: %w", sha, EnvFile, scrub(err))
+	}
+	if err := hook("env-written"); err != nil {
+		return "", err
+	}
+	for _, d := range dirs {
+		if err := syncDir(d); err != nil {
+			return "", fmt.Errorf("release: stage %s: %w", sha, err)
+		}
+	}
+	if err := hook("synced"); err != nil {
+		return "", err
+	}
+
+	final := Dir(envDir, sha)
+	if err := install(tmp, final); err != nil {
+		return "", fmt.Errorf("release: stage %s: %w", sha, err)
+	}
+	done = true
+	if err := syncDir(releases); err != nil {
+		return final, fmt.Errorf("release: stage %s: %w", sha, err)
+	}
+	return final, nil
+}
+
+// install moves the complete staging directory tmp to final.
+func install(tmp, final string) error {
+	if _, err := os.Lstat(final); errors.Is(err, fs.ErrNotExist) {
+		if err := os.Rename(tmp, final); err != nil {
+			return err
+		}
+		return hook("renamed")
+	}
+	err := exchange(tmp, final)
+	if err == nil {
+		// tmp now holds the previous copy, complete, so failing to remove it harms nothing.
+		// A copy left behind is a `.tmp-` leftover that Prune removes.
+		herr := hook("exchanged")
+		_ = os.RemoveAll(tmp)
+		return herr
+	}
+	if !errors.Is(err, unix.ENOSYS) && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOTSUP) {
+		return err
+	}
+	// No RENAME_EXCHANGE here: move the old copy aside, the new one in, and the old one back if
+	// that fails. Between the two renames releases/<sha> is briefly absent.
+	aside := strings.Replace(tmp, ".tmp-", ".old-", 1)
+	if err := os.Rename(final, aside); err != nil {
+		return err
+	}
+	if err := hook("aside"); err != nil {
+		return errors.Join(err, os.Rename(aside, final))
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		return errors.Join(err, os.Rename(aside, final))
+	}
+	herr := hook("renamed")
+	_ = os.RemoveAll(aside)
+	return herr
+}
+
+// Promote points `current` at releases/<sha> by renaming a freshly made symlink over it, which
+// swaps atomically: a reader sees the old release or the new one, never neither.
+func Promote(envDir, sha string) error {
+	if err := checkSha(sha); err != nil {
+		return err
+	}
+	fi, err := os.Lstat(Dir(envDir, sha))
+	if err != nil {
+		return fmt.Errorf("release: promote %s: %w", sha, err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("release: promote %s: %s is not a directory", sha, Dir(envDir, sha))
+	}
+	suffix, err := randomSuffix()
+	if err != nil {
+		return fmt.Errorf("release: promote %s: %w", sha, err)
+	}
+	tmp := filepath.Join(envDir, CurrentLink+".tmp-"+suffix)
+	// Relative target: the environment directory can move (or be seen through another mount
+	// path) without breaking the link.
+	if err := os.Symlink(ReleasesDir+"/"+sha, tmp); err != nil {
+		return fmt.Errorf("release: promote %s: %w", sha, err)
+	}
+	if err := hook("link-created"); err != nil {
+		_ = os.Remove(tmp)
+		return err
+	}
+	if err := os.Rename(tmp, filepath.Join(envDir, CurrentLink)); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("release: promote %s: %w", sha, err)
+	}
+	if err := hook("link-swapped"); err != nil {
+		return err
+	}
+	if err := syncDir(envDir); err != nil {
+		return fmt.Errorf("release: promote %s: %w", sha, err)
+	}
+	return nil
+}
+
+// Current returns the sha `current` points to and its directory. No `current` yet is
+// ("", "", nil). A link to a missing directory returns the sha and directory with an error
+// wrapping ErrDangling. Absolute targets (written by hand, or by an older agent) are accepted
+// when they end in releases/<sha>.
+func Current(envDir string) (sha, dir string, err error) {
+	link := filepath.Join(envDir, CurrentLink)
+	target, err := os.Readlink(link)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", "", nil
+	}
+	if err != nil {
+		return "", "", fmt.Errorf("release: read %s: %w", link, err)
+	}
+	clean := filepath.Clean(target)
+	sha = filepath.Base(clean)
+	if filepath.Base(filepath.Dir(clean)) != ReleasesDir || checkSha(sha) != nil ||
+		(!filepath.IsAbs(clean) && clean != ReleasesDir+"/"+sha) {
+		return "", "", fmt.Errorf("release: %s points to %q, not to %s/<sha>", link, target, ReleasesDir)
+	}
+	dir = Dir(envDir, sha)
+	fi, err := os.Stat(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return sha, dir, fmt.Errorf("%w: %s", ErrDangling, dir)
+	}
+	if err != nil {
+		return sha, dir, fmt.Errorf("release: %w", err)
+	}
+	if !fi.IsDir() {
+		return sha, dir, fmt.Errorf("%w: %s is not a directory", ErrDangling, dir)
+	}
+	return sha, dir, nil
+}
+
+// Prune removes staged releases beyond the newest keep (by modification time, which Stage sets
+// when it writes a release), never the one `current` points to, and every staging leftover of an
+// interrupted Stage or Promote. Entries it does not recognise are left alone. It returns the
+// paths it removed; a failure to remove one does not stop the others.
+func Prune(envDir string, keep int) ([]string, error) {
+	if keep < 0 {
+		return nil, fmt.Errorf("release: prune: keep %d is negative", keep)
+	}
+	cur, _, err := Current(envDir)
+	if err != nil && !errors.Is(err, ErrDangling) {
+		return nil, fmt.Errorf("release: prune: %w", err)
+	}
+	releases := filepath.Join(envDir, ReleasesDir)
+	entries, err := os.ReadDir(releases)
+	if errors.Is(err, fs.ErrNotExist) {
+		entries = nil
+	} else if err != nil {
+		return nil, fmt.Errorf("release: prune: %w", err)
+	}
+
+	type rel struct {
+		name string
+		mod  int64
+	}
+	var rels []rel
+	var doomed []string
+	for _, e := range entries {
+		name := e.Name()
+		switch {
+		case strings.HasPrefix(name, ".") && (strings.Contains(name, ".tmp-") || strings.Contains(name, ".old-")):
+			doomed = append(doomed, filepath.Join(releases, name))
+		case checkSha(name) == nil && e.IsDir():
+			info, err := e.Info()
+			if err != nil {
+				continue // vanished meanwhile
+			}
+			rels = append(rels, rel{name, info.ModTime().UnixNano()})
+		}
+	}
+	sort.Slice(rels, func(i, j int) bool {
+		if rels[i].mod != rels[j].mod {
+			return rels[i].mod > rels[j].mod
+		}
+		return rels[i].name < rels[j].name
+	})
+	for i, r := range rels {
+		if i >= keep && r.name != cur {
+			doomed = append(doomed, filepath.Join(releases, r.name))
+		}
+	}
+	if links, err := filepath.Glob(filepath.Join(envDir, CurrentLink+".tmp-*")); err == nil {
+		doomed = append(doomed, links...)
+	}
+
+	var removed []string
+	var errs []error
+	for _, p := range doomed {
+		if err := os.RemoveAll(p); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removed = append(removed, p)
+	}
+	if len(errs) > 0 {
+		return removed, fmt.Errorf("release: prune: %w", errors.Join(errs...))
+	}
+	return removed, nil
+}
+
+// checkSha accepts lowercase hex of 1 to 64 digits: the bundle sha, and safe as a directory
+// name (never ".", "..", hidden, or with a separator).
+func checkSha(sha string) error {
+	if sha == "" || len(sha) > 64 {
+		return fmt.Errorf("release: sha %q: want 1 to 64 lowercase hex digits", sha)
+	}
+	for _, c := range sha {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return fmt.Errorf("release: sha %q: want 1 to 64 lowercase hex digits", sha)
+		}
+	}
+	return nil
+}
+
+// checkPath re-checks a bundle path (the bundle package validates first; this is defence in
+// depth): relative, '/'-separated, no empty, "." or ".." segment, no NUL or backslash, and not
+// the rendered .env, which only Stage writes.
+func checkPath(p string) error {
+	bad := func(why string) error { return fmt.Errorf("release: bundle path %q: %s", p, why) }
+	switch {
+	case p == "":
+		return bad("empty")
+	case strings.ContainsAny(p, "\x00\\"):
+		return bad("contains NUL or backslash")
+	case strings.HasPrefix(p, "/"):
+		return bad("absolute")
+	case p == EnvFile:
+		return bad("collides with the rendered " + EnvFile)
+	}
+	for _, seg := range strings.Split(p, "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return bad("empty, . or .. segment")
+		}
+	}
+	if !filepath.IsLocal(filepath.FromSlash(p)) {
+		return bad("escapes the release")
+	}
+	return nil
+}
+
+func writeFile(path, content string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString(content); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// scrub keeps the operation, path and errno of a file error and drops anything else.
+func scrub(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return &fs.PathError{Op: pe.Op, Path: pe.Path, Err: pe.Err}
+	}
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return errno
+	}
+	return errors.New("write failed")
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("fsync %s: %w", dir, err)
+	}
+	return nil
+}
+
+func randomSuffix() (string, error) {
+	b := make([]byte, 6)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b), nil
+}

@@ -1,0 +1,149 @@
+// Package runner is the one place monky-deployd starts other programs (docker, systemctl): every
+// other package describes a command as a Cmd and hands it to a Runner, so tests swap in
+// runnertest.Fake and the exact argv and environment of every call can be asserted.
+package runner
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Cmd is one program to run.
+//
+// Secrets never go in Args: argv is world-readable through /proc/<pid>/cmdline and `ps` on every
+// box, and it lands in the journal when a command fails. Hand a secret over through a file the
+// callee reads (the registry credential is DOCKER_CONFIG/config.json, the rendered .env is a
+// 0600 file) or through Stdin. Env is visible to the same user only (/proc/<pid>/environ is 0400),
+// but keep secrets out of it too unless the callee offers no other way.
+type Cmd struct {
+	Name  string   // program; looked up in PATH when it has no slash
+	Args  []string // arguments, without the program name
+	Env   []string // extra KEY=VAL appended to the inherited environment; a later entry wins
+	Dir   string   // working directory; "" means the caller's
+	Stdin []byte   // fed to standard input; nil means /dev/null
+}
+
+// String renders the command line for logs and test failures. Cmd carries no secret (see above),
+// so the whole argv is safe to print.
+func (c Cmd) String() string {
+	if len(c.Args) == 0 {
+		return c.Name
+	}
+	return c.Name + " " + strings.Join(c.Args, " ")
+}
+
+// Result is what a finished command left behind.
+type Result struct {
+	Stdout   []byte
+	Stderr   []byte
+	ExitCode int // 0 on success; 128+N when killed by signal N
+}
+
+// Runner runs a command to completion.
+//
+// Contract: the error is non-nil only when the command could not be started (the program is
+// missing: the error matches ErrNotFound; not executable; the directory is absent) or when ctx
+// ended before it finished (the error matches ctx.Err(), and Result holds the output captured so
+// far). A command that ran and exited non-zero is a Result with that ExitCode and a nil error:
+// callers decide what a non-zero exit means, and need its output to say why.
+// Implementations are safe for concurrent use.
+type Runner interface {
+	Run(ctx context.Context, c Cmd) (Result, error)
+}
+
+// ErrNotFound matches the error of a command whose program does not exist, so callers can tell
+// "systemctl is not installed" (a box without systemd) from a command that failed.
+var ErrNotFound = errors.New("executable not found")
+
+// Exec runs commands as child processes of the agent.
+//
+// Each child leads its own process group, and a cancelled ctx kills the whole group: `docker
+// compose` starts plugins and helpers of its own, and killing only the CLI would leave them
+// pulling or holding the output pipes open after the tick has given up.
+type Exec struct {
+	// Environ is the environment Cmd.Env is appended to; nil means the agent's own (os.Environ).
+	Environ []string
+	// WaitDelay bounds how long Run waits for the output pipes to close after the process has
+	// exited or been killed (a grandchild that escaped the group may hold them); 0 means 5s.
+	WaitDelay time.Duration
+}
+
+// Run implements Runner.
+func (e Exec) Run(ctx context.Context, c Cmd) (Result, error) {
+	if c.Name == "" {
+		return Result{}, errors.New("runner: empty command name")
+	}
+	cmd := exec.CommandContext(ctx, c.Name, c.Args...)
+	env := e.Environ
+	if env == nil {
+		env = os.Environ()
+	}
+	cmd.Env = append(append([]string(nil), env...), c.Env...)
+	cmd.Dir = c.Dir
+	if c.Stdin != nil {
+		cmd.Stdin = bytes.NewReader(c.Stdin)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error {
+		// Negative pid: the whole group the child leads.
+		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+	cmd.WaitDelay = e.WaitDelay
+	if cmd.WaitDelay <= 0 {
+		cmd.WaitDelay = 5 * time.Second
+	}
+
+	err := cmd.Run()
+	res := Result{Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}
+	if ctxErr := ctx.Err(); ctxErr != nil && (err != nil || cmd.ProcessState == nil) {
+		res.ExitCode = -1
+		return res, fmt.Errorf("runner: %s: %w", c.Name, ctxErr)
+	}
+	if err == nil {
+		return res, nil
+	}
+	var exitErr *exec.ExitError
+	if errors.As(err, &exitErr) {
+		res.ExitCode = exitCode(exitErr.ProcessState)
+		return res, nil
+	}
+	if errors.Is(err, exec.ErrWaitDelay) && cmd.ProcessState != nil {
+		// The program finished; only a stray descendant kept the pipes open.
+		res.ExitCode = exitCode(cmd.ProcessState)
+		return res, nil
+	}
+	if cmd.ProcessState == nil && (errors.Is(err, exec.ErrNotFound) || isMissing(err, c)) {
+		return res, fmt.Errorf("runner: start %s: %w: %w", c.Name, ErrNotFound, err)
+	}
+	return res, fmt.Errorf("runner: start %s: %w", c.Name, err)
+}
+
+// isMissing reports whether a start failure means the program itself is absent (a path given
+// with a slash that does not exist), as opposed to a missing working directory.
+func isMissing(err error, c Cmd) bool {
+	if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(c.Name, "/") {
+		return false
+	}
+	_, statErr := os.Stat(c.Name)
+	return errors.Is(statErr, fs.ErrNotExist)
+}
+
+func exitCode(ps *os.ProcessState) int {
+	if ps == nil {
+		return -1
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}

@@ -1,0 +1,399 @@
+// Package state keeps what the agent remembers between ticks — the applied release and every
+// release applied before it, the last outcome, where its OpenBao token came from and which agent
+// version last ran — plus the token file and the tick lock, all under state_dir.
+package state
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/atomicfile"
+)
+
+// Token sources.
+const (
+	SourceBootstrap = "bootstrap" // minted from the one-time bootstrap grant
+	SourceLease     = "lease"     // minted from a grant leased from tenancy
+)
+
+// PriorVersionUnknown is what PendingUpgradeFrom says when the previous agent left a state file
+// without recording its version (the Python agent, ≤ 0.1.9, did not).
+const PriorVersionUnknown = "unknown"
+
+// State is the content of <state_dir>/state.json. The zero value is the state of a box that has
+// never run the agent.
+type State struct {
+	EnvID      string `json:"env_id,omitempty"`
+	AppliedSha string `json:"applied_sha,omitempty"`
+	// History holds every sha ever applied, oldest application first, each once: re-applying a
+	// sha moves it to the end, so the last entry is always the newest release and "the newest N"
+	// is the tail (pruning must never delete the release that is running after a rollback).
+	History    []string `json:"history,omitempty"`
+	LastResult string   `json:"last_result,omitempty"`
+	// LastDetail is the detail of the last report (the Python agent called it last_error).
+	LastDetail string     `json:"last_detail,omitempty"`
+	LastSha    string     `json:"last_sha,omitempty"`
+	Token      *TokenMeta `json:"token,omitempty"`
+	// AgentVersion is the version of the agent that last ran, so the next one can tell it was
+	// upgraded (`upgraded_from` on its first check-in).
+	AgentVersion string `json:"agent_version,omitempty"`
+	// PendingUpgradeFrom is set when the running version differs from AgentVersion and cleared
+	// once a check-in carrying it succeeded: a failed check-in must not lose the news.
+	PendingUpgradeFrom string `json:"pending_upgrade_from,omitempty"`
+	// LastCheckinAt and LastApplyAt are nil until the first check-in / apply.
+	LastCheckinAt *time.Time `json:"last_checkin_at,omitempty"`
+	LastApplyAt   *time.Time `json:"last_apply_at,omitempty"`
+	// DockerRootDir and DockerVersion cache the last `docker info`, so a converged tick can
+	// report disk and docker facts without running it again.
+	DockerRootDir string `json:"docker_root_dir,omitempty"`
+	DockerVersion string `json:"docker_version,omitempty"`
+
+	// extra keeps fields this version does not know, so a downgrade or a newer writer loses
+	// nothing when this version saves.
+	extra map[string]json.RawMessage
+}
+
+// TokenMeta describes the token in bao.token; never the token itself.
+type TokenMeta struct {
+	Source     string    `json:"source"`
+	Accessor   string    `json:"accessor,omitempty"`
+	ObtainedAt time.Time `json:"obtained_at,omitzero"`
+	TTLSec     int64     `json:"ttl_s,omitempty"`
+
+	extra map[string]json.RawMessage
+}
+
+// CorruptError is a state file that exists but cannot be read as a state: the caller decides
+// whether to start afresh (and lose the rollback history) or stop.
+type CorruptError struct {
+	Path string
+	Err  error
+}
+
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("state: %s is corrupt: %v", e.Path, e.Err)
+}
+
+func (e *CorruptError) Unwrap() error { return e.Err }
+
+// Load reads the state file. A missing file is the empty state and no error; a file that is not
+// a state document is a *CorruptError; any other failure (permission, I/O) is a plain error.
+func Load(path string) (*State, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return &State{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("state: read %s: %w", path, err)
+	}
+	var s State
+	if err := json.Unmarshal(data, &s); err != nil {
+		return nil, &CorruptError{Path: path, Err: err}
+	}
+	return &s, nil
+}
+
+// Save writes s to path atomically, mode 0600.
+func Save(path string, s *State) error {
+	data, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return fmt.Errorf("state: encode: %w", err)
+	}
+	if err := atomicfile.WriteFile(path, append(data, '\n'), 0o600); err != nil {
+		return fmt.Errorf("state: save: %w", err)
+	}
+	return nil
+}
+
+// IsRollback reports whether sha was applied before and is not the release applied now.
+func (s *State) IsRollback(sha string) bool {
+	return sha != "" && sha != s.AppliedSha && slices.Contains(s.History, sha)
+}
+
+// AddHistory appends sha to History, or moves it to the end if it is already there.
+func (s *State) AddHistory(sha string) {
+	if sha != "" {
+		s.History = appendUnique(s.History, sha)
+	}
+}
+
+// RecordApplied notes a successful apply of sha at time at: AppliedSha, History, LastApplyAt.
+func (s *State) RecordApplied(sha string, at time.Time) {
+	s.AppliedSha = sha
+	s.AddHistory(sha)
+	s.LastApplyAt = &at
+}
+
+// NoteAgentVersion records that version v is running now. If a different version ran last,
+// PendingUpgradeFrom becomes that version, unless an earlier upgrade has not been reported yet
+// (then the older version is kept: it is where the box really came from). A state written by an
+// agent that recorded no version, but that holds a deploy, is an upgrade from an unknown version.
+func (s *State) NoteAgentVersion(v string) {
+	switch {
+	case s.AgentVersion == v:
+	case s.PendingUpgradeFrom != "":
+	case s.AgentVersion != "":
+		s.PendingUpgradeFrom = s.AgentVersion
+	case s.AppliedSha != "" || len(s.History) > 0 || s.Token != nil || s.LastResult != "":
+		s.PendingUpgradeFrom = PriorVersionUnknown
+	}
+	s.AgentVersion = v
+}
+
+// CheckinSucceeded notes a check-in accepted by tenancy at time at; the upgrade it carried has
+// been reported.
+func (s *State) CheckinSucceeded(at time.Time) {
+	s.LastCheckinAt = &at
+	s.PendingUpgradeFrom = ""
+}
+
+// appendUnique moves sha to the end of list (adding it if absent).
+func appendUnique(list []string, sha string) []string {
+	out := slices.DeleteFunc(slices.Clone(list), func(x string) bool { return x == sha })
+	return append(out, sha)
+}
+
+// ---- JSON ---------------------------------------------------------------------------------------
+
+// Known keys, and the Python agent's names for them.
+var stateKeys = []string{
+	"env_id", "applied_sha", "history", "last_result", "last_detail", "last_sha", "token",
+	"agent_version", "pending_upgrade_from", "last_checkin_at", "last_apply_at",
+	"docker_root_dir", "docker_version",
+}
+
+// legacyLastError is the Python agent's name for LastDetail; read, never written back (a stale
+// copy next to last_detail would only mislead).
+const legacyLastError = "last_error"
+
+// UnmarshalJSON reads a state leniently: unknown fields are kept, the Python agent's
+// `last_error` becomes LastDetail, history may be a list of shas or of {"sha": …} objects, and
+// timestamps may be RFC 3339 text or Unix seconds. A known field of an unusable type is an error
+// naming it.
+func (s *State) UnmarshalJSON(data []byte) error {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return err
+	}
+	if raw == nil {
+		return errors.New("not a JSON object")
+	}
+	var n State
+	for _, f := range []struct {
+		key string
+		dst *string
+	}{
+		{"env_id", &n.EnvID}, {"applied_sha", &n.AppliedSha}, {"last_result", &n.LastResult},
+		{"last_detail", &n.LastDetail}, {"last_sha", &n.LastSha}, {"agent_version", &n.AgentVersion},
+		{"pending_upgrade_from", &n.PendingUpgradeFrom}, {"docker_root_dir", &n.DockerRootDir},
+		{"docker_version", &n.DockerVersion},
+	} {
+		if err := decodeString(raw, f.key, f.dst); err != nil {
+			return err
+		}
+	}
+	if n.LastDetail == "" {
+		if err := decodeString(raw, legacyLastError, &n.LastDetail); err != nil {
+			return err
+		}
+	}
+	var err error
+	if n.History, err = decodeHistory(raw["history"]); err != nil {
+		return err
+	}
+	if n.LastCheckinAt, err = decodeTimePtr(raw, "last_checkin_at"); err != nil {
+		return err
+	}
+	if n.LastApplyAt, err = decodeTimePtr(raw, "last_apply_at"); err != nil {
+		return err
+	}
+	if v, ok := raw["token"]; ok && !isNull(v) {
+		n.Token = &TokenMeta{}
+		if err := json.Unmarshal(v, n.Token); err != nil {
+			return fmt.Errorf("token: %w", err)
+		}
+	}
+	for _, k := range append(stateKeys, legacyLastError) {
+		delete(raw, k)
+	}
+	if len(raw) > 0 {
+		n.extra = raw
+	}
+	*s = n
+	return nil
+}
+
+// MarshalJSON writes the known fields over the preserved unknown ones.
+func (s State) MarshalJSON() ([]byte, error) {
+	type plain State // no methods: no recursion
+	return mergeExtra(plain(s), s.extra)
+}
+
+// UnmarshalJSON reads token metadata leniently (see State.UnmarshalJSON); the Python agent's
+// `ttl` is read as TTLSec.
+func (m *TokenMeta) UnmarshalJSON(data []byte) error {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return err
+	}
+	if raw == nil {
+		return errors.New("not a JSON object")
+	}
+	var n TokenMeta
+	if err := decodeString(raw, "source", &n.Source); err != nil {
+		return err
+	}
+	if err := decodeString(raw, "accessor", &n.Accessor); err != nil {
+		return err
+	}
+	var err error
+	if n.ObtainedAt, err = decodeTime(raw, "obtained_at"); err != nil {
+		return err
+	}
+	for _, k := range []string{"ttl_s", "ttl"} {
+		if v, ok := raw[k]; ok && !isNull(v) {
+			var f float64
+			if err := json.Unmarshal(v, &f); err != nil || f < 0 || f > maxUnix {
+				return fmt.Errorf("%s: want a number of seconds", k)
+			}
+			n.TTLSec = int64(f)
+			break
+		}
+	}
+	for _, k := range []string{"source", "accessor", "obtained_at", "ttl_s", "ttl"} {
+		delete(raw, k)
+	}
+	if len(raw) > 0 {
+		n.extra = raw
+	}
+	*m = n
+	return nil
+}
+
+// MarshalJSON writes the known fields over the preserved unknown ones.
+func (m TokenMeta) MarshalJSON() ([]byte, error) {
+	type plain TokenMeta
+	return mergeExtra(plain(m), m.extra)
+}
+
+func mergeExtra(known any, extra map[string]json.RawMessage) ([]byte, error) {
+	data, err := json.Marshal(known)
+	if err != nil || len(extra) == 0 {
+		return data, err
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(data, &fields); err != nil {
+		return nil, err
+	}
+	for k, v := range extra {
+		if _, ok := fields[k]; !ok {
+			fields[k] = v
+		}
+	}
+	return json.Marshal(fields) // map keys come out sorted: a stable file
+}
+
+func isNull(v json.RawMessage) bool { return bytes.Equal(bytes.TrimSpace(v), []byte("null")) }
+
+func decodeString(raw map[string]json.RawMessage, key string, dst *string) error {
+	v, ok := raw[key]
+	if !ok || isNull(v) {
+		return nil
+	}
+	if err := json.Unmarshal(v, dst); err != nil {
+		return fmt.Errorf("%s: want a string", key)
+	}
+	return nil
+}
+
+func decodeHistory(v json.RawMessage) ([]string, error) {
+	if v == nil || isNull(v) {
+		return nil, nil
+	}
+	var items []json.RawMessage
+	if err := json.Unmarshal(v, &items); err != nil {
+		return nil, errors.New("history: want a list")
+	}
+	var out []string
+	for i, it := range items {
+		var sha string
+		if err := json.Unmarshal(it, &sha); err != nil {
+			var obj struct {
+				Sha *string `json:"sha"`
+			}
+			if err := json.Unmarshal(it, &obj); err != nil || obj.Sha == nil {
+				return nil, fmt.Errorf("history[%d]: want a sha", i)
+			}
+			sha = *obj.Sha
+		}
+		if sha != "" {
+			out = appendUnique(out, sha)
+		}
+	}
+	return out, nil
+}
+
+// naiveLayouts are timestamps without a zone, as Python's datetime.isoformat writes for a naive
+// datetime; they are taken as UTC.
+var naiveLayouts = []string{"2006-01-02T15:04:05.999999999", "2006-01-02 15:04:05.999999999"}
+
+func decodeTime(raw map[string]json.RawMessage, key string) (time.Time, error) {
+	v, ok := raw[key]
+	if !ok || isNull(v) {
+		return time.Time{}, nil
+	}
+	var s string
+	if err := json.Unmarshal(v, &s); err != nil {
+		var f float64
+		if err := json.Unmarshal(v, &f); err != nil {
+			return time.Time{}, fmt.Errorf("%s: want a time", key)
+		}
+		return unixTime(key, f)
+	}
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	if t, err := time.Parse("2006-01-02 15:04:05.999999999Z07:00", s); err == nil {
+		return t, nil
+	}
+	for _, l := range naiveLayouts {
+		if t, err := time.ParseInLocation(l, s, time.UTC); err == nil {
+			return t, nil
+		}
+	}
+	if f, err := strconv.ParseFloat(strings.TrimSpace(s), 64); err == nil {
+		return unixTime(key, f)
+	}
+	return time.Time{}, fmt.Errorf("%s: want a time", key)
+}
+
+func decodeTimePtr(raw map[string]json.RawMessage, key string) (*time.Time, error) {
+	t, err := decodeTime(raw, key)
+	if err != nil || t.IsZero() {
+		return nil, err
+	}
+	return &t, nil
+}
+
+// unixTime converts Unix seconds (Python's time.time()), refusing values no clock produces.
+func unixTime(key string, f float64) (time.Time, error) {
+	if f < 0 || f > maxUnix {
+		return time.Time{}, fmt.Errorf("%s: %v is not a plausible Unix time", key, f)
+	}
+	sec := int64(f)
+	return time.Unix(sec, int64((f-float64(sec))*1e9)).UTC(), nil
+}
+
+// maxUnix is the year 5138: far past any real timestamp, far inside int64.
+const maxUnix = 1e11

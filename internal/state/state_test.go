@@ -1,0 +1,336 @@
+package state
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+const (
+	shaA = "1b2c3d4e1b2c3d4e1b2c3d4e1b2c3d4e1b2c3d4e1b2c3d4e1b2c3d4e1b2c3d4e"
+	shaB = "7a10c0ffee7a10c0ffee7a10c0ffee7a10c0ffee7a10c0ffee7a10c0ffee7a10"
+)
+
+func TestLoadMissingIsEmpty(t *testing.T) {
+	s, err := Load(filepath.Join(t.TempDir(), "state.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(s, &State{}) {
+		t.Errorf("got %+v, want the empty state", s)
+	}
+}
+
+func TestLoadCorrupt(t *testing.T) {
+	cases := map[string]string{
+		"empty file":          "",
+		"truncated":           `{"applied_sha": "ab`,
+		"not an object":       `["a"]`,
+		"null":                `null`,
+		"string sha":          `{"applied_sha": 12}`,
+		"history not a list":  `{"history": "abc"}`,
+		"history bad item":    `{"history": [1]}`,
+		"token not an object": `{"token": "s.abc"}`,
+		"token bad source":    `{"token": {"source": 1}}`,
+		"token bad ttl":       `{"token": {"source": "lease", "ttl_s": "long"}}`,
+		"bad time":            `{"last_apply_at": "yesterday"}`,
+		"absurd unix time":    `{"last_apply_at": 1e300}`,
+		"last_error not text": `{"last_error": {"x": 1}}`,
+	}
+	for name, content := range cases {
+		t.Run(name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "state.json")
+			if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			s, err := Load(p)
+			var ce *CorruptError
+			if !errors.As(err, &ce) {
+				t.Fatalf("Load = %+v, %v; want a *CorruptError", s, err)
+			}
+			if ce.Path != p || !strings.Contains(err.Error(), p) {
+				t.Errorf("error %q does not name the file", err)
+			}
+		})
+	}
+}
+
+func TestLoadUnreadableIsNotCorrupt(t *testing.T) {
+	p := t.TempDir() // a directory: reading it fails for root too
+	_, err := Load(p)
+	var ce *CorruptError
+	if err == nil || errors.As(err, &ce) {
+		t.Fatalf("Load(dir) = %v; want a plain read error", err)
+	}
+}
+
+func TestLoadPythonAgentState(t *testing.T) {
+	s, err := Load("testdata/python-0.1.9-state.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := TokenMeta{Source: SourceLease, Accessor: "hmac-accessor-0f1e2d",
+		ObtainedAt: time.Unix(1788948000, 250_000_000).UTC(), TTLSec: 86400}
+	switch {
+	case s.EnvID != "env-qa-02", s.AppliedSha != shaB, s.LastResult != "failed":
+		t.Errorf("basic fields wrong: %+v", s)
+	case !reflect.DeepEqual(s.History, []string{shaA, shaB}):
+		t.Errorf("history %v", s.History)
+	case !strings.Contains(s.LastDetail, "no basic auth credentials"):
+		t.Errorf("last_error not read as LastDetail: %q", s.LastDetail)
+	case s.Token == nil:
+		t.Fatal("token missing")
+	}
+	got := *s.Token
+	got.extra = nil
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("token %+v, want %+v", got, want)
+	}
+	if !s.IsRollback(shaA) || s.IsRollback(shaB) {
+		t.Error("IsRollback wrong on the Python history")
+	}
+
+	// Saving keeps what this version does not know, and drops the legacy name it has absorbed.
+	p := filepath.Join(t.TempDir(), "state.json")
+	if err := Save(p, s); err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	data, _ := os.ReadFile(p)
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc["updated_at"] != "2026-09-09T10:00:00.123456" {
+		t.Errorf("unknown top-level field lost: %v", doc["updated_at"])
+	}
+	if tok := doc["token"].(map[string]any); tok["renewable"] != true || tok["ttl_s"] != float64(86400) {
+		t.Errorf("token fields not kept: %v", tok)
+	}
+	if _, ok := doc["last_error"]; ok {
+		t.Error("last_error written back next to last_detail")
+	}
+	if doc["last_detail"] != s.LastDetail {
+		t.Errorf("last_detail = %v", doc["last_detail"])
+	}
+	again, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(again, s) {
+		t.Errorf("round trip changed the state:\n got %+v\nwant %+v", again, s)
+	}
+}
+
+func TestSaveModeAndRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "state.json")
+	at := time.Date(2026, 12, 2, 10, 1, 0, 0, time.UTC)
+	s := &State{EnvID: "env-qa-02", LastResult: "applied", LastSha: shaB, AgentVersion: "0.2.0",
+		PendingUpgradeFrom: "0.1.9", LastCheckinAt: &at, DockerRootDir: "/var/lib/docker", DockerVersion: "29.0.1",
+		Token: &TokenMeta{Source: SourceBootstrap, Accessor: "acc", ObtainedAt: at, TTLSec: 3600}}
+	s.RecordApplied(shaB, at)
+	if err := Save(p, s); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode().Perm() != 0o600 {
+		t.Errorf("mode %v, want 0600", st.Mode().Perm())
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Errorf("%d entries in the state dir, want only state.json", len(ents))
+	}
+	got, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, s) {
+		t.Errorf("round trip:\n got %+v\nwant %+v", got, s)
+	}
+}
+
+func TestSaveEmptyStateIsMinimal(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "state.json")
+	if err := Save(p, &State{}); err != nil {
+		t.Fatal(err)
+	}
+	data, _ := os.ReadFile(p)
+	if strings.TrimSpace(string(data)) != "{}" {
+		t.Errorf("empty state saved as %s", data)
+	}
+}
+
+func TestHistoryShapes(t *testing.T) {
+	cases := []struct {
+		name, doc string
+		want      []string
+	}{
+		{"strings", `{"history": ["a", "b"]}`, []string{"a", "b"}},
+		{"objects", `{"history": [{"sha": "a", "at": 1}, {"sha": "b"}]}`, []string{"a", "b"}},
+		{"duplicates keep the latest position", `{"history": ["a", "b", "a"]}`, []string{"b", "a"}},
+		{"empty entries dropped", `{"history": ["", "a"]}`, []string{"a"}},
+		{"null", `{"history": null}`, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var s State
+			if err := json.Unmarshal([]byte(tc.doc), &s); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(s.History, tc.want) {
+				t.Errorf("history %v, want %v", s.History, tc.want)
+			}
+		})
+	}
+}
+
+func TestTimeShapes(t *testing.T) {
+	want := time.Date(2026, 9, 9, 10, 0, 0, 500_000_000, time.UTC)
+	for _, v := range []string{
+		`"2026-09-09T10:00:00.5Z"`, `"2026-09-09T12:00:00.5+02:00"`, `"2026-09-09T10:00:00.500000"`,
+		`"2026-09-09 10:00:00.5"`, `"2026-09-09 10:00:00.5+00:00"`, `1788948000.5`, `"1788948000.5"`,
+	} {
+		t.Run(v, func(t *testing.T) {
+			var s State
+			if err := json.Unmarshal([]byte(`{"last_checkin_at": `+v+`}`), &s); err != nil {
+				t.Fatal(err)
+			}
+			if s.LastCheckinAt == nil || !s.LastCheckinAt.Equal(want) {
+				t.Errorf("got %v, want %v", s.LastCheckinAt, want)
+			}
+		})
+	}
+}
+
+func TestIsRollback(t *testing.T) {
+	s := &State{AppliedSha: "b", History: []string{"a", "b"}}
+	for sha, want := range map[string]bool{"a": true, "b": false, "c": false, "": false} {
+		if got := s.IsRollback(sha); got != want {
+			t.Errorf("IsRollback(%q) = %v, want %v", sha, got, want)
+		}
+	}
+}
+
+func TestRecordApplied(t *testing.T) {
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	s := &State{}
+	for _, sha := range []string{"a", "b", "a", "c", "c"} {
+		s.RecordApplied(sha, at)
+	}
+	if want := []string{"b", "a", "c"}; !reflect.DeepEqual(s.History, want) {
+		t.Errorf("history %v, want %v", s.History, want)
+	}
+	if s.AppliedSha != "c" || s.LastApplyAt == nil || !s.LastApplyAt.Equal(at) {
+		t.Errorf("applied %q at %v", s.AppliedSha, s.LastApplyAt)
+	}
+	// rolled back to "b": it is now the newest release, no longer a rollback target
+	s.RecordApplied("b", at)
+	if s.History[len(s.History)-1] != "b" || s.IsRollback("b") || !s.IsRollback("c") {
+		t.Errorf("after rollback: history %v", s.History)
+	}
+}
+
+func TestAgentVersionTracking(t *testing.T) {
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	cases := []struct {
+		name        string
+		before      State
+		running     string
+		wantPending string
+	}{
+		{"fresh box", State{}, "0.2.0", ""},
+		{"same version", State{AgentVersion: "0.2.0"}, "0.2.0", ""},
+		{"upgraded", State{AgentVersion: "0.2.0"}, "0.2.1", "0.2.0"},
+		{"downgraded counts too", State{AgentVersion: "0.2.1"}, "0.2.0", "0.2.1"},
+		{"unreported upgrade keeps its origin", State{AgentVersion: "0.2.0", PendingUpgradeFrom: "0.1.9"}, "0.2.1", "0.1.9"},
+		{"python agent state", State{AppliedSha: "a", History: []string{"a"}}, "0.2.0", PriorVersionUnknown},
+		{"python agent, token only", State{Token: &TokenMeta{Source: SourceBootstrap}}, "0.2.0", PriorVersionUnknown},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := tc.before
+			s.NoteAgentVersion(tc.running)
+			if s.PendingUpgradeFrom != tc.wantPending || s.AgentVersion != tc.running {
+				t.Errorf("pending %q version %q, want %q %q", s.PendingUpgradeFrom, s.AgentVersion, tc.wantPending, tc.running)
+			}
+			s.CheckinSucceeded(at)
+			if s.PendingUpgradeFrom != "" || s.LastCheckinAt == nil || !s.LastCheckinAt.Equal(at) {
+				t.Errorf("after check-in: pending %q at %v", s.PendingUpgradeFrom, s.LastCheckinAt)
+			}
+			s.NoteAgentVersion(tc.running)
+			if s.PendingUpgradeFrom != "" {
+				t.Errorf("the next run of the same version reports an upgrade again: %q", s.PendingUpgradeFrom)
+			}
+		})
+	}
+}
+
+// FuzzDecode exercises what Load does with a file's bytes, in memory (a file and an fsync per
+// input would cut the fuzzer's speed a hundredfold; Load's own plumbing is tested above).
+func FuzzDecode(f *testing.F) {
+	seed, err := os.ReadFile("testdata/python-0.1.9-state.json")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(seed)
+	for _, s := range []string{`{}`, `null`, `[]`, `{"history":[{"sha":"a"},"b","a"]}`, `{"token":{"ttl":1e99}}`,
+		`{"last_apply_at":"2026-01-01 00:00:00"}`, `{"x":{"y":[1,2]},"token":{"z":null}}`, `{"last_error":"e","last_detail":""}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var s State
+		if err := json.Unmarshal(data, &s); err != nil {
+			return // Load turns this into a *CorruptError (TestLoadCorrupt)
+		}
+		// Whatever loads must survive a save and a reload unchanged.
+		out, err := json.MarshalIndent(&s, "", "  ")
+		if err != nil {
+			t.Fatalf("encode a decoded state: %v", err)
+		}
+		var again State
+		if err := json.Unmarshal(out, &again); err != nil {
+			t.Fatalf("reload of a saved state: %v\n%s", err, out)
+		}
+		if !statesEqual(&s, &again) {
+			t.Fatalf("round trip changed the state:\n got %+v\nwant %+v", again, s)
+		}
+	})
+}
+
+// statesEqual compares states by their saved form: preserved unknown fields are raw JSON whose
+// whitespace may differ between the first read and the re-read.
+func statesEqual(a, b *State) bool {
+	ja, err1 := json.Marshal(a)
+	jb, err2 := json.Marshal(b)
+	return err1 == nil && err2 == nil && string(ja) == string(jb)
+}
+
+func TestAddHistory(t *testing.T) {
+	s := &State{}
+	for _, sha := range []string{"a", "", "b", "a"} {
+		s.AddHistory(sha)
+	}
+	if want := []string{"b", "a"}; !reflect.DeepEqual(s.History, want) {
+		t.Errorf("history %v, want %v", s.History, want)
+	}
+	if s.AppliedSha != "" || s.LastApplyAt != nil {
+		t.Error("AddHistory touched more than History")
+	}
+}
+
+func TestEmptyTimesStayNil(t *testing.T) {
+	var s State
+	if err := json.Unmarshal([]byte(`{"last_checkin_at": "", "last_apply_at": null}`), &s); err != nil {
+		t.Fatal(err)
+	}
+	if s.LastCheckinAt != nil || s.LastApplyAt != nil {
+		t.Errorf("empty times decoded as %v %v", s.LastCheckinAt, s.LastApplyAt)
+	}
+}

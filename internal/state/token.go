@@ -1,0 +1,51 @@
+package state
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strings"
+	"unicode"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/atomicfile"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
+)
+
+// ReadToken returns the OpenBao token stored at path, with surrounding whitespace trimmed (a
+// hand-edited file ends in a newline). A missing file is the empty value and no error.
+func ReadToken(path string) (secret.Value, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return secret.Value{}, nil
+	}
+	if err != nil {
+		return secret.Value{}, fmt.Errorf("state: read token %s: %w", path, err)
+	}
+	return secret.New(strings.TrimSpace(string(data))), nil
+}
+
+// WriteToken stores tok at path atomically, mode 0600, followed by a newline. An empty token or
+// one containing whitespace or control characters is refused (use RemoveToken to forget one);
+// the error never contains the token.
+func WriteToken(path string, tok secret.Value) error {
+	v := tok.Reveal()
+	if v == "" {
+		return fmt.Errorf("state: write token %s: empty token", path)
+	}
+	if strings.IndexFunc(v, func(c rune) bool { return unicode.IsSpace(c) || unicode.IsControl(c) }) >= 0 {
+		return fmt.Errorf("state: write token %s: token contains whitespace or a control character", path)
+	}
+	if err := atomicfile.WriteFile(path, []byte(v+"\n"), 0o600); err != nil {
+		return fmt.Errorf("state: write token: %w", err)
+	}
+	return nil
+}
+
+// RemoveToken deletes the token file; a missing file is not an error.
+func RemoveToken(path string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("state: remove token: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,214 @@
+// Package systemd reads the state of the agent's timer from systemctl, for check-ins and
+// `status`. Where systemd is absent or unreadable every field stays null: tenancy shows "unknown"
+// rather than a guess (the 0.1.9 lesson was a timer silently disabled by an upgrade).
+package systemd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/runner"
+)
+
+// BootedDir exists exactly when the system was booted with systemd (what sd_booted(3) checks).
+const BootedDir = "/run/systemd/system"
+
+// Probe reads timer state. The zero value is not usable: Runner is required.
+type Probe struct {
+	Runner    runner.Runner
+	Systemctl string // "" means "systemctl"
+	BootedDir string // "" means BootedDir; tests point it at a temp dir
+	// Monotonic returns CLOCK_MONOTONIC, the clock systemd counts monotonic timers on (nil: the
+	// real one). The agent's timer is OnBootSec/OnUnitActiveSec, so its next elapse is only
+	// published on that clock and must be converted to wall time.
+	Monotonic func() (time.Duration, error)
+}
+
+// TimerState is Probe{Runner: r}.TimerState.
+func TimerState(ctx context.Context, r runner.Runner, unit string, now time.Time) *protocol.Timer {
+	return Probe{Runner: r}.TimerState(ctx, unit, now)
+}
+
+// showProps are the properties asked of `systemctl show`.
+var showProps = []string{"UnitFileState", "ActiveState", "NextElapseUSecRealtime", "NextElapseUSecMonotonic"}
+
+// TimerState returns the unit's state observed at now. Unit and ObservedAt are always set;
+// Enabled, Active and NextElapse are nil when systemd is not running, systemctl is missing or
+// fails, or its answer lacks the property. Enabled means UnitFileState enabled or
+// enabled-runtime (static, indirect, linked, masked are not: none of them starts the timer at
+// boot); Active means ActiveState active; NextElapse is RFC 3339 UTC.
+func (p Probe) TimerState(ctx context.Context, unit string, now time.Time) *protocol.Timer {
+	observed := now.UTC().Format(time.RFC3339)
+	t := &protocol.Timer{Unit: unit, ObservedAt: &observed}
+	booted := p.BootedDir
+	if booted == "" {
+		booted = BootedDir
+	}
+	if fi, err := os.Stat(booted); err != nil || !fi.IsDir() {
+		return t
+	}
+	bin := p.Systemctl
+	if bin == "" {
+		bin = "systemctl"
+	}
+	res, err := p.Runner.Run(ctx, runner.Cmd{
+		Name: bin,
+		Args: []string{"show", unit, "--no-pager", "-p", strings.Join(showProps, ",")},
+		// Timestamps are printed in the local zone with its abbreviation, which does not name an
+		// offset reliably ("CST" is three zones); in UTC and the C locale they parse exactly.
+		Env: []string{"TZ=UTC", "LC_ALL=C"},
+	})
+	if err != nil || res.ExitCode != 0 {
+		return t
+	}
+	props, err := ParseShow(res.Stdout)
+	if err != nil {
+		return t
+	}
+	if v, ok := props["UnitFileState"]; ok {
+		enabled := v == "enabled" || v == "enabled-runtime"
+		t.Enabled = &enabled
+	}
+	if v, ok := props["ActiveState"]; ok && v != "" {
+		active := v == "active"
+		t.Active = &active
+	}
+	if next, ok := ParseTimestamp(props["NextElapseUSecRealtime"]); ok {
+		s := next.UTC().Format(time.RFC3339)
+		t.NextElapse = &s
+	} else if at, ok := p.monotonicToWall(props["NextElapseUSecMonotonic"], now); ok {
+		s := at.UTC().Format(time.RFC3339)
+		t.NextElapse = &s
+	}
+	return t
+}
+
+func (p Probe) monotonicToWall(v string, now time.Time) (time.Time, bool) {
+	next, ok, err := ParseTimespan(v)
+	if err != nil || !ok {
+		return time.Time{}, false
+	}
+	mono := p.Monotonic
+	if mono == nil {
+		mono = clockMonotonic
+	}
+	cur, err := mono()
+	if err != nil {
+		return time.Time{}, false
+	}
+	return now.Add(next - cur).Truncate(time.Second), true
+}
+
+func clockMonotonic() (time.Duration, error) {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return 0, err
+	}
+	return time.Duration(ts.Nano()), nil
+}
+
+// ParseShow reads `systemctl show` output: KEY=VALUE lines (a value may be empty or contain
+// '='). A non-blank line without '=' or with an empty key is an error naming the line.
+func ParseShow(b []byte) (map[string]string, error) {
+	props := map[string]string{}
+	for i, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimRight(line, "\r")
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		if !ok || k == "" || strings.ContainsAny(k, " \t") {
+			return nil, fmt.Errorf("systemd: show: line %d is not KEY=VALUE: %q", i+1, truncate(line, 60))
+		}
+		props[k] = strings.TrimSpace(v)
+	}
+	return props, nil
+}
+
+// ParseTimestamp reads a realtime timestamp as systemctl prints it in UTC
+// ("Wed 2026-12-02 10:01:00 UTC", or "@1796205660" with --timestamp=unix). Empty, "n/a",
+// "infinity" and any other zone give false: systemd shows no next elapse, or one this package
+// cannot place exactly.
+func ParseTimestamp(v string) (time.Time, bool) {
+	v = strings.TrimSpace(v)
+	if secs, ok := strings.CutPrefix(v, "@"); ok {
+		n, err := strconv.ParseInt(secs, 10, 64)
+		if err != nil || n <= 0 {
+			return time.Time{}, false
+		}
+		return time.Unix(n, 0).UTC(), true
+	}
+	fields := strings.Fields(v)
+	if len(fields) != 4 || (fields[3] != "UTC" && fields[3] != "GMT") {
+		return time.Time{}, false
+	}
+	t, err := time.Parse("Mon 2006-01-02 15:04:05", strings.Join(fields[:3], " "))
+	if err != nil {
+		// Newer systemd may print microseconds with --timestamp=us.
+		t, err = time.Parse("Mon 2006-01-02 15:04:05.999999", strings.Join(fields[:3], " "))
+		if err != nil {
+			return time.Time{}, false
+		}
+	}
+	return t.UTC(), true
+}
+
+// timespanUnits are systemd's format_timespan suffixes; a month and a year are systemd's
+// averages (30.44 and 365.25 days).
+var timespanUnits = map[string]time.Duration{
+	"y":     31557600 * time.Second,
+	"month": 2629800 * time.Second,
+	"w":     7 * 24 * time.Hour,
+	"d":     24 * time.Hour,
+	"h":     time.Hour,
+	"min":   time.Minute,
+	"s":     time.Second,
+	"ms":    time.Millisecond,
+	"us":    time.Microsecond,
+}
+
+// ParseTimespan reads a span as systemctl prints one ("1d 2h 3min 4.500000s"). "", "0" and
+// "infinity" mean no value (false, nil error); anything else unreadable is an error.
+func ParseTimespan(v string) (time.Duration, bool, error) {
+	v = strings.TrimSpace(v)
+	if v == "" || v == "0" || v == "infinity" || v == "n/a" {
+		return 0, false, nil
+	}
+	var total time.Duration
+	for _, f := range strings.Fields(v) {
+		i := 0
+		for i < len(f) && (f[i] >= '0' && f[i] <= '9' || f[i] == '.') {
+			i++
+		}
+		num, suffix := f[:i], f[i:]
+		unit, ok := timespanUnits[suffix]
+		if num == "" || !ok {
+			return 0, false, fmt.Errorf("systemd: timespan %q: bad component %q", truncate(v, 60), f)
+		}
+		x, err := strconv.ParseFloat(num, 64)
+		if err != nil {
+			return 0, false, fmt.Errorf("systemd: timespan %q: bad number %q", truncate(v, 60), num)
+		}
+		d := x * float64(unit)
+		if d > float64(1<<62) || total > 1<<62 {
+			return 0, false, errors.New("systemd: timespan out of range")
+		}
+		total += time.Duration(d)
+	}
+	return total, total > 0, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

@@ -1,0 +1,533 @@
+// Package tenancy is the agent's client of monky-tenancy's agent entrypoint: check-in, bundle
+// fetch, lease of a deploy grant, and report, with the bearer being the agent's own OpenBao token.
+package tenancy
+
+import (
+	"bytes"
+	"context"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
+)
+
+// Sentinels an *APIError or *ProtocolError matches with errors.Is. Each maps to one line of
+// PROTOCOL's Authentication rules, decided by the caller.
+var (
+	// ErrUnauthenticated is any 401 (AGENT_UNAUTHENTICATED): the token is unknown, revoked, or
+	// minted from a grant a kit re-reveal or retire superseded. Delete it; bootstrap again.
+	ErrUnauthenticated = errors.New("unauthenticated")
+	// ErrEnvMismatch is 403 AGENT_ENV_MISMATCH: the token belongs to another env. Never retried.
+	ErrEnvMismatch = errors.New("env mismatch")
+	// ErrRateLimited is any 429 (LEASE_RATE_LIMITED: 5 leases per hour per backend).
+	ErrRateLimited = errors.New("rate limited")
+	// ErrTemporary is a 5xx, a timeout, a refused or reset connection or a DNS failure.
+	ErrTemporary = errors.New("temporary failure")
+	// ErrProtocol is a 2xx answer the agent cannot use (not JSON, a field of the wrong type or
+	// value). It is not temporary: tenancy will answer the same next tick.
+	ErrProtocol = errors.New("protocol error")
+)
+
+// Limits on what the client reads. A bundle is at most 8 MiB of content (PROTOCOL); its JSON
+// encoding gets twice that before the client gives up.
+const (
+	DefaultMaxBundleBytes int64 = 16 << 20
+	maxJSONBytes          int64 = 1 << 20
+	maxErrorBytes         int64 = 64 << 10
+	maxMessage                  = 300
+)
+
+// APIError is a call that did not get a usable answer: an HTTP error status (Status, with the
+// Code and Message of the error body in any of its three shapes), or a transport failure
+// (Status 0, Err set). It never contains the bearer token.
+type APIError struct {
+	Op         string // checkin, bundle, lease, report
+	Status     int
+	Code       string
+	Message    string
+	RetryAfter time.Duration
+	Err        error
+
+	temporary bool
+}
+
+func (e *APIError) Error() string {
+	if e.Status == 0 {
+		kind := "request failed"
+		if e.temporary {
+			kind = "temporary network failure"
+		}
+		return fmt.Sprintf("tenancy: %s: %s: %v", e.Op, kind, e.Err)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "tenancy: %s: HTTP %d", e.Op, e.Status)
+	if e.Code != "" {
+		b.WriteString(" " + e.Code)
+	}
+	if e.Message != "" {
+		b.WriteString(": " + e.Message)
+	}
+	if e.RetryAfter > 0 {
+		fmt.Fprintf(&b, " (retry after %s)", e.RetryAfter)
+	}
+	return b.String()
+}
+
+func (e *APIError) Unwrap() error { return e.Err }
+
+// Is matches the package sentinels.
+func (e *APIError) Is(target error) bool {
+	switch target {
+	case ErrUnauthenticated:
+		return e.Status == http.StatusUnauthorized
+	case ErrEnvMismatch:
+		// Only the code says "env mismatch": a bare 403 from anything else in the path (a
+		// proxy, a FastAPI auth dependency) must not make the agent give up with exit 78.
+		return e.Status == http.StatusForbidden && e.Code == protocol.CodeEnvMismatch
+	case ErrRateLimited:
+		return e.Status == http.StatusTooManyRequests
+	case ErrTemporary:
+		return e.Status >= 500 || (e.Status == 0 && e.temporary)
+	}
+	return false
+}
+
+// ProtocolError is a 2xx answer that does not follow the protocol. Field names the JSON field
+// at fault ("" for the body as a whole). Values of the answer are never quoted when they could
+// be secret (a login_jwt).
+type ProtocolError struct {
+	Op      string
+	Field   string
+	Problem string
+}
+
+func (e *ProtocolError) Error() string {
+	if e.Field == "" {
+		return fmt.Sprintf("tenancy: %s: bad answer: %s", e.Op, e.Problem)
+	}
+	return fmt.Sprintf("tenancy: %s: bad answer: field %q: %s", e.Op, e.Field, e.Problem)
+}
+
+func (e *ProtocolError) Is(target error) bool { return target == ErrProtocol }
+
+// Client calls one tenancy. It is safe for concurrent use. Fields may be set before the first
+// call.
+type Client struct {
+	// UserAgent, when set, is sent on every request.
+	UserAgent string
+	// MaxBundleBytes caps a bundle body (DefaultMaxBundleBytes when zero).
+	MaxBundleBytes int64
+	// Clock turns an HTTP-date Retry-After into a duration (wall clock when nil).
+	Clock func() time.Time
+
+	base    *url.URL
+	baseErr error
+	hc      *http.Client
+}
+
+// New returns a client of the tenancy at baseURL (scheme, host, port and an optional path
+// prefix), sending requests with hc (a default client when nil). A bad baseURL is reported by
+// every call.
+func New(baseURL string, hc *http.Client) *Client {
+	c := &Client{hc: hc}
+	if c.hc == nil {
+		// Not http.DefaultClient: its transport honours HTTP_PROXY from the environment.
+		c.hc = &http.Client{Transport: &http.Transport{}, Timeout: 30 * time.Second}
+	}
+	u, err := url.Parse(baseURL)
+	switch {
+	case err != nil:
+		c.baseErr = fmt.Errorf("tenancy: base URL %q: %w", baseURL, err)
+	case (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+		c.baseErr = fmt.Errorf("tenancy: base URL %q: want http(s)://host[:port]", baseURL)
+	default:
+		u.RawQuery, u.Fragment = "", ""
+		c.base = u
+	}
+	return c
+}
+
+// Checkin posts the agent's state and returns what tenancy wants. The answer is checked: action
+// is apply, none or down; an apply names a desired_sha (64 lowercase hex: it becomes a directory
+// name) and a bundle_url; env_id, when present, is the env asked about.
+func (c *Client) Checkin(ctx context.Context, token secret.Value, req protocol.CheckinRequest) (*protocol.CheckinResponse, error) {
+	body, _, err := c.do(ctx, "checkin", http.MethodPost, "/v1/agent/checkin", token, req, maxJSONBytes)
+	if err != nil {
+		return nil, err
+	}
+	return decodeCheckin(body, req.EnvID)
+}
+
+// Bundle fetches GET {bundleURL} and returns its files and the X-Bundle-Sha (or
+// X-Bundle-Sha256) header, lowercased ("" when absent). bundleURL is a path under the base URL;
+// of an absolute URL only the path and query are used, so the bearer never leaves for another
+// host. An oversized or undecodable body is a *protocol.Refusal BUNDLE_INVALID. Checking the
+// files and the sha is the bundle package's job.
+func (c *Client) Bundle(ctx context.Context, token secret.Value, bundleURL string) (files map[string]string, headerSha string, err error) {
+	limit := c.MaxBundleBytes
+	if limit <= 0 {
+		limit = DefaultMaxBundleBytes
+	}
+	ref, err := url.Parse(bundleURL)
+	if err != nil || ref.Path == "" {
+		return nil, "", &ProtocolError{Op: "bundle", Field: "bundle_url", Problem: "not a URL path"}
+	}
+	body, hdr, err := c.do(ctx, "bundle", http.MethodGet, ref.Path+queryOf(ref), token, nil, limit)
+	if err != nil {
+		return nil, "", err
+	}
+	files, err = decodeBundle(body)
+	if err != nil {
+		return nil, "", err
+	}
+	sha := hdr.Get("X-Bundle-Sha")
+	if sha == "" {
+		sha = hdr.Get("X-Bundle-Sha256")
+	}
+	return files, strings.ToLower(strings.TrimSpace(sha)), nil
+}
+
+func queryOf(u *url.URL) string {
+	if u.RawQuery == "" {
+		return ""
+	}
+	return "?" + u.RawQuery
+}
+
+// Lease asks for a login grant. A body of the AppRole era (wrapping_token, role_id) or one
+// without login_jwt is a *protocol.Refusal LEASE_SHAPE (report `failed`). Addr is filled from a
+// legacy nested vault.addr only when the top-level addr is empty. Mount and Role are returned
+// as sent (empty means: use the configured auth mount and role).
+func (c *Client) Lease(ctx context.Context, token secret.Value, envID, reason string) (*protocol.LeaseResponse, error) {
+	body, _, err := c.do(ctx, "lease", http.MethodPost, "/v1/agent/lease", token,
+		protocol.LeaseRequest{EnvID: envID, Reason: reason}, maxJSONBytes)
+	if err != nil {
+		return nil, err
+	}
+	return decodeLease(body, envID)
+}
+
+// Report posts the outcome of a tick. Detail and LogTail must already be redacted and cut to
+// protocol.MaxDetail / MaxLogTail: this client sends what it is given.
+func (c *Client) Report(ctx context.Context, token secret.Value, r protocol.Report) error {
+	_, _, err := c.do(ctx, "report", http.MethodPost, "/v1/agent/report", token, r, maxJSONBytes)
+	return err
+}
+
+// do sends one request and returns the 2xx body (at most limit bytes).
+func (c *Client) do(ctx context.Context, op, method, path string, token secret.Value, in any, limit int64) ([]byte, http.Header, error) {
+	if c.baseErr != nil {
+		return nil, nil, c.baseErr
+	}
+	if token.Empty() {
+		return nil, nil, fmt.Errorf("tenancy: %s: no bearer token", op)
+	}
+	ref, err := url.Parse(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("tenancy: %s: path: %w", op, err)
+	}
+	u := c.base.JoinPath(ref.Path)
+	u.RawQuery = ref.RawQuery
+
+	var rd io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return nil, nil, fmt.Errorf("tenancy: %s: encode request: %w", op, err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
+	if err != nil {
+		return nil, nil, fmt.Errorf("tenancy: %s: %w", op, err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token.Reveal())
+	req.Header.Set("Accept", "application/json")
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.UserAgent != "" {
+		req.Header.Set("User-Agent", c.UserAgent)
+	}
+
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, nil, c.transportError(ctx, op, err, token)
+	}
+	defer resp.Body.Close()
+
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBytes))
+		return nil, nil, c.statusError(op, resp, b, token)
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	if err != nil {
+		return nil, nil, c.transportError(ctx, op, err, token)
+	}
+	if int64(len(b)) > limit {
+		if op == "bundle" {
+			return nil, nil, protocol.Refuse(protocol.CodeBundleInvalid, "bundle body exceeds %d MiB", limit>>20)
+		}
+		return nil, nil, &ProtocolError{Op: op, Problem: fmt.Sprintf("body exceeds %d bytes", limit)}
+	}
+	return b, resp.Header, nil
+}
+
+func (c *Client) transportError(ctx context.Context, op string, err error, token secret.Value) error {
+	temp := true
+	var ua x509.UnknownAuthorityError
+	var he x509.HostnameError
+	var ci x509.CertificateInvalidError
+	switch {
+	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
+		// The caller gave up (shutdown); that is not the network's fault.
+		temp = false
+	case errors.As(err, &ua), errors.As(err, &he), errors.As(err, &ci):
+		temp = false
+	}
+	msg := err.Error()
+	if t := token.Reveal(); t != "" {
+		msg = strings.ReplaceAll(msg, t, "***")
+	}
+	return &APIError{Op: op, Err: redactErr{err: err, msg: msg}, temporary: temp}
+}
+
+// redactErr keeps the chain of a transport error for errors.Is/As while masking the token in
+// its text (no transport error is known to quote a header, but the guarantee is cheap). It holds
+// the masked text, never the token.
+type redactErr struct {
+	err error
+	msg string
+}
+
+func (r redactErr) Error() string { return r.msg }
+func (r redactErr) Unwrap() error { return r.err }
+
+var plainCode = regexp.MustCompile(`^([A-Z][A-Z0-9_]{2,}):\s*(.*)$`)
+
+func (c *Client) statusError(op string, resp *http.Response, body []byte, token secret.Value) error {
+	eb := protocol.ParseErrorBody(body)
+	code, msg := eb.Code, eb.Message
+	if code == "" {
+		// A plain-string detail loses the code; tenancy writes it as "CODE: message".
+		if m := plainCode.FindStringSubmatch(msg); m != nil {
+			code, msg = m[1], m[2]
+		}
+	}
+	msg = strings.Join(strings.Fields(msg), " ")
+	if t := token.Reveal(); t != "" {
+		msg = strings.ReplaceAll(msg, t, "***")
+		code = strings.ReplaceAll(code, t, "***")
+	}
+	if len(msg) > maxMessage {
+		msg = msg[:maxMessage] + "…"
+	}
+	if len(code) > 64 {
+		code = code[:64]
+	}
+	e := &APIError{Op: op, Status: resp.StatusCode, Code: code, Message: msg}
+	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
+		e.RetryAfter = c.retryAfter(resp.Header.Get("Retry-After"))
+	}
+	return e
+}
+
+func (c *Client) retryAfter(h string) time.Duration {
+	h = strings.TrimSpace(h)
+	if h == "" {
+		return 0
+	}
+	if n, err := strconv.ParseInt(h, 10, 64); err == nil {
+		if n < 0 || n > 7*24*3600 {
+			return 0
+		}
+		return time.Duration(n) * time.Second
+	}
+	if t, err := http.ParseTime(h); err == nil {
+		now := time.Now
+		if c.Clock != nil {
+			now = c.Clock
+		}
+		if d := t.Sub(now()); d > 0 {
+			return d.Round(time.Second)
+		}
+	}
+	return 0
+}
+
+// --- decoding --------------------------------------------------------------------------------
+
+var hexSha = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// decodeJSON unmarshals body into v, turning the decoder's errors into a *ProtocolError that
+// names the field (json's type errors carry the dotted path, e.g. "vault.addr").
+func decodeJSON(op string, body []byte, v any) error {
+	err := json.Unmarshal(body, v)
+	if err == nil {
+		return nil
+	}
+	var te *json.UnmarshalTypeError
+	var se *json.SyntaxError
+	switch {
+	case errors.As(err, &te):
+		field := te.Field
+		want := jsonKindOf(te.Type.String())
+		if field == "" {
+			return &ProtocolError{Op: op, Problem: fmt.Sprintf("body is a JSON %s, want an object", te.Value)}
+		}
+		return &ProtocolError{Op: op, Field: field, Problem: fmt.Sprintf("JSON %s, want %s", te.Value, want)}
+	case errors.As(err, &se):
+		return &ProtocolError{Op: op, Problem: fmt.Sprintf("body is not JSON (offset %d)", se.Offset)}
+	case len(bytes.TrimSpace(body)) == 0:
+		return &ProtocolError{Op: op, Problem: "empty body"}
+	default:
+		return &ProtocolError{Op: op, Problem: "body is not JSON"}
+	}
+}
+
+func jsonKindOf(goType string) string {
+	switch {
+	case goType == "string":
+		return "a string"
+	case goType == "bool":
+		return "a boolean"
+	case strings.HasPrefix(goType, "int"), strings.HasPrefix(goType, "uint"), strings.HasPrefix(goType, "float"):
+		return "a number"
+	case strings.HasPrefix(goType, "map"), strings.HasPrefix(goType, "protocol."), strings.HasPrefix(goType, "struct"):
+		return "an object"
+	case strings.HasPrefix(goType, "[]"):
+		return "an array"
+	}
+	return goType
+}
+
+func short(s string) string {
+	if len(s) > 40 {
+		return strconv.Quote(s[:40]) + "…"
+	}
+	return strconv.Quote(s)
+}
+
+func checkAddr(op, field, addr string) error {
+	if addr == "" {
+		return nil
+	}
+	u, err := url.Parse(addr)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return &ProtocolError{Op: op, Field: field, Problem: fmt.Sprintf("%s is not an http(s) URL", short(addr))}
+	}
+	return nil
+}
+
+func decodeCheckin(body []byte, envID string) (*protocol.CheckinResponse, error) {
+	const op = "checkin"
+	var r protocol.CheckinResponse
+	if err := decodeJSON(op, body, &r); err != nil {
+		return nil, err
+	}
+	switch r.Action {
+	case protocol.ActionApply, protocol.ActionNone, protocol.ActionDown:
+	default:
+		return nil, &ProtocolError{Op: op, Field: "action", Problem: fmt.Sprintf("%s is not apply, none or down", short(r.Action))}
+	}
+	if r.EnvID != "" && r.EnvID != envID {
+		return nil, &ProtocolError{Op: op, Field: "env_id", Problem: fmt.Sprintf("answer is for %s, not %s", short(r.EnvID), short(envID))}
+	}
+	if r.DesiredSha != "" && !hexSha.MatchString(r.DesiredSha) {
+		return nil, &ProtocolError{Op: op, Field: "desired_sha", Problem: fmt.Sprintf("%s is not 64 lowercase hex digits", short(r.DesiredSha))}
+	}
+	if r.Action == protocol.ActionApply {
+		if r.DesiredSha == "" {
+			return nil, &ProtocolError{Op: op, Field: "desired_sha", Problem: "missing for action apply"}
+		}
+		if r.BundleURL == "" {
+			return nil, &ProtocolError{Op: op, Field: "bundle_url", Problem: "missing for action apply"}
+		}
+	}
+	if r.CheckinIntervalS < 0 {
+		return nil, &ProtocolError{Op: op, Field: "checkin_interval_s", Problem: "negative"}
+	}
+	if err := checkAddr(op, "vault.addr", r.Vault.Addr); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+func decodeLease(body []byte, envID string) (*protocol.LeaseResponse, error) {
+	const op = "lease"
+	// Look for the AppRole-era keys before typing anything: whatever their type, their
+	// presence says which tenancy is answering.
+	var keys map[string]json.RawMessage
+	if json.Unmarshal(body, &keys) == nil {
+		var found []string
+		for _, k := range []string{"wrapping_token", "role_id"} {
+			if v, ok := keys[k]; ok && string(bytes.TrimSpace(v)) != "null" {
+				found = append(found, k)
+			}
+		}
+		if len(found) > 0 {
+			return nil, protocol.Refuse(protocol.CodeLeaseShape,
+				"tenancy answered the lease with an AppRole-era body (%s); AppRole is gone, the agent logs in with a login_jwt deploy grant — tenancy needs upgrading",
+				strings.Join(found, ", "))
+		}
+	}
+	var r protocol.LeaseResponse
+	if err := decodeJSON(op, body, &r); err != nil {
+		return nil, err
+	}
+	if r.LoginJWT == "" {
+		return nil, protocol.Refuse(protocol.CodeLeaseShape, "lease response carries no login_jwt")
+	}
+	if r.EnvID != "" && r.EnvID != envID {
+		return nil, &ProtocolError{Op: op, Field: "env_id", Problem: fmt.Sprintf("lease is for %s, not %s", short(r.EnvID), short(envID))}
+	}
+	if r.TTLSec < 0 {
+		return nil, &ProtocolError{Op: op, Field: "ttl_s", Problem: "negative"}
+	}
+	if err := checkAddr(op, "addr", r.Addr); err != nil {
+		return nil, err
+	}
+	// Tenancy's AgentLeaseOut has addr at top level; a pre-0.1 vault{} block is only a fallback.
+	if r.Addr == "" && r.Vault != nil {
+		if err := checkAddr(op, "vault.addr", r.Vault.Addr); err != nil {
+			return nil, err
+		}
+		r.Addr = r.Vault.Addr
+	}
+	return &r, nil
+}
+
+func decodeBundle(body []byte) (map[string]string, error) {
+	var b struct {
+		Files map[string]any `json:"files"`
+	}
+	if err := json.Unmarshal(body, &b); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			return nil, protocol.Refuse(protocol.CodeBundleInvalid, "bundle body: field %q is a JSON %s, want an object", te.Field, te.Value)
+		}
+		return nil, protocol.Refuse(protocol.CodeBundleInvalid, "bundle body is not a JSON object")
+	}
+	if b.Files == nil {
+		return nil, protocol.Refuse(protocol.CodeBundleInvalid, "bundle body has no files")
+	}
+	files := make(map[string]string, len(b.Files))
+	for p, v := range b.Files {
+		s, ok := v.(string)
+		if !ok {
+			return nil, protocol.Refuse(protocol.CodeBundleInvalid, "bundle body: files[%s] is not a string", short(p))
+		}
+		files[p] = s
+	}
+	return files, nil
+}

@@ -1,0 +1,82 @@
+package transport
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Kinds of identity fault, matched with errors.Is on an *IdentityError. Each wants a different
+// fix from the operator, which is why they are told apart (see CheckIdentity).
+var (
+	// ErrIdentityMissing: the identity file does not exist.
+	ErrIdentityMissing = errors.New("identity file missing")
+	// ErrIdentityUnreadable: the file exists but this uid may not read it.
+	ErrIdentityUnreadable = errors.New("identity file unreadable")
+	// ErrIdentityMalformed: empty, not JSON, not a ziti identity, or refused by the SDK loader.
+	ErrIdentityMalformed = errors.New("identity file malformed")
+	// ErrIdentityBadCert: id.cert (or id.ca) holds no usable certificate.
+	ErrIdentityBadCert = errors.New("identity certificate unusable")
+	// ErrIdentityBadKey: id.key holds no usable private key, or one that does not match id.cert.
+	ErrIdentityBadKey = errors.New("identity key unusable")
+)
+
+// Kinds of service fault, matched with errors.Is on a *ServiceError.
+var (
+	// ErrServiceNotVisible: the controller does not list the service for this identity (a
+	// missing role attribute or service policy). The mesh answered: retrying will not help.
+	ErrServiceNotVisible = errors.New("service not visible to this identity")
+	// ErrNoTerminators: the service exists but nothing hosts it right now.
+	ErrNoTerminators = errors.New("service has no terminators")
+	// ErrProxyUnreachable: proxy mode, and nothing answers on the loopback proxy address.
+	ErrProxyUnreachable = errors.New("proxy not answering")
+)
+
+// ErrUnmapped is returned when the agent dials a (host, port) that the sdk or proxy transport
+// has no route for; the error text names the target and the mapped ones.
+var ErrUnmapped = errors.New("target not mapped to a ziti service")
+
+// ErrClosed is returned by a dial on a Transport after Close.
+var ErrClosed = errors.New("transport closed")
+
+// IdentityError says what is wrong with the ziti identity file. Error() reads
+// "transport sdk: identity PATH REASON", the journal line the operators' runbook matches.
+// Reason never quotes key or certificate material.
+type IdentityError struct {
+	Path   string
+	Reason string
+	Kind   error // one of the ErrIdentity* values
+	Err    error // the underlying error, when there is one
+}
+
+func (e *IdentityError) Error() string {
+	return fmt.Sprintf("transport sdk: identity %s %s", e.Path, e.Reason)
+}
+
+// Unwrap exposes both the kind and the cause to errors.Is/As.
+func (e *IdentityError) Unwrap() []error { return nonNil(e.Kind, e.Err) }
+
+// ServiceError says which ziti service could not be reached and why, in words that point at the
+// fix (a role attribute, tenancy's sidecar, the proxy unit).
+type ServiceError struct {
+	Service string
+	Reason  string
+	Kind    error // ErrServiceNotVisible, ErrNoTerminators, ErrProxyUnreachable or nil
+	Err     error // the underlying error, when there is one
+}
+
+func (e *ServiceError) Error() string {
+	return fmt.Sprintf("ziti service %s: %s", e.Service, e.Reason)
+}
+
+// Unwrap exposes both the kind and the cause to errors.Is/As.
+func (e *ServiceError) Unwrap() []error { return nonNil(e.Kind, e.Err) }
+
+func nonNil(errs ...error) []error {
+	out := errs[:0:0]
+	for _, err := range errs {
+		if err != nil {
+			out = append(out, err)
+		}
+	}
+	return out
+}

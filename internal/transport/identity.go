@@ -1,0 +1,237 @@
+package transport
+
+import (
+	"crypto"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"strings"
+)
+
+// identityFile is the part of a ziti identity file the pre-flight looks at.
+type identityFile struct {
+	ZtAPI  string   `json:"ztAPI"`
+	ZtAPIs []string `json:"ztAPIs"`
+	ID     struct {
+		Cert string `json:"cert"`
+		Key  string `json:"key"`
+		CA   string `json:"ca"`
+	} `json:"id"`
+}
+
+// CheckIdentity reads and parses the ziti identity file at path and names the first fault it
+// finds as an *IdentityError: the file is absent, not readable by this uid, empty, not JSON, not
+// a ziti identity (no controller URL), or its certificate or key cannot be parsed or do not
+// belong together. readFile defaults to os.ReadFile; tests inject one.
+//
+// Why the agent checks the file itself: the SDK reports an unreadable file as "not found",
+// calls logrus Fatalf (process exit) on a bad certificate and panics on a garbage key; the
+// Python agent's C SDK accepted a broken identity and failed minutes later at dial, which read as
+// a mesh fault and sent the diagnosis the wrong way (env-dev-08, 2026-09-09).
+func CheckIdentity(path string, readFile func(string) ([]byte, error)) error {
+	_, err := checkIdentity(path, readFile)
+	return err
+}
+
+// checkIdentity is CheckIdentity that also hands back the bytes it checked, so the loader parses
+// exactly what was checked rather than re-reading a file the tunneller may be rewriting.
+func checkIdentity(path string, readFile func(string) ([]byte, error)) ([]byte, error) {
+	if readFile == nil {
+		readFile = os.ReadFile
+	}
+	fail := func(kind error, cause error, format string, args ...any) error {
+		return &IdentityError{Path: path, Reason: fmt.Sprintf(format, args...), Kind: kind, Err: cause}
+	}
+	if path == "" {
+		return nil, fail(ErrIdentityMissing, nil, "is not configured (config key `identity`)")
+	}
+	raw, err := readFile(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, fail(ErrIdentityMissing, err, "does not exist")
+	case errors.Is(err, fs.ErrPermission):
+		// The fix is the group, not an ACL: ziti-edge-tunnel rewrites the identity on every
+		// controller config update and the rewrite drops POSIX ACLs, so an ACL-only grant works
+		// until the next refresh and then every tick fails (seed 0.1.8).
+		return nil, fail(ErrIdentityUnreadable, err,
+			"is not readable by this user (uid %d): add the agent's user to the file's group, "+
+				"usually `ziti` (usermod -a -G ziti monky-deployd); an ACL is not enough because "+
+				"ziti-edge-tunnel rewrites the file on every config refresh and the rewrite drops ACLs",
+			os.Geteuid())
+	case err != nil:
+		return nil, fail(ErrIdentityUnreadable, err, "cannot be read: %v", err)
+	}
+	if len(strings.TrimSpace(string(raw))) == 0 {
+		return nil, fail(ErrIdentityMalformed, nil, "is empty")
+	}
+
+	var id identityFile
+	if err := json.Unmarshal(raw, &id); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) {
+			// The message names the field and the JSON type, never the value.
+			return nil, fail(ErrIdentityMalformed, err, "is not a ziti identity: %v", err)
+		}
+		return nil, fail(ErrIdentityMalformed, err, "is not valid JSON: %v", err)
+	}
+	if err := checkControllers(id.ZtAPI, id.ZtAPIs); err != nil {
+		return nil, fail(ErrIdentityMalformed, nil, "is not a ziti identity: %v", err)
+	}
+
+	if id.ID.Cert == "" {
+		return nil, fail(ErrIdentityBadCert, nil, "has no certificate (id.cert is empty)")
+	}
+	certPEM, skip, err := material(id.ID.Cert, readFile)
+	if err != nil {
+		return nil, fail(ErrIdentityBadCert, err, "has a bad certificate (id.cert): %v", err)
+	}
+	if skip {
+		return nil, fail(ErrIdentityBadCert, nil, "has a bad certificate (id.cert): only pem: and file: certificates can be loaded")
+	}
+	certs, err := parseCerts(certPEM)
+	if err != nil {
+		return nil, fail(ErrIdentityBadCert, err, "has a bad certificate (id.cert): %v", err)
+	}
+
+	if id.ID.Key == "" {
+		return nil, fail(ErrIdentityBadKey, nil, "has no private key (id.key is empty)")
+	}
+	keyPEM, skip, err := material(id.ID.Key, readFile)
+	if err != nil {
+		return nil, fail(ErrIdentityBadKey, err, "has a bad private key (id.key): %v", err)
+	}
+	if !skip { // a hardware-engine key (pkcs11:, parsec:) is the SDK's to load, not ours to parse
+		key, err := parseKey(keyPEM)
+		if err != nil {
+			return nil, fail(ErrIdentityBadKey, err, "has a bad private key (id.key): %v", err)
+		}
+		if !keyMatches(key, certs[0]) {
+			return nil, fail(ErrIdentityBadKey, nil, "has a private key (id.key) that does not belong to its certificate (id.cert)")
+		}
+	}
+
+	if id.ID.CA != "" {
+		caPEM, skip, err := material(id.ID.CA, readFile)
+		if err == nil && skip {
+			err = errors.New("only pem: and file: CA bundles can be loaded")
+		}
+		if err == nil {
+			_, err = parseCerts(caPEM)
+		}
+		if err != nil {
+			return nil, fail(ErrIdentityBadCert, err, "has a bad CA bundle (id.ca): %v", err)
+		}
+	}
+	return raw, nil
+}
+
+// checkControllers wants at least one https controller URL; a URL is not a secret and is quoted.
+func checkControllers(single string, many []string) error {
+	urls := many
+	if len(urls) == 0 && single != "" {
+		urls = []string{single}
+	}
+	if len(urls) == 0 {
+		return errors.New("no controller URL (ztAPI and ztAPIs are empty)")
+	}
+	for _, s := range urls {
+		u, err := url.Parse(s)
+		if err != nil || u.Scheme != "https" || u.Host == "" {
+			return fmt.Errorf("controller URL %q is not an https URL", s)
+		}
+	}
+	return nil
+}
+
+// material resolves an identity value the way the identity library does: "pem:<PEM>" or bare
+// PEM inline, "file:<path>" or a plain path on disk (read through readFile, so tests and the
+// unprivileged-uid check see the same reader). skip is true for engine schemes (pkcs11 and the
+// like), which only the SDK can load.
+func material(value string, readFile func(string) ([]byte, error)) (data []byte, skip bool, err error) {
+	if rest, ok := strings.CutPrefix(value, "pem:"); ok {
+		return []byte(rest), false, nil
+	}
+	if strings.HasPrefix(value, "-----BEGIN") {
+		return []byte(value), false, nil
+	}
+	u, err := url.Parse(value)
+	if err != nil {
+		return nil, false, errors.New("neither inline PEM nor a file path")
+	}
+	var path string
+	switch u.Scheme {
+	case "":
+		path = value
+	case "file":
+		path = u.Path
+		if path == "" {
+			path = u.Opaque
+		}
+	default:
+		return nil, true, nil
+	}
+	data, err = readFile(path)
+	if err != nil {
+		return nil, false, fmt.Errorf("referenced file %s: %w", path, err)
+	}
+	return data, false, nil
+}
+
+// parseCerts wants at least one PEM CERTIFICATE block and every such block to parse.
+func parseCerts(data []byte) ([]*x509.Certificate, error) {
+	var certs []*x509.Certificate
+	for rest := data; ; {
+		var block *pem.Block
+		block, rest = pem.Decode(rest)
+		if block == nil {
+			break
+		}
+		if block.Type != "CERTIFICATE" {
+			continue
+		}
+		c, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			return nil, err
+		}
+		certs = append(certs, c)
+	}
+	if len(certs) == 0 {
+		return nil, errors.New("no PEM CERTIFICATE block")
+	}
+	return certs, nil
+}
+
+// parseKey accepts the three PEM key encodings the identity library accepts.
+func parseKey(data []byte) (crypto.PrivateKey, error) {
+	for rest := data; ; {
+		var block *pem.Block
+		block, rest = pem.Decode(rest)
+		if block == nil {
+			return nil, errors.New("no PEM private key block")
+		}
+		switch block.Type {
+		case "EC PRIVATE KEY":
+			return x509.ParseECPrivateKey(block.Bytes)
+		case "RSA PRIVATE KEY":
+			return x509.ParsePKCS1PrivateKey(block.Bytes)
+		case "PRIVATE KEY":
+			return x509.ParsePKCS8PrivateKey(block.Bytes)
+		}
+	}
+}
+
+// keyMatches catches a key from another enrolment: the controller would refuse the TLS client
+// certificate with a message that says nothing about the file.
+func keyMatches(key crypto.PrivateKey, cert *x509.Certificate) bool {
+	signer, ok := key.(crypto.Signer)
+	if !ok {
+		return false
+	}
+	pub, ok := signer.Public().(interface{ Equal(crypto.PublicKey) bool })
+	return ok && pub.Equal(cert.PublicKey)
+}

@@ -1,0 +1,433 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Proxy timings. A dial is tried a few times because the mesh drops circuits while an edge
+// router restarts; a context that fails several dials in a row without the mesh ever answering
+// (not "not found", not "no terminators") is presumed dead and rebuilt, re-reading the identity
+// the tunneller may have rewritten meanwhile.
+const (
+	defaultDialAttempts = 3
+	defaultRebuildAfter = 3
+	defaultDialTimeout  = 15 * time.Second
+	defaultDrainTimeout = 10 * time.Second
+)
+
+func defaultRetryDelay(attempt int) time.Duration {
+	return time.Duration(attempt) * 500 * time.Millisecond
+}
+
+// proxyHooks lets tests watch the proxy and shorten its timings. Zero values mean the defaults.
+type proxyHooks struct {
+	onListen     func(service string, addr net.Addr) // after each listener is bound
+	onDrain      func()                              // after the listeners are closed, before the drain
+	newDialer    func() (ServiceDialer, error)       // replaces the identity loader; rebuilds allowed
+	retryDelay   func(attempt int) time.Duration
+	drainTimeout time.Duration
+	dialAttempts int
+	rebuildAfter int
+}
+
+type proxySpec struct {
+	key  string // config key, for errors
+	addr string
+	svc  serviceInfo
+}
+
+// RunProxy is `monky-deployd proxy`: it holds one ziti context, listens on opts.TenancyProxyAddr
+// and opts.BaoProxyAddr (loopback only; an empty address skips that listener) and forwards each
+// accepted connection as a byte stream to TenancyService / BaoService. It logs each listener and
+// every failed dial with the service's name.
+//
+// The identity is pre-flighted and loaded before anything listens, so a broken identity fails
+// the unit at once with an *IdentityError. A failed dial is retried per connection; repeated
+// failures with no answer from the mesh rebuild the context (not with an injected Dialer).
+//
+// When ctx is done (the caller maps SIGTERM to that) the listeners close, streams in flight get
+// a grace period to finish and are then cut; RunProxy returns nil. It returns an error for bad
+// options, an identity fault, a listen failure, or a listener that dies on its own.
+func RunProxy(ctx context.Context, opts Options) error {
+	logger := loggerOrDiscard(opts.Logger)
+	h := opts.hooks
+	if h == nil {
+		h = &proxyHooks{}
+	}
+	specs, err := proxySpecs(opts)
+	if err != nil {
+		return err
+	}
+
+	rd := &rebuildingDialer{threshold: orInt(h.rebuildAfter, defaultRebuildAfter), logger: logger, rebuild: true}
+	switch {
+	case h.newDialer != nil:
+		rd.build = h.newDialer
+	case opts.Dialer != nil:
+		d := opts.Dialer
+		rd.build = func() (ServiceDialer, error) { return d, nil }
+		rd.rebuild = false // not ours to throw away and re-create
+	default:
+		rd.build = func() (ServiceDialer, error) { return newZitiDialer(opts.IdentityFile, opts.ReadFile, logger) }
+	}
+	defer rd.Close()
+	if err := rd.warm(); err != nil {
+		return fmt.Errorf("proxy: %w", err)
+	}
+
+	var lc net.ListenConfig
+	var lns []net.Listener
+	closeListeners := func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}
+	for _, s := range specs {
+		ln, err := lc.Listen(ctx, "tcp", s.addr)
+		if err != nil {
+			closeListeners()
+			return fmt.Errorf("proxy: listen on %s %s: %w", s.key, s.addr, err)
+		}
+		lns = append(lns, ln)
+		// "localhost" is resolved by the OS: check what was actually bound.
+		if ta, ok := ln.Addr().(*net.TCPAddr); !ok || !ta.IP.IsLoopback() {
+			closeListeners()
+			return fmt.Errorf("proxy: %s %s bound to %s, which is not loopback", s.key, s.addr, ln.Addr())
+		}
+		logger.Info("proxy: listening", "addr", ln.Addr().String(), "service", s.svc.name)
+		if h.onListen != nil {
+			h.onListen(s.svc.name, ln.Addr())
+		}
+	}
+
+	p := &proxy{
+		dialer:   rd,
+		logger:   logger,
+		attempts: orInt(h.dialAttempts, defaultDialAttempts),
+		delay:    h.retryDelay,
+		conns:    make(map[net.Conn]struct{}),
+	}
+	if p.delay == nil {
+		p.delay = defaultRetryDelay
+	}
+	// Streams outlive ctx by the drain period; streamCtx bounds their dials and is cut when
+	// the drain gives up.
+	streamCtx, cutStreams := context.WithCancel(context.WithoutCancel(ctx))
+	defer cutStreams()
+
+	var accepting, handlers sync.WaitGroup
+	errc := make(chan error, len(lns))
+	for i, ln := range lns {
+		accepting.Add(1)
+		go func() {
+			defer accepting.Done()
+			if err := p.accept(streamCtx, ln, specs[i], &handlers); err != nil {
+				errc <- err
+			}
+		}()
+	}
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+	}
+	p.closing.Store(true)
+	closeListeners()
+	accepting.Wait()
+	logger.Info("proxy: shutting down", "streams", p.active())
+	if h.onDrain != nil {
+		h.onDrain()
+	}
+
+	drained := make(chan struct{})
+	go func() { handlers.Wait(); close(drained) }()
+	timer := time.NewTimer(orDuration(h.drainTimeout, defaultDrainTimeout))
+	defer timer.Stop()
+	select {
+	case <-drained:
+	case <-timer.C:
+		logger.Warn("proxy: drain timed out; cutting streams", "streams", p.active())
+		cutStreams()
+		p.closeAll()
+		<-drained
+	}
+	logger.Info("proxy: stopped")
+	return runErr
+}
+
+func proxySpecs(opts Options) ([]proxySpec, error) {
+	candidates := []proxySpec{
+		{key: "tenancy.proxy_addr", addr: opts.TenancyProxyAddr, svc: tenancyInfo(opts.TenancyService)},
+		{key: "bao.proxy_addr", addr: opts.BaoProxyAddr, svc: baoInfo(opts.BaoService)},
+	}
+	var specs []proxySpec
+	seen := map[string]bool{}
+	for _, s := range candidates {
+		if s.addr == "" {
+			continue
+		}
+		if err := checkLoopback(s.key, s.addr, true); err != nil {
+			return nil, fmt.Errorf("proxy: %w", err)
+		}
+		if s.svc.name == "" {
+			return nil, fmt.Errorf("proxy: %s is set but its service is empty", s.key)
+		}
+		if seen[s.addr] && !strings.HasSuffix(s.addr, ":0") {
+			return nil, fmt.Errorf("proxy: tenancy.proxy_addr and bao.proxy_addr are both %s", s.addr)
+		}
+		seen[s.addr] = true
+		specs = append(specs, s)
+	}
+	if len(specs) == 0 {
+		return nil, errors.New("proxy: nothing to listen on (tenancy.proxy_addr and bao.proxy_addr are empty)")
+	}
+	return specs, nil
+}
+
+type proxy struct {
+	dialer   *rebuildingDialer
+	logger   *slog.Logger
+	attempts int
+	delay    func(int) time.Duration
+	closing  atomic.Bool
+
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+}
+
+func (p *proxy) accept(ctx context.Context, ln net.Listener, s proxySpec, handlers *sync.WaitGroup) error {
+	var backoff time.Duration
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if p.closing.Load() {
+				return nil
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return fmt.Errorf("proxy: listener %s for %s closed: %w", ln.Addr(), s.svc.name, err)
+			}
+			// Out of file descriptors and the like: wait and try again, as net/http does.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			p.logger.Warn("proxy: accept failed; retrying", "addr", ln.Addr().String(), "err", err.Error(), "in", backoff)
+			t := time.NewTimer(backoff)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil
+			case <-t.C:
+			}
+			continue
+		}
+		backoff = 0
+		handlers.Add(1)
+		go func() {
+			defer handlers.Done()
+			p.handle(ctx, c, s.svc)
+		}()
+	}
+}
+
+func (p *proxy) handle(ctx context.Context, client net.Conn, svc serviceInfo) {
+	p.track(client)
+	defer p.untrack(client)
+	defer client.Close()
+	up, err := p.dial(ctx, svc)
+	if err != nil {
+		p.logger.Warn("proxy: dial failed", "service", svc.name, "client", client.RemoteAddr().String(), "err", err.Error())
+		return
+	}
+	p.track(up)
+	defer p.untrack(up)
+	defer up.Close()
+	p.logger.Debug("proxy: stream open", "service", svc.name, "client", client.RemoteAddr().String())
+	pipe(client, up)
+}
+
+// dial tries the service a few times. An answer from the mesh ("not visible", "no
+// terminators") or an identity fault is final: retrying cannot change it within a connection.
+func (p *proxy) dial(ctx context.Context, svc serviceInfo) (net.Conn, error) {
+	for attempt := 1; ; attempt++ {
+		c, err := p.dialer.dial(ctx, svc)
+		if err == nil {
+			return c, nil
+		}
+		var ie *IdentityError
+		if meshAnswered(err) || errors.As(err, &ie) || attempt >= p.attempts || ctx.Err() != nil {
+			return nil, err
+		}
+		p.logger.Debug("proxy: dial failed; retrying", "service", svc.name, "attempt", attempt, "err", err.Error())
+		t := time.NewTimer(p.delay(attempt))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		case <-t.C:
+		}
+	}
+}
+
+func meshAnswered(err error) bool {
+	return errors.Is(err, ErrServiceNotVisible) || errors.Is(err, ErrNoTerminators)
+}
+
+func (p *proxy) track(c net.Conn) {
+	p.mu.Lock()
+	p.conns[c] = struct{}{}
+	p.mu.Unlock()
+}
+
+func (p *proxy) untrack(c net.Conn) {
+	p.mu.Lock()
+	delete(p.conns, c)
+	p.mu.Unlock()
+}
+
+func (p *proxy) active() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.conns)
+}
+
+func (p *proxy) closeAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		c.Close()
+	}
+}
+
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
+
+// pipe copies both ways until both directions end. A clean end (EOF) half-closes the other
+// side so a request/response exchange completes; a broken direction tears both down.
+func pipe(a, b net.Conn) {
+	done := make(chan struct{})
+	go func() {
+		copyHalf(b, a)
+		close(done)
+	}()
+	copyHalf(a, b)
+	<-done
+}
+
+func copyHalf(dst, src net.Conn) {
+	buf := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(buf)
+	if _, err := io.CopyBuffer(dst, src, *buf); err != nil {
+		dst.Close()
+		src.Close()
+		return
+	}
+	if cw, ok := dst.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
+		return
+	}
+	dst.Close()
+}
+
+// rebuildingDialer holds the current ServiceDialer and replaces it after threshold dials in a
+// row fail without the mesh answering.
+type rebuildingDialer struct {
+	build     func() (ServiceDialer, error)
+	rebuild   bool
+	threshold int
+	logger    *slog.Logger
+
+	mu    sync.Mutex
+	cur   ServiceDialer
+	gen   uint64
+	fails int
+}
+
+func (r *rebuildingDialer) warm() error {
+	_, _, err := r.current()
+	return err
+}
+
+func (r *rebuildingDialer) current() (ServiceDialer, uint64, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cur == nil {
+		d, err := r.build()
+		if err != nil {
+			return nil, 0, err
+		}
+		r.cur = d
+		r.gen++
+		if r.gen > 1 {
+			r.logger.Info("proxy: ziti context rebuilt")
+		}
+	}
+	return r.cur, r.gen, nil
+}
+
+func (r *rebuildingDialer) dial(ctx context.Context, svc serviceInfo) (net.Conn, error) {
+	d, gen, err := r.current()
+	if err != nil {
+		return nil, err
+	}
+	dctx, cancel := context.WithTimeout(ctx, defaultDialTimeout)
+	defer cancel()
+	c, err := d.DialService(dctx, svc.name)
+	if err != nil {
+		err = classifyDialError(dctx, svc, err)
+	}
+	r.record(ctx, gen, err)
+	return c, err
+}
+
+func (r *rebuildingDialer) record(ctx context.Context, gen uint64, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if gen != r.gen || ctx.Err() != nil {
+		return // a dial on a context already replaced, or one we abandoned ourselves
+	}
+	if err == nil || meshAnswered(err) {
+		r.fails = 0
+		return
+	}
+	r.fails++
+	if !r.rebuild || r.fails < r.threshold || r.cur == nil {
+		return
+	}
+	r.logger.Warn("proxy: ziti context looks dead; rebuilding it", "failed_dials", r.fails, "err", err.Error())
+	old := r.cur
+	r.cur, r.fails = nil, 0
+	if cerr := old.Close(); cerr != nil {
+		r.logger.Warn("proxy: closing the old ziti context", "err", cerr.Error())
+	}
+}
+
+func (r *rebuildingDialer) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cur == nil {
+		return nil
+	}
+	err := r.cur.Close()
+	r.cur = nil
+	return err
+}
+
+func orInt(v, def int) int {
+	if v > 0 {
+		return v
+	}
+	return def
+}
+
+func orDuration(v, def time.Duration) time.Duration {
+	if v != 0 {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,332 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Modes, as spelled in config (`transport:`).
+const (
+	ModeSDK    = "sdk"
+	ModeProxy  = "proxy"
+	ModeSystem = "system"
+)
+
+// Options configure a Transport (New) or the proxy daemon (RunProxy). Field comments name the
+// config key each one comes from.
+type Options struct {
+	Mode         string // sdk | proxy | system (`transport`)
+	IdentityFile string // `identity`; sdk mode and RunProxy
+
+	TenancyService string // `tenancy.service`, e.g. monky.tenancy.deploy
+	BaoService     string // `bao.service`, e.g. openbao
+
+	// The host:port the agent dials, as it appears in the URL: monky.tenancy.deploy:443 and
+	// bao.cbs.tikali.net:8200. sdk and proxy modes route exactly these and refuse the rest.
+	TenancyHostPort string
+	BaoHostPort     string
+
+	// Loopback listen addresses of the proxy daemon (`tenancy.proxy_addr`, `bao.proxy_addr`):
+	// proxy mode dials them, RunProxy listens on them.
+	TenancyProxyAddr string
+	BaoProxyAddr     string
+
+	Logger *slog.Logger // nil discards
+
+	// Dialer replaces the ziti SDK context (tests). New and RunProxy take ownership: they
+	// close it. With a Dialer, IdentityFile is not read.
+	Dialer ServiceDialer
+	// ReadFile replaces os.ReadFile for the identity pre-flight (tests).
+	ReadFile func(string) ([]byte, error)
+
+	hooks *proxyHooks // tests only: observe the proxy and tune its timings
+}
+
+// ServiceDialer opens a byte stream to a ziti service by name. The SDK context implements it.
+//
+// Contract: DialService honours ctx (cancellation and deadline) and returns either a usable
+// net.Conn or an error, never both; it is safe for concurrent use. Errors should carry the SDK's
+// own words ("service 'x' not found", "... has no terminators"): the Transport classifies them
+// into *ServiceError. Close releases the context; dials after Close fail.
+type ServiceDialer interface {
+	DialService(ctx context.Context, service string) (net.Conn, error)
+	Close() error
+}
+
+// route is one (host, port) the agent may dial, and where it really goes.
+type route struct {
+	hostPort  string // normalised
+	svc       serviceInfo
+	proxyAddr string // proxy mode
+}
+
+// Transport dials host:port according to its mode. It is safe for concurrent use.
+type Transport struct {
+	mode   string
+	routes map[string]route
+	dialer ServiceDialer
+	net    *net.Dialer
+	logger *slog.Logger
+	closed atomic.Bool
+	once   sync.Once
+}
+
+// New builds the Transport for opts.Mode.
+//
+// sdk: the identity is pre-flighted and loaded eagerly, so a broken identity fails New with an
+// *IdentityError naming the fault before anything touches the mesh; the ziti context is created
+// but only authenticates at the first dial (nothing goes over the network in New). With
+// opts.Dialer set, no identity is read.
+// proxy: the proxy addresses must be loopback; nothing is dialled in New.
+// system: no routing; every host:port is dialled with the OS resolver.
+func New(opts Options) (*Transport, error) {
+	t := &Transport{
+		mode:   opts.Mode,
+		net:    &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second},
+		logger: loggerOrDiscard(opts.Logger),
+	}
+	switch opts.Mode {
+	case ModeSystem:
+		return t, nil
+	case ModeSDK, ModeProxy:
+	default:
+		return nil, fmt.Errorf("transport: unknown mode %q (want sdk, proxy or system)", opts.Mode)
+	}
+	routes, err := buildRoutes(opts)
+	if err != nil {
+		return nil, err
+	}
+	t.routes = routes
+	if opts.Mode == ModeSDK {
+		if opts.Dialer != nil {
+			t.dialer = opts.Dialer
+		} else {
+			d, err := newZitiDialer(opts.IdentityFile, opts.ReadFile, t.logger)
+			if err != nil {
+				return nil, err
+			}
+			t.dialer = d
+		}
+	}
+	return t, nil
+}
+
+func loggerOrDiscard(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return l
+}
+
+func buildRoutes(opts Options) (map[string]route, error) {
+	type pair struct {
+		hostPortKey, hostPort string
+		svcKey                string
+		svc                   serviceInfo
+		proxyKey, proxyAddr   string
+	}
+	pairs := []pair{
+		{"tenancy host:port", opts.TenancyHostPort, "tenancy.service", tenancyInfo(opts.TenancyService), "tenancy.proxy_addr", opts.TenancyProxyAddr},
+		{"bao host:port", opts.BaoHostPort, "bao.service", baoInfo(opts.BaoService), "bao.proxy_addr", opts.BaoProxyAddr},
+	}
+	routes := make(map[string]route)
+	for _, p := range pairs {
+		if p.hostPort == "" {
+			continue
+		}
+		key, err := normaliseHostPort(p.hostPort)
+		if err != nil {
+			return nil, fmt.Errorf("transport %s: %s %q: %w", opts.Mode, p.hostPortKey, p.hostPort, err)
+		}
+		if _, dup := routes[key]; dup {
+			return nil, fmt.Errorf("transport %s: tenancy and bao both use %s", opts.Mode, key)
+		}
+		r := route{hostPort: key, svc: p.svc}
+		if p.svc.name == "" {
+			return nil, fmt.Errorf("transport %s: %s is empty (needed to route %s)", opts.Mode, p.svcKey, key)
+		}
+		if opts.Mode == ModeProxy {
+			if err := checkLoopback(p.proxyKey, p.proxyAddr, false); err != nil {
+				return nil, fmt.Errorf("transport proxy: %w", err)
+			}
+			r.proxyAddr = p.proxyAddr
+		}
+		routes[key] = r
+	}
+	if len(routes) == 0 {
+		return nil, fmt.Errorf("transport %s: no host:port to route (tenancy and bao are both unset)", opts.Mode)
+	}
+	return routes, nil
+}
+
+// normaliseHostPort lower-cases the host and drops a trailing dot, as net/http does before it
+// hands the address to DialContext, so the lookup matches what the URL said.
+func normaliseHostPort(hp string) (string, error) {
+	host, port, err := net.SplitHostPort(hp)
+	if err != nil {
+		return "", errors.New("not host:port")
+	}
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	if host == "" {
+		return "", errors.New("empty host")
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return "", fmt.Errorf("port %q is not 1-65535", port)
+	}
+	return net.JoinHostPort(host, port), nil
+}
+
+// checkLoopback refuses an address that is not on loopback. The proxy forwards anything that
+// connects to it into the mesh under the box's identity without authenticating the client, so
+// it must never be reachable from another host; and the agent must not send tenancy's plain
+// HTTP across a LAN to find it.
+func checkLoopback(key, addr string, allowPortZero bool) error {
+	if addr == "" {
+		return fmt.Errorf("%s is empty", key)
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%s %q is not host:port", key, addr)
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 0 || n > 65535 || (n == 0 && !allowPortZero) {
+		return fmt.Errorf("%s %q: bad port %q", key, addr, port)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil || !ip.IsLoopback() {
+		return fmt.Errorf("%s %q is not a loopback address: the proxy forwards into the mesh "+
+			"without authenticating its clients, so it listens on 127.0.0.1 or ::1 only", key, addr)
+	}
+	return nil
+}
+
+// Mode reports the transport's mode.
+func (t *Transport) Mode() string { return t.mode }
+
+// DialContext opens a stream to addr (host:port) the way the mode says: system dials it; sdk
+// dials the ziti service mapped to it; proxy dials the loopback proxy address mapped to it. In
+// sdk and proxy modes an unmapped addr is refused with ErrUnmapped and the error names it.
+// Dial faults come back as *ServiceError naming the service.
+func (t *Transport) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	if t.closed.Load() {
+		return nil, fmt.Errorf("transport %s: dial %s: %w", t.mode, addr, ErrClosed)
+	}
+	if t.mode == ModeSystem {
+		c, err := t.net.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, fmt.Errorf("transport system: %w", err)
+		}
+		return c, nil
+	}
+	switch network {
+	case "tcp", "tcp4", "tcp6":
+	default:
+		return nil, fmt.Errorf("transport %s: network %q to %s: only tcp is routed", t.mode, network, addr)
+	}
+	key, err := normaliseHostPort(addr)
+	r, ok := t.routes[key]
+	if err != nil || !ok {
+		return nil, fmt.Errorf("transport %s: refusing %s: %w (mapped: %s)", t.mode, addr, ErrUnmapped, t.mapped())
+	}
+	if t.mode == ModeSDK {
+		c, err := t.dialer.DialService(ctx, r.svc.name)
+		if err != nil {
+			return nil, classifyDialError(ctx, r.svc, err)
+		}
+		return c, nil
+	}
+	c, err := t.net.DialContext(ctx, "tcp", r.proxyAddr)
+	if err != nil {
+		return nil, &ServiceError{
+			Service: r.svc.name,
+			Reason:  fmt.Sprintf("the proxy at %s does not answer (is monky-deployd-proxy.service running?): %v", r.proxyAddr, err),
+			Kind:    ErrProxyUnreachable,
+			Err:     err,
+		}
+	}
+	return &proxiedConn{Conn: c, svc: r.svc.name, addr: r.proxyAddr}, nil
+}
+
+func (t *Transport) mapped() string {
+	keys := make([]string, 0, len(t.routes))
+	for k := range t.routes {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return strings.Join(keys, ", ")
+}
+
+// HTTPTransport returns a new *http.Transport whose DialContext is t.DialContext. Callers own
+// it: clone it, set TLSClientConfig (OpenBao's ConfigureTLS type-asserts *http.Transport).
+// Proxy is nil on purpose: an HTTP(S)_PROXY in the agent's environment must never divert mesh
+// traffic. HTTP/2 stays off (a custom dialer disables it anyway): tenancy is plain HTTP/1.1
+// and one stream per request keeps a stalled mesh circuit from stalling the others.
+func (t *Transport) HTTPTransport() *http.Transport {
+	return &http.Transport{
+		Proxy:                 nil,
+		DialContext:           t.DialContext,
+		MaxIdleConns:          16,
+		MaxIdleConnsPerHost:   8,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   15 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}
+}
+
+// Close releases the ziti context (sdk mode, including an injected Dialer). It is idempotent;
+// dials after Close fail with ErrClosed.
+func (t *Transport) Close() error {
+	var err error
+	t.once.Do(func() {
+		t.closed.Store(true)
+		if t.dialer != nil {
+			err = t.dialer.Close()
+		}
+	})
+	return err
+}
+
+// proxiedConn names the service when the proxy hangs up before a single byte came back: the
+// proxy accepts first and dials the mesh after, so a mesh fault reaches the agent as a bare EOF,
+// which net/http would report as "EOF" and nothing else.
+type proxiedConn struct {
+	net.Conn
+	svc, addr string
+	got       atomic.Int64
+}
+
+func (c *proxiedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if c.got.Add(int64(n)) == 0 && errors.Is(err, io.EOF) {
+		return n, &ServiceError{
+			Service: c.svc,
+			Reason: fmt.Sprintf("the proxy at %s closed the stream without a reply: it could not reach the "+
+				"service, or the service hung up (journalctl -u monky-deployd-proxy names the fault)", c.addr),
+			Err: err,
+		}
+	}
+	return n, err
+}
+
+// CloseWrite passes a half-close through to the TCP connection.
+func (c *proxiedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return c.Conn.Close()
+}

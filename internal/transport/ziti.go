@@ -1,0 +1,117 @@
+package transport
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+
+	"github.com/openziti/identity"
+	edge_apis "github.com/openziti/sdk-golang/edge-apis"
+	"github.com/openziti/sdk-golang/ziti"
+)
+
+// zitiDialer is a ServiceDialer over one ziti SDK context.
+type zitiDialer struct {
+	zctx ziti.Context
+}
+
+// newZitiDialer pre-flights the identity, loads it under recover and builds a ziti context that
+// never sees the identity's raw config: the SDK's own lazy loader calls Fatalf on a bad
+// certificate and panics on a garbage key. No network traffic happens here; the context
+// authenticates on its first dial.
+func newZitiDialer(path string, readFile func(string) ([]byte, error), logger *slog.Logger) (*zitiDialer, error) {
+	raw, err := checkIdentity(path, readFile)
+	if err != nil {
+		return nil, err
+	}
+	routeSDKLogs(logger)
+
+	var cfg ziti.Config
+	if err := json.Unmarshal(raw, &cfg); err != nil { // checked above; kept for safety
+		return nil, &IdentityError{Path: path, Reason: fmt.Sprintf("is not valid JSON: %v", err), Kind: ErrIdentityMalformed, Err: err}
+	}
+	var id identity.Identity
+	err = safeCall("load identity", func() error {
+		var err error
+		id, err = identity.LoadIdentity(cfg.ID)
+		return err
+	})
+	if err != nil {
+		return nil, &IdentityError{Path: path, Reason: fmt.Sprintf("could not be loaded: %v", err), Kind: ErrIdentityMalformed, Err: err}
+	}
+	creds := edge_apis.NewIdentityCredentials(id)
+	creds.ConfigTypes = cfg.ConfigTypes
+	cfg.Credentials = creds
+	cfg.ID = identity.Config{} // Credentials win; clear ID so nothing falls back to the lazy loader
+
+	var zctx ziti.Context
+	err = safeCall("create ziti context", func() error {
+		var err error
+		zctx, err = ziti.NewContext(&cfg)
+		return err
+	})
+	if err != nil {
+		return nil, &IdentityError{Path: path, Reason: fmt.Sprintf("could not start a ziti context: %v", err), Kind: ErrIdentityMalformed, Err: err}
+	}
+	return &zitiDialer{zctx: zctx}, nil
+}
+
+func (d *zitiDialer) DialService(ctx context.Context, service string) (net.Conn, error) {
+	var conn net.Conn
+	err := safeCall("dial "+service, func() error {
+		c, err := d.zctx.DialContext(ctx, service)
+		if err != nil {
+			return err
+		}
+		conn = c
+		return nil
+	})
+	return conn, err
+}
+
+func (d *zitiDialer) Close() error {
+	return safeCall("close ziti context", func() error {
+		d.zctx.Close()
+		return nil
+	})
+}
+
+// serviceInfo is what an error about a service tells the operator to check.
+type serviceInfo struct {
+	name     string
+	attr     string // the role attribute that grants dial, e.g. #monky-deploy-agent
+	hostedBy string // who should be hosting it
+}
+
+func tenancyInfo(name string) serviceInfo {
+	return serviceInfo{name: name, attr: "#monky-deploy-agent", hostedBy: "tenancy's sidecar is not hosting it"}
+}
+
+func baoInfo(name string) serviceInfo {
+	return serviceInfo{name: name, attr: "#openbao-client", hostedBy: "OpenBao's ziti host is not hosting it"}
+}
+
+// classifyDialError turns what the SDK says into what the operator should check. The SDK's
+// texts are matched as substrings (api-notes: "service '<name>' not found", "... has no
+// terminators"); anything else keeps its own words.
+func classifyDialError(ctx context.Context, svc serviceInfo, err error) error {
+	var se *ServiceError
+	var ie *IdentityError
+	if errors.As(err, &se) || errors.As(err, &ie) {
+		return err
+	}
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "service '"+svc.name+"' not found"):
+		return &ServiceError{Service: svc.name, Reason: "not visible to this identity: check " + svc.attr, Kind: ErrServiceNotVisible, Err: err}
+	case strings.Contains(msg, "has no terminators"):
+		return &ServiceError{Service: svc.name, Reason: "has no terminators: " + svc.hostedBy, Kind: ErrNoTerminators, Err: err}
+	case ctx.Err() != nil:
+		return &ServiceError{Service: svc.name, Reason: fmt.Sprintf("dial abandoned: %v", ctx.Err()), Err: errors.Join(ctx.Err(), err)}
+	}
+	return &ServiceError{Service: svc.name, Reason: "dial failed: " + msg, Err: err}
+}

@@ -1,0 +1,356 @@
+//go:build integration
+
+package debtest
+
+import (
+	"os"
+	"strings"
+	"testing"
+)
+
+const (
+	timer = "monky-deployd.timer"
+	proxy = "monky-deployd-proxy.service"
+)
+
+func assertMode(t *testing.T, b *box, p string, mode os.FileMode, uid, gid int) {
+	t.Helper()
+	st, err := os.Stat(b.path(p))
+	if err != nil {
+		t.Fatalf("%s: %v", p, err)
+	}
+	if got := st.Mode().Perm(); got != mode {
+		t.Errorf("%s: mode %04o, want %04o", p, got, mode)
+	}
+	u, g := owner(st)
+	if u != uid || g != gid {
+		t.Errorf("%s: owner %d:%d, want %d:%d", p, u, g, uid, gid)
+	}
+}
+
+func noDisableOrStop(t *testing.T, calls []string) {
+	t.Helper()
+	for _, c := range calls {
+		if strings.HasPrefix(c, "disable") || strings.HasPrefix(c, "stop") || strings.HasPrefix(c, "reenable") {
+			t.Errorf("systemctl %s: an upgrade must not switch the agent off", c)
+		}
+	}
+}
+
+func TestFreshInstall(t *testing.T) {
+	a := build(t)
+	for _, tc := range []struct {
+		name       string
+		groups     []string
+		wantGroups []string
+	}{
+		{"docker only", []string{"docker"}, []string{"docker"}},
+		{"docker and ziti", []string{"docker", "ziti"}, []string{"docker", "ziti"}},
+		{"neither yet", nil, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newBox(t, boxOptions{groups: tc.groups})
+			out := b.dpkg("-i", a.deb)
+			if got := b.packageStatus("monky-deployd"); got != "ii "+a.version {
+				t.Fatalf("status %q after install\n%s", got, out)
+			}
+			uid, gid := b.id("passwd", "monky-deployd"), b.id("group", "monky-deployd")
+			for _, g := range tc.wantGroups {
+				if !contains(b.members(g), "monky-deployd") {
+					t.Errorf("monky-deployd is not in group %s: %q", g, b.read("/etc/group"))
+				}
+			}
+			assertMode(t, b, "/etc/monky-deployd", 0o770, 0, gid)
+			assertMode(t, b, "/var/lib/monky-deployd", 0o700, uid, gid)
+			assertMode(t, b, "/usr/bin/monky-deployd", 0o755, 0, 0)
+			assertMode(t, b, "/usr/bin/fleetctl", 0o755, 0, 0)
+			for _, u := range []string{"monky-deployd.service", timer, proxy} {
+				assertMode(t, b, "/usr/lib/systemd/system/"+u, 0o644, 0, 0)
+			}
+			if b.enabled(timer) || b.active(timer) {
+				t.Error("a fresh install enabled or started the timer; install.sh does that once the config exists")
+			}
+			if calls := b.calls("systemctl"); len(calls) != 1 || calls[0] != "daemon-reload" {
+				t.Errorf("systemctl calls on a fresh install: %q, want only daemon-reload", calls)
+			}
+			if conf := b.read("/var/lib/dpkg/info/monky-deployd.conffiles"); conf != "" {
+				t.Errorf("the package ships conffiles: %q", conf)
+			}
+		})
+	}
+}
+
+func TestNoConffileClobber(t *testing.T) {
+	a := build(t)
+	b := newBox(t, boxOptions{groups: []string{"docker"}})
+	b.dpkg("-i", a.deb)
+	cfg := b.configure("sdk") + "# a hand edit\nlog_level: DEBUG\n"
+	b.write("/etc/monky-deployd/config.yaml", cfg, 0o640)
+	if b.exists("/var/lib/dpkg/info/monky-deployd.conffiles") {
+		t.Error("the package has a conffiles list")
+	}
+	// A reinstall of the same version is an upgrade shape too (old prerm upgrade, new postinst
+	// configure <same>): the config must come through byte for byte.
+	out := b.dpkg("-i", a.deb)
+	if got := b.read("/etc/monky-deployd/config.yaml"); got != cfg {
+		t.Errorf("config changed by a reinstall:\n%s\nwant:\n%s\ndpkg said:\n%s", got, cfg, out)
+	}
+	if strings.Contains(out, "config.yaml") {
+		t.Errorf("dpkg mentioned config.yaml:\n%s", out)
+	}
+	noDisableOrStop(t, b.calls("systemctl"))
+	if !b.enabled(timer) {
+		t.Error("timer not enabled after a reinstall")
+	}
+}
+
+func TestUpgradeFromPreviousBuild(t *testing.T) {
+	a := build(t)
+	for _, transport := range []string{"sdk", "proxy"} {
+		t.Run(transport, func(t *testing.T) {
+			b := newBox(t, boxOptions{groups: []string{"docker"}})
+			b.dpkg("-i", a.prevDeb)
+			if got := b.packageStatus("monky-deployd"); got != "ii "+a.version+"~rc1" {
+				t.Fatalf("previous build status %q", got)
+			}
+			cfg := b.configure(transport)
+			out := b.dpkg("-i", a.deb)
+			if got := b.packageStatus("monky-deployd"); got != "ii "+a.version {
+				t.Fatalf("status %q after the upgrade\n%s", got, out)
+			}
+			calls := b.calls("systemctl")
+			noDisableOrStop(t, calls)
+			if !b.enabled(timer) || !b.active(timer) {
+				t.Errorf("timer enabled=%v active=%v after the upgrade; systemctl calls %q", b.enabled(timer), b.active(timer), calls)
+			}
+			if !contains(calls, "try-restart "+proxy) {
+				t.Errorf("the proxy was not try-restarted: %q", calls)
+			}
+			if transport == "proxy" && (!b.enabled(proxy) || !b.active(proxy)) {
+				t.Error("the proxy unit is not enabled and running after the upgrade")
+			}
+			if containsPrefix(calls, "enable") {
+				t.Errorf("an upgrade from a healthy version re-enabled something: %q", calls)
+			}
+			if got := b.read("/etc/monky-deployd/config.yaml"); got != cfg {
+				t.Errorf("config changed by the upgrade: %q", got)
+			}
+		})
+	}
+}
+
+// TestUpgradeFromBrokenPrerm is the 0.1.8 story: the OLD prerm disables the timer during the
+// upgrade, and the new postinst must switch it back on, on a configured box only.
+func TestUpgradeFromBrokenPrerm(t *testing.T) {
+	a := build(t)
+	for _, tc := range []struct {
+		name       string
+		configured bool
+		transport  string
+		wantTimer  bool
+		wantProxy  bool
+	}{
+		{"configured sdk box", true, "sdk", true, false},
+		{"configured proxy box", true, "proxy", true, true},
+		{"unconfigured box", false, "", false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newBox(t, boxOptions{groups: []string{"docker"}})
+			b.dpkg("-i", a.old018Deb)
+			cfg := ""
+			if tc.configured {
+				cfg = b.configure(tc.transport)
+			}
+			out := b.dpkg("-i", a.deb)
+			calls := b.calls("systemctl")
+			if !contains(calls, "disable --now "+timer) {
+				t.Fatalf("the 0.1.8 stand-in's prerm did not disable the timer (%q): the test proves nothing", calls)
+			}
+			if got := b.enabled(timer) && b.active(timer); got != tc.wantTimer {
+				t.Errorf("timer enabled and active = %v, want %v; systemctl calls %q\n%s", got, tc.wantTimer, calls, out)
+			}
+			if got := b.enabled(proxy) && b.active(proxy); got != tc.wantProxy {
+				t.Errorf("proxy enabled and active = %v, want %v; systemctl calls %q", got, tc.wantProxy, calls)
+			}
+			if tc.wantTimer {
+				if !strings.Contains(out, "re-enabled and started "+timer) {
+					t.Errorf("dpkg's output does not say the timer was re-enabled:\n%s", out)
+				}
+				if logged := strings.Join(b.calls("logger"), "\n"); !strings.Contains(logged, "re-enabled and started "+timer) {
+					t.Errorf("the repair did not reach the journal (logger calls %q)", logged)
+				}
+				if b.enablementTarget(timer) != "/usr/lib/systemd/system/"+timer {
+					t.Errorf("timer enabled through %q", b.enablementTarget(timer))
+				}
+			}
+			if tc.configured {
+				if got := b.read("/etc/monky-deployd/config.yaml"); got != cfg {
+					t.Errorf("config changed by the upgrade: %q", got)
+				}
+			}
+			if b.exists("/opt/monky-deployd/venv/bin/monky-deployd") {
+				t.Error("the Python package's files survived the upgrade")
+			}
+			if b.exists("/var/lib/monky-deployd/.dpkg-upgrade-from") {
+				t.Error("the preinst's upgrade marker was left behind")
+			}
+		})
+	}
+}
+
+// A removed (not purged) 0.1.8 leaves its config behind; installing the new package afterwards
+// reaches postinst as `configure 0.1.8` too, but that box was switched off on purpose.
+func TestReinstallAfterRemoveOfBrokenVersion(t *testing.T) {
+	a := build(t)
+	b := newBox(t, boxOptions{groups: []string{"docker"}})
+	b.dpkg("-i", a.old018Deb)
+	b.configure("sdk")
+	b.dpkg("-r", "monky-deployd")
+	if got := b.packageStatus("monky-deployd"); !strings.HasPrefix(got, "rc") {
+		t.Fatalf("status %q after remove, want config-files", got)
+	}
+	b.clearCalls()
+	out := b.dpkg("-i", a.deb)
+	if b.enabled(timer) {
+		t.Errorf("a reinstall after removal enabled the timer; calls %q\n%s", b.calls("systemctl"), out)
+	}
+}
+
+// TestMigrationFromPython019: the fixed Python package leaves the timer on during the upgrade;
+// its unit files lived under /lib/systemd/system, so the enablement symlink must be re-pointed.
+func TestMigrationFromPython019(t *testing.T) {
+	a := build(t)
+	b := newBox(t, boxOptions{groups: []string{"docker", "ziti"}})
+	b.dpkg("-i", a.old019Deb)
+	cfg := b.configure("sdk")
+	state := `{"applied_sha":"7a10","history":["7a10"]}`
+	b.write("/var/lib/monky-deployd/state.json", state, 0o600)
+	b.write("/etc/monky-deployd/bootstrap.jwt", "x.y.z", 0o600)
+	if b.enablementTarget(timer) != "/lib/systemd/system/"+timer {
+		t.Fatalf("stand-in timer enabled through %q", b.enablementTarget(timer))
+	}
+	out := b.dpkg("-i", a.deb)
+	calls := b.calls("systemctl")
+	if containsPrefix(calls, "disable") || containsPrefix(calls, "stop") {
+		t.Errorf("the upgrade from 0.1.9 switched something off: %q", calls)
+	}
+	if !b.enabled(timer) || !b.active(timer) {
+		t.Errorf("timer enabled=%v active=%v after the migration; calls %q\n%s", b.enabled(timer), b.active(timer), calls, out)
+	}
+	if got := b.enablementTarget(timer); got != "/usr/lib/systemd/system/"+timer {
+		t.Errorf("timer enablement points at %q, want the new unit file", got)
+	}
+	if !strings.Contains(b.read("/usr/lib/systemd/system/monky-deployd.service"), "ExecStart=/usr/bin/monky-deployd tick") {
+		t.Error("the service does not run the Go binary")
+	}
+	for p, want := range map[string]string{"/etc/monky-deployd/config.yaml": cfg, "/var/lib/monky-deployd/state.json": state,
+		"/etc/monky-deployd/bootstrap.jwt": "x.y.z"} {
+		if got := b.read(p); got != want {
+			t.Errorf("%s changed by the migration: %q", p, got)
+		}
+	}
+	if b.exists("/opt/monky-deployd/venv/bin/monky-deployd") || b.exists("/lib/systemd/system/"+timer) {
+		t.Error("the Python package's files survived the migration")
+	}
+	if !contains(b.members("ziti"), "monky-deployd") {
+		t.Error("the migration did not add monky-deployd to the ziti group")
+	}
+}
+
+func TestRemoveAndPurge(t *testing.T) {
+	a := build(t)
+	b := newBox(t, boxOptions{groups: []string{"docker"}})
+	b.dpkg("-i", a.deb)
+	b.configure("proxy")
+	b.write("/var/lib/monky-deployd/state.json", "{}", 0o600)
+
+	b.dpkg("-r", "monky-deployd")
+	calls := b.calls("systemctl")
+	for _, want := range []string{"disable --now " + timer, "disable --now " + proxy} {
+		if !contains(calls, want) {
+			t.Errorf("remove: no `systemctl %s` in %q", want, calls)
+		}
+	}
+	if b.enabled(timer) || b.active(timer) || b.enabled(proxy) || b.active(proxy) {
+		t.Error("remove left a unit enabled or running")
+	}
+	if b.exists("/usr/bin/monky-deployd") {
+		t.Error("remove left the binary")
+	}
+	if !b.exists("/etc/monky-deployd/config.yaml") || !b.exists("/var/lib/monky-deployd/state.json") {
+		t.Error("remove (not purge) deleted config or state")
+	}
+
+	b.dpkg("-P", "monky-deployd")
+	for _, p := range []string{"/etc/monky-deployd", "/var/lib/monky-deployd"} {
+		if b.exists(p) {
+			t.Errorf("purge left %s", p)
+		}
+	}
+	if got := b.packageStatus("monky-deployd"); got != "unknown" && !strings.HasPrefix(got, "pn") {
+		t.Errorf("dpkg still knows the package after purge: %q", got)
+	}
+	if b.exists("/var/lib/dpkg/info/monky-deployd.list") || b.exists("/var/lib/dpkg/info/monky-deployd.conffiles") {
+		t.Error("purge left dpkg's file lists")
+	}
+}
+
+// TestMaintainerScriptArguments drives the installed scripts with every argument shape dpkg
+// (and rpm) can pass, including the ones no dpkg run above reaches.
+func TestMaintainerScriptArguments(t *testing.T) {
+	a := build(t)
+	b := newBox(t, boxOptions{groups: []string{"docker"}})
+	b.dpkg("-i", a.deb)
+	b.configure("proxy")
+	for _, tc := range []struct {
+		script   string
+		args     string
+		wantCode int
+		disables bool
+	}{
+		{"prerm", "upgrade 0.3.0", 0, false},
+		{"prerm", "failed-upgrade 0.2.0 0.3.0", 0, false},
+		{"prerm", "deconfigure in-favour other 1.0 removing monky-deployd 0.2.0", 0, false},
+		{"prerm", "1", 0, false},
+		{"prerm", "2", 0, false},
+		{"prerm", "bogus", 1, false},
+		{"postinst", "abort-upgrade 0.3.0", 0, false},
+		{"postinst", "abort-remove", 0, false},
+		{"postinst", "abort-deconfigure in-favour other 1.0", 0, false},
+		{"postinst", "bogus", 1, false},
+		{"postrm", "upgrade 0.3.0", 0, false},
+		{"postrm", "failed-upgrade 0.2.0 0.3.0", 0, false},
+		{"postrm", "abort-upgrade 0.2.0", 0, false},
+		{"postrm", "abort-install", 0, false},
+		{"postrm", "disappear other 1.0", 0, false},
+		{"preinst", "abort-upgrade 0.3.0", 0, false},
+		{"prerm", "0", 0, true},
+		{"prerm", "remove", 0, true},
+	} {
+		t.Run(tc.script+" "+tc.args, func(t *testing.T) {
+			if tc.disables {
+				b.configure("proxy")
+			}
+			b.clearCalls()
+			_, err := b.sh("/var/lib/dpkg/info/monky-deployd." + tc.script + " " + tc.args)
+			code := 0
+			if err != nil {
+				code = exitCode(err)
+			}
+			if code != tc.wantCode {
+				t.Fatalf("exit %d, want %d (%v)", code, tc.wantCode, err)
+			}
+			calls := b.calls("systemctl")
+			if tc.disables {
+				if b.enabled(timer) || b.enabled(proxy) {
+					t.Errorf("a removal left units enabled; calls %q", calls)
+				}
+				return
+			}
+			noDisableOrStop(t, calls)
+			if !b.enabled(timer) || !b.active(timer) {
+				t.Errorf("timer switched off; calls %q", calls)
+			}
+		})
+	}
+}

@@ -1,0 +1,331 @@
+#!/usr/bin/env bash
+# install.sh — install and configure the Monky backend pull agent (monky-deployd) on one box.
+#
+# Run by the install kit (fleetctl onboard writes the exact command into install.sh.cmd):
+#
+#   T=<read-only deploy token, scope read_package_registry>
+#   curl -sSf -H "DEPLOY-TOKEN: $T" \
+#     https://scm.tikali.ai/api/v4/projects/tikali%2Fapplications%2Fmonky%2Fmonky-deployd/packages/generic/monky-deployd/<version>/install.sh \
+#     | sudo MONKY_DEPLOYD_TOKEN="$T" bash -s -- --env env-qa-02 --site cbs \
+#         --bootstrap-file bootstrap.jwt --enrol-jwt monky-host.env-qa-02.jwt
+#
+# Flags (the Python installer's, unchanged):
+#   --env ENV_ID              required, e.g. env-qa-02
+#   --site SITE               required, e.g. cbs
+#   --token TOKEN             deploy token for the download; prefer MONKY_DEPLOYD_TOKEN or
+#                             --token-file, which keep it out of the process list
+#   --token-file FILE         read the deploy token from FILE
+#   --bootstrap-file FILE     the kit's bootstrap deploy grant, staged 0600 for the first login
+#   --enrol-jwt FILE          the ziti enrolment JWT of monky-host.<env>; skipped when enrolled
+#   --transport sdk|proxy|system                             [sdk]
+#   --version VERSION         the agent version to install  [the version this script ships with]
+#   --docker-data-root DIR    docker's data-root (written to /etc/docker/daemon.json if unset)
+#   --laptop                  laptop_mode: an unreachable tenancy exits 0 quietly
+#   --bao-ca FILE             CA certificate of OpenBao, installed as openbao-ca.pem
+#   --source gitlab|gitea     download from the GitLab package registry (primary) or the Gitea
+#                             mirror (no token needed)                          [gitlab]
+# Environment: MONKY_DEPLOYD_TOKEN (the deploy token), MONKY_DEPLOYD_BASE_URL (replaces the
+# download base URL of the chosen source; the .deb is fetched from BASE/<version>/<file> for
+# gitlab and BASE/v<version>/<file> for gitea).
+#
+# The token is never printed, traced or passed on a command line by this script.
+set +x
+set -euo pipefail
+umask 077
+
+# Stamped with the release version by `make deb` (dist/install.sh); unstamped, --version is needed.
+DEFAULT_VERSION="@VERSION@"
+
+GITLAB_BASE="https://scm.tikali.ai/api/v4/projects/tikali%2Fapplications%2Fmonky%2Fmonky-deployd/packages/generic/monky-deployd"
+GITEA_BASE="https://gitea.cbs.tikali.net/tikali/monky-deployd/releases/download"
+
+AGENT=monky-deployd
+ETC=/etc/monky-deployd
+STATE=/var/lib/monky-deployd
+CONFIG=$ETC/config.yaml
+IDENTITY_DIR=/opt/openziti/etc/identities
+
+ACTIONS=()
+say() { printf 'install.sh: %s\n' "$*"; }
+did() {
+  ACTIONS+=("$*")
+  say "$*"
+}
+warn() { printf 'install.sh: warning: %s\n' "$*" >&2; }
+die() {
+  printf 'install.sh: error: %s\n' "$*" >&2
+  exit 1
+}
+usage() {
+  sed -n '2,/^# The token is never/p' "$0" 2>/dev/null | sed 's/^# \{0,1\}//' >&2 || true
+  exit 2
+}
+
+ENV_ID="" SITE="" TOKEN="" TOKEN_FILE="" BOOTSTRAP_FILE="" ENROL_JWT="" TRANSPORT=sdk
+VERSION="" DOCKER_DATA_ROOT="" LAPTOP=false BAO_CA="" SOURCE=gitlab
+
+value() { # flag, remaining-arg-count
+  [ "$2" -ge 2 ] || die "$1 needs a value"
+}
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --env) value "$1" $#; ENV_ID=$2; shift 2 ;;
+    --site) value "$1" $#; SITE=$2; shift 2 ;;
+    --token) value "$1" $#; TOKEN=$2; shift 2 ;;
+    --token-file) value "$1" $#; TOKEN_FILE=$2; shift 2 ;;
+    --bootstrap-file) value "$1" $#; BOOTSTRAP_FILE=$2; shift 2 ;;
+    --enrol-jwt | --enroll-jwt) value "$1" $#; ENROL_JWT=$2; shift 2 ;;
+    --transport) value "$1" $#; TRANSPORT=$2; shift 2 ;;
+    --version) value "$1" $#; VERSION=$2; shift 2 ;;
+    --docker-data-root) value "$1" $#; DOCKER_DATA_ROOT=$2; shift 2 ;;
+    --laptop) LAPTOP=true; shift ;;
+    --bao-ca) value "$1" $#; BAO_CA=$2; shift 2 ;;
+    --source) value "$1" $#; SOURCE=$2; shift 2 ;;
+    -h | --help) usage ;;
+    *) die "unknown argument '$1' (see --help)" ;;
+  esac
+done
+
+# --- 0. arguments ---------------------------------------------------------------------------------
+# env and site end up in file names and YAML: keep them to the characters tenancy issues.
+[[ $ENV_ID =~ ^[a-z0-9][a-z0-9-]{0,62}$ ]] || die "--env: '$ENV_ID' is not an env id like env-qa-02"
+[[ $SITE =~ ^[a-z0-9][a-z0-9-]{0,62}$ ]] || die "--site: '$SITE' is not a site name like cbs"
+case "$TRANSPORT" in sdk | proxy | system) ;; *) die "--transport: '$TRANSPORT' is not sdk, proxy or system" ;; esac
+case "$SOURCE" in gitlab | gitea) ;; *) die "--source: '$SOURCE' is not gitlab or gitea" ;; esac
+if [ -z "$VERSION" ]; then
+  [ "$DEFAULT_VERSION" != "@VERSION@" ] || die "--version: this install.sh is unstamped; pass --version"
+  VERSION=$DEFAULT_VERSION
+fi
+[[ $VERSION =~ ^[0-9]+\.[0-9]+\.[0-9]+([~.+-][0-9A-Za-z.~+-]+)?$ ]] || die "--version: '$VERSION' is not a version"
+if [ -n "$TOKEN_FILE" ]; then
+  [ -r "$TOKEN_FILE" ] || die "--token-file: cannot read $TOKEN_FILE"
+  TOKEN=$(tr -d '[:space:]' <"$TOKEN_FILE")
+fi
+if [ -z "$TOKEN" ] && [ -n "${MONKY_DEPLOYD_TOKEN:-}" ]; then TOKEN=$MONKY_DEPLOYD_TOKEN; fi
+# Nothing this script starts (dpkg, apt, maintainer scripts) needs the token.
+unset MONKY_DEPLOYD_TOKEN
+[[ $TOKEN =~ ^[A-Za-z0-9._~+/=-]*$ ]] || die "the deploy token has characters a token never has (not shown)"
+readable() { # flag, path
+  if [ -n "$2" ] && [ ! -r "$2" ]; then die "$1: cannot read $2"; fi
+}
+readable --bootstrap-file "$BOOTSTRAP_FILE"
+readable --enrol-jwt "$ENROL_JWT"
+readable --bao-ca "$BAO_CA"
+if [ -n "$BOOTSTRAP_FILE" ]; then
+  # A JWT is three base64url segments; checked without ever printing it.
+  grep -Eq '^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$' <(tr -d '[:space:]' <"$BOOTSTRAP_FILE"; echo) ||
+    die "--bootstrap-file: $BOOTSTRAP_FILE does not hold a JWT"
+fi
+if [ -n "$DOCKER_DATA_ROOT" ] && [[ $DOCKER_DATA_ROOT != /* ]]; then
+  die "--docker-data-root: '$DOCKER_DATA_ROOT' is not an absolute path"
+fi
+
+# --- 1. preconditions -----------------------------------------------------------------------------
+[ "$(id -u)" -eq 0 ] || die "run as root (sudo)"
+command -v dpkg >/dev/null || die "dpkg not found: this installer is for Debian and Ubuntu"
+command -v docker >/dev/null || die "docker is not installed: install the docker engine first"
+SYSTEMD=false
+if [ -d /run/systemd/system ]; then SYSTEMD=true; fi
+
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+
+# --- 2. the package -------------------------------------------------------------------------------
+DEB="${AGENT}_${VERSION}_amd64.deb"
+case "$SOURCE" in
+  gitlab) URL="${MONKY_DEPLOYD_BASE_URL:-$GITLAB_BASE}/$VERSION/$DEB" ;;
+  gitea) URL="${MONKY_DEPLOYD_BASE_URL:-$GITEA_BASE}/v$VERSION/$DEB" ;;
+esac
+
+installed_version() {
+  dpkg-query -W -f='${db:Status-Abbrev}${Version}' "$AGENT" 2>/dev/null | sed -n 's/^ii *//p'
+}
+
+download() { # url, output file, [token]: the deploy token only ever goes to our own registry
+  local hdr code
+  hdr="$WORK/headers"
+  : >"$hdr"
+  # The header goes through a 0600 file (umask 077), never through curl's argv.
+  if [ -n "${3:-}" ]; then printf 'DEPLOY-TOKEN: %s\n' "$3" >"$hdr"; fi
+  command -v curl >/dev/null || die "curl not found (apt-get install curl)"
+  code=$(curl -sS -L --proto '=https,http' --retry 3 --connect-timeout 20 -H @"$hdr" \
+    -o "$2" -w '%{http_code}' "$1") || die "download of $1 failed (curl exit $?)"
+  rm -f "$hdr"
+  case "$code" in
+    200) ;;
+    401 | 403) die "download of $1 refused (HTTP $code): the deploy token is missing, revoked or lacks read_package_registry" ;;
+    404) die "download of $1: not found (HTTP 404): is $VERSION published on $SOURCE?" ;;
+    *) die "download of $1 failed (HTTP $code)" ;;
+  esac
+}
+
+if [ "$(installed_version)" = "$VERSION" ]; then
+  say "$AGENT $VERSION is already installed; not downloading it again"
+else
+  if [ "$SOURCE" = gitlab ] && [ -z "$TOKEN" ]; then
+    die "the GitLab package registry is private: pass the deploy token (MONKY_DEPLOYD_TOKEN or --token-file)"
+  fi
+  say "downloading $URL"
+  download "$URL" "$WORK/$DEB" "$TOKEN"
+  dpkg-deb --field "$WORK/$DEB" Package >/dev/null 2>&1 || die "$URL is not a Debian package"
+  dpkg -i "$WORK/$DEB" || die "dpkg -i $DEB failed"
+  did "installed $AGENT $VERSION ($SOURCE)"
+fi
+getent passwd "$AGENT" >/dev/null || die "the package did not create the $AGENT user"
+
+# --- 3. docker ------------------------------------------------------------------------------------
+if getent group docker >/dev/null; then
+  usermod -a -G docker "$AGENT"
+  did "$AGENT is in group docker"
+else
+  die "group docker does not exist: the agent runs the docker CLI as $AGENT through that group"
+fi
+if ! docker compose version >/dev/null 2>&1; then
+  say "docker compose v2 plugin missing: installing it"
+  apt-get update -qq
+  apt-get install -y -qq docker-compose-plugin || apt-get install -y -qq docker-compose ||
+    die "could not install the docker compose plugin"
+  docker compose version >/dev/null 2>&1 || die "docker compose still not available after installing it"
+  did "installed the docker compose plugin"
+fi
+if [ -n "$DOCKER_DATA_ROOT" ]; then
+  daemon_json=/etc/docker/daemon.json
+  if [ -f "$daemon_json" ] && grep -q '"data-root"' "$daemon_json"; then
+    grep -Fq "\"$DOCKER_DATA_ROOT\"" "$daemon_json" ||
+      die "--docker-data-root: $daemon_json already sets another data-root; change it by hand (moving it strands every image)"
+    say "docker data-root is already $DOCKER_DATA_ROOT"
+  elif [ -f "$daemon_json" ] && [ -s "$daemon_json" ]; then
+    die "--docker-data-root: $daemon_json exists; add \"data-root\": \"$DOCKER_DATA_ROOT\" to it by hand"
+  else
+    install -d -m 0711 "$DOCKER_DATA_ROOT"
+    install -d -m 0755 /etc/docker
+    printf '{\n  "data-root": "%s"\n}\n' "$DOCKER_DATA_ROOT" >"$WORK/daemon.json"
+    install -m 0644 "$WORK/daemon.json" "$daemon_json"
+    did "set docker's data-root to $DOCKER_DATA_ROOT in $daemon_json (takes effect when docker restarts)"
+  fi
+fi
+
+# --- 4. the ziti identity -------------------------------------------------------------------------
+if ! command -v ziti-edge-tunnel >/dev/null; then
+  say "ziti-edge-tunnel missing: installing it from the OpenZiti apt repository"
+  download https://get.openziti.io/tun/package-repos.gpg "$WORK/openziti.asc"
+  install -m 0644 "$WORK/openziti.asc" /usr/share/keyrings/openziti.asc
+  # The packages are built for Ubuntu jammy; that suite is the one that installs on Debian too.
+  printf 'deb [signed-by=/usr/share/keyrings/openziti.asc] https://packages.openziti.org/zitipax-openziti-deb-stable jammy main\n' \
+    >"$WORK/openziti.list"
+  install -m 0644 "$WORK/openziti.list" /etc/apt/sources.list.d/openziti.list
+  apt-get update -qq
+  apt-get install -y -qq ziti-edge-tunnel || die "could not install ziti-edge-tunnel"
+  did "installed ziti-edge-tunnel"
+fi
+IDENTITY="$IDENTITY_DIR/monky-host.$ENV_ID.json"
+if [ -s "$IDENTITY" ]; then
+  say "identity $IDENTITY already enrolled"
+elif [ -n "$ENROL_JWT" ]; then
+  install -d -m 0770 "$IDENTITY_DIR"
+  ziti-edge-tunnel enroll --jwt "$ENROL_JWT" --identity "$IDENTITY" >"$WORK/enroll.log" 2>&1 ||
+    {
+      cat "$WORK/enroll.log" >&2
+      die "enrolment of monky-host.$ENV_ID failed (a used or expired JWT needs a new kit: fleetctl onboard --reissue)"
+    }
+  did "enrolled ziti identity monky-host.$ENV_ID at $IDENTITY"
+  if $SYSTEMD; then
+    systemctl try-restart ziti-edge-tunnel.service || warn "ziti-edge-tunnel did not restart; it loads the identity at its next start"
+  fi
+else
+  die "no ziti identity at $IDENTITY: pass --enrol-jwt with the kit's monky-host.$ENV_ID.jwt"
+fi
+
+# The tunneller REWRITES the identity file on every controller config update and the rewrite
+# drops POSIX ACLs: the group is the grant that survives (env-dev-08 failed every tick six minutes
+# after such a refresh). The explicit ACLs cover a file of another group until the next rewrite;
+# the default ACL on the directory carries the grant onto a freshly written file.
+if getent group ziti >/dev/null; then
+  owner=root
+  if getent passwd ziti >/dev/null; then owner=ziti; fi
+  chown "$owner:ziti" "$IDENTITY"
+  chmod 0640 "$IDENTITY"
+  chgrp ziti "$IDENTITY_DIR"
+  chmod g+rx "$IDENTITY_DIR"
+  usermod -a -G ziti "$AGENT"
+  did "$AGENT is in group ziti; $IDENTITY is $owner:ziti 0640"
+else
+  warn "no ziti group: the agent's read on the identity rests on ACLs, which a tunneller rewrite drops"
+fi
+if ! command -v setfacl >/dev/null; then
+  apt-get install -y -qq acl || warn "could not install acl (setfacl)"
+fi
+if command -v setfacl >/dev/null; then
+  acl_ok=true
+  setfacl -m "u:$AGENT:r" "$IDENTITY" || acl_ok=false
+  setfacl -m "u:$AGENT:rx" "$IDENTITY_DIR" || acl_ok=false
+  setfacl -d -m "u:$AGENT:r" "$IDENTITY_DIR" || acl_ok=false
+  for d in /opt/openziti/etc /opt/openziti; do
+    if [ -d "$d" ]; then setfacl -m "u:$AGENT:x" "$d" || acl_ok=false; fi
+  done
+  if $acl_ok; then
+    did "granted $AGENT read on $IDENTITY by ACL (explicit, and default on $IDENTITY_DIR)"
+  else
+    warn "some ACLs could not be set (filesystem without ACL support?); the ziti group grant remains"
+  fi
+fi
+
+# --- 5. config, OpenBao CA, bootstrap grant -------------------------------------------------------
+install -d -m 0770 -o root -g "$AGENT" "$ETC"
+install -d -m 0700 -o "$AGENT" -g "$AGENT" "$STATE"
+cat >"$WORK/config.yaml" <<EOF
+# Written by install.sh for $ENV_ID; re-running the install kit rewrites it.
+# Every key and its default: /usr/share/doc/monky-deployd/config.example.yaml
+env_id: $ENV_ID
+site: $SITE
+transport: $TRANSPORT
+identity: $IDENTITY
+laptop_mode: $LAPTOP
+tenancy:
+  service: monky.tenancy.deploy
+  port: 443
+bao:
+  addr: https://bao.cbs.tikali.net:8200
+  auth_mount: jwt-tenancy
+  role: see-env
+EOF
+if [ -f "$CONFIG" ] && cmp -s "$WORK/config.yaml" "$CONFIG"; then
+  say "$CONFIG unchanged"
+else
+  if [ -f "$CONFIG" ]; then
+    cp -p "$CONFIG" "$CONFIG.prev"
+    did "kept the previous config as $CONFIG.prev"
+  fi
+  install -m 0640 -o root -g "$AGENT" "$WORK/config.yaml" "$CONFIG.new"
+  mv -f "$CONFIG.new" "$CONFIG"
+  did "wrote $CONFIG (env $ENV_ID, site $SITE, transport $TRANSPORT)"
+fi
+if [ -n "$BAO_CA" ]; then
+  install -m 0644 -o root -g root "$BAO_CA" "$ETC/openbao-ca.pem"
+  did "installed the OpenBao CA as $ETC/openbao-ca.pem"
+fi
+if [ -n "$BOOTSTRAP_FILE" ]; then
+  install -m 0600 -o "$AGENT" -g "$AGENT" "$BOOTSTRAP_FILE" "$ETC/bootstrap.jwt"
+  did "staged the bootstrap grant at $ETC/bootstrap.jwt (0600; the agent deletes it after its first login)"
+fi
+
+# --- 6. start -------------------------------------------------------------------------------------
+if $SYSTEMD; then
+  systemctl daemon-reload
+  if [ "$TRANSPORT" = proxy ]; then
+    systemctl enable --now monky-deployd-proxy.service
+    systemctl try-restart monky-deployd-proxy.service
+    did "enabled and started monky-deployd-proxy.service"
+  elif systemctl is-enabled monky-deployd-proxy.service >/dev/null 2>&1; then
+    systemctl disable --now monky-deployd-proxy.service
+    did "disabled monky-deployd-proxy.service (transport $TRANSPORT does not use it)"
+  fi
+  systemctl enable --now monky-deployd.timer
+  did "enabled and started monky-deployd.timer"
+else
+  warn "systemd is not running: enable monky-deployd.timer yourself once it is"
+fi
+
+say "done. What this run did:"
+for a in "${ACTIONS[@]}"; do printf '  - %s\n' "$a"; done
+say "next: monky-deployd doctor; journalctl -u monky-deployd.service -f"
