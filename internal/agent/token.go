@@ -150,8 +150,11 @@ func (a *Agent) tokenForApply(ctx context.Context) (secret.Value, error) {
 	if err != nil {
 		return secret.Value{}, err
 	}
+	// The token that just passed the check-in works, unless OpenBao says otherwise below.
+	working := !a.token.Empty()
 	if a.st.Token != nil && a.st.Token.Source == sourceLease && !a.token.Empty() {
 		info, err := client.LookupSelf(ctx, a.token)
+		working = err == nil && info.TTL > 0
 		switch {
 		case err == nil && info.TTL.Seconds() > float64(a.cfg.Bao.RenewBelowS):
 			a.log.Debug("reusing lease token", "ttl_s", int64(info.TTL.Seconds()))
@@ -177,7 +180,7 @@ func (a *Agent) tokenForApply(ctx context.Context) (secret.Value, error) {
 	}
 	tok, err := a.lease(ctx, "apply")
 	if errors.Is(err, tenancy.ErrRateLimited) {
-		if !a.token.Empty() {
+		if working {
 			a.log.Warn("lease rate-limited; applying with the current token, swap deferred", "token_source", a.tokenSource())
 			return a.token, nil
 		}

@@ -74,6 +74,9 @@ func TestComposeReadsRenderedValues(t *testing.T) {
 	tmpl.WriteString("# rendered by monky-deployd: substitutes every ${VAR}\n\n")
 	tmpl.WriteString("URL=https://${HOST}/x\n")
 	tmpl.WriteString("LITERAL='$$kept'\n")
+	// a plain value inside a longer value, whatever quotes the template put around it
+	tmpl.WriteString("Q1=\"pre ${HOST} post\"\nQ2='pre ${HOST}' # c\nQ3=a${HOST}b # c\n")
+	want["Q1"], want["Q2"], want["Q3"] = "pre example.test post", "pre example.test", "aexample.testb"
 	want["LITERAL"] = "$$kept" // single quotes: literal to compose
 	for i, v := range trickyValues {
 		name := fmt.Sprintf("V%02d", i)

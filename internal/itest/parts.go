@@ -82,39 +82,51 @@ func missingIn(t testing.TB, ci bool, part string, err error) {
 var errUnknownPart = errors.New("unknown part")
 
 type probeResult struct {
-	val string
-	err error
+	once sync.Once
+	val  string
+	err  error
 }
 
 var (
-	probeMu    sync.Mutex
+	probeMu    sync.Mutex // guards the map only: a probe may probe another part
 	probeCache = map[string]*probeResult{}
 )
+
+func probeFunc(part string) func() (string, error) {
+	switch part {
+	case PartDocker:
+		return probeDocker
+	case PartCompose:
+		return probeCompose
+	case PartRegistry:
+		return func() (string, error) { return probeExecutable(registryBin) }
+	case PartBao:
+		return probeBao
+	case PartGo:
+		return func() (string, error) { return exec.LookPath("go") }
+	}
+	return nil
+}
 
 // probe checks a part once per process and returns what later steps need (a binary path, a
 // version).
 func probe(part string) (string, error) {
 	probeMu.Lock()
-	defer probeMu.Unlock()
-	if r, ok := probeCache[part]; ok {
-		return r.val, r.err
+	r, ok := probeCache[part]
+	if !ok {
+		if probeFunc(part) == nil {
+			probeMu.Unlock()
+			return "", fmt.Errorf("%w %q (known: docker, compose, registry, bao, go)", errUnknownPart, part)
+		}
+		r = &probeResult{}
+		probeCache[part] = r
 	}
-	var r probeResult
-	switch part {
-	case PartDocker:
-		r.val, r.err = probeDocker()
-	case PartCompose:
-		r.val, r.err = probeCompose()
-	case PartRegistry:
-		r.val, r.err = probeExecutable(registryBin)
-	case PartBao:
-		r.val, r.err = probeBao()
-	case PartGo:
-		r.val, r.err = exec.LookPath("go")
-	default:
-		return "", fmt.Errorf("%w %q (known: docker, compose, registry, bao, go)", errUnknownPart, part)
-	}
-	probeCache[part] = &r
+	probeMu.Unlock()
+	r.once.Do(func() {
+		if f := probeFunc(part); f != nil {
+			r.val, r.err = f()
+		}
+	})
 	return r.val, r.err
 }
 

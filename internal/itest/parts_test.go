@@ -39,7 +39,9 @@ func runRecorded(t *testing.T, f func(tb testing.TB)) *recorder {
 
 func TestRequireNeverSkipsSilentlyInCI(t *testing.T) {
 	probeMu.Lock()
-	probeCache["absent-for-test"] = &probeResult{err: errors.New("not installed")}
+	absent := &probeResult{err: errors.New("not installed")}
+	absent.once.Do(func() {})
+	probeCache["absent-for-test"] = absent
 	probeMu.Unlock()
 	t.Cleanup(func() {
 		probeMu.Lock()

@@ -132,11 +132,11 @@ func TestListAgentsRefusesBrokenListings(t *testing.T) {
 		want  string
 	}{
 		{"cursor loop", map[string]string{
-			"":  `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"a"}],"next":"c1"}`,
+			"":   `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"a"}],"next":"c1"}`,
 			"c1": `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"b"}],"next":"c1"}`,
 		}, "cursor repeats"},
 		{"duplicate env", map[string]string{
-			"":  `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"a"}],"next":"c1"}`,
+			"":   `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"a"}],"next":"c1"}`,
 			"c1": `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"a"}],"next":null}`,
 		}, "env a appears twice"},
 		{"html error page", map[string]string{"": `<html>bad gateway</html>`}, "not a JSON object"},

@@ -59,7 +59,9 @@ func TestParseKit(t *testing.T) {
 	}{
 		{"example", func(s string) string { return s }, ""},
 		{"port defaults", func(s string) string { return strings.Replace(s, `"tenancy_port": 443`, `"tenancy_port": 0`, 1) }, ""},
-		{"no grant", func(s string) string { return strings.Replace(s, `"eyJhbGciOiJFUzI1NiJ9.eyJzdWIiOiJ4In0.c2ln"`, `""`, 1) }, "bootstrap_grant"},
+		{"no grant", func(s string) string {
+			return strings.Replace(s, `"eyJhbGciOiJFUzI1NiJ9.eyJzdWIiOiJ4In0.c2ln"`, `""`, 1)
+		}, "bootstrap_grant"},
 		{"grant with shell", func(s string) string { return strings.Replace(s, `.c2ln"`, `.c2ln$(id)"`, 1) }, "not a JWT"},
 		{"version injection", func(s string) string { return strings.Replace(s, `"0.2.0"`, `"0.2.0/../../x; curl evil"`, 1) }, "package_version"},
 		{"bad expiry", func(s string) string { return strings.Replace(s, `"2026-12-02T11:00:00Z"`, `"soon"`, 1) }, "grant_expires_at"},

@@ -645,11 +645,14 @@ func (s *Server) checkin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tokenEnv, ok := s.authn(w, r)
-	rc.env = tokenEnv
 	if !ok {
+		// Record the env the refused call was about, from its body.
+		_ = decodeBody(r, &req)
+		rc.env = req.EnvID
 		rc.status, rc.code = http.StatusUnauthorized, protocol.CodeUnauthenticated
 		return
 	}
+	rc.env = tokenEnv
 	if err := decodeBody(r, &req); err != nil || req.EnvID == "" {
 		rc.status, rc.code = http.StatusUnprocessableEntity, "INVALID_REQUEST"
 		s.writeError(w, rc.status, rc.code, "body must be a check-in with env_id")
@@ -752,11 +755,14 @@ func (s *Server) lease(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tokenEnv, ok := s.authn(w, r)
-	rc.env = tokenEnv
 	if !ok {
+		// Record the env the refused call was about, from its body.
+		_ = decodeBody(r, &req)
+		rc.env = req.EnvID
 		rc.status, rc.code = http.StatusUnauthorized, protocol.CodeUnauthenticated
 		return
 	}
+	rc.env = tokenEnv
 	if err := decodeBody(r, &req); err != nil || req.EnvID == "" {
 		rc.status, rc.code = http.StatusUnprocessableEntity, "INVALID_REQUEST"
 		s.writeError(w, rc.status, rc.code, "body must be a lease request with env_id")
@@ -844,11 +850,14 @@ func (s *Server) report(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tokenEnv, ok := s.authn(w, r)
-	rc.env = tokenEnv
 	if !ok {
+		// Record the env the refused call was about, from its body.
+		_ = decodeBody(r, &rep)
+		rc.env = rep.EnvID
 		rc.status, rc.code = http.StatusUnauthorized, protocol.CodeUnauthenticated
 		return
 	}
+	rc.env = tokenEnv
 	if err := decodeBody(r, &rep); err != nil || rep.EnvID == "" || rep.Result == "" {
 		rc.status, rc.code = http.StatusUnprocessableEntity, "INVALID_REQUEST"
 		s.writeError(w, rc.status, rc.code, "body must be a report with env_id and result")

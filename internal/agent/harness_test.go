@@ -1,0 +1,299 @@
+package agent_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/bao"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/bao/baotest"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/compose"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/config"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/diskspace"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/dockersim"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/grant"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/journal"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/state"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/tenancy"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/tenancy/tenancytest"
+)
+
+const env = "env-qa-02"
+
+// Secret values seeded in the fake OpenBao. Every one is grepped for in everything a tick wrote.
+const (
+	geminiKey   = `g3m!ni key with spaces, "quotes", $dollar and #hash`
+	dbPassword  = "s3cr3t-db-p4ss"
+	registryPwd = "r3g1stry-r0b0t-p4ss"
+)
+
+// clock is a fake clock the agent's Sleep advances, so waiting for health takes no real time.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func (c *clock) Sleep(ctx context.Context, d time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c.Advance(d)
+	return nil
+}
+
+// harness is one box: a config and state dir, fake tenancy, fake OpenBao, a simulated docker CLI.
+type harness struct {
+	t      *testing.T
+	dir    string
+	cfg    *config.Config
+	ten    *tenancytest.Server
+	bao    *baotest.Server
+	signer *grant.Signer
+	docker *dockersim.Sim
+	clock  *clock
+	logs   *syncBuffer
+	free   map[string]int64
+	step   func(string) error
+	prune  bool
+	timer  *protocol.Timer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func newHarness(t *testing.T, extraConfig ...string) *harness {
+	t.Helper()
+	h := &harness{t: t, dir: t.TempDir(), clock: &clock{t: time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)}, logs: &syncBuffer{}}
+	var err error
+	h.signer, err = grant.NewSigner("monky-tenancy-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.signer.Clock = h.clock.Now
+	h.bao = baotest.Start(baotest.Options{PublicKey: h.signer.PublicKey(), Clock: h.clock.Now})
+	t.Cleanup(h.bao.Close)
+	h.ten = tenancytest.Start(tenancytest.Options{Verifier: h.bao, Signer: h.signer, BaoAddr: h.bao.URL, Clock: h.clock.Now})
+	t.Cleanup(h.ten.Close)
+	h.ten.AddEnv(env)
+
+	state := filepath.Join(h.dir, "state")
+	if err := os.MkdirAll(filepath.Join(h.dir, "containerd"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfgText := fmt.Sprintf(`env_id: %s
+site: cbs
+transport: system
+tenancy:
+  base_url: %s
+bao:
+  addr: %s
+  ca_file: %s
+state_dir: %s
+bootstrap_file: %s
+containerd_root: %s
+registry_host: harbor.tikali.net
+healthy_timeout_s: 60
+`, env, h.ten.URL, h.bao.URL, filepath.Join(h.dir, "no-ca.pem"), state, filepath.Join(h.dir, "bootstrap.jwt"), filepath.Join(h.dir, "containerd"))
+	cfgText += strings.Join(extraConfig, "\n")
+	h.cfg, err = config.Parse([]byte(cfgText), filepath.Join(h.dir, "config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.docker = dockersim.New(t)
+	h.docker.RootDir = filepath.Join(h.dir, "docker-root")
+	h.free = map[string]int64{}
+	h.writeBootstrap()
+	h.bao.Put(env, "gemini_api_key", "value", geminiKey)
+	h.bao.Put(env, "db_password", "value", dbPassword)
+	h.bao.Put(env, "registry", "value", `{"registry": "harbor.tikali.net", "username": "robot$pull", "password": "`+registryPwd+`"}`)
+	return h
+}
+
+// writeBootstrap stages a fresh install-kit grant, as install.sh does.
+func (h *harness) writeBootstrap() {
+	h.t.Helper()
+	jwt := h.ten.RevealKit(env)
+	if err := os.WriteFile(h.cfg.BootstrapFile, []byte(jwt+"\n"), 0o600); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func (h *harness) deps() agent.Deps {
+	hc := &http.Client{Transport: &http.Transport{}, Timeout: 10 * time.Second}
+	return agent.Deps{
+		Log:     slog.New(journal.New(h.logs, slog.LevelDebug)),
+		Tenancy: tenancy.New(h.cfg.TenancyURL(), hc),
+		NewBao: func(addr string) (agent.Bao, error) {
+			return bao.New(bao.Options{Addr: addr, HTTPClient: &http.Client{Transport: &http.Transport{}}, CAFile: h.cfg.Bao.CAFile})
+		},
+		Docker: &compose.Docker{Bin: "docker", ConfigDir: h.cfg.DockerConfigDir(), Project: h.cfg.ComposeProject, Runner: h.docker, Now: h.clock.Now, PollInterval: 2 * time.Second},
+		Timer: func(context.Context) *protocol.Timer {
+			if h.timer != nil {
+				return h.timer
+			}
+			return &protocol.Timer{Unit: "monky-deployd.timer"}
+		},
+		Disk: &diskspace.Meter{Stat: func(p string) (int64, error) {
+			if _, err := os.Stat(p); err != nil {
+				return 0, fs.ErrNotExist
+			}
+			if v, ok := h.free[p]; ok {
+				return v, nil
+			}
+			return 500 << 30, nil
+		}},
+		Now:      h.clock.Now,
+		Sleep:    h.clock.Sleep,
+		Hostname: "qa-02",
+		Step:     h.step,
+	}
+}
+
+// tick runs one tick and returns its exit code.
+func (h *harness) tick() int {
+	h.t.Helper()
+	err := agent.New(h.cfg, h.deps(), agent.Options{Prune: h.prune}).Tick(context.Background())
+	return agent.ExitCode(err)
+}
+
+func (h *harness) state() *state.State {
+	h.t.Helper()
+	st, err := state.Load(h.cfg.StatePath())
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return st
+}
+
+func (h *harness) lastReport() protocol.Report {
+	h.t.Helper()
+	r, ok := h.ten.LastReport(env)
+	if !ok {
+		h.t.Fatal("no report")
+	}
+	return r
+}
+
+// bundleSpec describes a bundle; zero values give a two-service app with three manifest entries.
+type bundleSpec struct {
+	compose  string
+	template string
+	manifest string
+	agent    map[string]any
+	extra    map[string]string
+	noMeta   bool
+}
+
+const defaultCompose = `services:
+  api:
+    image: harbor.tikali.net/monky/api:1.4.2
+    env_file: .env
+    healthcheck:
+      test: ["CMD", "/app", "-check"]
+  worker:
+    image: harbor.tikali.net/monky/worker:1.4.2
+    environment:
+      DB_PASSWORD: ${DB_PASSWORD}
+`
+
+const defaultTemplate = `# rendered by tenancy: substitutes every ${VAR} below
+GEMINI_API_KEY=${GEMINI_API_KEY}
+DB_PASSWORD=${DB_PASSWORD}
+LOG_LEVEL=info
+`
+
+const defaultManifest = `{"entries": [
+  {"var": "GEMINI_API_KEY", "path": "gemini_api_key"},
+  {"var": "DB_PASSWORD", "path": "db_password", "key": "value"},
+  {"path": "registry", "use": "registry-auth"}
+]}`
+
+func makeFiles(s bundleSpec) map[string]string {
+	if s.compose == "" {
+		s.compose = defaultCompose
+	}
+	if s.template == "" {
+		s.template = defaultTemplate
+	}
+	if s.manifest == "" {
+		s.manifest = defaultManifest
+	}
+	files := map[string]string{
+		"docker-compose.yml": s.compose,
+		".env.template":      s.template,
+		"manifest.json":      s.manifest,
+	}
+	if !s.noMeta {
+		meta := map[string]any{
+			"address": "monky/see", "pull": "always", "secrets_provider": "openbao",
+			"compose_file": "docker-compose.yml",
+			"files":        []string{"docker-compose.yml", ".env.template", "manifest.json"},
+		}
+		if s.agent != nil {
+			meta["agent"] = s.agent
+		}
+		b, _ := json.Marshal(meta)
+		files["bundle.json"] = string(b)
+	}
+	for k, v := range s.extra {
+		files[k] = v
+	}
+	return files
+}
+
+// desire makes tenancy want the bundle and returns its sha.
+func (h *harness) desire(s bundleSpec) string {
+	return h.ten.SetDesired(env, makeFiles(s))
+}
+
+func (h *harness) expectExit(want int) {
+	h.t.Helper()
+	if got := h.tick(); got != want {
+		h.t.Fatalf("tick exit %d, want %d; journal:\n%s", got, want, h.logs.String())
+	}
+}
+
+func (h *harness) expectLog(substr string) {
+	h.t.Helper()
+	if !strings.Contains(h.logs.String(), substr) {
+		h.t.Errorf("journal lacks %q:\n%s", substr, h.logs.String())
+	}
+}

@@ -1,0 +1,649 @@
+package agent_test
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/tenancy/tenancytest"
+)
+
+func mode(t *testing.T, path string) os.FileMode {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Mode().Perm()
+}
+
+func TestFirstApply(t *testing.T) {
+	h := newHarness(t)
+	sha := h.desire(bundleSpec{})
+	h.expectExit(agent.ExitOK)
+
+	// Bootstrap: logged in with the kit's grant, which is then gone from disk.
+	if _, err := os.Stat(h.cfg.BootstrapFile); !os.IsNotExist(err) {
+		t.Errorf("bootstrap grant still on disk after login: %v", err)
+	}
+	if got := mode(t, h.cfg.TokenPath()); got != 0o600 {
+		t.Errorf("bao.token mode %o, want 600", got)
+	}
+	// The bootstrap token was swapped for a lease once, and the old one revoked.
+	if n := h.ten.LeasesGranted(env); n != 1 {
+		t.Errorf("leases granted = %d, want 1", n)
+	}
+	if h.bao.Revokes() != 1 {
+		t.Errorf("revokes = %d, want 1 (the bootstrap token after the swap)", h.bao.Revokes())
+	}
+	st := h.state()
+	if st.AppliedSha != sha || st.Token == nil || st.Token.Source != "lease" || st.LastResult != "applied" {
+		t.Errorf("state = applied %q token %+v result %q", st.AppliedSha, st.Token, st.LastResult)
+	}
+	if got := mode(t, h.cfg.StatePath()); got != 0o600 {
+		t.Errorf("state.json mode %o, want 600", got)
+	}
+
+	// Release staged and promoted; .env rendered 0600 with the values, no registry password.
+	cur, err := os.Readlink(filepath.Join(h.cfg.EnvDir(), "current"))
+	if err != nil || cur != filepath.Join("releases", sha) {
+		t.Fatalf("current → %q (%v), want releases/%s", cur, err, sha)
+	}
+	envPath := filepath.Join(h.cfg.EnvDir(), "releases", sha, ".env")
+	if got := mode(t, envPath); got != 0o600 {
+		t.Errorf(".env mode %o, want 600", got)
+	}
+	envText, _ := os.ReadFile(envPath)
+	if !strings.Contains(string(envText), "DB_PASSWORD="+dbPassword) {
+		t.Errorf(".env lacks DB_PASSWORD:\n%s", envText)
+	}
+	if !strings.Contains(string(envText), "# rendered by tenancy: substitutes every ${VAR} below") {
+		t.Errorf(".env lost the comment line:\n%s", envText)
+	}
+	if strings.Contains(string(envText), registryPwd) {
+		t.Error("the registry password is in .env")
+	}
+
+	// Registry credential: the agent's own DOCKER_CONFIG, 0600 in a 0700 dir.
+	cfgPath := filepath.Join(h.cfg.DockerConfigDir(), "config.json")
+	if mode(t, h.cfg.DockerConfigDir()) != 0o700 || mode(t, cfgPath) != 0o600 {
+		t.Errorf("docker config modes dir %o file %o", mode(t, h.cfg.DockerConfigDir()), mode(t, cfgPath))
+	}
+	var dc struct {
+		Auths map[string]struct{ Auth string } `json:"auths"`
+	}
+	raw, _ := os.ReadFile(cfgPath)
+	if err := json.Unmarshal(raw, &dc); err != nil {
+		t.Fatal(err)
+	}
+	dec, _ := base64.StdEncoding.DecodeString(dc.Auths["harbor.tikali.net"].Auth)
+	if string(dec) != "robot$pull:"+registryPwd {
+		t.Errorf("docker config auth for harbor.tikali.net is wrong")
+	}
+	for _, c := range h.docker.Calls() {
+		if !slices.Contains(c.Env, "DOCKER_CONFIG="+h.cfg.DockerConfigDir()) {
+			t.Errorf("%s ran without the agent's DOCKER_CONFIG", c)
+		}
+		for _, kv := range c.Env {
+			if strings.Contains(kv, registryPwd) || strings.Contains(kv, dbPassword) {
+				t.Errorf("%s carries a secret in its environment", c)
+			}
+		}
+	}
+	want := []string{"info --format {{json .}}", "compose pull", "compose up -d --remove-orphans", "compose ps -a --format json"}
+	if got := h.docker.Subcommands(); !slices.Equal(got[:4], want) {
+		t.Errorf("docker calls = %q, want them to start %q", got, want)
+	}
+	if running := h.docker.Running(); !slices.Equal(running, []string{"api", "worker"}) {
+		t.Errorf("running = %v", running)
+	}
+
+	r := h.lastReport()
+	if r.Result != "applied" || r.Sha != sha || len(r.Containers) != 2 || r.AgentVersion == "" {
+		t.Errorf("report = %+v", r)
+	}
+	h.expectLog("checkin: action=apply desired=" + sha[:12] + " applied=-")
+	h.expectLog("read 3 secret(s): DB_PASSWORD, GEMINI_API_KEY (+ registry credential)")
+	h.expectLog("promoted release " + sha[:12])
+	h.expectLog("applied " + sha[:12])
+}
+
+func TestConvergedTickReportsHealth(t *testing.T) {
+	h := newHarness(t)
+	h.desire(bundleSpec{})
+	h.expectExit(agent.ExitOK)
+	leases, reads := h.ten.LeasesGranted(env), h.bao.Reads()
+
+	h.expectExit(agent.ExitOK)
+	if r := h.lastReport(); r.Result != "healthy" || len(r.Containers) != 2 {
+		t.Errorf("heartbeat = %+v", r)
+	}
+	h.expectLog("checkin: action=none")
+	h.expectLog("healthy; heartbeat reported")
+	if h.ten.LeasesGranted(env) != leases || h.bao.Reads() != reads {
+		t.Error("a converged tick leased or read secrets")
+	}
+
+	h.docker.Stop("worker")
+	h.expectExit(agent.ExitOK)
+	r := h.lastReport()
+	if r.Result != "unhealthy" || !strings.Contains(r.Detail, "worker: exited") {
+		t.Errorf("heartbeat after a stop = %+v", r)
+	}
+	if h.docker.Count("compose up") != 1 {
+		t.Error("a heartbeat restarted containers")
+	}
+}
+
+func TestSecondApplyReusesTheLeaseToken(t *testing.T) {
+	h := newHarness(t)
+	h.desire(bundleSpec{})
+	h.expectExit(agent.ExitOK)
+	// A new bundle: the valid lease token is reused, not re-leased (5 leases an hour).
+	h.desire(bundleSpec{manifest: `{"entries": [{"var": "GEMINI_API_KEY", "path": "gemini_api_key", "version": 1}, {"var": "DB_PASSWORD", "path": "db_password"}]}`})
+	h.expectExit(agent.ExitOK)
+	if n := h.ten.LeasesGranted(env); n != 1 {
+		t.Errorf("leases = %d, want 1 (reused)", n)
+	}
+	if st := h.state(); st.Token.Source != "lease" || st.AppliedSha != h.lastReport().Sha {
+		t.Errorf("state after second apply: %+v", st)
+	}
+}
+
+func TestLeaseTokenBelowRenewThreshold(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		renewable  bool
+		wantLeases int
+		wantRenews int
+	}{
+		{"renewed when renewable", true, 1, 1},
+		{"re-leased when not renewable", false, 2, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.desire(bundleSpec{})
+			h.expectExit(agent.ExitOK)
+			tok, _ := os.ReadFile(h.cfg.TokenPath())
+			token := strings.TrimSpace(string(tok))
+			h.bao.SetTTL(token, 10*time.Minute) // under renew_below_s (3600)
+			h.bao.SetRenewable(token, tc.renewable)
+			h.desire(bundleSpec{template: defaultTemplate + "EXTRA=1\n"})
+			h.expectExit(agent.ExitOK)
+			if h.ten.LeasesGranted(env) != tc.wantLeases || h.bao.Renews() != tc.wantRenews {
+				t.Errorf("leases %d renews %d, want %d %d", h.ten.LeasesGranted(env), h.bao.Renews(), tc.wantLeases, tc.wantRenews)
+			}
+		})
+	}
+}
+
+func TestRateLimitedLease(t *testing.T) {
+	t.Run("with a working token the apply goes on and the swap is deferred", func(t *testing.T) {
+		h := newHarness(t)
+		h.ten.SetLeaseLimit(0)
+		sha := h.desire(bundleSpec{})
+		h.expectExit(agent.ExitOK)
+		st := h.state()
+		if st.AppliedSha != sha || st.Token.Source != "bootstrap" || h.lastReport().Result != "applied" {
+			t.Errorf("state %+v report %+v", st, h.lastReport())
+		}
+		h.expectLog("lease rate-limited; applying with the current token, swap deferred")
+	})
+	t.Run("without a working token the tick is temporary", func(t *testing.T) {
+		h := newHarness(t)
+		h.desire(bundleSpec{})
+		h.expectExit(agent.ExitOK)
+		h.ten.SetLeaseLimit(0)
+		// OpenBao no longer vouches for the lease token (lookup-self refused), and tenancy will
+		// not lease: nothing to read secrets with.
+		h.bao.FailNext("auth/token/lookup-self", http.StatusForbidden, 1)
+		h.desire(bundleSpec{template: defaultTemplate + "EXTRA=1\n"})
+		h.expectExit(agent.ExitTemporary)
+		if h.docker.Count("compose up") != 1 {
+			t.Error("compose ran without secrets")
+		}
+	})
+}
+
+func TestRollbackRefusedUnlessAllowed(t *testing.T) {
+	h := newHarness(t)
+	first := makeFiles(bundleSpec{})
+	h.ten.SetDesired(env, first)
+	h.expectExit(agent.ExitOK)
+	h.desire(bundleSpec{template: defaultTemplate + "V=2\n"})
+	h.expectExit(agent.ExitOK)
+	ups := h.docker.Count("compose up")
+
+	h.ten.SetDesired(env, first)
+	h.expectExit(agent.ExitFailed)
+	r := h.lastReport()
+	if r.Result != "refused" || !strings.HasPrefix(r.Detail, "ROLLBACK_REFUSED: ") {
+		t.Errorf("report = %+v", r)
+	}
+	if h.ten.LeasesGranted(env) != 1 || h.docker.Count("compose up") != ups {
+		t.Error("a refused bundle leased or started something")
+	}
+	h.expectLog("refused: ROLLBACK_REFUSED: ")
+
+	h.desire(bundleSpec{agent: map[string]any{"allow_rollback": true}})
+	// The allowed variant differs from `first` by its bundle.json, so it is a new sha; roll back
+	// to the very first sha by allowing it in place.
+	allowed := makeFiles(bundleSpec{agent: map[string]any{"allow_rollback": true}})
+	h.ten.SetDesired(env, allowed)
+	h.expectExit(agent.ExitOK)
+	h.ten.SetDesired(env, first)
+	h.expectExit(agent.ExitFailed) // still refused: the first bundle does not allow it
+	h.ten.SetDesired(env, allowed)
+	h.expectExit(agent.ExitOK) // the allowed one was applied before but it allows rollback
+}
+
+func TestDiskRefusal(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		need    int64
+		root    int64
+		ctrd    int64
+		refused bool
+		detail  []string
+	}{
+		{"declared size over the tightest filesystem", 4 << 30, 500 << 30, 5 << 30, true, []string{"bundle needs 8192 MiB (4096 MiB × 1.5 + 2048 MiB headroom)", "containerd"}},
+		{"no declared size still needs the headroom floor", 0, 500 << 30, 32 << 20, true, []string{"declares no size", "has 32 MiB free"}},
+		{"no declared size with room applies", 0, 500 << 30, 500 << 30, false, nil},
+		{"declared size with room applies", 1 << 30, 500 << 30, 400 << 30, false, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.free[h.docker.RootDir] = tc.root
+			os.MkdirAll(h.docker.RootDir, 0o755)
+			h.free[h.cfg.ContainerdRoot] = tc.ctrd
+			agentProfile := map[string]any{}
+			if tc.need > 0 {
+				agentProfile["disk_need_bytes"] = tc.need
+			}
+			h.desire(bundleSpec{agent: agentProfile})
+			if !tc.refused {
+				h.expectExit(agent.ExitOK)
+				return
+			}
+			h.expectExit(agent.ExitFailed)
+			r := h.lastReport()
+			if r.Result != "refused" || !strings.HasPrefix(r.Detail, "DISK_INSUFFICIENT: image storage (") {
+				t.Fatalf("report = %+v", r)
+			}
+			for _, want := range append(tc.detail, h.docker.RootDir) {
+				if !strings.Contains(r.Detail, want) {
+					t.Errorf("detail %q lacks %q", r.Detail, want)
+				}
+			}
+			if h.ten.LeasesGranted(env) != 0 || h.docker.Count("compose pull") != 0 {
+				t.Error("a disk refusal leased or pulled")
+			}
+		})
+	}
+}
+
+func TestRefusalsComeBeforeAnyLease(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		spec   bundleSpec
+		prefix string
+		want   []string
+	}{
+		{"unresolved variable", bundleSpec{template: "# ${IN_A_COMMENT} is not a reference\n  # nor ${THIS}\nA=${MISSING_ONE}\nB=${MISSING_TWO}\nGEMINI_API_KEY=${GEMINI_API_KEY}\n"},
+			"ENV_INCOMPLETE: ", []string{"MISSING_ONE", "MISSING_TWO"}},
+		{"privileged lists every finding", bundleSpec{compose: `services:
+  api:
+    image: x/api:1
+    privileged: true
+    network_mode: host
+  agent:
+    image: x/agent:1
+    volumes: ["/var/run/docker.sock:/var/run/docker.sock"]
+    cap_add: [SYS_ADMIN]
+`}, "PRIVILEGED_REFUSED: ", []string{"api: privileged", "api: network_mode", "agent: cap_add", "agent: bind mount of /var/run/docker.sock"}},
+		{"build is never allowed", bundleSpec{compose: "services:\n  api:\n    build: .\n", agent: map[string]any{"allow_privileged": true}}, "BUNDLE_INVALID: ", []string{"api"}},
+		{"manifest path escaping the prefix", bundleSpec{manifest: `{"entries": [{"var": "X", "path": "../env-prod-01/see/key"}]}`, template: "X=${X}\n"}, "MANIFEST_PATH: ", []string{"../env-prod-01/see/key"}},
+		{"bundle path escaping the release", bundleSpec{extra: map[string]string{"../evil": "x"}}, "BUNDLE_INVALID: ", []string{"../evil"}},
+		{"no bundle.json", bundleSpec{noMeta: true}, "BUNDLE_INVALID: ", []string{"bundle.json"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.desire(tc.spec)
+			h.expectExit(agent.ExitFailed)
+			r := h.lastReport()
+			if r.Result != "refused" || !strings.HasPrefix(r.Detail, tc.prefix) {
+				t.Fatalf("report = %+v", r)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(r.Detail, w) {
+					t.Errorf("detail %q lacks %q", r.Detail, w)
+				}
+			}
+			if strings.Contains(r.Detail, "IN_A_COMMENT") || strings.Contains(r.Detail, "THIS") {
+				t.Errorf("a reference in a comment line counted: %q", r.Detail)
+			}
+			if h.ten.LeasesGranted(env) != 0 || h.bao.Reads() != 0 || len(h.docker.Calls()) > 1 {
+				t.Errorf("refusal after leasing %d, reading %d, docker %q", h.ten.LeasesGranted(env), h.bao.Reads(), h.docker.Subcommands())
+			}
+			h.expectLog("refused: " + tc.prefix)
+			if _, err := os.Stat(filepath.Join(h.cfg.EnvDir(), "current")); !os.IsNotExist(err) {
+				t.Error("a refused bundle was promoted")
+			}
+		})
+	}
+}
+
+func TestBundleShaMismatch(t *testing.T) {
+	h := newHarness(t)
+	files := makeFiles(bundleSpec{})
+	h.ten.SetDesiredRaw(env, strings.Repeat("ab", 32), files)
+	h.expectExit(agent.ExitFailed)
+	if r := h.lastReport(); r.Result != "refused" || !strings.HasPrefix(r.Detail, "BUNDLE_SHA_MISMATCH: ") {
+		t.Errorf("report = %+v", r)
+	}
+	if h.ten.LeasesGranted(env) != 0 {
+		t.Error("leased for a mismatching bundle")
+	}
+}
+
+func TestLegacyAppRoleLeaseIsRefused(t *testing.T) {
+	for _, shape := range []tenancytest.LeaseShape{tenancytest.LeaseAppRole, tenancytest.LeaseMissingJWT} {
+		h := newHarness(t)
+		h.ten.SetLeaseShape(env, shape)
+		h.desire(bundleSpec{})
+		h.expectExit(agent.ExitFailed)
+		r := h.lastReport()
+		if r.Result != "failed" || !strings.Contains(r.Detail, "LEASE_SHAPE") {
+			t.Errorf("shape %d: report %+v", shape, r)
+		}
+		if h.docker.Count("compose up") != 0 {
+			t.Error("compose ran after a LEASE_SHAPE refusal")
+		}
+	}
+}
+
+func TestLegacyNestedVaultAddrInLease(t *testing.T) {
+	h := newHarness(t)
+	h.ten.SetLeaseShape(env, tenancytest.LeaseLegacyVault)
+	h.desire(bundleSpec{})
+	h.expectExit(agent.ExitOK)
+}
+
+func TestComposePullFailureCarriesTheRegistrysWords(t *testing.T) {
+	h := newHarness(t)
+	h.docker.PullFail = "Error response from daemon: Head \"https://harbor.tikali.net/v2/monky/api/manifests/1.4.2\": no basic auth credentials\n"
+	h.desire(bundleSpec{})
+	h.expectExit(agent.ExitFailed)
+	r := h.lastReport()
+	if r.Result != "failed" || !strings.Contains(r.Detail, "no basic auth credentials") || !strings.HasPrefix(r.Detail, "compose pull: ") {
+		t.Errorf("report = %+v", r)
+	}
+	h.expectLog("failed: compose pull: docker compose pull failed (rc=1)")
+	if h.docker.Count("compose up") != 0 {
+		t.Error("compose up ran after a failed pull")
+	}
+}
+
+func TestUnhealthyAfterUpReportsFailedWithLogs(t *testing.T) {
+	h := newHarness(t)
+	first := h.desire(bundleSpec{})
+	h.expectExit(agent.ExitOK)
+
+	h.docker.Health["api"] = "unhealthy"
+	h.docker.Logs = "api-1 | connecting with password " + dbPassword + "\napi-1 | health check failed\n"
+	h.desire(bundleSpec{template: defaultTemplate + "V=2\n", agent: map[string]any{"healthy_timeout_s": 30}})
+	h.expectExit(agent.ExitFailed)
+	r := h.lastReport()
+	if r.Result != "failed" || !strings.Contains(r.Detail, "not healthy after 30s: api: running/unhealthy") {
+		t.Errorf("report = %+v", r)
+	}
+	if !strings.Contains(r.LogTail, "health check failed") || strings.Contains(r.LogTail, dbPassword) || !strings.Contains(r.LogTail, "***") {
+		t.Errorf("log tail not the redacted compose logs: %q", r.LogTail)
+	}
+	if st := h.state(); st.AppliedSha != first || st.LastResult != "failed" {
+		t.Errorf("state applied %q result %q, want the previous sha kept", st.AppliedSha, st.LastResult)
+	}
+}
+
+func TestHealthWaitsThroughStarting(t *testing.T) {
+	h := newHarness(t)
+	h.docker.TurnsHealthyAfter["api"] = 3
+	h.desire(bundleSpec{})
+	h.expectExit(agent.ExitOK)
+	if h.docker.Count("compose ps") < 4 {
+		t.Errorf("ps calls = %d, want the agent to wait through starting", h.docker.Count("compose ps"))
+	}
+}
+
+func TestDownKeepsVolumesUnlessBothSay(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		purge   bool
+		config  string
+		removed bool
+	}{
+		{"retire keeps volumes by default", false, "", false},
+		{"purge asked but config keeps", true, "", false},
+		{"config purges but not asked", false, "volumes_on_absent: purge", false},
+		{"both say purge", true, "volumes_on_absent: purge", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, tc.config)
+			h.desire(bundleSpec{compose: defaultCompose + "volumes:\n  data: {}\n"})
+			h.expectExit(agent.ExitOK)
+			h.ten.Retire(env, tc.purge)
+			h.expectExit(agent.ExitOK)
+			if r := h.lastReport(); r.Result != "down" {
+				t.Errorf("report = %+v", r)
+			}
+			if len(h.docker.Running()) != 0 {
+				t.Error("containers still running after down")
+			}
+			if h.docker.Volumes() == tc.removed {
+				t.Errorf("volumes present = %v, want removed = %v", h.docker.Volumes(), tc.removed)
+			}
+		})
+	}
+}
+
+func TestUnauthenticatedReBootstrapsWithAFreshGrant(t *testing.T) {
+	h := newHarness(t)
+	h.desire(bundleSpec{})
+	h.expectExit(agent.ExitOK)
+	// A kit re-reveal supersedes the grant behind the current token; install.sh staged the new one.
+	h.writeBootstrap()
+	h.expectExit(agent.ExitOK)
+	if _, err := os.Stat(h.cfg.BootstrapFile); !os.IsNotExist(err) {
+		t.Error("the fresh grant was not used and deleted")
+	}
+	if r := h.lastReport(); r.Result != "healthy" {
+		t.Errorf("report after re-bootstrap = %+v", r)
+	}
+	h.expectLog("AGENT_UNAUTHENTICATED: bearer refused; token dropped")
+}
+
+func TestUnauthenticatedWithoutAGrantAsksForTheKit(t *testing.T) {
+	h := newHarness(t)
+	h.desire(bundleSpec{})
+	h.expectExit(agent.ExitOK)
+	h.ten.Supersede(env) // retire or a re-reveal whose kit was not run
+	h.expectExit(agent.ExitFailed)
+	h.expectLog("re-run the install kit")
+	if _, err := os.Stat(h.cfg.TokenPath()); !os.IsNotExist(err) {
+		t.Error("the refused token was kept")
+	}
+	if h.state().AppliedSha == "" {
+		t.Error("state lost the applied sha")
+	}
+}
+
+func TestNoTokenAndNoGrant(t *testing.T) {
+	h := newHarness(t)
+	os.Remove(h.cfg.BootstrapFile)
+	h.expectExit(agent.ExitFailed)
+	h.expectLog("")
+	if len(h.ten.Checkins(env)) != 0 {
+		t.Error("checked in without a token")
+	}
+}
+
+func TestEnvMismatchStopsAtOnce(t *testing.T) {
+	h := newHarness(t)
+	h.ten.FailNext(tenancytest.Checkin, http.StatusForbidden, protocol.CodeEnvMismatch, 1)
+	h.desire(bundleSpec{})
+	h.expectExit(agent.ExitConfig)
+	if n := len(h.ten.Reports(env)) + len(h.ten.Leases(env)) + len(h.ten.BundleFetches(env)); n != 0 {
+		t.Errorf("%d calls after AGENT_ENV_MISMATCH", n)
+	}
+	h.expectLog("AGENT_ENV_MISMATCH")
+}
+
+func TestTemporaryFailures(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		ep     tenancytest.Endpoint
+		status int
+	}{
+		{"checkin 503", tenancytest.Checkin, http.StatusServiceUnavailable},
+		{"checkin 500", tenancytest.Checkin, http.StatusInternalServerError},
+		{"bundle 502", tenancytest.Bundle, http.StatusBadGateway},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.desire(bundleSpec{})
+			h.ten.FailNext(tc.ep, tc.status, "", 1)
+			h.expectExit(agent.ExitTemporary)
+			h.expectLog("temporary network failure")
+			h.expectExit(agent.ExitOK) // the next timer tick converges
+		})
+	}
+	t.Run("tenancy unreachable", func(t *testing.T) {
+		h := newHarness(t)
+		h.desire(bundleSpec{})
+		h.ten.Close()
+		h.expectExit(agent.ExitTemporary)
+	})
+	t.Run("laptop mode exits 0 quietly when tenancy is unreachable", func(t *testing.T) {
+		h := newHarness(t, "laptop_mode: true")
+		h.desire(bundleSpec{})
+		h.ten.Close()
+		h.expectExit(agent.ExitOK)
+		h.expectLog("laptop mode")
+	})
+}
+
+func TestConcurrentTickDoesNothing(t *testing.T) {
+	h := newHarness(t)
+	h.desire(bundleSpec{})
+	os.MkdirAll(h.cfg.StateDir, 0o700)
+	f, err := os.OpenFile(h.cfg.LockPath(), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	holdLock(t, f)
+	h.expectExit(agent.ExitOK)
+	if len(h.ten.Checkins(env)) != 0 || len(h.docker.Calls()) != 0 {
+		t.Error("a tick ran while another held the lock")
+	}
+	h.expectLog("another tick is running")
+}
+
+func TestUpgradedFromOnTheFirstCheckinAfterAVersionChange(t *testing.T) {
+	h := newHarness(t)
+	h.desire(bundleSpec{})
+	h.expectExit(agent.ExitOK)
+	st := h.state()
+	st.AgentVersion = "0.1.9"
+	saveState(t, h, st)
+	h.expectExit(agent.ExitOK)
+	h.expectExit(agent.ExitOK)
+	cs := h.ten.Checkins(env)
+	if got := cs[len(cs)-2].Request.UpgradedFrom; got != "0.1.9" {
+		t.Errorf("upgraded_from = %q on the first check-in after the change", got)
+	}
+	if got := cs[len(cs)-1].Request.UpgradedFrom; got != "" {
+		t.Errorf("upgraded_from = %q on a later check-in", got)
+	}
+}
+
+func TestCheckinCarriesTelemetry(t *testing.T) {
+	h := newHarness(t)
+	yes := true
+	next := "2026-12-02T10:01:00Z"
+	h.timer = &protocol.Timer{Unit: "monky-deployd.timer", Enabled: &yes, Active: &yes, NextElapse: &next}
+	sha := h.desire(bundleSpec{})
+	h.expectExit(agent.ExitOK)
+	h.clock.Advance(time.Minute)
+	h.expectExit(agent.ExitOK)
+	cs := h.ten.Checkins(env)
+	req := cs[len(cs)-1].Request
+	if req.AppliedSha == nil || *req.AppliedSha != sha || req.Hostname != "qa-02" || req.Transport != "system" ||
+		req.LastResult != "applied" || req.Timer == nil || req.Timer.Enabled == nil || !*req.Timer.Enabled ||
+		req.TokenTTLSec == nil || *req.TokenTTLSec <= 0 || req.DiskFreeBytes == nil || req.DockerVersion != "29.0.1" || req.AgentVersion == "" {
+		b, _ := json.Marshal(req)
+		t.Errorf("check-in request = %s", b)
+	}
+	if first := cs[0].Request; first.AppliedSha != nil {
+		t.Error("applied_sha not null before the first apply")
+	}
+}
+
+func TestVaultSettingsFromTheCheckinAreAdopted(t *testing.T) {
+	h := newHarness(t)
+	h.bao.Put("shared-prefix", "gemini_api_key", "value", geminiKey)
+	h.ten.SetVault(env, protocol.Vault{Prefix: env + "/see"})
+	h.desire(bundleSpec{})
+	h.expectExit(agent.ExitOK)
+}
+
+func TestValuesSurviveOrAreRefusedByName(t *testing.T) {
+	h := newHarness(t)
+	h.bao.Put(env, "cert", "value", "-----BEGIN CERT-----\nline two\n-----END CERT-----")
+	h.desire(bundleSpec{
+		template: "CERT=${CERT}\nGEMINI_API_KEY=${GEMINI_API_KEY}\n",
+		manifest: `{"entries": [{"var": "CERT", "path": "cert"}, {"var": "GEMINI_API_KEY", "path": "gemini_api_key"}]}`,
+	})
+	code := h.tick()
+	r := h.lastReport()
+	switch code {
+	case agent.ExitOK:
+		// Written quoted: compose reads it back byte-for-byte (checked against real compose in
+		// the integration tests).
+		envText, _ := os.ReadFile(filepath.Join(h.cfg.EnvDir(), "current", ".env"))
+		if !strings.Contains(string(envText), "line two") {
+			t.Errorf(".env lacks the multi-line value:\n%s", envText)
+		}
+	case agent.ExitFailed:
+		if !strings.Contains(r.Detail, "ENV_UNSAFE_VALUE: CERT") || strings.Contains(r.Detail, "line two") {
+			t.Errorf("refusal detail = %q", r.Detail)
+		}
+	default:
+		t.Fatalf("exit %d", code)
+	}
+}
+
+func TestPruneKeepsTheNewestReleases(t *testing.T) {
+	h := newHarness(t)
+	h.prune = true
+	for i := 0; i < 7; i++ {
+		h.desire(bundleSpec{template: defaultTemplate + "N=" + string(rune('a'+i)) + "\n"})
+		h.expectExit(agent.ExitOK)
+		h.clock.Advance(time.Minute)
+	}
+	entries, _ := os.ReadDir(filepath.Join(h.cfg.EnvDir(), "releases"))
+	if len(entries) != 5 {
+		t.Errorf("%d releases kept, want 5", len(entries))
+	}
+	if h.docker.Count("image prune") != 7 {
+		t.Errorf("image prune ran %d times", h.docker.Count("image prune"))
+	}
+}

@@ -1,0 +1,262 @@
+// Package verdict decides, for one backend env, what its agent's state means and what the SRE
+// should do next. It is a pure function of what tenancy and the ziti controller said, tenancy's
+// clock, and the thresholds: no I/O, no clock of its own (docs/FLEET.md, "Verdicts").
+package verdict
+
+import (
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Verdict is the state of one env.
+type Verdict string
+
+// Verdicts, in the order they are tried: the first that applies wins.
+const (
+	NoIdentity     Verdict = "NO_IDENTITY"
+	AttrsMissing   Verdict = "ATTRS_MISSING"
+	NeverCheckedIn Verdict = "NEVER_CHECKED_IN"
+	Silent         Verdict = "SILENT"
+	Offline        Verdict = "OFFLINE"
+	Failing        Verdict = "FAILING"
+	Drift          Verdict = "DRIFT"
+	Outdated       Verdict = "OUTDATED"
+	OK             Verdict = "OK"
+	// OrphanIdentity is a monky-host.* identity tenancy does not know: a retired backend whose
+	// identity was left behind, or a typo'd onboarding. It is judged by nothing else.
+	OrphanIdentity Verdict = "ORPHAN_IDENTITY"
+)
+
+// All lists every verdict in table order (OK, then ORPHAN_IDENTITY, last).
+func All() []Verdict {
+	return []Verdict{NoIdentity, AttrsMissing, NeverCheckedIn, Silent, Offline, Failing, Drift, Outdated, OK, OrphanIdentity}
+}
+
+// Defaults of Thresholds.
+const (
+	DefaultDrift    = 15 * time.Minute
+	minStale        = 3 * time.Minute
+	defaultInterval = 60 * time.Second
+	// detailWidth is how much of a failure detail fits in the NEXT STEP column; the JSON
+	// document carries it whole.
+	detailWidth = 80
+)
+
+// Agent is what tenancy knows of an env's agent, times already parsed.
+type Agent struct {
+	EnvID       string
+	Site        string
+	Version     string
+	LastCheckin *time.Time
+	// Interval is the check-in interval the agent declared (0: the default, 60 s).
+	Interval   time.Duration
+	DesiredSha string
+	DesiredAt  *time.Time
+	AppliedSha string
+	LastResult string
+	LastDetail string
+	// TimerEnabled is what the agent's last check-in said of its systemd timer; nil when it
+	// could not tell.
+	TimerEnabled *bool
+}
+
+// Mesh is what the ziti controller knows of the env's identity.
+type Mesh struct {
+	Name string
+	// MissingAttributes lists the required role attributes the identity lacks.
+	MissingAttributes []string
+	// Online is hasEdgeRouterConnection; nil when the controller did not say.
+	Online *bool
+}
+
+// Input joins the two sources for one env. Agent is nil for an identity tenancy does not know;
+// Mesh is nil when the controller has no identity for the env.
+type Input struct {
+	Agent *Agent
+	Mesh  *Mesh
+}
+
+// Thresholds tune the rules.
+type Thresholds struct {
+	// Stale is the check-in age beyond which an agent is stale; 0 means per env,
+	// max(3 × its interval, 3 min), so that a host is late against its own deadline.
+	Stale time.Duration
+	// Drift is how long desired may differ from applied; 0 means 15 min.
+	Drift time.Duration
+	// MinVersion, when set, makes older agents OUTDATED.
+	MinVersion *Version
+}
+
+// Result is the verdict of one env.
+type Result struct {
+	Verdict Verdict
+	// Reasons lists every verdict that applies, in table order; Verdict is the first. OK has
+	// no reasons.
+	Reasons  []Verdict
+	NextStep string
+	// Age is how long ago, on tenancy's clock, the agent last checked in; nil when never.
+	Age *time.Duration
+	// StaleAfter is the age threshold that applied to this env.
+	StaleAfter time.Duration
+	Stale      bool
+}
+
+// StaleAfter is the default staleness threshold for an agent checking in every interval.
+func StaleAfter(interval time.Duration) time.Duration {
+	if interval <= 0 {
+		interval = defaultInterval
+	}
+	return max(3*interval, minStale)
+}
+
+// Evaluate judges one env at now, which must be tenancy's clock (the `now` of its answer), never
+// the operator's: a laptop ten minutes off must neither invent nor hide a silent agent.
+func Evaluate(in Input, now time.Time, th Thresholds) Result {
+	if in.Agent == nil {
+		name := ""
+		if in.Mesh != nil {
+			name = in.Mesh.Name
+		}
+		return Result{
+			Verdict:  OrphanIdentity,
+			Reasons:  []Verdict{OrphanIdentity},
+			NextStep: fmt.Sprintf("tenancy has no backend for identity %s: onboard the env, or delete the identity", name),
+		}
+	}
+	a := in.Agent
+	drift := th.Drift
+	if drift <= 0 {
+		drift = DefaultDrift
+	}
+	r := Result{StaleAfter: th.Stale}
+	if r.StaleAfter <= 0 {
+		r.StaleAfter = StaleAfter(a.Interval)
+	}
+	if a.LastCheckin != nil {
+		age := max(now.Sub(*a.LastCheckin), 0)
+		r.Age = &age
+		r.Stale = age > r.StaleAfter
+	}
+	online := in.Mesh != nil && in.Mesh.Online != nil && *in.Mesh.Online
+
+	steps := map[Verdict]string{}
+	add := func(v Verdict, step string) {
+		r.Reasons = append(r.Reasons, v)
+		steps[v] = step
+	}
+	if in.Mesh == nil {
+		add(NoIdentity, fmt.Sprintf("no ziti identity monky-host.%s: re-run fleetctl onboard %s --site %s", a.EnvID, a.EnvID, orDash(a.Site)))
+	} else if len(in.Mesh.MissingAttributes) > 0 {
+		add(AttrsMissing, fmt.Sprintf("identity lacks %s: fleetctl repair-attrs %s", hashList(in.Mesh.MissingAttributes), a.EnvID))
+	}
+	if a.LastCheckin == nil {
+		add(NeverCheckedIn, "never checked in: install kit not run, or the first tick is failing (journalctl -u monky-deployd)")
+	}
+	if r.Stale && online {
+		why := "last ran " + orUnknown(a.Version)
+		if a.TimerEnabled != nil && !*a.TimerEnabled {
+			why = "timer reported disabled; " + why
+		}
+		add(Silent, fmt.Sprintf("agent stopped on a live host: systemctl enable --now monky-deployd.timer (%s)", why))
+	}
+	if r.Stale && !online {
+		add(Offline, fmt.Sprintf("host or tunneller down: mesh offline, last check-in %s ago", Human(*r.Age)))
+	}
+	switch a.LastResult {
+	case "failed", "refused", "unhealthy":
+		d := oneLine(a.LastDetail)
+		if d == "" {
+			d = "(no detail)"
+		}
+		add(Failing, a.LastResult+": "+clip(d, detailWidth))
+	}
+	if a.DesiredSha != "" && a.DesiredSha != a.AppliedSha && a.DesiredAt != nil && now.Sub(*a.DesiredAt) > drift {
+		add(Drift, fmt.Sprintf("desired %s not applied for %s: look at the last result and the agent's journal",
+			Short(a.DesiredSha), Human(now.Sub(*a.DesiredAt))))
+	}
+	if th.MinVersion != nil {
+		v, err := ParseVersion(a.Version)
+		switch {
+		case err != nil:
+			add(Outdated, fmt.Sprintf("agent version %q unknown, %s required: upgrade monky-deployd", a.Version, th.MinVersion))
+		case v.Compare(*th.MinVersion) < 0:
+			add(Outdated, fmt.Sprintf("agent %s < %s: upgrade monky-deployd", a.Version, th.MinVersion))
+		}
+	}
+	if len(r.Reasons) == 0 {
+		r.Verdict = OK
+		return r
+	}
+	r.Verdict = r.Reasons[0]
+	r.NextStep = steps[r.Verdict]
+	return r
+}
+
+// Human writes a duration the way the table shows ages: 45s, 12m, 3h5m, 2d4h.
+func Human(d time.Duration) string {
+	d = d.Round(time.Second)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		h := int(d.Hours())
+		m := int((d - time.Duration(h)*time.Hour).Minutes())
+		if m == 0 {
+			return fmt.Sprintf("%dh", h)
+		}
+		return fmt.Sprintf("%dh%dm", h, m)
+	default:
+		days := int(d.Hours()) / 24
+		h := int(d.Hours()) - days*24
+		if h == 0 {
+			return fmt.Sprintf("%dd", days)
+		}
+		return fmt.Sprintf("%dd%dh", days, h)
+	}
+}
+
+// Short is the 8-character prefix a table shows of a sha.
+func Short(sha string) string {
+	if len(sha) > 8 {
+		return sha[:8]
+	}
+	return sha
+}
+
+func hashList(attrs []string) string {
+	out := make([]string, len(attrs))
+	for i, a := range attrs {
+		out[i] = "#" + a
+	}
+	return strings.Join(out, " and ")
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "SITE"
+	}
+	return s
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "an unknown version"
+	}
+	return s
+}
+
+// oneLine folds whitespace, so that a multi-line compose error stays on its table row.
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// clip cuts s to n runes, marking the cut.
+func clip(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:n-1]) + "…"
+}

@@ -1,0 +1,97 @@
+//go:build integration
+
+package itest
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestComposeRunsPushedImage: images pushed to the password-protected registry and removed
+// locally are pulled by `docker compose up` (with the logged-in DOCKER_CONFIG), become healthy
+// through the compose healthcheck — one only after a "starting" phase — and hand the app its
+// environment byte for byte. A service with APP_HEALTHY=false goes unhealthy and `up --wait`
+// says so.
+func TestComposeRunsPushedImage(t *testing.T) {
+	c := Compose(t)
+	reg := StartRegistry(t)
+	images := BuildImages(t, reg, "v1", "v2")
+	for _, im := range images {
+		im.RemoveLocal(t)
+	}
+	v1, v2 := images[0], images[1]
+
+	tricky := `p@ss "word" $HOME ${X} 'q' # not a comment`
+	t.Run("healthy", func(t *testing.T) {
+		project := ProjectName()
+		CleanupProject(t, project)
+		dir := t.TempDir()
+		write(t, dir, "docker-compose.yml", AppCompose(
+			AppService{Name: "api", Image: v1.Ref, Env: map[string]string{"TRICKY": tricky}},
+			AppService{Name: "slow", Image: v2.Ref, Env: map[string]string{"APP_READY_AFTER_MS": "1500"}},
+		))
+		if out, err := c.Run(t, dir, reg.DockerConfig(t), project, "up", "-d", "--wait", "--wait-timeout", "120"); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		got := Containers(t, project)
+		if len(got) != 2 {
+			t.Fatalf("containers = %+v, want api and slow", got)
+		}
+		for _, ct := range got {
+			if ct.State != "running" || ct.Health != "healthy" {
+				t.Errorf("%s: state=%s health=%s, want running healthy", ct.Name, ct.State, ct.Health)
+			}
+		}
+		api, slow := got[0], got[1]
+		if api.Service != "api" || slow.Service != "slow" || api.Image != v1.Ref || slow.Image != v2.Ref {
+			t.Fatalf("containers = %+v", got)
+		}
+		// The slow one failed its check while APP_READY_AFTER_MS ran, then passed.
+		if i := slices.Index(slow.HealthLog, 1); i < 0 || !slices.Contains(slow.HealthLog[i:], 0) {
+			t.Errorf("slow health log = %v, want a failure then a success", slow.HealthLog)
+		}
+		for _, tc := range []struct{ container, path, want string }{
+			{api.Name, "/version", "v1"},
+			{slow.Name, "/version", "v2"},
+			{api.Name, "/env?name=TRICKY", tricky},
+		} {
+			out, err := AppGet(t, tc.container, tc.path)
+			if err != nil || out != tc.want {
+				t.Errorf("%s %s = %q, %v; want %q", tc.container, tc.path, out, err, tc.want)
+			}
+		}
+		if _, err := AppGet(t, api.Name, "/env?name=UNSET_VAR"); err == nil {
+			t.Errorf("/env of an unset variable answered 200")
+		}
+	})
+
+	t.Run("unhealthy", func(t *testing.T) {
+		project := ProjectName()
+		CleanupProject(t, project)
+		dir := t.TempDir()
+		write(t, dir, "docker-compose.yml", AppCompose(
+			AppService{Name: "sick", Image: v1.Ref, Env: map[string]string{"APP_HEALTHY": "false"}},
+		))
+		out, err := c.Run(t, dir, reg.DockerConfig(t), project, "up", "-d", "--wait", "--wait-timeout", "120")
+		if err == nil {
+			t.Fatalf("up --wait succeeded with an unhealthy service:\n%s", out)
+		}
+		if !strings.Contains(out, "unhealthy") {
+			t.Errorf("up --wait failed without saying unhealthy: %v\n%s", err, out)
+		}
+		got := Containers(t, project)
+		if len(got) != 1 || got[0].State != "running" || got[0].Health != "unhealthy" {
+			t.Fatalf("containers = %+v, want one running unhealthy", got)
+		}
+	})
+}
+
+func write(t *testing.T, dir, name, content string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
