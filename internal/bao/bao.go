@@ -122,7 +122,11 @@ func New(opts Options) (*Client, error) {
 	}
 	c, err := api.NewClient(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("bao: client: %w", err)
+		// NewClient always builds a DefaultConfig too, so a malformed BAO_*/VAULT_* variable
+		// (say BAO_CACERT naming a missing file) fails here even though every value it reads is
+		// overridden below. Say so, rather than leave the operator to guess.
+		return nil, fmt.Errorf("bao: client: the OpenBao library refused a BAO_*/VAULT_* environment variable "+
+			"(the agent takes its OpenBao settings from config only; unset it): %w", err)
 	}
 	c.ClearToken()
 	c.ClearNamespace()
@@ -302,6 +306,9 @@ func (c *Client) RevokeSelf(ctx context.Context, token secret.Value) error {
 // ReadKV reads data.data[key] of a KV v2 secret: GET /v1/{mount}/data/{path}?version=N
 // (version 0 = latest). path is the full path under the mount, prefix included.
 func (c *Client) ReadKV(ctx context.Context, token secret.Value, mount, path string, version int, key string) (secret.Value, error) {
+	if key == "" {
+		return secret.Value{}, fmt.Errorf("%s: empty key", subjectOf(path, version))
+	}
 	data, err := c.readData(ctx, token, mount, path, version)
 	if err != nil {
 		return secret.Value{}, err
@@ -354,6 +361,10 @@ func (c *Client) readData(ctx context.Context, token secret.Value, mount, path s
 }
 
 func pick(data map[string]any, path string, version int, key string) (secret.Value, error) {
+	if key == "" {
+		// The manifest's default key (`value`) is the bundle package's to apply.
+		return secret.Value{}, fmt.Errorf("%s: empty key", subjectOf(path, version))
+	}
 	v, ok := data[key]
 	if !ok {
 		return secret.Value{}, fmt.Errorf("%s: key %q: %w", subjectOf(path, version), key, ErrNotFound)
@@ -398,6 +409,9 @@ func (c *Client) ReadMany(ctx context.Context, token secret.Value, mount string,
 	for _, r := range reqs {
 		if r.Name == "" {
 			return nil, fmt.Errorf("bao: read %q: request without a name", r.Path)
+		}
+		if r.Key == "" {
+			return nil, fmt.Errorf("%s: empty key for %q", subjectOf(r.Path, r.Version), r.Name)
 		}
 		if seen[r.Name] {
 			return nil, fmt.Errorf("bao: read: name %q requested twice", r.Name)

@@ -345,6 +345,12 @@ func TestReadKVRefusesUncleanPathsWithoutAsking(t *testing.T) {
 	if _, err := e.client.ReadKV(context.Background(), tok, "monky", "env-a/see/x", -1, "value"); err == nil {
 		t.Fatal("negative version accepted")
 	}
+	if _, err := e.client.ReadKV(context.Background(), tok, "monky", "env-a/see/x", 0, ""); err == nil {
+		t.Fatal("empty key accepted")
+	}
+	if _, err := e.client.ReadMany(context.Background(), tok, "monky", []bao.KVRequest{{Name: "A", Path: "env-a/see/x"}}, 1); err == nil {
+		t.Fatal("empty key accepted by ReadMany")
+	}
 	if e.fake.Reads() != 0 {
 		t.Fatalf("reads = %d", e.fake.Reads())
 	}
@@ -786,6 +792,15 @@ func TestEnvironmentIsIgnored(t *testing.T) {
 	}
 	if _, err := tc.LookupSelf(context.Background(), secret.New(envTok)); !errors.Is(err, bao.ErrTLS) {
 		t.Fatalf("TLS with BAO_SKIP_VERIFY/BAO_CACERT set: err = %v, want ErrTLS", err)
+	}
+}
+
+func TestMalformedEnvironmentIsNamed(t *testing.T) {
+	// The api library cannot be kept from parsing these; a bad one must at least be named.
+	t.Setenv("BAO_MAX_RETRIES", "abc")
+	_, err := bao.New(bao.Options{Addr: "http://127.0.0.1:8200"})
+	if err == nil || !strings.Contains(err.Error(), "BAO_*/VAULT_*") {
+		t.Fatalf("err = %v", err)
 	}
 }
 

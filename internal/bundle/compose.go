@@ -167,7 +167,7 @@ func (s *scan) topLevel(top map[string]any) error {
 			}
 			o := strings.ToLower(scalar(opts["o"]))
 			dev := scalar(opts["device"])
-			if dev != "" && (strings.Contains(o, "bind") || strings.Contains(o, "rbind")) {
+			if dev != "" && strings.Contains(o, "bind") { // bind and rbind
 				s.hostVolumes[name] = dev
 			}
 		}
@@ -345,15 +345,15 @@ func (s *scan) securityOpt(name, at string, raw any) error {
 		return shapeErr(at+".security_opt", "want a list")
 	}
 	for i, o := range list {
-		os, ok := o.(string)
+		opt, ok := o.(string)
 		if !ok {
 			return shapeErr(fmt.Sprintf("%s.security_opt[%d]", at, i), "want a string")
 		}
 		switch {
-		case strings.Contains(strings.ToLower(os), "unconfined"):
-			s.addPriv(name, "security_opt %s", os)
-		case strings.Contains(os, "$"):
-			s.addPriv(name, "security_opt %s (set from a variable, cannot be checked)", os)
+		case strings.Contains(strings.ToLower(opt), "unconfined"):
+			s.addPriv(name, "security_opt %s", opt)
+		case strings.Contains(opt, "$"):
+			s.addPriv(name, "security_opt %s (set from a variable, cannot be checked)", opt)
 		}
 	}
 	return nil

@@ -219,10 +219,10 @@ func encodeValue(v string) (string, string) {
 		// literal to compose: no escapes, no interpolation
 		enc = "'" + v + "'"
 	} else {
-		enc = `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`, "$", "$").Replace(v) + `"`
+		enc = `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`, "$", "$$").Replace(v) + `"`
 	}
 	// Belt and braces: read it back with compose's rules before trusting it.
-	got, rest, err := v, "", error(nil)
+	got, rest, err := readValue(enc, nil)
 	if err != nil || got != v || rest != "" {
 		return "", "cannot be written so that docker compose reads it back unchanged"
 	}

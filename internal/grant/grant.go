@@ -20,10 +20,10 @@ import (
 // The fixed claims of a deploy grant. OpenBao's see-env role binds the audience and `kind`
 // (bound_audiences / bound_claims), so a grant minted for anything else cannot log in.
 const (
-	Audience    = "openbao-see-env"
-	Kind        = "deploy-grant"
-	SubjectPref = "agent:"
-	Algorithm   = "ES256"
+	Audience      = "openbao-see-env"
+	Kind          = "deploy-grant"
+	SubjectPrefix = "agent:"
+	Algorithm     = "ES256"
 )
 
 // ErrInvalid is wrapped by every Verify failure.
@@ -94,7 +94,7 @@ func (s *Signer) Sign(envID string, ttl time.Duration) (token, jti string, err e
 		RegisteredClaims: jwt.RegisteredClaims{
 			Issuer:    s.Issuer,
 			Audience:  jwt.ClaimStrings{Audience},
-			Subject:   SubjectPref + envID,
+			Subject:   SubjectPrefix + envID,
 			ID:        jti,
 			IssuedAt:  jwt.NewNumericDate(now),
 			ExpiresAt: jwt.NewNumericDate(now.Add(ttl)),
@@ -163,7 +163,7 @@ func Verify(token string, pub *ecdsa.PublicKey, now time.Time) (Claims, error) {
 	if wc.EnvID == "" {
 		return Claims{}, fmt.Errorf("%w: no env_id", ErrInvalid)
 	}
-	if wc.Subject != SubjectPref+wc.EnvID {
+	if wc.Subject != SubjectPrefix+wc.EnvID {
 		return Claims{}, fmt.Errorf("%w: subject %q does not name env_id %q", ErrInvalid, wc.Subject, wc.EnvID)
 	}
 	c := Claims{

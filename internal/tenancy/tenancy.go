@@ -182,7 +182,7 @@ func (c *Client) Bundle(ctx context.Context, token secret.Value, bundleURL strin
 	if err != nil || ref.Path == "" {
 		return nil, "", &ProtocolError{Op: "bundle", Field: "bundle_url", Problem: "not a URL path"}
 	}
-	body, hdr, err := c.do(ctx, "bundle", http.MethodGet, ref.Path+queryOf(ref), token, nil, limit)
+	body, hdr, err := c.do(ctx, "bundle", http.MethodGet, ref.EscapedPath()+queryOf(ref), token, nil, limit)
 	if err != nil {
 		return nil, "", err
 	}
@@ -236,7 +236,7 @@ func (c *Client) do(ctx context.Context, op, method, path string, token secret.V
 	if err != nil {
 		return nil, nil, fmt.Errorf("tenancy: %s: path: %w", op, err)
 	}
-	u := c.base.JoinPath(ref.Path)
+	u := c.base.JoinPath(ref.EscapedPath())
 	u.RawQuery = ref.RawQuery
 
 	var rd io.Reader

@@ -19,6 +19,7 @@ import (
 
 	"github.com/goreleaser/nfpm/v2"
 	"github.com/goreleaser/nfpm/v2/files"
+	"golang.org/x/sys/unix"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/packaging/debpkg"
 )
@@ -113,6 +114,7 @@ type artifacts struct {
 
 var (
 	buildOnce sync.Once
+	logOnce   sync.Once
 	built     artifacts
 	buildDir  string
 )
@@ -206,9 +208,11 @@ func build(t *testing.T) artifacts {
 		}
 		built.passwdDeb, built.err = passwdPackage(root, dir)
 	})
-	if built.log != "" {
-		t.Log(built.log)
-	}
+	logOnce.Do(func() {
+		if built.log != "" {
+			t.Log(built.log)
+		}
+	})
 	if built.err != nil {
 		t.Fatalf("building the packages: %v", built.err)
 	}
@@ -260,7 +264,7 @@ func passwdPackage(root, dir string) (string, error) {
 	}
 	info := nfpm.WithDefaults(&nfpm.Info{
 		Name: "monky-test-passwd", Arch: "amd64", Version: "1.0.0", Maintainer: "stand-in <stand-in@example.invalid>",
-		Description: "useradd, groupadd and usermod stand-ins for the packaging tests",
+		Description:  "useradd, groupadd and usermod stand-ins for the packaging tests",
 		Overridables: nfpm.Overridables{Provides: []string{"passwd"}, Contents: contents},
 	})
 	return debpkg.Write(info, filepath.Join(dir, "passwd"))
@@ -296,6 +300,22 @@ func newBox(t *testing.T, o boxOptions) *box {
 	}
 	if err := os.Chmod(b.path("tmp"), 0o1777); err != nil {
 		t.Fatal(err)
+	}
+	// The character devices scripts redirect to; a chroot has no devtmpfs.
+	for _, d := range []struct {
+		name         string
+		major, minor uint32
+	}{{"null", 1, 3}, {"zero", 1, 5}, {"random", 1, 8}, {"urandom", 1, 9}} {
+		p := b.path("dev/" + d.name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Mknod(p, syscall.S_IFCHR|0o666, int(unix.Mkdev(d.major, d.minor))); err != nil {
+			t.Fatalf("mknod %s: %v", p, err)
+		}
+		if err := os.Chmod(p, 0o666); err != nil {
+			t.Fatal(err)
+		}
 	}
 	copyFile(t, busybox, b.path("bin/busybox"), 0o755)
 	mustRun(t, "", nil, "chroot", dir, "/bin/busybox", "--install", "-s")

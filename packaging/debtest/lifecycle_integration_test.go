@@ -73,8 +73,8 @@ func TestFreshInstall(t *testing.T) {
 			if calls := b.calls("systemctl"); len(calls) != 1 || calls[0] != "daemon-reload" {
 				t.Errorf("systemctl calls on a fresh install: %q, want only daemon-reload", calls)
 			}
-			if conf := b.read("/var/lib/dpkg/info/monky-deployd.conffiles"); conf != "" {
-				t.Errorf("the package ships conffiles: %q", conf)
+			if b.exists("/var/lib/dpkg/info/monky-deployd.conffiles") {
+				t.Errorf("the package ships conffiles: %q", b.read("/var/lib/dpkg/info/monky-deployd.conffiles"))
 			}
 		})
 	}

@@ -48,12 +48,11 @@ func TestVerify(t *testing.T) {
 	}
 }
 
-func TestRenewStopsAtMaxTTL(t *testing.T) {
+func TestRenew(t *testing.T) {
 	clk := &clock{t: time.Date(2026, 9, 7, 0, 0, 0, 0, time.UTC)}
 	s := Start(Options{Clock: clk.Now, TokenTTL: time.Hour, MaxTTL: 90 * time.Minute})
 	defer s.Close()
-	tok := s.IssueToken("env-a", "j")
-	renew := func() int {
+	renew := func(tok string) int {
 		req, _ := http.NewRequest(http.MethodPut, s.URL+"/v1/auth/token/renew-self", nil)
 		req.Header.Set("X-Vault-Token", tok)
 		resp, err := http.DefaultClient.Do(req)
@@ -63,15 +62,20 @@ func TestRenewStopsAtMaxTTL(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
+	tok := s.IssueToken("env-a", "j")
+	fixed := s.IssueToken("env-a", "k")
+	s.SetRenewable(fixed, false)
 	clk.Advance(45 * time.Minute)
-	if renew() != 200 {
-		t.Fatal("renew")
+	if code := renew(tok); code != 200 {
+		t.Fatalf("renew: %d", code)
+	}
+	if code := renew(fixed); code != 400 {
+		t.Fatalf("renew of a non-renewable token: %d", code)
 	}
 	clk.Advance(50 * time.Minute) // past the max TTL of 90 min from creation
-	if code := renew(); code != 403 {
+	if code := renew(tok); code != 403 {
 		t.Fatalf("renew after max TTL: %d", code)
 	}
-	s.SetRenewable(s.IssueToken("env-a", "k"), false)
 	if s.Renews() != 1 {
 		t.Fatalf("renews = %d", s.Renews())
 	}

@@ -1,0 +1,150 @@
+package deploydcli_test
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/bao/baotest"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/grant"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/release"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/state"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/tenancy/tenancytest"
+)
+
+// buildBinaries builds monky-deployd and the fake docker CLI into dir.
+func buildBinaries(tb testing.TB, dir string) (agentBin, dockerBin string) {
+	tb.Helper()
+	agentBin = filepath.Join(dir, "monky-deployd")
+	dockerBin = filepath.Join(dir, "docker")
+	for out, pkg := range map[string]string{agentBin: "../../cmd/deployd", dockerBin: "../dockersim/fakedocker"} {
+		cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", out, pkg)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			tb.Fatalf("go build %s: %v\n%s", pkg, err, b)
+		}
+	}
+	return agentBin, dockerBin
+}
+
+// convergedBox prepares a box whose applied sha is the desired one, so a tick is check-in,
+// `compose ps` and a heartbeat report.
+func convergedBox(tb testing.TB, dir, dockerBin string) (cfgPath string, cleanup func()) {
+	tb.Helper()
+	const env = "env-bench-01"
+	signer, err := grant.NewSigner("bench")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	bs := baotest.Start(baotest.Options{PublicKey: signer.PublicKey()})
+	ts := tenancytest.Start(tenancytest.Options{Verifier: bs, Signer: signer, BaoAddr: bs.URL})
+	ts.AddEnv(env)
+	files := map[string]string{
+		"bundle.json":        `{"compose_file": "docker-compose.yml"}`,
+		"docker-compose.yml": "services:\n  api:\n    image: x/api:1\n  worker:\n    image: x/worker:1\n",
+	}
+	sha := ts.SetDesired(env, files)
+	stateDir := filepath.Join(dir, "state")
+	envDir := filepath.Join(stateDir, env)
+	if _, err := release.Stage(envDir, sha, files, ""); err != nil {
+		tb.Fatal(err)
+	}
+	if err := release.Promote(envDir, sha); err != nil {
+		tb.Fatal(err)
+	}
+	tok := bs.IssueToken(env, "jti-bench")
+	if err := os.WriteFile(filepath.Join(stateDir, "bao.token"), []byte(tok+"\n"), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	st := &state.State{EnvID: env, AppliedSha: sha, History: []string{sha}, LastResult: "applied",
+		Token: &state.TokenMeta{Source: "lease", ObtainedAt: time.Now().UTC(), TTLSec: 86400}}
+	if err := state.Save(filepath.Join(stateDir, "state.json"), st); err != nil {
+		tb.Fatal(err)
+	}
+	ps := `{"Service":"api","Name":"monky-env-bench-01-api-1","State":"running","Health":""}` + "\n" +
+		`{"Service":"worker","Name":"monky-env-bench-01-worker-1","State":"running","Health":""}` + "\n"
+	psFile := filepath.Join(dir, "ps.json")
+	os.WriteFile(psFile, []byte(ps), 0o600)
+	cfgPath = filepath.Join(dir, "config.yaml")
+	cfg := fmt.Sprintf("env_id: %s\nsite: qa\ntransport: system\ntenancy:\n  base_url: %s\nbao:\n  addr: %s\nstate_dir: %s\nbootstrap_file: %s\ndocker_bin: %s\ncontainerd_root: %s\n",
+		env, ts.URL, bs.URL, stateDir, filepath.Join(dir, "bootstrap.jwt"), dockerBin, filepath.Join(dir, "containerd"))
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	os.Setenv("FAKEDOCKER_PS", psFile)
+	return cfgPath, func() { ts.Close(); bs.Close() }
+}
+
+type usage struct {
+	cpu    time.Duration
+	maxRSS int64 // KiB
+}
+
+func runProcess(tb testing.TB, bin string, args ...string) usage {
+	tb.Helper()
+	cmd := exec.Command(bin, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		tb.Fatalf("%s %v: %v\n%s", bin, args, err, stderr.String())
+	}
+	ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	return usage{cpu: time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), maxRSS: ru.Maxrss}
+}
+
+// fakeDockerCPU sums and clears what the fake docker CLI logged of its own CPU time.
+func fakeDockerCPU(tb testing.TB, log string) time.Duration {
+	b, err := os.ReadFile(log)
+	if err != nil {
+		return 0
+	}
+	os.Remove(log)
+	var total time.Duration
+	for _, l := range strings.Fields(string(b)) {
+		n, _ := strconv.ParseInt(l, 10, 64)
+		total += time.Duration(n)
+	}
+	return total
+}
+
+// BenchmarkConvergedTickProcess runs the real binary's converged tick (check-in → none →
+// compose ps → heartbeat) against loopback fakes, side by side with the same binary doing
+// nothing (`version`: the same packages linked, so the same init cost). The figure of record is
+// cpu-over-baseline-ms (target < 5) and tick-maxrss-MiB (target < 30). The fake docker CLI's own
+// CPU is taken out of the tick's figure.
+func BenchmarkConvergedTickProcess(b *testing.B) {
+	dir := b.TempDir()
+	agentBin, dockerBin := buildBinaries(b, dir)
+	cfgPath, cleanup := convergedBox(b, dir, dockerBin)
+	defer cleanup()
+	cpuLog := filepath.Join(dir, "fakedocker.cpu")
+	os.Setenv("FAKEDOCKER_CPU_LOG", cpuLog)
+	// Warm the page cache and check the tick works before measuring.
+	runProcess(b, agentBin, "--config", cfgPath, "tick")
+	fakeDockerCPU(b, cpuLog)
+
+	var tickCPU, baseCPU time.Duration
+	var maxRSS, baseRSS int64
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		base := runProcess(b, agentBin, "version")
+		tick := runProcess(b, agentBin, "--config", cfgPath, "tick")
+		baseCPU += base.cpu
+		tickCPU += tick.cpu - fakeDockerCPU(b, cpuLog)
+		maxRSS = max(maxRSS, tick.maxRSS)
+		baseRSS = max(baseRSS, base.maxRSS)
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(tickCPU.Microseconds())/n/1000, "tick-cpu-ms")
+	b.ReportMetric(float64(baseCPU.Microseconds())/n/1000, "baseline-cpu-ms")
+	b.ReportMetric(float64((tickCPU-baseCPU).Microseconds())/n/1000, "cpu-over-baseline-ms")
+	b.ReportMetric(float64(maxRSS)/1024, "tick-maxrss-MiB")
+	b.ReportMetric(float64(baseRSS)/1024, "baseline-maxrss-MiB")
+}

@@ -1,0 +1,144 @@
+// Package render is fleetctl's one output formatter: every command's result goes through
+// Printer, as a table (tablewriter), a wide table, or a JSON document carrying a schema number.
+package render
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/olekukonko/tablewriter"
+	"github.com/olekukonko/tablewriter/renderer"
+	"github.com/olekukonko/tablewriter/tw"
+)
+
+// Format is an output format.
+type Format string
+
+// Formats.
+const (
+	FormatTable Format = "table"
+	FormatWide  Format = "wide"
+	FormatJSON  Format = "json"
+)
+
+// ParseFormat reads the value of -o.
+func ParseFormat(s string) (Format, error) {
+	switch f := Format(s); f {
+	case FormatTable, FormatWide, FormatJSON:
+		return f, nil
+	}
+	return "", fmt.Errorf("-o %q: want table, wide or json", s)
+}
+
+// Table is what a result shows as text: a header, rows, and lines printed under the table
+// (summaries). A table with no rows prints only the lines.
+type Table struct {
+	Header []string
+	Rows   [][]string
+	Lines  []string
+}
+
+// Printable is a result. Its JSON encoding is the -o json document, which must carry a
+// "schema" number; Table gives the text layout (wide adds columns).
+type Printable interface {
+	Table(wide bool) Table
+}
+
+// Printer writes results in one format.
+type Printer struct {
+	Format Format
+}
+
+// Render returns v as the bytes Print would write.
+func (p Printer) Render(v Printable) ([]byte, error) {
+	var buf bytes.Buffer
+	if p.Format == FormatJSON {
+		enc := json.NewEncoder(&buf)
+		enc.SetIndent("", "  ")
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(v); err != nil {
+			return nil, fmt.Errorf("render: %w", err)
+		}
+		return buf.Bytes(), nil
+	}
+	t := v.Table(p.Format == FormatWide)
+	if len(t.Rows) > 0 {
+		if err := writeTable(&buf, t); err != nil {
+			return nil, err
+		}
+	}
+	for _, l := range t.Lines {
+		buf.WriteString(l)
+		buf.WriteByte('\n')
+	}
+	return buf.Bytes(), nil
+}
+
+// Print writes v to w.
+func (p Printer) Print(w io.Writer, v Printable) error {
+	b, err := p.Render(v)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(b)
+	return err
+}
+
+// writeTable draws a borderless, left-aligned table in the style of kubectl and nomad: easy to
+// read, easy to grep and cut, and stable enough for golden files.
+func writeTable(w io.Writer, t Table) error {
+	var buf bytes.Buffer
+	pad := tw.CellPadding{Global: tw.Padding{Left: "", Right: "   ", Overwrite: true}}
+	tbl := tablewriter.NewTable(&buf,
+		tablewriter.WithRenderer(renderer.NewBlueprint(tw.Rendition{
+			Borders: tw.BorderNone,
+			Symbols: tw.NewSymbols(tw.StyleNone),
+			Settings: tw.Settings{
+				Separators: tw.Separators{ShowHeader: tw.Off, ShowFooter: tw.Off, BetweenRows: tw.Off, BetweenColumns: tw.Off},
+				Lines:      tw.Lines{ShowTop: tw.Off, ShowBottom: tw.Off, ShowHeaderLine: tw.Off, ShowFooterLine: tw.Off},
+			},
+		})),
+		tablewriter.WithConfig(tablewriter.Config{
+			Header: tw.CellConfig{
+				Formatting: tw.CellFormatting{AutoFormat: tw.Off, AutoWrap: tw.WrapNone},
+				Alignment:  tw.CellAlignment{Global: tw.AlignLeft},
+				Padding:    pad,
+			},
+			Row: tw.CellConfig{
+				Formatting: tw.CellFormatting{AutoWrap: tw.WrapNone},
+				Alignment:  tw.CellAlignment{Global: tw.AlignLeft},
+				Padding:    pad,
+			},
+		}),
+	)
+	header := make([]any, len(t.Header))
+	for i, h := range t.Header {
+		header[i] = h
+	}
+	tbl.Header(header...)
+	for _, r := range t.Rows {
+		cells := make([]string, len(r))
+		for i, c := range r {
+			if c == "" {
+				c = "-" // an empty cell would shift what cut and awk see
+			}
+			cells[i] = c
+		}
+		if err := tbl.Append(cells); err != nil {
+			return fmt.Errorf("render: %w", err)
+		}
+	}
+	if err := tbl.Render(); err != nil {
+		return fmt.Errorf("render: %w", err)
+	}
+	// tablewriter pads the last column; trailing blanks only make diffs and goldens noisy.
+	for _, l := range strings.Split(strings.TrimRight(buf.String(), "\n"), "\n") {
+		if _, err := io.WriteString(w, strings.TrimRight(l, " ")+"\n"); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,253 @@
+// Package report joins tenancy's agents and the controller's host identities into fleetctl's
+// status document — one row per env with its verdict — and the gate's list of blockers. The
+// documents are the JSON output (schema 1, fields only ever added) and know their own table
+// layout.
+package report
+
+import (
+	"fmt"
+	"path"
+	"sort"
+	"strings"
+	"time"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/admin"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/verdict"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/ziti"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
+)
+
+// Schema is the version of the JSON documents. It changes only if a field changes meaning or
+// goes away; new fields are added under the same number.
+const Schema = 1
+
+// Document is the status of the fleet: `fleetctl status -o json`.
+type Document struct {
+	Schema int `json:"schema"`
+	// Now is tenancy's clock, against which every age was measured.
+	Now string `json:"now"`
+	// Summary counts envs per verdict (every verdict is present, zero or not).
+	Summary map[string]int `json:"summary"`
+	Envs    []Env          `json:"envs"`
+}
+
+// Env is one row: an env tenancy knows, or an orphan identity.
+type Env struct {
+	EnvID    string   `json:"env_id"`
+	Site     string   `json:"site"`
+	Verdict  string   `json:"verdict"`
+	Reasons  []string `json:"reasons"`
+	NextStep string   `json:"next_step"`
+
+	LastCheckinAt    *string `json:"last_checkin_at"`
+	CheckinAgeS      *int64  `json:"checkin_age_s"`
+	CheckinIntervalS int     `json:"checkin_interval_s"`
+	StaleAfterS      int64   `json:"stale_after_s"`
+	AgentVersion     string  `json:"agent_version"`
+	Transport        string  `json:"transport"`
+	Hostname         string  `json:"hostname"`
+
+	Identity          string   `json:"identity"`
+	IdentityID        *string  `json:"identity_id"`
+	MeshOnline        *bool    `json:"mesh_online"`
+	RoleAttributes    []string `json:"role_attributes"`
+	MissingAttributes []string `json:"missing_attributes"`
+	MeshHostname      string   `json:"mesh_hostname"`
+	SDKVersion        string   `json:"sdk_version"`
+
+	AppliedSha    string               `json:"applied_sha"`
+	DesiredSha    string               `json:"desired_sha"`
+	DesiredAt     *string              `json:"desired_at"`
+	LastResult    string               `json:"last_result"`
+	LastResultAt  *string              `json:"last_result_at"`
+	LastDetail    string               `json:"last_detail"`
+	Timer         *protocol.AdminTimer `json:"timer"`
+	TokenTTLS     *int64               `json:"token_ttl_s"`
+	DiskFreeBytes *int64               `json:"disk_free_bytes"`
+	UpgradedFrom  *string              `json:"upgraded_from"`
+}
+
+// Options select and judge the rows.
+type Options struct {
+	// EnvGlob keeps envs whose id matches (path.Match syntax); "" keeps all.
+	EnvGlob string
+	// Orphans lists identities tenancy does not know. Turn it off when tenancy's listing was
+	// filtered (by site): an identity missing from a filtered listing is not an orphan.
+	Orphans    bool
+	Thresholds verdict.Thresholds
+}
+
+// Build joins both sources. Every age is measured against agents.Now, tenancy's clock.
+func Build(agents *admin.Agents, identities []ziti.Identity, opts Options) (*Document, error) {
+	if opts.EnvGlob != "" {
+		if _, err := path.Match(opts.EnvGlob, ""); err != nil {
+			return nil, fmt.Errorf("report: --env %q: %w", opts.EnvGlob, err)
+		}
+	}
+	keep := func(env string) bool {
+		if opts.EnvGlob == "" {
+			return true
+		}
+		ok, _ := path.Match(opts.EnvGlob, env)
+		return ok
+	}
+	byName := make(map[string]*ziti.Identity, len(identities))
+	for i := range identities {
+		byName[identities[i].Name] = &identities[i]
+	}
+	now := agents.Now.UTC()
+	doc := &Document{Schema: Schema, Now: now.Format(time.RFC3339), Summary: map[string]int{}, Envs: []Env{}}
+	for _, v := range verdict.All() {
+		doc.Summary[string(v)] = 0
+	}
+	claimed := map[string]bool{}
+	for _, a := range agents.Agents {
+		name := a.Identity
+		if name == "" {
+			name = ziti.IdentityName(a.EnvID)
+		}
+		claimed[name] = true
+		if !keep(a.EnvID) {
+			continue
+		}
+		va, err := agentInput(a)
+		if err != nil {
+			return nil, err
+		}
+		in := verdict.Input{Agent: va}
+		id := byName[name]
+		if id != nil {
+			in.Mesh = &verdict.Mesh{Name: id.Name, MissingAttributes: ziti.MissingAttributes(id.RoleAttributes), Online: id.Online}
+		}
+		res := verdict.Evaluate(in, now, opts.Thresholds)
+		e := Env{
+			EnvID: a.EnvID, Site: a.Site, Identity: name,
+			LastCheckinAt: a.LastCheckinAt, CheckinIntervalS: a.CheckinIntervalS, AgentVersion: a.AgentVersion,
+			Transport: a.Transport, Hostname: a.Hostname,
+			AppliedSha: a.AppliedSha, DesiredSha: a.DesiredSha, DesiredAt: a.DesiredAt,
+			LastResult: a.LastResult, LastResultAt: a.LastResultAt, LastDetail: a.LastDetail,
+			Timer: a.Timer, TokenTTLS: a.TokenTTLSec, DiskFreeBytes: a.DiskFreeBytes, UpgradedFrom: a.UpgradedFrom,
+		}
+		setMesh(&e, id)
+		setResult(&e, res)
+		doc.add(e)
+	}
+	if opts.Orphans {
+		for i := range identities {
+			id := &identities[i]
+			env, ok := ziti.EnvOf(id.Name)
+			if !ok || claimed[id.Name] || !keep(env) {
+				continue
+			}
+			res := verdict.Evaluate(verdict.Input{Mesh: &verdict.Mesh{Name: id.Name, Online: id.Online}}, now, opts.Thresholds)
+			e := Env{EnvID: env, Identity: id.Name}
+			setMesh(&e, id)
+			setResult(&e, res)
+			doc.add(e)
+		}
+	}
+	sort.SliceStable(doc.Envs, func(i, j int) bool { return doc.Envs[i].EnvID < doc.Envs[j].EnvID })
+	return doc, nil
+}
+
+func (d *Document) add(e Env) {
+	d.Envs = append(d.Envs, e)
+	d.Summary[e.Verdict]++
+}
+
+// NotOK counts the envs whose verdict is not OK.
+func (d *Document) NotOK() int {
+	n := 0
+	for _, e := range d.Envs {
+		if e.Verdict != string(verdict.OK) {
+			n++
+		}
+	}
+	return n
+}
+
+func setMesh(e *Env, id *ziti.Identity) {
+	if id == nil {
+		return
+	}
+	zid := id.ID
+	e.IdentityID = &zid
+	e.MeshOnline = id.Online
+	e.RoleAttributes = append([]string{}, id.RoleAttributes...)
+	e.MissingAttributes = ziti.MissingAttributes(id.RoleAttributes)
+	if e.MissingAttributes == nil {
+		e.MissingAttributes = []string{}
+	}
+	e.MeshHostname = id.Hostname
+	e.SDKVersion = id.SDKVersion
+}
+
+func setResult(e *Env, r verdict.Result) {
+	e.Verdict = string(r.Verdict)
+	e.Reasons = make([]string, len(r.Reasons))
+	for i, v := range r.Reasons {
+		e.Reasons[i] = string(v)
+	}
+	e.NextStep = r.NextStep
+	if r.Age != nil {
+		s := int64(r.Age.Seconds())
+		e.CheckinAgeS = &s
+	}
+	e.StaleAfterS = int64(r.StaleAfter.Seconds())
+}
+
+func agentInput(a protocol.AdminAgent) (*verdict.Agent, error) {
+	va := &verdict.Agent{
+		EnvID: a.EnvID, Site: a.Site, Version: a.AgentVersion,
+		Interval:   time.Duration(a.CheckinIntervalS) * time.Second,
+		DesiredSha: a.DesiredSha, AppliedSha: a.AppliedSha,
+		LastResult: a.LastResult, LastDetail: a.LastDetail,
+	}
+	var err error
+	if va.LastCheckin, err = optTime(a.EnvID, "last_checkin_at", a.LastCheckinAt); err != nil {
+		return nil, err
+	}
+	if va.DesiredAt, err = optTime(a.EnvID, "desired_at", a.DesiredAt); err != nil {
+		return nil, err
+	}
+	if a.Timer != nil {
+		va.TimerEnabled = a.Timer.Enabled
+	}
+	return va, nil
+}
+
+func optTime(env, field string, s *string) (*time.Time, error) {
+	if s == nil || *s == "" {
+		return nil, nil
+	}
+	t, err := time.Parse(time.RFC3339, *s)
+	if err != nil {
+		return nil, fmt.Errorf("report: %s.%s: %w", env, field, err)
+	}
+	return &t, nil
+}
+
+// SummaryLine is the line under the table: `42 envs: 39 OK, 2 SILENT, 1 FAILING`.
+func (d *Document) SummaryLine() string {
+	n := len(d.Envs)
+	noun := "envs"
+	if n == 1 {
+		noun = "env"
+	}
+	if n == 0 {
+		return "0 envs"
+	}
+	var parts []string
+	order := append([]verdict.Verdict{verdict.OK}, verdict.All()...)
+	seen := map[verdict.Verdict]bool{}
+	for _, v := range order {
+		if seen[v] {
+			continue
+		}
+		seen[v] = true
+		if c := d.Summary[string(v)]; c > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", c, v))
+		}
+	}
+	return fmt.Sprintf("%d %s: %s", n, noun, strings.Join(parts, ", "))
+}

@@ -1,0 +1,234 @@
+package verdict
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+var now = time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+
+func ago(d time.Duration) *time.Time { t := now.Add(-d); return &t }
+func ptr[T any](v T) *T              { return &v }
+
+// healthy is an agent and identity for which every rule is false.
+func healthy() Input {
+	return Input{
+		Agent: &Agent{
+			EnvID: "env-dev-08", Site: "cbs", Version: "0.2.0", LastCheckin: ago(30 * time.Second),
+			Interval: time.Minute, DesiredSha: "7a10b2c3d4e5", DesiredAt: ago(time.Hour), AppliedSha: "7a10b2c3d4e5",
+			LastResult: "healthy", TimerEnabled: ptr(true),
+		},
+		Mesh: &Mesh{Name: "monky-host.env-dev-08", Online: ptr(true)},
+	}
+}
+
+func TestEvaluate(t *testing.T) {
+	v020 := mustVersion(t, "0.2.0")
+	for _, tc := range []struct {
+		name        string
+		edit        func(*Input)
+		th          Thresholds
+		want        Verdict
+		wantReasons []Verdict
+		stepHas     []string
+		stepLacks   []string
+	}{
+		{name: "ok", edit: func(*Input) {}, want: OK},
+		{name: "no identity", edit: func(in *Input) { in.Mesh = nil },
+			want: NoIdentity, stepHas: []string{"fleetctl onboard env-dev-08 --site cbs"}},
+		{name: "attrs missing: openbao-client", edit: func(in *Input) { in.Mesh.MissingAttributes = []string{"openbao-client"} },
+			want: AttrsMissing, stepHas: []string{"#openbao-client", "fleetctl repair-attrs env-dev-08"}},
+		{name: "attrs missing: both", edit: func(in *Input) {
+			in.Mesh.MissingAttributes = []string{"monky-deploy-agent", "openbao-client"}
+		}, want: AttrsMissing, stepHas: []string{"#monky-deploy-agent and #openbao-client"}},
+		{name: "never checked in", edit: func(in *Input) { in.Agent.LastCheckin = nil; in.Agent.Version = "" },
+			want: NeverCheckedIn, stepHas: []string{"install kit not run, or the first tick is failing"}},
+		{name: "silent: the 0.1.8 upgrade signature", edit: func(in *Input) {
+			in.Agent.LastCheckin = ago(29 * time.Minute)
+			in.Agent.Version = "0.1.8"
+			in.Agent.TimerEnabled = ptr(false)
+		}, want: Silent, stepHas: []string{"systemctl enable --now monky-deployd.timer", "timer reported disabled", "last ran 0.1.8"}},
+		{name: "silent, timer said enabled", edit: func(in *Input) { in.Agent.LastCheckin = ago(10 * time.Minute) },
+			want: Silent, stepHas: []string{"agent stopped on a live host", "last ran 0.2.0"}, stepLacks: []string{"timer reported disabled"}},
+		{name: "silent, timer state unknown", edit: func(in *Input) { in.Agent.LastCheckin = ago(10 * time.Minute); in.Agent.TimerEnabled = nil },
+			want: Silent, stepLacks: []string{"timer reported disabled"}},
+		{name: "offline", edit: func(in *Input) { in.Agent.LastCheckin = ago(2 * time.Hour); in.Mesh.Online = ptr(false) },
+			want: Offline, stepHas: []string{"host or tunneller down", "2h ago"}},
+		{name: "stale, mesh state unknown, is offline", edit: func(in *Input) { in.Agent.LastCheckin = ago(time.Hour); in.Mesh.Online = nil },
+			want: Offline},
+		{name: "offline but fresh is not offline", edit: func(in *Input) { in.Mesh.Online = ptr(false) }, want: OK},
+		{name: "failing: failed", edit: func(in *Input) {
+			in.Agent.LastResult = "failed"
+			in.Agent.LastDetail = "pull: harbor.tikali.net/monky/api:1.4\nunauthorized: authentication required"
+		}, want: Failing, stepHas: []string{"failed: pull: harbor.tikali.net/monky/api:1.4 unauthorized"}},
+		{name: "failing: refused", edit: func(in *Input) {
+			in.Agent.LastResult = "refused"
+			in.Agent.LastDetail = "DISK_INSUFFICIENT: " + strings.Repeat("x", 200)
+		}, want: Failing, stepHas: []string{"refused: DISK_INSUFFICIENT: xxx", "…"}},
+		{name: "failing: unhealthy", edit: func(in *Input) { in.Agent.LastResult = "unhealthy" }, want: Failing, stepHas: []string{"unhealthy: (no detail)"}},
+		{name: "down is not failing", edit: func(in *Input) { in.Agent.LastResult = "down" }, want: OK},
+		{name: "drift", edit: func(in *Input) { in.Agent.DesiredSha = "9f8e7d6c5b4a"; in.Agent.DesiredAt = ago(42 * time.Minute) },
+			want: Drift, stepHas: []string{"desired 9f8e7d6c not applied for 42m"}},
+		{name: "recent desired is not drift yet", edit: func(in *Input) { in.Agent.DesiredSha = "9f8e7d6c5b4a"; in.Agent.DesiredAt = ago(5 * time.Minute) },
+			want: OK},
+		{name: "drift threshold flag", edit: func(in *Input) { in.Agent.DesiredSha = "9f8e7d6c5b4a"; in.Agent.DesiredAt = ago(5 * time.Minute) },
+			th: Thresholds{Drift: 2 * time.Minute}, want: Drift},
+		{name: "never applied is drift", edit: func(in *Input) { in.Agent.AppliedSha = "" }, want: Drift},
+		{name: "outdated", edit: func(in *Input) { in.Agent.Version = "0.1.9" }, th: Thresholds{MinVersion: &v020},
+			want: Outdated, stepHas: []string{"0.1.9 < 0.2.0"}},
+		{name: "pre-release is older", edit: func(in *Input) { in.Agent.Version = "0.2.0-rc.1" }, th: Thresholds{MinVersion: &v020}, want: Outdated},
+		{name: "newer is fine", edit: func(in *Input) { in.Agent.Version = "0.10.0" }, th: Thresholds{MinVersion: &v020}, want: OK},
+		{name: "unknown version is outdated", edit: func(in *Input) { in.Agent.Version = "garbage" }, th: Thresholds{MinVersion: &v020}, want: Outdated},
+		{name: "no min version, no outdated", edit: func(in *Input) { in.Agent.Version = "0.0.1" }, want: OK},
+		{name: "orphan identity", edit: func(in *Input) { in.Agent = nil }, want: OrphanIdentity,
+			stepHas: []string{"tenancy has no backend for identity monky-host.env-dev-08"}},
+		{name: "all reasons listed in table order", edit: func(in *Input) {
+			in.Mesh.MissingAttributes = []string{"openbao-client"}
+			in.Agent.LastCheckin = ago(time.Hour)
+			in.Agent.LastResult = "failed"
+			in.Agent.DesiredSha = "ffff"
+			in.Agent.Version = "0.1.8"
+		}, th: Thresholds{MinVersion: &v020}, want: AttrsMissing,
+			wantReasons: []Verdict{AttrsMissing, Silent, Failing, Drift, Outdated}},
+		{name: "no identity and stale: offline too", edit: func(in *Input) { in.Mesh = nil; in.Agent.LastCheckin = ago(time.Hour) },
+			want: NoIdentity, wantReasons: []Verdict{NoIdentity, Offline}},
+		{name: "stale default is 3 min at a 60 s interval", edit: func(in *Input) { in.Agent.LastCheckin = ago(3*time.Minute + time.Second) },
+			want: Silent},
+		{name: "exactly the threshold is not stale", edit: func(in *Input) { in.Agent.LastCheckin = ago(3 * time.Minute) }, want: OK},
+		{name: "stale scales with the interval", edit: func(in *Input) {
+			in.Agent.Interval = 5 * time.Minute
+			in.Agent.LastCheckin = ago(14 * time.Minute)
+		}, want: OK},
+		{name: "stale flag overrides", edit: func(in *Input) { in.Agent.Interval = 5 * time.Minute; in.Agent.LastCheckin = ago(14 * time.Minute) },
+			th: Thresholds{Stale: 10 * time.Minute}, want: Silent},
+		{name: "check-in ahead of tenancy's clock is fresh", edit: func(in *Input) { in.Agent.LastCheckin = ago(-2 * time.Minute) }, want: OK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := healthy()
+			tc.edit(&in)
+			got := Evaluate(in, now, tc.th)
+			if got.Verdict != tc.want {
+				t.Fatalf("verdict %s (reasons %v, step %q), want %s", got.Verdict, got.Reasons, got.NextStep, tc.want)
+			}
+			if tc.wantReasons != nil && !slices.Equal(got.Reasons, tc.wantReasons) {
+				t.Errorf("reasons %v, want %v", got.Reasons, tc.wantReasons)
+			}
+			if tc.want == OK && (len(got.Reasons) != 0 || got.NextStep != "") {
+				t.Errorf("OK with reasons %v / step %q", got.Reasons, got.NextStep)
+			}
+			if tc.want != OK && (len(got.Reasons) == 0 || got.Reasons[0] != tc.want || got.NextStep == "") {
+				t.Errorf("reasons %v, step %q", got.Reasons, got.NextStep)
+			}
+			for _, s := range tc.stepHas {
+				if !strings.Contains(got.NextStep, s) {
+					t.Errorf("next step %q lacks %q", got.NextStep, s)
+				}
+			}
+			for _, s := range tc.stepLacks {
+				if strings.Contains(got.NextStep, s) {
+					t.Errorf("next step %q has %q", got.NextStep, s)
+				}
+			}
+			if strings.Contains(got.NextStep, "\n") {
+				t.Errorf("next step spans lines: %q", got.NextStep)
+			}
+		})
+	}
+}
+
+// The verdict sees one clock, the one it is given: tenancy's. The same answer judged at the
+// same tenancy `now` gives the same verdict whatever time the operator's laptop thinks it is;
+// judged by a clock 10 minutes ahead, a fresh agent would turn SILENT.
+func TestVerdictFollowsTheGivenClockOnly(t *testing.T) {
+	in := healthy()
+	in.Agent.LastCheckin = ago(2 * time.Minute)
+	if got := Evaluate(in, now, Thresholds{}); got.Verdict != OK || *got.Age != 2*time.Minute {
+		t.Fatalf("at tenancy's now: %s age %v", got.Verdict, got.Age)
+	}
+	if got := Evaluate(in, now.Add(10*time.Minute), Thresholds{}); got.Verdict != Silent {
+		t.Fatalf("a skewed clock must be kept out of Evaluate: it changes the verdict to %s", got.Verdict)
+	}
+}
+
+func TestStaleAfter(t *testing.T) {
+	for _, tc := range []struct{ interval, want time.Duration }{
+		{0, 3 * time.Minute}, {30 * time.Second, 3 * time.Minute}, {time.Minute, 3 * time.Minute},
+		{2 * time.Minute, 6 * time.Minute}, {15 * time.Minute, 45 * time.Minute},
+	} {
+		if got := StaleAfter(tc.interval); got != tc.want {
+			t.Errorf("StaleAfter(%v) = %v, want %v", tc.interval, got, tc.want)
+		}
+	}
+}
+
+func TestHuman(t *testing.T) {
+	for _, tc := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{0, "0s"}, {45 * time.Second, "45s"}, {12*time.Minute + 30*time.Second, "12m"}, {3 * time.Hour, "3h"},
+		{3*time.Hour + 5*time.Minute, "3h5m"}, {50 * time.Hour, "2d2h"}, {72 * time.Hour, "3d"},
+	} {
+		if got := Human(tc.d); got != tc.want {
+			t.Errorf("Human(%v) = %q, want %q", tc.d, got, tc.want)
+		}
+	}
+}
+
+func mustVersion(t *testing.T, s string) Version {
+	t.Helper()
+	v, err := ParseVersion(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func TestCompareVersions(t *testing.T) {
+	for _, tc := range []struct {
+		a, b string
+		want int
+	}{
+		{"0.2.0", "0.2.0", 0}, {"0.1.9", "0.2.0", -1}, {"0.10.0", "0.9.9", 1}, {"1.0.0", "0.99.99", 1},
+		{"0.2.0-dev", "0.2.0", -1}, {"0.2.0-rc.1", "0.2.0-rc.2", -1}, {"0.2.0-rc.10", "0.2.0-rc.2", 1},
+		{"0.2.0-1", "0.2.0-alpha", -1}, {"0.2.0-alpha", "0.2.0-alpha.1", -1}, {"v0.2.0", "0.2.0", 0},
+		{"0.2.0+deb12", "0.2.0", 0},
+	} {
+		got := mustVersion(t, tc.a).Compare(mustVersion(t, tc.b))
+		if got != tc.want {
+			t.Errorf("%s vs %s = %d, want %d", tc.a, tc.b, got, tc.want)
+		}
+	}
+}
+
+func TestParseVersionRejects(t *testing.T) {
+	for _, s := range []string{"", "v", "1", "1.2", "1.2.3.4", "a.b.c", "1.2.3-", "1.2.3+", "1.2.3-a..b", "-1.2.3", "1.2.3-a b", "1234567890.0.0"} {
+		if _, err := ParseVersion(s); err == nil {
+			t.Errorf("ParseVersion(%q) accepted", s)
+		}
+	}
+}
+
+func FuzzParseVersion(f *testing.F) {
+	for _, s := range []string{"0.2.0", "v1.2.3-rc.1+b", "0.2.0-dev", "1.2", "x"} {
+		f.Add(s, "0.2.0")
+	}
+	f.Fuzz(func(t *testing.T, a, b string) {
+		va, errA := ParseVersion(a)
+		vb, errB := ParseVersion(b)
+		if errA != nil || errB != nil {
+			return
+		}
+		if va.Compare(vb) != -vb.Compare(va) {
+			t.Fatalf("Compare not antisymmetric for %q, %q", a, b)
+		}
+		if va.Compare(va) != 0 {
+			t.Fatalf("%q not equal to itself", a)
+		}
+		if va.String() != a {
+			t.Fatalf("String %q != %q", va.String(), a)
+		}
+	})
+}
