@@ -56,6 +56,7 @@ step "compose: $(DOCKER_CONFIG="$empty" docker compose version) visible with an 
 
 # 4. The OpenBao server binary (the tests find it with the same script, or MONKY_BAO_BIN).
 bao=$("$here/build-bao.sh") || fail "scripts/build-bao.sh"
+bao=$(realpath "$bao")
 [ -x "$bao" ] || fail "build-bao.sh printed $bao, which is not executable"
 "$bao" version >/dev/null 2>&1 || fail "$bao does not run"
 step "openbao: $("$bao" version 2>&1 | head -n1) at $bao (export MONKY_BAO_BIN=$bao to skip the script in tests)"

@@ -19,8 +19,9 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
 )
 
-// kvReadLimit bounds the OpenBao reads of one apply that run at once.
-const kvReadLimit = 8
+// kvReadLimit bounds the OpenBao reads of one apply that run at once: enough that a bundle of
+// 20 secrets reads in two round trips, few enough not to flood OpenBao from every box at once.
+const kvReadLimit = 16
 
 // keepReleases is how many release directories --prune keeps.
 const keepReleases = 5

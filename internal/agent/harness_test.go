@@ -67,7 +67,7 @@ func (c *clock) Sleep(ctx context.Context, d time.Duration) error {
 
 // harness is one box: a config and state dir, fake tenancy, fake OpenBao, a simulated docker CLI.
 type harness struct {
-	t      *testing.T
+	t      testing.TB
 	dir    string
 	cfg    *config.Config
 	ten    *tenancytest.Server
@@ -99,7 +99,17 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func newHarness(t *testing.T, extraConfig ...string) *harness {
+func newHarness(t testing.TB, extraConfig ...string) *harness {
+	t.Helper()
+	return newHarnessWith(t, 0, extraConfig...)
+}
+
+// newBenchHarness is a harness whose OpenBao takes readLatency for every KV read.
+func newBenchHarness(t testing.TB, readLatency time.Duration) *harness {
+	return newHarnessWith(t, readLatency)
+}
+
+func newHarnessWith(t testing.TB, readLatency time.Duration, extraConfig ...string) *harness {
 	t.Helper()
 	h := &harness{t: t, dir: t.TempDir(), clock: &clock{t: time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)}, logs: &syncBuffer{}}
 	var err error
@@ -108,7 +118,7 @@ func newHarness(t *testing.T, extraConfig ...string) *harness {
 		t.Fatal(err)
 	}
 	h.signer.Clock = h.clock.Now
-	h.bao = baotest.Start(baotest.Options{PublicKey: h.signer.PublicKey(), Clock: h.clock.Now})
+	h.bao = baotest.Start(baotest.Options{PublicKey: h.signer.PublicKey(), Clock: h.clock.Now, ReadLatency: readLatency})
 	t.Cleanup(h.bao.Close)
 	h.ten = tenancytest.Start(tenancytest.Options{Verifier: h.bao, Signer: h.signer, BaoAddr: h.bao.URL, Clock: h.clock.Now})
 	t.Cleanup(h.ten.Close)

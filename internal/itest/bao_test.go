@@ -18,7 +18,11 @@ import (
 	"github.com/openbao/openbao/api/v2"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/grant"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/tenancy/tenancytest"
 )
+
+// Bao is the tenancy fake's bearer verifier in integration tests.
+var _ tenancytest.Verifier = (*Bao)(nil)
 
 func newSigner(t *testing.T) *grant.Signer {
 	t.Helper()

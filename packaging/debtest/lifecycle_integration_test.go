@@ -198,21 +198,37 @@ func TestUpgradeFromBrokenPrerm(t *testing.T) {
 	}
 }
 
-// A removed (not purged) 0.1.8 leaves its config behind; installing the new package afterwards
-// reaches postinst as `configure 0.1.8` too, but that box was switched off on purpose.
-func TestReinstallAfterRemoveOfBrokenVersion(t *testing.T) {
+// TestHealOnlyAfterARecordedUpgrade: `postinst configure 0.1.8` also follows a reinstall of a
+// package that was removed but not purged (its conffiles kept it in dpkg's database). Such a box
+// was switched off on purpose; only an upgrade recorded by preinst may switch the timer back on.
+func TestHealOnlyAfterARecordedUpgrade(t *testing.T) {
 	a := build(t)
-	b := newBox(t, boxOptions{groups: []string{"docker"}})
-	b.dpkg("-i", a.old018Deb)
-	b.configure("sdk")
-	b.dpkg("-r", "monky-deployd")
-	if got := b.packageStatus("monky-deployd"); !strings.HasPrefix(got, "rc") {
-		t.Fatalf("status %q after remove, want config-files", got)
-	}
-	b.clearCalls()
-	out := b.dpkg("-i", a.deb)
-	if b.enabled(timer) {
-		t.Errorf("a reinstall after removal enabled the timer; calls %q\n%s", b.calls("systemctl"), out)
+	for _, tc := range []struct {
+		name      string
+		preinst   string
+		wantTimer bool
+	}{
+		{"reinstall after remove", "install 0.1.8", false},
+		{"no preinst record", "", false},
+		{"recorded upgrade", "upgrade 0.1.8", true},
+		{"recorded upgrade from another version", "upgrade 0.1.7", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newBox(t, boxOptions{groups: []string{"docker"}})
+			b.dpkg("-i", a.deb)
+			b.configure("sdk")
+			b.mustSh("systemctl disable --now " + timer)
+			if tc.preinst != "" {
+				b.mustSh("/var/lib/dpkg/info/monky-deployd.preinst " + tc.preinst)
+			}
+			out := b.mustSh("/var/lib/dpkg/info/monky-deployd.postinst configure 0.1.8")
+			if got := b.enabled(timer); got != tc.wantTimer {
+				t.Errorf("timer enabled = %v, want %v; calls %q\n%s", got, tc.wantTimer, b.calls("systemctl"), out)
+			}
+			if b.exists("/var/lib/monky-deployd/.dpkg-upgrade-from") {
+				t.Error("postinst left the upgrade marker behind")
+			}
+		})
 	}
 }
 

@@ -1,0 +1,193 @@
+package report
+
+import (
+	"fmt"
+	"path"
+	"time"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/render"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/verdict"
+)
+
+// Laggard marks an env that has not checked in running the expected version since the gate
+// started.
+const Laggard = "LAGGARD"
+
+// Gate is the result of `fleetctl gate`: only what blocks a rollout.
+type Gate struct {
+	Schema int    `json:"schema"`
+	Now    string `json:"now"`
+	Pass   bool   `json:"pass"`
+	// Envs counts the envs judged (allowed ones excluded).
+	Envs          int    `json:"envs"`
+	MinVersion    string `json:"min_version,omitempty"`
+	ExpectVersion string `json:"expect_version,omitempty"`
+	// StartedAt is tenancy's clock at the gate's first listing: with --expect-version, every
+	// env must have checked in since then, running that version.
+	StartedAt string    `json:"started_at,omitempty"`
+	TimedOut  bool      `json:"timed_out"`
+	Allowed   []string  `json:"allowed"`
+	Blockers  []Blocker `json:"blockers"`
+}
+
+// Blocker is one env that fails the gate.
+type Blocker struct {
+	EnvID   string   `json:"env_id"`
+	Site    string   `json:"site"`
+	Verdict string   `json:"verdict"`
+	Reasons []string `json:"reasons"`
+	// Lagging is set when the env has not checked in with the expected version since the start.
+	Lagging       bool    `json:"lagging"`
+	AgentVersion  string  `json:"agent_version"`
+	LastCheckinAt *string `json:"last_checkin_at"`
+	CheckinAgeS   *int64  `json:"checkin_age_s"`
+	// Why is the next step of the verdict, or why the env lags.
+	Why string `json:"why"`
+}
+
+// GateOptions say what the gate requires.
+type GateOptions struct {
+	// Allow lists env ids (or path.Match globs) whose state does not block.
+	Allow         []string
+	MinVersion    string
+	ExpectVersion string
+	// StartedAt is the tenancy clock of the gate's first listing; needed with ExpectVersion.
+	StartedAt time.Time
+	TimedOut  bool
+}
+
+// Allowed reports whether env is exempted by one of the patterns.
+func Allowed(env string, allow []string) bool {
+	for _, p := range allow {
+		if ok, _ := path.Match(p, env); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// LagReason says why env has not yet satisfied --expect-version, or "" when it has. An agent
+// satisfies it once it has checked in since start (tenancy's clock) running the version.
+func LagReason(e Env, expect string, start time.Time) string {
+	if e.Verdict == string(verdict.OrphanIdentity) {
+		return ""
+	}
+	if e.LastCheckinAt == nil {
+		return "never checked in"
+	}
+	at, err := time.Parse(time.RFC3339, *e.LastCheckinAt)
+	if err != nil {
+		return "unreadable last check-in"
+	}
+	if e.AgentVersion != expect {
+		return fmt.Sprintf("running %s, expected %s", orNone(e.AgentVersion), expect)
+	}
+	if at.Before(start) {
+		return fmt.Sprintf("no check-in since the gate started (last %s before it)", verdict.Human(start.Sub(at)))
+	}
+	return ""
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "no known version"
+	}
+	return s
+}
+
+// NewGate picks the blockers out of a status document.
+func NewGate(doc *Document, o GateOptions) *Gate {
+	g := &Gate{Schema: Schema, Now: doc.Now, MinVersion: o.MinVersion, ExpectVersion: o.ExpectVersion,
+		TimedOut: o.TimedOut, Allowed: []string{}, Blockers: []Blocker{}}
+	if o.ExpectVersion != "" {
+		g.StartedAt = o.StartedAt.UTC().Format(time.RFC3339)
+	}
+	for _, e := range doc.Envs {
+		if Allowed(e.EnvID, o.Allow) {
+			g.Allowed = append(g.Allowed, e.EnvID)
+			continue
+		}
+		g.Envs++
+		lag := ""
+		if o.ExpectVersion != "" {
+			lag = LagReason(e, o.ExpectVersion, o.StartedAt)
+		}
+		if e.Verdict == string(verdict.OK) && lag == "" {
+			continue
+		}
+		b := Blocker{EnvID: e.EnvID, Site: e.Site, Verdict: e.Verdict, Reasons: append([]string{}, e.Reasons...),
+			Lagging: lag != "", AgentVersion: e.AgentVersion, LastCheckinAt: e.LastCheckinAt, CheckinAgeS: e.CheckinAgeS, Why: e.NextStep}
+		if lag != "" {
+			b.Reasons = append(b.Reasons, Laggard)
+			if e.Verdict == string(verdict.OK) {
+				b.Verdict, b.Why = Laggard, lag
+			}
+		}
+		g.Blockers = append(g.Blockers, b)
+	}
+	g.Pass = len(g.Blockers) == 0
+	return g
+}
+
+// Table lays the gate out: the blockers only, then one line with the outcome.
+func (g *Gate) Table(wide bool) render.Table {
+	t := render.Table{Header: []string{"ENV", "SITE", "BLOCKER", "AGENT", "LAST CHECK-IN", "WHY"}}
+	if wide {
+		t.Header = []string{"ENV", "SITE", "BLOCKER", "REASONS", "AGENT", "LAST CHECK-IN", "WHY"}
+	}
+	for _, b := range g.Blockers {
+		age := "never"
+		if b.CheckinAgeS != nil {
+			age = verdict.Human(time.Duration(*b.CheckinAgeS)*time.Second) + " ago"
+		}
+		if b.Verdict == string(verdict.OrphanIdentity) {
+			age = ""
+		}
+		row := []string{b.EnvID, b.Site, b.Verdict, b.AgentVersion, age, b.Why}
+		if wide {
+			row = []string{b.EnvID, b.Site, b.Verdict, join(b.Reasons), b.AgentVersion, age, b.Why}
+		}
+		t.Rows = append(t.Rows, row)
+	}
+	t.Lines = []string{g.line()}
+	return t
+}
+
+func (g *Gate) line() string {
+	allowed := ""
+	if len(g.Allowed) > 0 {
+		allowed = fmt.Sprintf(" (%d allowed)", len(g.Allowed))
+	}
+	if g.Pass {
+		s := fmt.Sprintf("gate: PASS — %d envs OK%s", g.Envs, allowed)
+		if g.ExpectVersion != "" {
+			s = fmt.Sprintf("gate: PASS — %d envs OK, all running %s since %s%s", g.Envs, g.ExpectVersion, g.StartedAt, allowed)
+		}
+		return s
+	}
+	lag := 0
+	for _, b := range g.Blockers {
+		if b.Lagging {
+			lag++
+		}
+	}
+	s := fmt.Sprintf("gate: FAIL — %d of %d envs block%s", len(g.Blockers), g.Envs, allowed)
+	if g.ExpectVersion != "" {
+		s += fmt.Sprintf("; %d not yet on %s", lag, g.ExpectVersion)
+		if g.TimedOut {
+			s += " when the wait ran out"
+		}
+	}
+	return s
+}
+
+func join(ss []string) string {
+	out := ""
+	for i, s := range ss {
+		if i > 0 {
+			out += ","
+		}
+		out += s
+	}
+	return out
+}
