@@ -288,6 +288,9 @@ bao:
   addr: https://bao.cbs.tikali.net:8200
   auth_mount: jwt-tenancy
   role: see-env
+disk:
+  factor: 1.5
+  headroom_bytes: 2147483648
 EOF
 if [ -f "$CONFIG" ] && cmp -s "$WORK/config.yaml" "$CONFIG"; then
   say "$CONFIG unchanged"

@@ -227,8 +227,12 @@ func TestBaoRefusesForeignGrants(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, _, err := b.Login(context.Background(), tt.jwt); err == nil {
+			_, _, err := b.Login(context.Background(), tt.jwt)
+			if err == nil {
 				t.Fatal("login succeeded")
+			}
+			if statusOf(err) != http.StatusBadRequest || strings.Contains(err.Error(), tt.jwt) {
+				t.Fatalf("err = %v, want a 400 that does not echo the grant", err)
 			}
 		})
 	}

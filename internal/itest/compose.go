@@ -70,7 +70,8 @@ const projectLabel = "com.docker.compose.project"
 // CleanupProject registers, for the end of the test, `docker compose -p name down -v
 // --remove-orphans` and then the forced removal of every container, network and volume still
 // labelled with that project (an agent that crashed mid-apply leaves such things). Anything that
-// survives fails the test.
+// survives fails the test. Cleanups run last-registered-first: call CleanupProject AFTER
+// BuildImages, so the containers are gone before the image tags they use are removed.
 func CleanupProject(t testing.TB, name string) {
 	t.Helper()
 	Require(t, PartDocker, PartCompose)

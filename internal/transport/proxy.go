@@ -22,6 +22,9 @@ const (
 	defaultRebuildAfter = 3
 	defaultDialTimeout  = 15 * time.Second
 	defaultDrainTimeout = 10 * time.Second
+	// A rebuild cannot fix an unreachable controller, and each abandoned sdk-golang context
+	// keeps a goroutine probing the controller until it answers: rebuild at most this often.
+	defaultRebuildInterval = time.Minute
 )
 
 func defaultRetryDelay(attempt int) time.Duration {
@@ -30,13 +33,14 @@ func defaultRetryDelay(attempt int) time.Duration {
 
 // proxyHooks lets tests watch the proxy and shorten its timings. Zero values mean the defaults.
 type proxyHooks struct {
-	onListen     func(service string, addr net.Addr) // after each listener is bound
-	onDrain      func()                              // after the listeners are closed, before the drain
-	newDialer    func() (ServiceDialer, error)       // replaces the identity loader; rebuilds allowed
-	retryDelay   func(attempt int) time.Duration
-	drainTimeout time.Duration
-	dialAttempts int
-	rebuildAfter int
+	onListen        func(service string, addr net.Addr) // after each listener is bound
+	onDrain         func()                              // after the listeners are closed, before the drain
+	newDialer       func() (ServiceDialer, error)       // replaces the identity loader; rebuilds allowed
+	retryDelay      func(attempt int) time.Duration
+	drainTimeout    time.Duration
+	dialAttempts    int
+	rebuildAfter    int
+	rebuildInterval time.Duration // negative: no minimum
 }
 
 type proxySpec struct {
@@ -68,7 +72,13 @@ func RunProxy(ctx context.Context, opts Options) error {
 		return err
 	}
 
-	rd := &rebuildingDialer{threshold: orInt(h.rebuildAfter, defaultRebuildAfter), logger: logger, rebuild: true}
+	rd := &rebuildingDialer{
+		threshold:   orInt(h.rebuildAfter, defaultRebuildAfter),
+		minInterval: orDuration(h.rebuildInterval, defaultRebuildInterval),
+		now:         time.Now,
+		logger:      logger,
+		rebuild:     true,
+	}
 	switch {
 	case h.newDialer != nil:
 		rd.build = h.newDialer
@@ -335,17 +345,20 @@ func copyHalf(dst, src net.Conn) {
 }
 
 // rebuildingDialer holds the current ServiceDialer and replaces it after threshold dials in a
-// row fail without the mesh answering.
+// row fail without the mesh answering, at most once per minInterval.
 type rebuildingDialer struct {
-	build     func() (ServiceDialer, error)
-	rebuild   bool
-	threshold int
-	logger    *slog.Logger
+	build       func() (ServiceDialer, error)
+	rebuild     bool
+	threshold   int
+	minInterval time.Duration
+	now         func() time.Time
+	logger      *slog.Logger
 
-	mu    sync.Mutex
-	cur   ServiceDialer
-	gen   uint64
-	fails int
+	mu      sync.Mutex
+	cur     ServiceDialer
+	gen     uint64
+	fails   int
+	builtAt time.Time
 }
 
 func (r *rebuildingDialer) warm() error {
@@ -363,6 +376,7 @@ func (r *rebuildingDialer) current() (ServiceDialer, uint64, error) {
 		}
 		r.cur = d
 		r.gen++
+		r.builtAt = r.now()
 		if r.gen > 1 {
 			r.logger.Info("proxy: ziti context rebuilt")
 		}
@@ -396,7 +410,7 @@ func (r *rebuildingDialer) record(ctx context.Context, gen uint64, err error) {
 		return
 	}
 	r.fails++
-	if !r.rebuild || r.fails < r.threshold || r.cur == nil {
+	if !r.rebuild || r.fails < r.threshold || r.cur == nil || r.now().Sub(r.builtAt) < r.minInterval {
 		return
 	}
 	r.logger.Warn("proxy: ziti context looks dead; rebuilding it", "failed_dials", r.fails, "err", err.Error())

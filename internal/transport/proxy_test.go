@@ -198,8 +198,9 @@ func TestProxyRebuildsDeadContext(t *testing.T) {
 	addrs, stop := startProxy(t, Options{
 		Logger: logger, TenancyService: tenancySvc, TenancyProxyAddr: "127.0.0.1:0",
 		hooks: &proxyHooks{
-			dialAttempts: 1,
-			rebuildAfter: 2,
+			dialAttempts:    1,
+			rebuildAfter:    2,
+			rebuildInterval: -1,
 			newDialer: func() (ServiceDialer, error) {
 				mu.Lock()
 				defer mu.Unlock()
@@ -306,5 +307,46 @@ func TestProxyDrainTimeoutCutsStreams(t *testing.T) {
 	// RunProxy has returned, so the stream was cut: the client sees the end of it.
 	if n, err := c.Read(buf); err == nil {
 		t.Fatalf("read %d bytes from a cut stream", n)
+	}
+}
+
+// TestRebuildInterval: a dead-looking context is rebuilt at most once per interval, because a
+// rebuild cannot fix an unreachable controller and each abandoned SDK context keeps probing it.
+func TestRebuildInterval(t *testing.T) {
+	now := time.Unix(1000, 0)
+	var built []*fakeDialer
+	rd := &rebuildingDialer{
+		build: func() (ServiceDialer, error) {
+			d := &fakeDialer{failFirst: 1 << 30}
+			built = append(built, d)
+			return d, nil
+		},
+		rebuild: true, threshold: 2, minInterval: time.Minute,
+		now:    func() time.Time { return now },
+		logger: slog.New(slog.DiscardHandler),
+	}
+	ctx := context.Background()
+	dialN := func(n int) {
+		for range n {
+			if _, err := rd.dial(ctx, tenancyInfo(tenancySvc)); err == nil {
+				t.Fatal("a dead context dialled")
+			}
+		}
+	}
+	dialN(5)
+	if len(built) != 1 {
+		t.Fatalf("rebuilt within the interval: %d contexts", len(built))
+	}
+	now = now.Add(time.Minute)
+	dialN(1) // the streak is already past the threshold: this failure rebuilds
+	dialN(1) // and this one builds the new context
+	if len(built) != 2 {
+		t.Fatalf("after the interval: %d contexts, want 2", len(built))
+	}
+	if _, closed := built[0].count(); !closed {
+		t.Fatal("the replaced context was not closed")
+	}
+	if err := rd.Close(); err != nil {
+		t.Fatal(err)
 	}
 }

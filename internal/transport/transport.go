@@ -17,6 +17,9 @@ import (
 	"time"
 )
 
+// sdkDialTimeout bounds a dial whose context has no deadline.
+const sdkDialTimeout = 30 * time.Second
+
 // Modes, as spelled in config (`transport:`).
 const (
 	ModeSDK    = "sdk"
@@ -87,8 +90,8 @@ type Transport struct {
 //
 // sdk: the identity is pre-flighted and loaded eagerly, so a broken identity fails New with an
 // *IdentityError naming the fault before anything touches the mesh; the ziti context is created
-// but only authenticates at the first dial (nothing goes over the network in New). With
-// opts.Dialer set, no identity is read.
+// but only authenticates at the first dial (New never waits on the network). With opts.Dialer
+// set, no identity is read.
 // proxy: the proxy addresses must be loopback; nothing is dialled in New.
 // system: no routing; every host:port is dialled with the OS resolver.
 func New(opts Options) (*Transport, error) {
@@ -244,6 +247,13 @@ func (t *Transport) DialContext(ctx context.Context, network, addr string) (net.
 		return nil, fmt.Errorf("transport %s: refusing %s: %w (mapped: %s)", t.mode, addr, ErrUnmapped, t.mapped())
 	}
 	if t.mode == ModeSDK {
+		if _, ok := ctx.Deadline(); !ok {
+			// The SDK's dial can wait forever on an unreachable controller; never let a
+			// caller without a deadline hang the tick.
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, sdkDialTimeout)
+			defer cancel()
+		}
 		c, err := t.dialer.DialService(ctx, r.svc.name)
 		if err != nil {
 			return nil, classifyDialError(ctx, r.svc, err)

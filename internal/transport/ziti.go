@@ -21,8 +21,9 @@ type zitiDialer struct {
 
 // newZitiDialer pre-flights the identity, loads it under recover and builds a ziti context that
 // never sees the identity's raw config: the SDK's own lazy loader calls Fatalf on a bad
-// certificate and panics on a garbage key. No network traffic happens here; the context
-// authenticates on its first dial.
+// certificate and panics on a garbage key. Nothing here waits on the network: the context
+// authenticates on its first dial (the SDK does start probing the controller's version in the
+// background as soon as the context exists).
 func newZitiDialer(path string, readFile func(string) ([]byte, error), logger *slog.Logger) (*zitiDialer, error) {
 	raw, err := checkIdentity(path, readFile)
 	if err != nil {
@@ -60,17 +61,39 @@ func newZitiDialer(path string, readFile func(string) ([]byte, error), logger *s
 	return &zitiDialer{zctx: zctx}, nil
 }
 
+// DialService runs the SDK's dial in its own goroutine and stops waiting when ctx is done: in
+// sdk-golang v1.9.0 the first dial waits, inside a sync.Once that retries every 5 s forever,
+// until the controller answers its version probe, whatever ctx says. A dial that completes
+// after it was abandoned has its connection closed.
 func (d *zitiDialer) DialService(ctx context.Context, service string) (net.Conn, error) {
-	var conn net.Conn
-	err := safeCall("dial "+service, func() error {
-		c, err := d.zctx.DialContext(ctx, service)
-		if err != nil {
-			return err
-		}
-		conn = c
-		return nil
-	})
-	return conn, err
+	type result struct {
+		conn net.Conn
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		var conn net.Conn
+		err := safeCall("dial "+service, func() error {
+			c, err := d.zctx.DialContext(ctx, service)
+			if err != nil {
+				return err
+			}
+			conn = c
+			return nil
+		})
+		done <- result{conn, err}
+	}()
+	select {
+	case r := <-done:
+		return r.conn, r.err
+	case <-ctx.Done():
+		go func() {
+			if r := <-done; r.conn != nil {
+				r.conn.Close()
+			}
+		}()
+		return nil, fmt.Errorf("no answer from the ziti controller or edge router (is the controller reachable?): %w", ctx.Err())
+	}
 }
 
 func (d *zitiDialer) Close() error {
@@ -110,8 +133,8 @@ func classifyDialError(ctx context.Context, svc serviceInfo, err error) error {
 		return &ServiceError{Service: svc.name, Reason: "not visible to this identity: check " + svc.attr, Kind: ErrServiceNotVisible, Err: err}
 	case strings.Contains(msg, "has no terminators"):
 		return &ServiceError{Service: svc.name, Reason: "has no terminators: " + svc.hostedBy, Kind: ErrNoTerminators, Err: err}
-	case ctx.Err() != nil:
-		return &ServiceError{Service: svc.name, Reason: fmt.Sprintf("dial abandoned: %v", ctx.Err()), Err: errors.Join(ctx.Err(), err)}
+	case ctx.Err() != nil && !errors.Is(err, ctx.Err()):
+		return &ServiceError{Service: svc.name, Reason: fmt.Sprintf("dial abandoned (%v): %s", ctx.Err(), msg), Err: errors.Join(ctx.Err(), err)}
 	}
 	return &ServiceError{Service: svc.name, Reason: "dial failed: " + msg, Err: err}
 }

@@ -3,6 +3,7 @@ package report
 import (
 	"fmt"
 	"path"
+	"strings"
 	"time"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/render"
@@ -145,7 +146,7 @@ func (g *Gate) Table(wide bool) render.Table {
 		}
 		row := []string{b.EnvID, b.Site, b.Verdict, b.AgentVersion, age, b.Why}
 		if wide {
-			row = []string{b.EnvID, b.Site, b.Verdict, join(b.Reasons), b.AgentVersion, age, b.Why}
+			row = []string{b.EnvID, b.Site, b.Verdict, strings.Join(b.Reasons, ","), b.AgentVersion, age, b.Why}
 		}
 		t.Rows = append(t.Rows, row)
 	}
@@ -179,15 +180,4 @@ func (g *Gate) line() string {
 		}
 	}
 	return s
-}
-
-func join(ss []string) string {
-	out := ""
-	for i, s := range ss {
-		if i > 0 {
-			out += ","
-		}
-		out += s
-	}
-	return out
 }

@@ -117,6 +117,8 @@ func serve(cfg config) error {
 		defer cancel()
 		_ = srv.Shutdown(shutdown)
 	}()
+	// A line in `compose logs`, which the agent sends as the log tail of a failed apply.
+	fmt.Printf("testapp %s listening on %s (healthy=%t)\n", version, cfg.listen, cfg.healthy)
 	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
@@ -161,6 +163,7 @@ func newHandler(cfg config, started time.Time, now func() time.Time,
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		switch up := now().Sub(started); {
 		case !cfg.healthy:
+			fmt.Println("healthz: unhealthy (APP_HEALTHY=false)")
 			http.Error(w, "unhealthy: APP_HEALTHY=false", http.StatusServiceUnavailable)
 		case up < cfg.readyAfter:
 			http.Error(w, fmt.Sprintf("starting: up %s of %s", up, cfg.readyAfter), http.StatusServiceUnavailable)

@@ -1,0 +1,150 @@
+// Package doctor checks, one line each, every precondition a tick of monky-deployd depends on —
+// config, the ziti identity and its group, docker and the compose plugin, DOCKER_CONFIG, free
+// disk, the systemd timer, tenancy and OpenBao — and says how to fix each one that fails. Each of
+// these faults once reached the operator as a symptom of another (a dropped ACL read as a mesh
+// fault, a full containerd disk as a registry fault, a disabled timer as nothing at all); doctor
+// names them where they are.
+package doctor
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// Status is the outcome of one check.
+type Status string
+
+// Statuses. Skip is only for a check that does not apply to this box (the identity with
+// transport system, the timer in laptop mode), and its detail says why.
+const (
+	OK   Status = "OK"
+	Fail Status = "FAIL"
+	Skip Status = "SKIP"
+)
+
+// Result is what one check found. Detail says what was seen; Fix, for a failure, what to run or
+// change. Neither ever carries a token, grant or credential.
+type Result struct {
+	Name   string `json:"name"`
+	Status Status `json:"status"`
+	Detail string `json:"detail"`
+	Fix    string `json:"fix"`
+}
+
+// Check is one precondition.
+type Check struct {
+	Name string
+	Run  func(ctx context.Context) Result
+	// Timeout bounds Run (0: only ctx does). A docker CLI facing a hung engine waits forever,
+	// and a doctor that hangs diagnoses nothing.
+	Timeout time.Duration
+}
+
+// Run runs the checks in order and returns one result per check (named after it, its text on
+// one line) and whether none failed. A check that panics is a failure, not a crash: the lines
+// after it are still worth printing.
+func Run(ctx context.Context, checks []Check) ([]Result, bool) {
+	results := make([]Result, 0, len(checks))
+	allOK := true
+	for _, c := range checks {
+		r := runOne(ctx, c)
+		r.Name = c.Name
+		r.Detail = oneLine(r.Detail)
+		r.Fix = oneLine(r.Fix)
+		if r.Status == Fail {
+			allOK = false
+		}
+		results = append(results, r)
+	}
+	return results, allOK
+}
+
+func runOne(ctx context.Context, c Check) (r Result) {
+	if c.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.Timeout)
+		defer cancel()
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			r = Result{Status: Fail, Detail: fmt.Sprintf("the check itself crashed: %v", p), Fix: "report this as a bug of monky-deployd doctor"}
+		}
+	}()
+	r = c.Run(ctx)
+	if r.Status == "" {
+		r.Status = Fail
+	}
+	if ctx.Err() != nil && r.Status == Fail && c.Timeout > 0 {
+		r.Detail += fmt.Sprintf(" (gave up after %s)", c.Timeout)
+	}
+	return r
+}
+
+// oneLine folds command output and multi-line errors onto one line.
+func oneLine(s string) string {
+	lines := strings.FieldsFunc(s, func(r rune) bool { return r == '\n' || r == '\r' })
+	for i, l := range lines {
+		lines[i] = strings.Join(strings.Fields(l), " ")
+	}
+	out := lines[:0]
+	for _, l := range lines {
+		if l != "" {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, " | ")
+}
+
+// Failed counts the failures among results.
+func Failed(results []Result) int {
+	n := 0
+	for _, r := range results {
+		if r.Status == Fail {
+			n++
+		}
+	}
+	return n
+}
+
+// Print writes one aligned line per result:
+//
+//	OK   config         /etc/monky-deployd/config.yaml loads
+//	FAIL identity-group monky-deployd is not in group ziti … — fix: usermod -a -G ziti monky-deployd …
+func Print(w io.Writer, results []Result) error {
+	width := 0
+	for _, r := range results {
+		width = max(width, len(r.Name))
+	}
+	for _, r := range results {
+		line := fmt.Sprintf("%-4s %-*s %s", r.Status, width, r.Name, r.Detail)
+		if r.Status == Fail && r.Fix != "" {
+			line += " — fix: " + r.Fix
+		}
+		if _, err := fmt.Fprintln(w, line); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Document is `doctor --json`. Fields are only ever added; Schema changes when one is not.
+type Document struct {
+	Schema int      `json:"schema"`
+	OK     bool     `json:"ok"`
+	Config string   `json:"config"`
+	Checks []Result `json:"checks"`
+}
+
+// WriteJSON writes the results as a schema-1 Document.
+func WriteJSON(w io.Writer, configPath string, results []Result) error {
+	if results == nil {
+		results = []Result{}
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(Document{Schema: 1, OK: Failed(results) == 0, Config: configPath, Checks: results})
+}

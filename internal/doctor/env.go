@@ -1,0 +1,272 @@
+package doctor
+
+import (
+	"context"
+	"io/fs"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/bao"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/compose"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/config"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/diskspace"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/runner"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/state"
+)
+
+// AgentUser is the account the package's units run the agent as (User=monky-deployd).
+const AgentUser = "monky-deployd"
+
+// TimerUnit is the agent's heartbeat.
+const TimerUnit = "monky-deployd.timer"
+
+// DefaultPluginDirs are the docker CLI's system plugin directories. DOCKER_CONFIG moves the
+// per-user plugin directory along with the credentials, so a compose plugin found only under
+// ~/.docker/cli-plugins works for a human and vanishes for the agent.
+var DefaultPluginDirs = []string{
+	"/usr/local/lib/docker/cli-plugins",
+	"/usr/local/libexec/docker/cli-plugins",
+	"/usr/lib/docker/cli-plugins",
+	"/usr/libexec/docker/cli-plugins",
+}
+
+// DockerTimeout bounds each check that runs the docker CLI.
+const DockerTimeout = 60 * time.Second
+
+// Account is a local user as the checks see it.
+type Account struct {
+	Name string
+	UID  uint32
+	// GIDs are the primary group and every group the group database lists the user in: what a
+	// fresh process of the user (a tick started by the timer) gets, not what the shell running
+	// doctor happens to have.
+	GIDs []uint32
+}
+
+// InGroup reports whether gid is one of a's groups.
+func (a Account) InGroup(gid uint32) bool { return slices.Contains(a.GIDs, gid) }
+
+// FileInfo is what the checks need to know of a file.
+type FileInfo struct {
+	Mode fs.FileMode
+	UID  uint32
+	GID  uint32
+	// ACL is true when the file carries a POSIX access ACL, which may grant what the mode bits
+	// do not.
+	ACL bool
+}
+
+// TenancyClient is the part of tenancy's agent entrypoint doctor calls. Contract: as
+// tenancy.Client.Checkin — errors match tenancy.ErrUnauthenticated, ErrEnvMismatch,
+// ErrTemporary or ErrProtocol and never carry the token.
+type TenancyClient interface {
+	Checkin(ctx context.Context, token secret.Value, req protocol.CheckinRequest) (*protocol.CheckinResponse, error)
+}
+
+// BaoClient is the part of OpenBao doctor calls. Contract: as bao.Client.LookupSelf — an empty
+// token is sent as no token at all (OpenBao answers 403, which still proves it was reached over
+// verified TLS); errors match bao.ErrForbidden, ErrTLS or ErrTemporary and never carry the token.
+type BaoClient interface {
+	LookupSelf(ctx context.Context, token secret.Value) (bao.TokenInfo, error)
+}
+
+// Meter measures free space (diskspace.Meter).
+type Meter interface {
+	Tightest(paths []string) (int64, []diskspace.Measure, error)
+}
+
+// Env is everything the checks look at. The command fills it from the real box; tests fill it
+// with fakes. Paths come from Config.
+type Env struct {
+	ConfigPath string
+	// Config is the loaded config; when ConfigErr is set instead, only the config check runs.
+	Config    *config.Config
+	ConfigErr error
+
+	// Self is the process running doctor (Name and UID; GIDs unused).
+	Self Account
+	// Agent is the account the agent runs as; nil when AgentErr says why it could not be found.
+	// When it is not Self (doctor run as root), file access is judged from its permissions
+	// rather than tried.
+	Agent    *Account
+	AgentErr error
+	// AgentName is the account asked for, for messages when Agent is nil.
+	AgentName string
+	// GroupName names a gid ("" when unknown); LookupGroup finds a group by name.
+	GroupName   func(gid uint32) string
+	LookupGroup func(name string) (uint32, error)
+
+	// Stat follows symlinks and fails with an error matching fs.ErrNotExist for a missing path.
+	Stat     func(path string) (FileInfo, error)
+	ReadFile func(path string) ([]byte, error)
+
+	// Runner runs docker (as compose.Docker, with DOCKER_CONFIG set).
+	Runner runner.Runner
+	Meter  Meter
+	// Timer reads TimerUnit's state; Enabled is nil where systemd is absent or unreadable.
+	Timer func(ctx context.Context) *protocol.Timer
+	// PluginDirs are where a system-wide compose plugin may live (nil: DefaultPluginDirs).
+	PluginDirs []string
+
+	// Tenancy and TenancyHTTP (for the anonymous reachability probe) go through the tick's
+	// transport; Bao likewise. TransportErr is set when that transport could not be built (a
+	// broken identity in sdk mode) and BaoErr when the OpenBao client could not (its CA file).
+	Tenancy      TenancyClient
+	TenancyHTTP  *http.Client
+	Bao          BaoClient
+	TransportErr error
+	BaoErr       error
+
+	Hostname string
+	Now      func() time.Time
+}
+
+// Checks returns the checks for env, in the order they are printed. With a config that does not
+// load, that is the config check alone: every other check reads its paths from the config.
+func Checks(env *Env) []Check {
+	c := &checker{env: env, red: &secret.Redactor{}}
+	if env.ConfigErr != nil || env.Config == nil {
+		return []Check{c.wrap(Check{Name: "config", Run: c.config})}
+	}
+	return []Check{
+		c.wrap(Check{Name: "config", Run: c.config}),
+		c.wrap(Check{Name: "user", Run: c.user}),
+		c.wrap(Check{Name: "identity", Run: c.identity}),
+		c.wrap(Check{Name: "identity-group", Run: c.identityGroup}),
+		c.wrap(Check{Name: "docker", Run: c.docker, Timeout: DockerTimeout}),
+		c.wrap(Check{Name: "compose", Run: c.compose, Timeout: DockerTimeout}),
+		c.wrap(Check{Name: "docker-config", Run: c.dockerConfig}),
+		c.wrap(Check{Name: "disk", Run: c.disk, Timeout: DockerTimeout}),
+		c.wrap(Check{Name: "timer", Run: c.timerCheck}),
+		c.wrap(Check{Name: "tenancy", Run: c.tenancy}),
+		c.wrap(Check{Name: "openbao", Run: c.openbao}),
+	}
+}
+
+// checker holds what several checks share, each fetched once.
+type checker struct {
+	env *Env
+	// red masks every secret doctor has read (the token), whatever a library puts in an error.
+	red *secret.Redactor
+
+	infoOnce sync.Once
+	info     compose.Info
+	infoErr  error
+
+	timerOnce sync.Once
+	timer     *protocol.Timer
+
+	tokenOnce sync.Once
+	token     secret.Value
+	tokenErr  error
+}
+
+func (c *checker) wrap(ch Check) Check {
+	run := ch.Run
+	ch.Run = func(ctx context.Context) Result {
+		r := run(ctx)
+		r.Detail = c.red.Redact(r.Detail)
+		r.Fix = c.red.Redact(r.Fix)
+		return r
+	}
+	return ch
+}
+
+func (c *checker) cfg() *config.Config { return c.env.Config }
+
+func (c *checker) dockerCLI() *compose.Docker {
+	cfg := c.cfg()
+	return &compose.Docker{
+		Bin:       cfg.DockerBin,
+		ConfigDir: cfg.DockerConfigDir(),
+		Project:   cfg.ComposeProject,
+		Runner:    c.env.Runner,
+		Now:       c.now,
+	}
+}
+
+// dockerInfo is `docker info`, run once for the docker and disk checks.
+func (c *checker) dockerInfo(ctx context.Context) (compose.Info, error) {
+	c.infoOnce.Do(func() { c.info, c.infoErr = c.dockerCLI().Info(ctx) })
+	return c.info, c.infoErr
+}
+
+// timerState is the timer's state, read once for the timer check and the check-in.
+func (c *checker) timerState(ctx context.Context) *protocol.Timer {
+	c.timerOnce.Do(func() {
+		if c.env.Timer != nil {
+			c.timer = c.env.Timer(ctx)
+		}
+	})
+	return c.timer
+}
+
+// readToken reads the agent's OpenBao token (the bearer to tenancy too) once; a missing file is
+// the empty token.
+func (c *checker) readToken() (secret.Value, error) {
+	c.tokenOnce.Do(func() {
+		c.token, c.tokenErr = state.ReadToken(c.cfg().TokenPath())
+		c.red.Add(c.token.Reveal())
+	})
+	return c.token, c.tokenErr
+}
+
+func (c *checker) now() time.Time {
+	if c.env.Now != nil {
+		return c.env.Now()
+	}
+	return time.Now()
+}
+
+func (c *checker) agentName() string {
+	if c.env.Agent != nil {
+		return c.env.Agent.Name
+	}
+	if c.env.AgentName != "" {
+		return c.env.AgentName
+	}
+	return AgentUser
+}
+
+// judgedByMode reports whether file access for the agent has to be judged from permissions:
+// doctor runs as another user (root, typically, right after install.sh), whose own reads prove
+// nothing about the agent's.
+func (c *checker) judgedByMode() bool {
+	return c.env.Agent != nil && c.env.Agent.UID != c.env.Self.UID
+}
+
+func (c *checker) groupName(gid uint32) string {
+	if c.env.GroupName != nil {
+		if n := c.env.GroupName(gid); n != "" {
+			return n
+		}
+	}
+	return itoa(gid)
+}
+
+func (c *checker) userName(uid uint32) string {
+	if c.env.Agent != nil && c.env.Agent.UID == uid {
+		return c.env.Agent.Name
+	}
+	if c.env.Self.UID == uid && c.env.Self.Name != "" {
+		return c.env.Self.Name
+	}
+	if uid == 0 {
+		return "root"
+	}
+	return "uid " + itoa(uid)
+}
+
+func ok(format string, args ...any) Result {
+	return Result{Status: OK, Detail: sprintf(format, args...)}
+}
+
+func skip(format string, args ...any) Result {
+	return Result{Status: Skip, Detail: sprintf(format, args...)}
+}
+
+func fail(detail, fix string) Result { return Result{Status: Fail, Detail: detail, Fix: fix} }

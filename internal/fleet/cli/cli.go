@@ -1,0 +1,299 @@
+// Package cli is fleetctl: the operator's view of the fleet, joining the ziti controller and
+// tenancy's admin API (docs/FLEET.md). Each command lives in its own file; its cobra RunE only
+// hands off to a plain run<Command>(ctx, opts, g, w) that tests call directly. Exit codes are
+// decided once, in exitCode, from the sentinel errors below.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/config"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/kit"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/render"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
+)
+
+// Exit codes, the contract CI gates are written against.
+const (
+	ExitOK     = 0 // every env OK / the command did what it was asked
+	ExitNotOK  = 1 // some env is not OK, the gate is closed, or a repair is pending
+	ExitUsage  = 2 // bad flags, arguments or configuration
+	ExitSource = 3 // a source (ziti controller, tenancy) could not be read
+)
+
+// Errors that decide the exit code.
+var (
+	// ErrUsage: the command line or the configuration is wrong (exit 2).
+	ErrUsage = errors.New("usage")
+	// ErrNotOK: the command ran and found something not OK; the output already says what
+	// (exit 1, and nothing more is printed).
+	ErrNotOK = errors.New("not ok")
+)
+
+// SourceError: a source could not be read, so nothing was judged (exit 3).
+type SourceError struct {
+	// Source is "ziti controller" or "tenancy".
+	Source string
+	// Addr is the URL it was reached at.
+	Addr string
+	Err  error
+}
+
+func (e *SourceError) Error() string {
+	return fmt.Sprintf("cannot read the %s at %s: %v", e.Source, e.Addr, e.Err)
+}
+
+func (e *SourceError) Unwrap() error { return e.Err }
+
+func usagef(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrUsage}, args...)...)
+}
+
+// exitCode is the one place an error becomes an exit code. Errors that cobra raised before any
+// command ran (unknown command or flag, wrong argument count) are usage errors.
+func exitCode(err error, started bool) int {
+	var se *SourceError
+	switch {
+	case err == nil:
+		return ExitOK
+	case errors.Is(err, ErrUsage), errors.Is(err, config.ErrInvalid), errors.Is(err, kit.ErrExists), !started:
+		return ExitUsage
+	case errors.As(err, &se):
+		return ExitSource
+	}
+	return ExitNotOK
+}
+
+// world is everything fleetctl takes from outside: tests replace any of it.
+type world struct {
+	Stdout, Stderr io.Writer
+	Getenv         func(string) string
+	ReadFile       func(string) ([]byte, error)
+	Now            func() time.Time
+	// Sleep waits d or until ctx ends (then it returns ctx.Err()).
+	Sleep func(ctx context.Context, d time.Duration) error
+	// IsTerminal reports whether w is a terminal (redraw in place, show progress).
+	IsTerminal func(w io.Writer) bool
+	// After runs f once d has passed (progress shows only for work that takes over a second).
+	After func(d time.Duration, f func()) (stop func() bool)
+}
+
+func realWorld(stdout, stderr io.Writer) world {
+	return world{
+		Stdout: stdout, Stderr: stderr,
+		Getenv: os.Getenv, ReadFile: os.ReadFile, Now: time.Now,
+		Sleep: func(ctx context.Context, d time.Duration) error {
+			t := time.NewTimer(d)
+			defer t.Stop()
+			select {
+			case <-t.C:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		},
+		IsTerminal: func(w io.Writer) bool {
+			f, ok := w.(*os.File)
+			return ok && term.IsTerminal(int(f.Fd()))
+		},
+		After: func(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop },
+	}
+}
+
+// Main runs fleetctl with the process's arguments and streams; cmd/fleetctl calls it and exits
+// with what it returns. Ctrl-C ends a --watch or a gate's wait cleanly.
+func Main() int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+}
+
+// Run executes fleetctl with args (without the program name) and returns the exit code.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return run(ctx, args, realWorld(stdout, stderr))
+}
+
+func run(ctx context.Context, args []string, w world) int {
+	g := newGlobals(w)
+	root := newRootCommand(g)
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	code := exitCode(err, g.started)
+	switch {
+	case err == nil, errors.Is(err, ErrNotOK):
+	case code == ExitUsage:
+		fmt.Fprintf(g.stderr, "fleetctl: %s\n", g.redact(trimUsage(err)))
+		fmt.Fprintf(g.stderr, "Run 'fleetctl --help' for usage.\n")
+	case code == ExitSource:
+		fmt.Fprintf(g.stderr, "fleetctl: %s\n", g.redact(err.Error()))
+		fmt.Fprintf(g.stderr, "fleetctl: nothing was judged: a verdict needs every source.\n")
+	default:
+		fmt.Fprintf(g.stderr, "fleetctl: %s\n", g.redact(err.Error()))
+	}
+	return code
+}
+
+func trimUsage(err error) string {
+	s := err.Error()
+	if p := ErrUsage.Error() + ": "; len(s) > len(p) && s[:len(p)] == p {
+		return s[len(p):]
+	}
+	return s
+}
+
+// globalOptions are the flags every command shares, plus the world and what is derived from it.
+type globalOptions struct {
+	configPath      string
+	verbose         bool
+	output          string
+	timeout         time.Duration
+	zitiConcurrency int
+	flags           config.Flags
+
+	w      world
+	stdout io.Writer // redacting
+	stderr io.Writer // redacting
+	log    *slog.Logger
+	secret *secret.Redactor
+	// started is set once a command's RunE begins: errors before it are cobra's usage errors.
+	started bool
+}
+
+func newGlobals(w world) *globalOptions {
+	g := &globalOptions{w: w, secret: &secret.Redactor{}}
+	g.stdout = redactingWriter{w.Stdout, g.secret}
+	g.stderr = redactingWriter{w.Stderr, g.secret}
+	return g
+}
+
+func (g *globalOptions) redact(s string) string { return g.secret.Redact(s) }
+
+// redactingWriter is the last line of defence: every byte fleetctl prints passes through the
+// redactor, which knows every secret fleetctl has read (password, tokens, grants).
+type redactingWriter struct {
+	w io.Writer
+	r *secret.Redactor
+}
+
+func (rw redactingWriter) Write(p []byte) (int, error) {
+	if _, err := io.WriteString(rw.w, rw.r.Redact(string(p))); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+func newRootCommand(g *globalOptions) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "fleetctl",
+		Short: "The operator's view of the monky-deployd fleet",
+		Long: `fleetctl joins the ziti controller (is the host on the mesh, does its identity carry
+#monky-deploy-agent and #openbao-client) and tenancy's admin API (when did the agent last
+check in, what does it run, did it apply) into one verdict per env, with the next step.
+
+Exit codes: 0 all OK, 1 something is not OK, 2 usage or configuration error,
+3 a source could not be read (nothing is judged from half the data).`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			g.started = true
+			return g.setup(cmd)
+		},
+	}
+	root.CompletionOptions.DisableDefaultCmd = true
+	root.SetOut(g.stdout)
+	root.SetErr(g.stderr)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usagef("%v", err) })
+
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.configPath, "config", "", "config file (default ~/.config/fleetctl/config.yaml)")
+	pf.BoolVarP(&g.verbose, "verbose", "v", false, "say on stderr where settings came from and what each source answered (never secrets)")
+	pf.StringVarP(&g.output, "output", "o", "table", "output format: table, wide or json")
+	pf.DurationVar(&g.timeout, "timeout", 2*time.Minute, "give up reading the sources after this long")
+	pf.IntVar(&g.zitiConcurrency, "ziti-concurrency", 8, "identity pages fetched at once from the controller (1 = one after another)")
+	pf.StringVar(&g.flags.ZitiURL, "ziti-url", "", "controller address, https://host:port (ziti.url, "+config.EnvZitiURL+")")
+	pf.StringVar(&g.flags.ZitiUsername, "ziti-username", "", "controller user for password auth (ziti.username, "+config.EnvZitiUsername+")")
+	pf.StringVar(&g.flags.ZitiPasswordFile, "ziti-password-file", "", "file holding the controller password (ziti.password_file; or "+config.EnvZitiPassword+")")
+	pf.StringVar(&g.flags.ZitiIdentity, "ziti-identity", "", "ziti identity file for certificate auth (ziti.identity, "+config.EnvZitiIdentity+")")
+	pf.StringVar(&g.flags.ZitiCAFile, "ziti-ca-file", "", "CA bundle of the controller (ziti.ca_file, "+config.EnvZitiCAFile+")")
+	pf.StringVar(&g.flags.TenancyURL, "tenancy-url", "", "tenancy admin API address (tenancy.url, "+config.EnvTenancyURL+")")
+	pf.StringVar(&g.flags.TenancyTokenFile, "tenancy-token-file", "", "file holding the tenancy admin token (tenancy.token_file; or "+config.EnvTenancyToken+")")
+
+	root.AddCommand(
+		newStatusCommand(g),
+		newGateCommand(g),
+		newOnboardCommand(g),
+		newRepairAttrsCommand(g),
+		newVersionCommand(g),
+	)
+	return root
+}
+
+// setup validates the shared flags and makes the logger.
+func (g *globalOptions) setup(cmd *cobra.Command) error {
+	level := slog.LevelWarn
+	if g.verbose {
+		level = slog.LevelDebug
+	}
+	g.log = slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{
+		Level: level,
+		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.TimeKey && len(groups) == 0 {
+				return slog.Attr{} // a CLI's stderr is read now, not later
+			}
+			return a
+		},
+	}))
+	if _, err := render.ParseFormat(g.output); err != nil {
+		return usagef("%v", err)
+	}
+	if g.timeout <= 0 {
+		return usagef("--timeout must be positive")
+	}
+	if g.zitiConcurrency < 1 || g.zitiConcurrency > 64 {
+		return usagef("--ziti-concurrency must be between 1 and 64")
+	}
+	return nil
+}
+
+func (g *globalOptions) printer() render.Printer {
+	f, _ := render.ParseFormat(g.output) // validated in setup
+	return render.Printer{Format: f}
+}
+
+// settings loads the config file and layers env and flags over it. Every secret it reads is
+// registered with the redactor before anything can print it.
+func (g *globalOptions) settings() (*config.Settings, error) {
+	path, explicit := g.configPath, g.configPath != ""
+	if !explicit {
+		path = config.DefaultPath(g.w.Getenv)
+	}
+	f, err := config.Load(path, explicit, g.w.ReadFile)
+	if err != nil {
+		return nil, err
+	}
+	s, err := config.Resolve(f, g.w.Getenv, g.flags, g.w.ReadFile)
+	if err != nil {
+		return nil, err
+	}
+	g.secret.Add(s.ZitiPassword.Reveal(), s.TenancyToken.Reveal())
+	if f.Path != "" {
+		g.log.Debug("config", "file", f.Path)
+	}
+	for _, k := range []string{"ziti.url", "ziti.username", "ziti.password", "ziti.identity", "ziti.ca_file", "tenancy.url", "tenancy.token"} {
+		if o, ok := s.Origin[k]; ok {
+			g.log.Debug("setting", "key", k, "from", o)
+		}
+	}
+	return s, nil
+}

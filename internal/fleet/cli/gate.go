@@ -1,0 +1,140 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/admin"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/report"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/verdict"
+)
+
+type gateOptions struct {
+	filterOptions
+	expectVersion string
+	wait          time.Duration
+	poll          time.Duration
+	allow         []string
+}
+
+func newGateCommand(g *globalOptions) *cobra.Command {
+	var opts gateOptions
+	cmd := &cobra.Command{
+		Use:   "gate",
+		Short: "Pre- and post-upgrade health gate for CI: prints only the blockers",
+		Long: `gate judges the fleet like status and prints only what blocks a rollout.
+
+Before an upgrade: 'fleetctl gate --min-version 0.1.9' fails while any env is not OK.
+After it: 'fleetctl gate --expect-version 0.2.0 --wait 10m' polls until every env has checked
+in running 0.2.0 since the gate started (tenancy's clock), or the wait runs out — then the
+laggards are listed. An upgrade that silently stops its agents (0.1.8) fails this within two
+check-in intervals. Without --wait, --expect-version checks the version once.
+
+Exit 0 open, 1 closed, 2 usage or config error, 3 a source could not be read.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runGate(cmd.Context(), opts, g, g.stdout)
+		},
+	}
+	opts.register(cmd)
+	fl := cmd.Flags()
+	fl.StringVar(&opts.expectVersion, "expect-version", "", "every env must check in running this version")
+	fl.DurationVar(&opts.wait, "wait", 0, "with --expect-version: how long to wait for every env")
+	fl.DurationVar(&opts.poll, "poll", 15*time.Second, "with --wait: time between two readings")
+	fl.StringSliceVar(&opts.allow, "allow", nil, "env ids (or globs) that do not block (repeat or comma-separate)")
+	return cmd
+}
+
+func runGate(ctx context.Context, opts gateOptions, g *globalOptions, w io.Writer) error {
+	ro, err := opts.reportOptions()
+	if err != nil {
+		return err
+	}
+	switch {
+	case opts.wait < 0 || opts.poll <= 0:
+		return usagef("--wait must not be negative and --poll must be positive")
+	case opts.wait > 0 && opts.expectVersion == "":
+		return usagef("--wait needs --expect-version: it waits for envs to check in running that version")
+	}
+	if opts.expectVersion != "" {
+		if _, err := verdict.ParseVersion(opts.expectVersion); err != nil {
+			return usagef("--expect-version: %v", err)
+		}
+	}
+	for _, a := range opts.allow {
+		if err := admin.CheckEnvID(a); err != nil && !isGlob(a) {
+			return usagef("--allow %q is neither an env id nor a glob", a)
+		}
+	}
+	s, err := g.settings()
+	if err != nil {
+		return err
+	}
+	if err := requireBoth(s); err != nil {
+		return err
+	}
+
+	deadline := g.w.Now().Add(opts.wait)
+	var started time.Time
+	for attempt := 1; ; attempt++ {
+		doc, err := g.statusDocument(ctx, s, opts.site, ro)
+		if err != nil {
+			// A reading that fails while waiting is retried: agents restart during an upgrade,
+			// tenancy may blip. The first reading, or the last one, must succeed.
+			if attempt == 1 || ctx.Err() != nil || !g.w.Now().Before(deadline) {
+				return err
+			}
+			g.log.Warn("gate: reading failed; retrying", "err", err.Error())
+			if err := g.w.Sleep(ctx, min(opts.poll, time.Until(deadline))); err != nil {
+				return err
+			}
+			continue
+		}
+		if attempt == 1 && opts.wait > 0 {
+			started, _ = time.Parse(time.RFC3339, doc.Now)
+		}
+		gate := report.NewGate(doc, report.GateOptions{
+			Allow: opts.allow, MinVersion: opts.minVersion, ExpectVersion: opts.expectVersion, StartedAt: started,
+		})
+		lagging := laggards(gate)
+		remaining := deadline.Sub(g.w.Now())
+		if opts.wait == 0 || lagging == 0 || remaining <= 0 {
+			gate.TimedOut = lagging > 0 && opts.wait > 0
+			if err := g.printer().Print(w, gate); err != nil {
+				return err
+			}
+			return notOK(!gate.Pass)
+		}
+		g.log.Info("gate: waiting", "lagging", lagging, "expect", opts.expectVersion, "left", remaining.Round(time.Second))
+		if g.w.IsTerminal(g.w.Stderr) {
+			fmt.Fprintf(g.stderr, "\r\x1b[Kgate: %d envs not yet on %s, %s left", lagging, opts.expectVersion, remaining.Round(time.Second))
+		}
+		if err := g.w.Sleep(ctx, min(opts.poll, remaining)); err != nil {
+			return fmt.Errorf("gate: interrupted while %d envs were not yet on %s", lagging, opts.expectVersion)
+		}
+	}
+}
+
+func laggards(g *report.Gate) int {
+	n := 0
+	for _, b := range g.Blockers {
+		if b.Lagging {
+			n++
+		}
+	}
+	return n
+}
+
+func isGlob(s string) bool {
+	for _, c := range s {
+		switch c {
+		case '*', '?', '[':
+			return true
+		}
+	}
+	return false
+}

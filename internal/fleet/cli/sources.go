@@ -1,0 +1,127 @@
+package cli
+
+import (
+	"context"
+	"crypto/x509"
+	"fmt"
+	"net/http"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/admin"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/config"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/ziti"
+)
+
+const (
+	sourceZiti    = "ziti controller"
+	sourceTenancy = "tenancy"
+)
+
+// zitiClient authenticates to the controller. Problems with local files (CA bundle, identity
+// file) are configuration errors; anything the controller answers is a source error.
+func (g *globalOptions) zitiClient(ctx context.Context, s *config.Settings) (*ziti.Client, error) {
+	if err := s.CheckZiti(); err != nil {
+		return nil, err
+	}
+	cfg := ziti.Config{URL: s.ZitiURL, Concurrency: g.zitiConcurrency}
+	if s.ZitiCAFile != "" {
+		pem, err := g.w.ReadFile(s.ZitiCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: ziti.ca_file: %v", config.ErrInvalid, err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%w: ziti.ca_file %s: no PEM certificate in it", config.ErrInvalid, s.ZitiCAFile)
+		}
+		cfg.CAPool = pool
+	}
+	method := "password"
+	if s.ZitiIdentity != "" {
+		id, err := ziti.LoadIdentityFile(s.ZitiIdentity)
+		if err != nil {
+			return nil, fmt.Errorf("%w: ziti.identity: %v", config.ErrInvalid, err)
+		}
+		cfg.Identity = id
+		method = "cert"
+		if cfg.URL == "" {
+			cfg.URL = id.ControllerURL
+		}
+	} else {
+		cfg.Username, cfg.Password = s.ZitiUsername, s.ZitiPassword
+	}
+	start := g.w.Now()
+	c, err := ziti.Dial(ctx, cfg)
+	if err != nil {
+		return nil, &SourceError{Source: sourceZiti, Addr: cfg.URL, Err: err}
+	}
+	g.log.Debug("ziti: authenticated", "url", cfg.URL, "method", method, "took", g.w.Now().Sub(start).Round(time.Millisecond))
+	return c, nil
+}
+
+func (g *globalOptions) adminClient(s *config.Settings) (*admin.Client, error) {
+	if err := s.CheckTenancy(); err != nil {
+		return nil, err
+	}
+	c, err := admin.New(s.TenancyURL, s.TenancyToken, &http.Client{Timeout: 60 * time.Second})
+	if err != nil {
+		return nil, fmt.Errorf("%w: tenancy.url: %v", config.ErrInvalid, err)
+	}
+	return c, nil
+}
+
+// sources is one complete read of both sources.
+type sources struct {
+	agents     *admin.Agents
+	identities []ziti.Identity
+}
+
+// fetch reads tenancy's agents and the controller's host identities at the same time. When one
+// fails the other is abandoned and the failure is returned as a *SourceError naming it: a
+// verdict is never made from one source alone.
+func (g *globalOptions) fetch(ctx context.Context, s *config.Settings, site string) (*sources, error) {
+	if err := s.CheckZiti(); err != nil {
+		return nil, err
+	}
+	ac, err := g.adminClient(s)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
+	prog := g.newProgress()
+	defer prog.done()
+
+	out := &sources{}
+	eg, ectx := errgroup.WithContext(ctx)
+	eg.Go(func() error {
+		start := g.w.Now()
+		zc, err := g.zitiClient(ectx, s)
+		if err != nil {
+			return err
+		}
+		ids, err := zc.ListHostIdentities(ectx, prog.ziti)
+		if err != nil {
+			return &SourceError{Source: sourceZiti, Addr: s.ZitiURL, Err: err}
+		}
+		out.identities = ids
+		g.log.Debug("ziti: listed host identities", "count", len(ids), "took", g.w.Now().Sub(start).Round(time.Millisecond))
+		return nil
+	})
+	eg.Go(func() error {
+		start := g.w.Now()
+		agents, err := ac.ListAgents(ectx, site, prog.tenancy)
+		if err != nil {
+			return &SourceError{Source: sourceTenancy, Addr: s.TenancyURL, Err: err}
+		}
+		out.agents = agents
+		g.log.Debug("tenancy: listed agents", "count", len(agents.Agents), "pages", agents.Pages,
+			"now", agents.Now.Format(time.RFC3339), "took", g.w.Now().Sub(start).Round(time.Millisecond))
+		return nil
+	})
+	if err := eg.Wait(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}

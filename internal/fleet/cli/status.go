@@ -1,0 +1,197 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/config"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/render"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/report"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/verdict"
+)
+
+// filterOptions select envs and tune the verdict rules; status and gate share them.
+type filterOptions struct {
+	site       string
+	env        string
+	stale      time.Duration
+	drift      time.Duration
+	minVersion string
+}
+
+func (f *filterOptions) register(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.site, "site", "", "only envs of this site (orphan identities are then not listed)")
+	fl.StringVar(&f.env, "env", "", "only envs whose id matches this glob (e.g. 'env-dev-*')")
+	fl.DurationVar(&f.stale, "stale", 0, "check-in age beyond which an agent is stale (default: per env, max(3×interval, 3m))")
+	fl.DurationVar(&f.drift, "drift", verdict.DefaultDrift, "how long desired may differ from applied before DRIFT")
+	fl.StringVar(&f.minVersion, "min-version", "", "agents older than this are OUTDATED")
+}
+
+// reportOptions validates the filters and turns them into report options.
+func (f *filterOptions) reportOptions() (report.Options, error) {
+	o := report.Options{EnvGlob: f.env, Orphans: f.site == "", Thresholds: verdict.Thresholds{Stale: f.stale, Drift: f.drift}}
+	if f.env != "" {
+		if _, err := path.Match(f.env, ""); err != nil {
+			return o, usagef("--env %q: %v", f.env, err)
+		}
+	}
+	if f.stale < 0 || f.drift < 0 {
+		return o, usagef("--stale and --drift must not be negative")
+	}
+	if f.minVersion != "" {
+		v, err := verdict.ParseVersion(f.minVersion)
+		if err != nil {
+			return o, usagef("--min-version: %v", err)
+		}
+		o.Thresholds.MinVersion = &v
+	}
+	return o, nil
+}
+
+type statusOptions struct {
+	filterOptions
+	watch time.Duration
+}
+
+func newStatusCommand(g *globalOptions) *cobra.Command {
+	var opts statusOptions
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "One verdict per env, with the next step",
+		Long: `status lists every env tenancy knows — and every monky-host.* identity it does not — with
+its verdict (NO_IDENTITY, ATTRS_MISSING, NEVER_CHECKED_IN, SILENT, OFFLINE, FAILING, DRIFT,
+OUTDATED or OK; ORPHAN_IDENTITY), then a summary line. Ages are measured against tenancy's
+clock, never this machine's.
+
+Exit 0 when every env is OK, 1 when any is not, 2 on a usage or config error, 3 when a
+source could not be read.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runStatus(cmd.Context(), opts, g, g.stdout)
+		},
+	}
+	opts.register(cmd)
+	cmd.Flags().DurationVar(&opts.watch, "watch", 0, "redraw every D (in place on a terminal, appended on a pipe) until interrupted")
+	return cmd
+}
+
+func runStatus(ctx context.Context, opts statusOptions, g *globalOptions, w io.Writer) error {
+	ro, err := opts.reportOptions()
+	if err != nil {
+		return err
+	}
+	if opts.watch < 0 {
+		return usagef("--watch must not be negative")
+	}
+	s, err := g.settings()
+	if err != nil {
+		return err
+	}
+	if err := requireBoth(s); err != nil {
+		return err
+	}
+	p := g.printer()
+	if opts.watch == 0 {
+		doc, err := g.statusDocument(ctx, s, opts.site, ro)
+		if err != nil {
+			return err
+		}
+		if err := p.Print(w, doc); err != nil {
+			return err
+		}
+		return notOK(doc.NotOK() > 0)
+	}
+	return g.watch(ctx, w, opts.watch, func(buf *bytes.Buffer) (string, error) {
+		doc, err := g.statusDocument(ctx, s, opts.site, ro)
+		if err != nil {
+			return "", err
+		}
+		if err := p.Print(buf, doc); err != nil {
+			return "", err
+		}
+		return doc.Now, notOK(doc.NotOK() > 0)
+	})
+}
+
+func requireBoth(s *config.Settings) error {
+	if err := s.CheckZiti(); err != nil {
+		return err
+	}
+	return s.CheckTenancy()
+}
+
+func notOK(b bool) error {
+	if b {
+		return ErrNotOK
+	}
+	return nil
+}
+
+func (g *globalOptions) statusDocument(ctx context.Context, s *config.Settings, site string, ro report.Options) (*report.Document, error) {
+	src, err := g.fetch(ctx, s, site)
+	if err != nil {
+		return nil, err
+	}
+	doc, err := report.Build(src.agents, src.identities, ro)
+	if err != nil {
+		return nil, &SourceError{Source: sourceTenancy, Addr: s.TenancyURL, Err: err}
+	}
+	return doc, nil
+}
+
+// watch redraws one snapshot every interval until ctx ends. On a terminal the screen is cleared
+// and redrawn in place; on a pipe snapshots are appended, so a log keeps the history. A source
+// that fails is reported (on stderr) and the next round tries again. The exit code is the last
+// round's.
+func (g *globalOptions) watch(ctx context.Context, w io.Writer, every time.Duration, snap func(*bytes.Buffer) (string, error)) error {
+	tty := g.w.IsTerminal(g.w.Stdout)
+	table := g.printer().Format != render.FormatJSON
+	var last error
+	for round := 1; ; round++ {
+		var buf bytes.Buffer
+		now, err := snap(&buf)
+		if ctx.Err() != nil {
+			return last
+		}
+		last = err
+		var out bytes.Buffer
+		if tty {
+			out.WriteString("\x1b[H\x1b[2J") // home and clear: the snapshot replaces the last
+		} else if round > 1 && table {
+			out.WriteString("\n")
+		}
+		if table {
+			when := now
+			if when == "" {
+				when = "no data"
+			}
+			fmt.Fprintf(&out, "every %s · tenancy %s · Ctrl-C to stop\n\n", every, when)
+		}
+		out.Write(buf.Bytes())
+		if _, werr := w.Write(out.Bytes()); werr != nil {
+			return werr
+		}
+		if err != nil && !errors.Is(err, ErrNotOK) {
+			fmt.Fprintf(g.stderr, "fleetctl: %s\n", g.redact(err.Error()))
+		}
+		if err := g.w.Sleep(ctx, every); err != nil {
+			return last
+		}
+	}
+}
+
+// noArgs refuses positional arguments as a usage error.
+func noArgs(_ *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usagef("unexpected argument %q", args[0])
+	}
+	return nil
+}

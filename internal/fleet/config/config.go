@@ -1,0 +1,289 @@
+// Package config resolves fleetctl's settings: the config file (~/.config/fleetctl/config.yaml
+// or --config), then the FLEETCTL_* environment, then flags — flags beat env beat file. The file
+// is read strictly (an unknown key is an error naming it); secrets are read from files or the
+// environment, never from the config file itself, and only ever held as secret.Value.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
+)
+
+// ErrInvalid marks every configuration error: the CLI exits 2 on it.
+var ErrInvalid = errors.New("invalid configuration")
+
+// Environment variables, read in Resolve and nowhere else.
+const (
+	EnvZitiURL      = "FLEETCTL_ZITI_URL"
+	EnvZitiUsername = "FLEETCTL_ZITI_USERNAME"
+	EnvZitiPassword = "FLEETCTL_ZITI_PASSWORD"
+	EnvZitiIdentity = "FLEETCTL_ZITI_IDENTITY"
+	EnvZitiCAFile   = "FLEETCTL_ZITI_CA_FILE"
+	EnvTenancyURL   = "FLEETCTL_TENANCY_URL"
+	EnvTenancyToken = "FLEETCTL_TENANCY_TOKEN"
+)
+
+// File is the config file.
+type File struct {
+	// Path is where it was read from, "" when there was none.
+	Path    string
+	Ziti    ZitiFile
+	Tenancy TenancyFile
+}
+
+// ZitiFile is the `ziti:` section.
+type ZitiFile struct {
+	URL          string
+	Username     string
+	PasswordFile string
+	Identity     string
+	CAFile       string
+}
+
+// TenancyFile is the `tenancy:` section.
+type TenancyFile struct {
+	URL       string
+	TokenFile string
+}
+
+// keys maps every accepted key to where its value goes.
+func (f *File) keys() map[string]*string {
+	return map[string]*string{
+		"ziti.url": &f.Ziti.URL, "ziti.username": &f.Ziti.Username, "ziti.password_file": &f.Ziti.PasswordFile,
+		"ziti.identity": &f.Ziti.Identity, "ziti.ca_file": &f.Ziti.CAFile,
+		"tenancy.url": &f.Tenancy.URL, "tenancy.token_file": &f.Tenancy.TokenFile,
+	}
+}
+
+// inlineSecrets are keys people try; they get a sentence instead of "unknown key".
+var inlineSecrets = map[string]string{
+	"ziti.password": "ziti.password_file or " + EnvZitiPassword,
+	"tenancy.token": "tenancy.token_file or " + EnvTenancyToken,
+}
+
+// Parse reads a config file's content. name is used in errors. Paths in the file are relative
+// to its directory.
+func Parse(data []byte, name string) (*File, error) {
+	f := &File{Path: name}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, fmt.Errorf("config %s: %w: %v", name, ErrInvalid, err)
+	}
+	if doc.Kind == 0 || len(doc.Content) == 0 {
+		return f, nil // empty file
+	}
+	root := doc.Content[0]
+	if root.Kind == yaml.ScalarNode && root.Tag == "!!null" {
+		return f, nil
+	}
+	if root.Kind != yaml.MappingNode {
+		return nil, bad(name, root, "the file must be a mapping with ziti: and tenancy: sections")
+	}
+	dests := f.keys()
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		sk, sv := root.Content[i], root.Content[i+1]
+		section := sk.Value
+		if section != "ziti" && section != "tenancy" {
+			return nil, bad(name, sk, fmt.Sprintf("unknown key %q", section))
+		}
+		if seen[section] {
+			return nil, bad(name, sk, fmt.Sprintf("key %q appears twice", section))
+		}
+		seen[section] = true
+		if sv.Kind == yaml.ScalarNode && sv.Tag == "!!null" {
+			continue
+		}
+		if sv.Kind != yaml.MappingNode {
+			return nil, bad(name, sv, fmt.Sprintf("%s: want a mapping", section))
+		}
+		for j := 0; j+1 < len(sv.Content); j += 2 {
+			k, v := sv.Content[j], sv.Content[j+1]
+			key := section + "." + k.Value
+			if hint, ok := inlineSecrets[key]; ok {
+				return nil, bad(name, k, fmt.Sprintf("%s: secrets are not kept in the config file; use %s", key, hint))
+			}
+			dest, ok := dests[key]
+			if !ok {
+				return nil, bad(name, k, fmt.Sprintf("unknown key %q", key))
+			}
+			if seen[key] {
+				return nil, bad(name, k, fmt.Sprintf("key %q appears twice", key))
+			}
+			seen[key] = true
+			switch {
+			case v.Kind == yaml.ScalarNode && v.Tag == "!!null":
+			case v.Kind == yaml.ScalarNode && v.Tag == "!!str":
+				*dest = v.Value
+			default:
+				return nil, bad(name, v, fmt.Sprintf("%s: want a string", key))
+			}
+		}
+	}
+	if name != "" {
+		base := filepath.Dir(name)
+		for _, p := range []*string{&f.Ziti.PasswordFile, &f.Ziti.Identity, &f.Ziti.CAFile, &f.Tenancy.TokenFile} {
+			if *p != "" && !filepath.IsAbs(*p) {
+				*p = filepath.Join(base, *p)
+			}
+		}
+	}
+	return f, nil
+}
+
+func bad(name string, n *yaml.Node, msg string) error {
+	return fmt.Errorf("config %s: line %d: %w: %s", name, n.Line, ErrInvalid, msg)
+}
+
+// Load reads the config file at path. A missing file is an error only when the operator named
+// it (explicit); the default location may simply not exist when everything comes from the
+// environment.
+func Load(path string, explicit bool, readFile func(string) ([]byte, error)) (*File, error) {
+	if path == "" {
+		return &File{}, nil
+	}
+	b, err := readFile(path)
+	if err != nil {
+		if !explicit && errors.Is(err, fs.ErrNotExist) {
+			return &File{}, nil
+		}
+		return nil, fmt.Errorf("config %s: %w: %v", path, ErrInvalid, err)
+	}
+	return Parse(b, path)
+}
+
+// DefaultPath is ~/.config/fleetctl/config.yaml, honouring XDG_CONFIG_HOME; "" when neither it
+// nor HOME is set.
+func DefaultPath(getenv func(string) string) string {
+	if x := getenv("XDG_CONFIG_HOME"); x != "" {
+		return filepath.Join(x, "fleetctl", "config.yaml")
+	}
+	if h := getenv("HOME"); h != "" {
+		return filepath.Join(h, ".config", "fleetctl", "config.yaml")
+	}
+	return ""
+}
+
+// Flags are the command-line overrides. Secrets have no flag: argv is visible to every user of
+// the machine (ps, /proc), so only the files that hold them can be named.
+type Flags struct {
+	ZitiURL          string
+	ZitiUsername     string
+	ZitiPasswordFile string
+	ZitiIdentity     string
+	ZitiCAFile       string
+	TenancyURL       string
+	TenancyTokenFile string
+}
+
+// Settings are the resolved values.
+type Settings struct {
+	ZitiURL      string
+	ZitiUsername string
+	ZitiPassword secret.Value
+	ZitiIdentity string
+	ZitiCAFile   string
+	TenancyURL   string
+	TenancyToken secret.Value
+	// Origin says where each value came from ("flag --ziti-url", "env FLEETCTL_ZITI_URL",
+	// "file /path"), for -v. It never holds a value.
+	Origin map[string]string
+}
+
+// Resolve layers flags over env over file. Secret files are read here.
+func Resolve(f *File, getenv func(string) string, fl Flags, readFile func(string) ([]byte, error)) (*Settings, error) {
+	if f == nil {
+		f = &File{}
+	}
+	s := &Settings{Origin: map[string]string{}}
+	pick := func(key, flagName, flagVal, envName, fileVal string) string {
+		switch {
+		case flagVal != "":
+			s.Origin[key] = "flag --" + flagName
+			return flagVal
+		case envName != "" && getenv(envName) != "":
+			s.Origin[key] = "env " + envName
+			return getenv(envName)
+		case fileVal != "":
+			s.Origin[key] = "file " + f.Path
+			return fileVal
+		}
+		return ""
+	}
+	s.ZitiURL = pick("ziti.url", "ziti-url", fl.ZitiURL, EnvZitiURL, f.Ziti.URL)
+	s.ZitiUsername = pick("ziti.username", "ziti-username", fl.ZitiUsername, EnvZitiUsername, f.Ziti.Username)
+	s.ZitiIdentity = pick("ziti.identity", "ziti-identity", fl.ZitiIdentity, EnvZitiIdentity, f.Ziti.Identity)
+	s.ZitiCAFile = pick("ziti.ca_file", "ziti-ca-file", fl.ZitiCAFile, EnvZitiCAFile, f.Ziti.CAFile)
+	s.TenancyURL = pick("tenancy.url", "tenancy-url", fl.TenancyURL, EnvTenancyURL, f.Tenancy.URL)
+
+	var err error
+	if s.ZitiPassword, err = secretFrom(s, "ziti.password", "ziti-password-file", fl.ZitiPasswordFile, EnvZitiPassword, "ziti.password_file", f.Ziti.PasswordFile, f.Path, getenv, readFile); err != nil {
+		return nil, err
+	}
+	if s.TenancyToken, err = secretFrom(s, "tenancy.token", "tenancy-token-file", fl.TenancyTokenFile, EnvTenancyToken, "tenancy.token_file", f.Tenancy.TokenFile, f.Path, getenv, readFile); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// secretFrom resolves a secret: a file named by flag, else the env var itself, else a file named
+// in the config.
+func secretFrom(s *Settings, key, flagName, flagFile, envName, fileKey, fileFile, cfgPath string,
+	getenv func(string) string, readFile func(string) ([]byte, error)) (secret.Value, error) {
+	path := ""
+	switch {
+	case flagFile != "":
+		path = flagFile
+		s.Origin[key] = "file " + flagFile + " (flag --" + flagName + ")"
+	case getenv(envName) != "":
+		s.Origin[key] = "env " + envName
+		return secret.New(strings.TrimSpace(getenv(envName))), nil
+	case fileFile != "":
+		path = fileFile
+		s.Origin[key] = "file " + fileFile + " (" + fileKey + " in " + cfgPath + ")"
+	default:
+		return secret.Value{}, nil
+	}
+	b, err := readFile(path)
+	if err != nil {
+		return secret.Value{}, fmt.Errorf("%s: %w: %v", key, ErrInvalid, err)
+	}
+	v := strings.TrimSpace(string(b))
+	if v == "" {
+		return secret.Value{}, fmt.Errorf("%s: %w: %s is empty", key, ErrInvalid, path)
+	}
+	return secret.New(v), nil
+}
+
+// CheckZiti says what is missing to reach the controller.
+func (s *Settings) CheckZiti() error {
+	if s.ZitiURL == "" {
+		return fmt.Errorf("%w: ziti.url is not set (config ziti.url, %s or --ziti-url)", ErrInvalid, EnvZitiURL)
+	}
+	if s.ZitiIdentity != "" {
+		return nil
+	}
+	if s.ZitiUsername == "" || s.ZitiPassword.Empty() {
+		return fmt.Errorf("%w: no ziti credentials: set ziti.identity (%s) for certificate auth, or ziti.username (%s) with ziti.password_file or %s",
+			ErrInvalid, EnvZitiIdentity, EnvZitiUsername, EnvZitiPassword)
+	}
+	return nil
+}
+
+// CheckTenancy says what is missing to reach tenancy's admin API.
+func (s *Settings) CheckTenancy() error {
+	if s.TenancyURL == "" {
+		return fmt.Errorf("%w: tenancy.url is not set (config tenancy.url, %s or --tenancy-url)", ErrInvalid, EnvTenancyURL)
+	}
+	if s.TenancyToken.Empty() {
+		return fmt.Errorf("%w: no tenancy admin token: set tenancy.token_file or %s", ErrInvalid, EnvTenancyToken)
+	}
+	return nil
+}

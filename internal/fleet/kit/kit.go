@@ -1,0 +1,299 @@
+// Package kit writes the install kit of one backend: the bootstrap grant and ziti enrolment token
+// (0600), the one-line install command, the ansible role's host variables with secrets left as
+// vault placeholders, and a README saying what to run, on which box, and before when.
+package kit
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
+)
+
+// ErrExists: the kit directory is there already and --reissue was not given.
+var ErrExists = errors.New("kit exists")
+
+// PackageURL is where install.sh of a release is published (GitLab generic package registry of
+// the monky-deployd project; private, hence the deploy token header).
+const PackageURL = "https://scm.tikali.ai/api/v4/projects/69/packages/generic/monky-deployd/%s/install.sh"
+
+// Kit is everything written for one backend.
+type Kit struct {
+	EnvID          string
+	Site           string
+	Transport      string
+	PackageVersion string
+	TenancyPort    int
+	BaoAddr        string
+	BaoAuthMount   string
+	BaoRole        string
+	Grant          secret.Value
+	GrantExpiresAt time.Time
+	// EnrollmentJWT is the identity's pending one-time enrolment; empty when the identity is
+	// enrolled already (the box keeps the identity it has).
+	EnrollmentJWT secret.Value
+	// Hostname is the box, when tenancy or the controller know it.
+	Hostname string
+	// Reissued is true when this kit replaced an earlier one.
+	Reissued  bool
+	CreatedAt time.Time
+	// Tool names what wrote the kit ("fleetctl 0.2.0").
+	Tool string
+}
+
+// FromResponse fills a Kit from tenancy's answer.
+func FromResponse(r *protocol.KitResponse, transport string) (Kit, error) {
+	exp, err := time.Parse(time.RFC3339, r.GrantExpiresAt)
+	if err != nil {
+		return Kit{}, fmt.Errorf("kit: grant_expires_at: %w", err)
+	}
+	return Kit{
+		EnvID: r.EnvID, Site: r.Site, Transport: transport, PackageVersion: r.PackageVersion,
+		TenancyPort: r.TenancyPort, BaoAddr: r.BaoAddr, BaoAuthMount: r.BaoAuthMount, BaoRole: r.BaoRole,
+		Grant: secret.New(r.BootstrapGrant), GrantExpiresAt: exp.UTC(),
+	}, nil
+}
+
+// File is one file of the kit.
+type File struct {
+	Name    string
+	Mode    fs.FileMode
+	Content []byte
+}
+
+// Names of the kit's files.
+const (
+	GrantFile   = "bootstrap.jwt"
+	CommandFile = "install.sh.cmd"
+	VarsFile    = "host_vars.yml"
+	ReadmeFile  = "README.txt"
+)
+
+// EnrollmentFile is the name of the ziti enrolment token file.
+func EnrollmentFile(env string) string { return "monky-host." + env + ".jwt" }
+
+// InstallCommand is the line to run on the box, from the kit directory. The deploy token stays
+// a shell variable ($T): it is never written into the kit.
+func InstallCommand(k Kit) string {
+	args := []string{"--env", k.EnvID, "--site", k.Site, "--token", `"$T"`, "--bootstrap-file", GrantFile}
+	if !k.EnrollmentJWT.Empty() {
+		args = append(args, "--enrol-jwt", "./"+EnrollmentFile(k.EnvID))
+	}
+	if k.Transport != "" {
+		args = append(args, "--transport", k.Transport)
+	}
+	return fmt.Sprintf(`curl -sSf -H "DEPLOY-TOKEN: $T" `+PackageURL+` | sudo bash -s -- %s`, k.PackageVersion, strings.Join(args, " "))
+}
+
+// Files renders the kit.
+func Files(k Kit) []File {
+	files := []File{{Name: GrantFile, Mode: 0o600, Content: []byte(k.Grant.Reveal() + "\n")}}
+	if !k.EnrollmentJWT.Empty() {
+		files = append(files, File{Name: EnrollmentFile(k.EnvID), Mode: 0o600, Content: []byte(k.EnrollmentJWT.Reveal() + "\n")})
+	}
+	return append(files,
+		File{Name: CommandFile, Mode: 0o644, Content: []byte(InstallCommand(k) + "\n")},
+		File{Name: VarsFile, Mode: 0o644, Content: hostVars(k)},
+		File{Name: ReadmeFile, Mode: 0o644, Content: readme(k)},
+	)
+}
+
+func q(s string) string {
+	b, _ := json.Marshal(s) // a JSON string is a valid YAML double-quoted scalar
+	return string(b)
+}
+
+func hostVars(k Kit) []byte {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# host_vars of the backend box of %s (site %s) for the ansible role monky_deployd.\n", k.EnvID, k.Site)
+	fmt.Fprintf(&b, "# Written by %s at %s.\n", k.Tool, k.CreatedAt.UTC().Format(time.RFC3339))
+	b.WriteString("# Secrets are placeholders for vaulted variables; put the values in the host's vault file:\n")
+	fmt.Fprintf(&b, "#   ansible-vault encrypt_string --stdin-name vault_monky_deployd_bootstrap_grant < %s\n", GrantFile)
+	b.WriteString("#   ansible-vault encrypt_string --stdin-name vault_monky_deployd_download_token   # paste the deploy token\n")
+	fmt.Fprintf(&b, "# The bootstrap grant expires at %s: run the play before then.\n", k.GrantExpiresAt.Format(time.RFC3339))
+	if !k.EnrollmentJWT.Empty() {
+		fmt.Fprintf(&b, "# The role does not enrol the ziti identity: enrol monky-host.%s with %s first.\n", k.EnvID, EnrollmentFile(k.EnvID))
+	}
+	vars := []struct{ k, v string }{
+		{"monky_deployd_version", q(k.PackageVersion)},
+		{"monky_deployd_env_id", q(k.EnvID)},
+		{"monky_deployd_site", q(k.Site)},
+		{"monky_deployd_transport", q(k.Transport)},
+		{"monky_deployd_tenancy_port", fmt.Sprint(k.TenancyPort)},
+		{"monky_deployd_bao_addr", q(k.BaoAddr)},
+		{"monky_deployd_bao_auth_mount", q(k.BaoAuthMount)},
+		{"monky_deployd_bao_role", q(k.BaoRole)},
+		{"monky_deployd_bootstrap_grant", q("{{ vault_monky_deployd_bootstrap_grant }}")},
+		{"monky_deployd_download_token", q("{{ vault_monky_deployd_download_token }}")},
+	}
+	for _, v := range vars {
+		if v.v == `""` {
+			continue // not sent by tenancy: the role's default applies
+		}
+		fmt.Fprintf(&b, "%s: %s\n", v.k, v.v)
+	}
+	return []byte(b.String())
+}
+
+func readme(k Kit) []byte {
+	box := "the backend box of " + k.EnvID
+	if k.Hostname != "" {
+		box += " (" + k.Hostname + ")"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "Install kit of %s, site %s, monky-deployd %s.\n", k.EnvID, k.Site, k.PackageVersion)
+	fmt.Fprintf(&b, "Written by %s at %s.\n\n", k.Tool, k.CreatedAt.UTC().Format(time.RFC3339))
+	fmt.Fprintf(&b, "WHERE  on %s, as a user who may sudo.\n", box)
+	fmt.Fprintf(&b, "WHEN   before %s: the bootstrap grant expires then (%s after this kit was revealed).\n",
+		k.GrantExpiresAt.Format(time.RFC3339), roundDuration(k.GrantExpiresAt.Sub(k.CreatedAt)))
+	fmt.Fprintf(&b, "       Too late? Reveal a new kit: fleetctl onboard %s --site %s --reissue\n", k.EnvID, k.Site)
+	b.WriteString("WHAT   copy this directory to the box, cd into it, put the read-only GitLab deploy token\n")
+	b.WriteString("       (scope read_package_registry) in T, and run the command in " + CommandFile + ":\n\n")
+	b.WriteString("         T=<deploy token>\n")
+	b.WriteString("         " + InstallCommand(k) + "\n\n")
+	b.WriteString("       Or, with ansible: " + VarsFile + " holds the role monky_deployd's variables for this host.\n\n")
+	b.WriteString("FILES\n")
+	fmt.Fprintf(&b, "  %-28s 0600  bootstrap deploy grant: secret, for this box only\n", GrantFile)
+	if !k.EnrollmentJWT.Empty() {
+		fmt.Fprintf(&b, "  %-28s 0600  one-time ziti enrolment of monky-host.%s: secret\n", EnrollmentFile(k.EnvID), k.EnvID)
+	} else {
+		fmt.Fprintf(&b, "  (no enrolment token: monky-host.%s is enrolled already; the box keeps its identity)\n", k.EnvID)
+	}
+	fmt.Fprintf(&b, "  %-28s 0644  the install command\n", CommandFile)
+	fmt.Fprintf(&b, "  %-28s 0644  ansible host variables, secrets as vault placeholders\n\n", VarsFile)
+	b.WriteString("This kit supersedes every earlier bootstrap grant of " + k.EnvID + ": an older kit no longer works,\n")
+	b.WriteString("and an agent holding a token minted from one is refused (AGENT_UNAUTHENTICATED) until it gets this one.\n")
+	if k.Reissued {
+		b.WriteString("It was reissued: it replaced the kit that was in this directory.\n")
+	}
+	fmt.Fprintf(&b, "\nAfterwards: fleetctl status --env %s shows OK within a few minutes. Delete the kit once used.\n", k.EnvID)
+	return []byte(b.String())
+}
+
+func roundDuration(d time.Duration) string {
+	if d <= 0 {
+		return "0m"
+	}
+	d = d.Round(time.Minute)
+	if d%time.Hour == 0 {
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	}
+	return strings.TrimSuffix(d.String(), "0s")
+}
+
+// Staging is a kit being written: a private directory next to the final one, renamed into place
+// by Commit. It exists before tenancy is asked for the kit, so that an unwritable output
+// directory is found before the reveal supersedes the backend's current grant.
+type Staging struct {
+	dir, final string
+	reissue    bool
+	existed    bool
+}
+
+// Prepare checks that the kit of env may be written under dir and makes the staging directory.
+// It fails with ErrExists when dir/env exists and reissue is false.
+func Prepare(dir, env string, reissue bool) (*Staging, error) {
+	final := filepath.Join(dir, env)
+	_, err := os.Lstat(final)
+	existed := err == nil
+	switch {
+	case existed && !reissue:
+		return nil, fmt.Errorf("kit: %s: %w (--reissue reveals a new kit and supersedes the old grant)", final, ErrExists)
+	case err != nil && !errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("kit: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("kit: %w", err)
+	}
+	tmp, err := os.MkdirTemp(dir, "."+env+".staging-")
+	if err != nil {
+		return nil, fmt.Errorf("kit: %w", err)
+	}
+	return &Staging{dir: tmp, final: final, reissue: reissue, existed: existed}, nil
+}
+
+// Abort removes the staging directory.
+func (s *Staging) Abort() { _ = os.RemoveAll(s.dir) }
+
+// Commit writes the files and moves the kit into place, replacing an earlier kit when
+// reissuing. It returns the kit's directory.
+func (s *Staging) Commit(k Kit) (string, error) {
+	if err := os.Chmod(s.dir, 0o700); err != nil {
+		s.Abort()
+		return "", fmt.Errorf("kit: %w", err)
+	}
+	for _, f := range Files(k) {
+		if err := writeFile(filepath.Join(s.dir, f.Name), f.Content, f.Mode); err != nil {
+			s.Abort()
+			return "", fmt.Errorf("kit: write %s: %w", f.Name, err)
+		}
+	}
+	old := ""
+	if _, err := os.Lstat(s.final); err == nil {
+		if !s.reissue {
+			s.Abort()
+			return "", fmt.Errorf("kit: %s: %w", s.final, ErrExists)
+		}
+		old = s.final + ".superseded-" + randomSuffix()
+		if err := os.Rename(s.final, old); err != nil {
+			s.Abort()
+			return "", fmt.Errorf("kit: move the old kit aside: %w", err)
+		}
+	}
+	if err := os.Rename(s.dir, s.final); err != nil {
+		if old != "" {
+			_ = os.Rename(old, s.final)
+		}
+		s.Abort()
+		return "", fmt.Errorf("kit: %w", err)
+	}
+	if old != "" {
+		// The old kit's grant is superseded: keeping its secrets around helps nobody.
+		_ = os.RemoveAll(old)
+	}
+	syncDir(filepath.Dir(s.final))
+	return s.final, nil
+}
+
+func writeFile(path string, content []byte, mode fs.FileMode) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(content); err != nil {
+		f.Close()
+		return err
+	}
+	// The umask may have narrowed the mode; the kit's modes are part of its contract.
+	if err := f.Chmod(mode); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func syncDir(dir string) {
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		_ = d.Close()
+	}
+}
+
+func randomSuffix() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,245 @@
+package report
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/admin"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/fleettest"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/render"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/verdict"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/ziti"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files under testdata")
+
+// sources turns the demo fleet into what the two clients return.
+func sources(f fleettest.Fleet) (*admin.Agents, []ziti.Identity) {
+	ids := make([]ziti.Identity, 0, len(f.Identities))
+	for i, z := range f.Identities {
+		online := z.Online
+		ids = append(ids, ziti.Identity{
+			ID: "zid" + string(rune('a'+i)), Name: z.Name, RoleAttributes: z.RoleAttributes, Online: &online,
+			Hostname: z.Hostname, SDKVersion: z.SDKVersion, SDKApp: z.SDKApp, EnrollmentPending: z.EnrollmentJWT != "",
+		})
+	}
+	return &admin.Agents{Now: f.Now, Agents: f.Agents, Pages: 1}, ids
+}
+
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs (go test -update rewrites it)\n--- got\n%s\n--- want\n%s", name, got, want)
+	}
+}
+
+func TestDemoFleetGolden(t *testing.T) {
+	agents, ids := sources(fleettest.Demo(fleettest.Now))
+	doc, err := Build(agents, ids, Options{Orphans: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		format render.Format
+		file   string
+	}{
+		{render.FormatTable, "status.table.golden"},
+		{render.FormatWide, "status.wide.golden"},
+		{render.FormatJSON, "status.json.golden"},
+	} {
+		t.Run(string(tc.format), func(t *testing.T) {
+			b, err := render.Printer{Format: tc.format}.Render(doc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden(t, tc.file, b)
+		})
+	}
+	t.Run("gate", func(t *testing.T) {
+		g := NewGate(doc, GateOptions{Allow: []string{"env-old-*"}})
+		b, err := render.Printer{Format: render.FormatTable}.Render(g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		golden(t, "gate.table.golden", b)
+	})
+}
+
+func TestDemoFleetVerdicts(t *testing.T) {
+	agents, ids := sources(fleettest.Demo(fleettest.Now))
+	v020, _ := verdict.ParseVersion("0.2.0")
+	doc, err := Build(agents, ids, Options{Orphans: true, Thresholds: verdict.Thresholds{MinVersion: &v020}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, e := range doc.Envs {
+		got[e.EnvID] = e.Verdict
+	}
+	want := map[string]string{
+		"env-dev-01": "SILENT", "env-dev-02": "OK", "env-dev-03": "OK", "env-dev-08": "SILENT",
+		"env-qa-01": "FAILING", "env-qa-02": "ATTRS_MISSING", "env-qa-03": "DRIFT",
+		"env-stg-01": "OFFLINE", "env-stg-02": "NEVER_CHECKED_IN", "env-stg-03": "NO_IDENTITY",
+		"env-prod-01": "OK", "env-prod-02": "OUTDATED", "env-old-07": "ORPHAN_IDENTITY",
+	}
+	for env, v := range want {
+		if got[env] != v {
+			t.Errorf("%s: %s, want %s", env, got[env], v)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("rows %v", got)
+	}
+	// Every verdict is in the summary, zero or not, so a consumer can index it blindly.
+	for _, v := range verdict.All() {
+		if _, ok := doc.Summary[string(v)]; !ok {
+			t.Errorf("summary lacks %s", v)
+		}
+	}
+	if line := doc.SummaryLine(); line != "13 envs: 3 OK, 1 NO_IDENTITY, 1 ATTRS_MISSING, 1 NEVER_CHECKED_IN, 2 SILENT, 1 OFFLINE, 1 FAILING, 1 DRIFT, 1 OUTDATED, 1 ORPHAN_IDENTITY" {
+		t.Errorf("summary line %q", line)
+	}
+}
+
+// The 0.1.8 story as the SRE reads it: online, stale, the timer reported disabled, and the
+// version it last ran.
+func TestSilentDisableSignature(t *testing.T) {
+	agents, ids := sources(fleettest.Demo(fleettest.Now))
+	doc, err := Build(agents, ids, Options{EnvGlob: "env-dev-08"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Envs) != 1 {
+		t.Fatalf("rows %d", len(doc.Envs))
+	}
+	e := doc.Envs[0]
+	if e.Verdict != "SILENT" || e.MeshOnline == nil || !*e.MeshOnline || *e.CheckinAgeS != 29*60 {
+		t.Fatalf("row %+v", e)
+	}
+	for _, s := range []string{"timer reported disabled", "last ran 0.1.8", "systemctl enable --now monky-deployd.timer"} {
+		if !strings.Contains(e.NextStep, s) {
+			t.Errorf("next step %q lacks %q", e.NextStep, s)
+		}
+	}
+}
+
+func TestOptions(t *testing.T) {
+	agents, ids := sources(fleettest.Demo(fleettest.Now))
+	for _, tc := range []struct {
+		name string
+		opts Options
+		want []string
+	}{
+		{"glob", Options{EnvGlob: "env-qa-*", Orphans: true}, []string{"env-qa-01", "env-qa-02", "env-qa-03"}},
+		{"glob applies to orphans", Options{EnvGlob: "env-old-*", Orphans: true}, []string{"env-old-07"}},
+		{"no orphans when filtered by site", Options{EnvGlob: "env-old-*"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			doc, err := Build(agents, ids, tc.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, e := range doc.Envs {
+				got = append(got, e.EnvID)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("envs %v, want %v", got, tc.want)
+			}
+		})
+	}
+	if _, err := Build(agents, ids, Options{EnvGlob: "env-["}); err == nil {
+		t.Error("a bad glob was accepted")
+	}
+}
+
+// Staleness is measured against the `now` tenancy sent, whatever the machine's clock says:
+// moving it changes nothing, because Build has no other clock to read.
+func TestAgesUseTenancysNow(t *testing.T) {
+	f := fleettest.Demo(fleettest.Now)
+	agents, ids := sources(f)
+	doc, err := Build(agents, ids, Options{EnvGlob: "env-dev-02"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := *doc.Envs[0].CheckinAgeS; got != 20 {
+		t.Errorf("age %ds, want 20s against tenancy's now", got)
+	}
+	if doc.Now != "2026-12-02T10:00:00Z" {
+		t.Errorf("now %q", doc.Now)
+	}
+}
+
+func TestIdentityNameFromTenancy(t *testing.T) {
+	at := fleettest.Now.Format(time.RFC3339)
+	agents := &admin.Agents{Now: fleettest.Now, Agents: []protocol.AdminAgent{{EnvID: "env-a", Identity: "monky-host.env-a-renamed", LastCheckinAt: &at}}}
+	online := true
+	ids := []ziti.Identity{{ID: "1", Name: "monky-host.env-a-renamed", RoleAttributes: ziti.RequiredAttributes(), Online: &online}}
+	doc, err := Build(agents, ids, Options{Orphans: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Envs) != 1 || doc.Envs[0].Verdict != "OK" {
+		t.Fatalf("envs %+v", doc.Envs)
+	}
+}
+
+func TestJSONShape(t *testing.T) {
+	agents, ids := sources(fleettest.Demo(fleettest.Now))
+	doc, err := Build(agents, ids, Options{Orphans: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw struct {
+		Schema  int                          `json:"schema"`
+		Now     string                       `json:"now"`
+		Summary map[string]int               `json:"summary"`
+		Envs    []map[string]json.RawMessage `json:"envs"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		t.Fatal(err)
+	}
+	if raw.Schema != 1 || raw.Now == "" || len(raw.Envs) != 13 {
+		t.Fatalf("doc %+v", raw)
+	}
+	for _, e := range raw.Envs {
+		for _, k := range []string{"env_id", "site", "verdict", "reasons", "next_step", "last_checkin_at", "checkin_age_s",
+			"agent_version", "mesh_online", "role_attributes", "applied_sha", "desired_sha", "last_result", "timer"} {
+			if _, ok := e[k]; !ok {
+				t.Errorf("env %s lacks %q", e["env_id"], k)
+			}
+		}
+	}
+	// mesh_online is null, not false, when there is no identity to ask about.
+	for _, e := range raw.Envs {
+		if string(e["env_id"]) == `"env-stg-03"` && string(e["mesh_online"]) != "null" {
+			t.Errorf("env-stg-03 mesh_online %s, want null", e["mesh_online"])
+		}
+	}
+}

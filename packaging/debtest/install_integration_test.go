@@ -1,0 +1,347 @@
+//go:build integration
+
+package debtest
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+)
+
+const (
+	deployToken = "gldt-Dep10yT0ken-s3cr3t"
+	wrongToken  = "gldt-WrongT0ken-s3cr3t"
+	// A syntactically valid JWT (three base64url segments); nobody verifies it here.
+	bootstrapJWT = "eyJhbGciOiJFUzI1NiJ9.eyJzdWIiOiJhZ2VudDplbnYtcWEtMDIiLCJraW5kIjoiZGVwbG95LWdyYW50In0.c2lnbmF0dXJl"
+	envID        = "env-qa-02"
+	identityDir  = "/opt/openziti/etc/identities"
+	identityPath = identityDir + "/monky-host." + envID + ".json"
+)
+
+// registry serves the .deb the way GitLab's generic package registry does for install.sh: only
+// with the right DEPLOY-TOKEN header.
+type registry struct {
+	srv  *httptest.Server
+	mu   sync.Mutex
+	hits []string // path + " " + outcome
+}
+
+func newRegistry(t *testing.T, version, deb string) *registry {
+	t.Helper()
+	r := &registry{}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		outcome := "200"
+		defer func() {
+			r.mu.Lock()
+			r.hits = append(r.hits, req.URL.Path+" "+outcome)
+			r.mu.Unlock()
+		}()
+		if req.Header.Get("Deploy-Token") != deployToken {
+			outcome = "401"
+			http.Error(w, `{"message":"401 Unauthorized"}`, http.StatusUnauthorized)
+			return
+		}
+		if req.URL.Path != fmt.Sprintf("/generic/monky-deployd/%s/monky-deployd_%s_amd64.deb", version, version) {
+			outcome = "404"
+			http.NotFound(w, req)
+			return
+		}
+		http.ServeFile(w, req, deb)
+	}))
+	r.srv.Listener = ln
+	r.srv.Start()
+	t.Cleanup(r.srv.Close)
+	return r
+}
+
+func (r *registry) base() string { return r.srv.URL + "/generic/monky-deployd" }
+
+func (r *registry) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.hits)
+}
+
+// installBox is a chroot with docker and ziti (user and group), the tunneller's identity
+// directory, the kit's files under /root/kit, and the stamped install.sh at /root/install.sh.
+func installBox(t *testing.T) *box {
+	t.Helper()
+	a := build(t)
+	b := newBox(t, boxOptions{groups: []string{"docker", "ziti"}, users: []string{"ziti"}, forShell: true})
+	zitiUID, zitiGID := b.id("passwd", "ziti"), b.id("group", "ziti")
+	for _, d := range []string{"/opt/openziti", "/opt/openziti/etc", identityDir} {
+		if err := os.MkdirAll(b.path(d), 0o750); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(b.path(d), zitiUID, zitiGID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.write("/root/kit/bootstrap.jwt", bootstrapJWT+"\n", 0o600)
+	b.write("/root/kit/monky-host."+envID+".jwt", "eyJhbGciOiJSUzI1NiJ9.eyJlbSI6Im90dCJ9.c2ln\n", 0o600)
+	b.write("/root/kit/openbao-ca.pem", "-----BEGIN CERTIFICATE-----\nstand-in\n-----END CERTIFICATE-----\n", 0o644)
+	b.write("/root/kit/token", wrongToken+"\n", 0o600)
+	copyFile(t, a.installSh, b.path("/root/install.sh"), 0o755)
+	return b
+}
+
+// installSh runs install.sh inside the box under bash, as `curl … | sudo bash -s --` would.
+func (b *box) installSh(extraEnv []string, args ...string) (string, error) {
+	b.t.Helper()
+	return run(b.t, "", b.env(extraEnv...), "chroot", append([]string{b.dir, "/bin/bash", "/root/install.sh"}, args...)...)
+}
+
+// tokenFree fails the test when a token appears in out or in any file the run left in the box
+// outside the kit (logs of every stand-in, config, state, temp files).
+func (b *box) tokenFree(t *testing.T, out string) {
+	t.Helper()
+	for _, tok := range []string{deployToken, wrongToken} {
+		if strings.Contains(out, tok) {
+			t.Errorf("install.sh printed a deploy token:\n%s", out)
+		}
+	}
+	for _, dir := range []string{"etc", "var", "tmp", "run", "opt"} {
+		filepath.Walk(b.path(dir), func(p string, info os.FileInfo, err error) error {
+			if err != nil || !info.Mode().IsRegular() || info.Size() > 1<<20 {
+				return nil
+			}
+			data, _ := os.ReadFile(p)
+			for _, tok := range []string{deployToken, wrongToken} {
+				if strings.Contains(string(data), tok) {
+					t.Errorf("%s holds a deploy token", strings.TrimPrefix(p, b.dir))
+				}
+			}
+			return nil
+		})
+	}
+}
+
+func readYAML(t *testing.T, text string) map[string]string {
+	t.Helper()
+	var doc map[string]any
+	if err := yaml.Unmarshal([]byte(text), &doc); err != nil {
+		t.Fatalf("config is not YAML: %v\n%s", err, text)
+	}
+	out := map[string]string{}
+	flatten("", doc, out)
+	return out
+}
+
+func TestInstallScript(t *testing.T) {
+	a := build(t)
+	b := installBox(t)
+	reg := newRegistry(t, a.version, a.deb)
+	env := []string{"MONKY_DEPLOYD_BASE_URL=" + reg.base()}
+	gid, uid := b.id("group", "monky-deployd"), -1
+
+	t.Run("first install", func(t *testing.T) {
+		out, err := b.installSh(env, "--env", envID, "--site", "cbs", "--token", deployToken,
+			"--bootstrap-file", "/root/kit/bootstrap.jwt", "--enrol-jwt", "/root/kit/monky-host."+envID+".jwt",
+			"--bao-ca", "/root/kit/openbao-ca.pem")
+		if err != nil {
+			t.Fatalf("install.sh: %v\n%s", err, out)
+		}
+		b.tokenFree(t, out)
+		gid, uid = b.id("group", "monky-deployd"), b.id("passwd", "monky-deployd")
+		zitiUID, zitiGID := b.id("passwd", "ziti"), b.id("group", "ziti")
+
+		if got := b.packageStatus("monky-deployd"); got != "ii "+a.version {
+			t.Errorf("package status %q", got)
+		}
+		assertMode(t, b, "/etc/monky-deployd", 0o770, 0, gid)
+		assertMode(t, b, "/etc/monky-deployd/config.yaml", 0o640, 0, gid)
+		assertMode(t, b, "/etc/monky-deployd/bootstrap.jwt", 0o600, uid, gid)
+		assertMode(t, b, "/etc/monky-deployd/openbao-ca.pem", 0o644, 0, 0)
+		assertMode(t, b, "/var/lib/monky-deployd", 0o700, uid, gid)
+		assertMode(t, b, identityPath, 0o640, zitiUID, zitiGID)
+		if got := strings.TrimSpace(b.read("/etc/monky-deployd/bootstrap.jwt")); got != bootstrapJWT {
+			t.Error("the staged bootstrap grant differs from the kit's")
+		}
+		for _, g := range []string{"docker", "ziti"} {
+			if !contains(b.members(g), "monky-deployd") {
+				t.Errorf("monky-deployd is not in group %s", g)
+			}
+		}
+		cfg := readYAML(t, b.read("/etc/monky-deployd/config.yaml"))
+		want := map[string]string{"env_id": envID, "site": "cbs", "transport": "sdk", "identity": identityPath,
+			"laptop_mode": "false", "tenancy.service": "monky.tenancy.deploy", "tenancy.port": "443",
+			"bao.addr": "https://bao.cbs.tikali.net:8200", "bao.auth_mount": "jwt-tenancy", "bao.role": "see-env",
+			"disk.factor": "1.5", "disk.headroom_bytes": "2147483648"}
+		if fmt.Sprint(cfg) != fmt.Sprint(want) {
+			t.Errorf("config:\n%v\nwant:\n%v", cfg, want)
+		}
+		known := exampleConfig(t)
+		for k := range cfg {
+			if _, ok := known[k]; !ok {
+				t.Errorf("install.sh wrote key %s, which the agent does not know", k)
+			}
+		}
+		wantACL := []string{
+			"-m u:monky-deployd:r " + identityPath,
+			"-m u:monky-deployd:rx " + identityDir,
+			"-d -m u:monky-deployd:r " + identityDir,
+			"-m u:monky-deployd:x /opt/openziti/etc",
+			"-m u:monky-deployd:x /opt/openziti",
+		}
+		if got := b.calls("setfacl"); strings.Join(got, "\n") != strings.Join(wantACL, "\n") {
+			t.Errorf("setfacl calls:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(wantACL, "\n"))
+		}
+		if got := b.calls("ziti-edge-tunnel"); len(got) != 1 || got[0] != "enroll --jwt /root/kit/monky-host."+envID+".jwt --identity "+identityPath {
+			t.Errorf("ziti-edge-tunnel calls %q", got)
+		}
+		if !b.enabled(timer) || !b.active(timer) {
+			t.Errorf("timer not enabled and started; systemctl calls %q", b.calls("systemctl"))
+		}
+		if b.enabled(proxy) {
+			t.Error("transport sdk enabled the proxy unit")
+		}
+		if calls := b.calls("apt-get"); len(calls) != 0 {
+			t.Errorf("apt-get called although everything was present: %q", calls)
+		}
+		if reg.count() != 1 {
+			t.Errorf("registry hits %q, want one download", reg.hits)
+		}
+		for _, c := range b.calls("curl") {
+			if !strings.Contains(c, "-H @") {
+				t.Errorf("curl got its header on the command line: %q", c)
+			}
+		}
+		for _, want := range []string{"installed monky-deployd " + a.version, "enrolled ziti identity", "monky-deployd is in group ziti",
+			"wrote /etc/monky-deployd/config.yaml", "staged the bootstrap grant", "enabled and started monky-deployd.timer"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("install.sh did not report %q:\n%s", want, out)
+			}
+		}
+		if left, _ := filepath.Glob(b.path("tmp/tmp.*")); len(left) != 0 {
+			t.Errorf("install.sh left temp files: %q", left)
+		}
+	})
+
+	t.Run("re-run switches to the proxy transport", func(t *testing.T) {
+		before := b.read("/etc/monky-deployd/config.yaml")
+		hits := reg.count()
+		b.clearCalls()
+		out, err := b.installSh(append(env, "MONKY_DEPLOYD_TOKEN="+deployToken), "--env", envID, "--site", "cbs",
+			"--transport", "proxy", "--laptop", "--version", a.version)
+		if err != nil {
+			t.Fatalf("install.sh: %v\n%s", err, out)
+		}
+		b.tokenFree(t, out)
+		if reg.count() != hits {
+			t.Error("the installed version was downloaded again")
+		}
+		if got := b.read("/etc/monky-deployd/config.yaml.prev"); got != before {
+			t.Error("the previous config was not kept as config.yaml.prev")
+		}
+		cfg := readYAML(t, b.read("/etc/monky-deployd/config.yaml"))
+		if cfg["transport"] != "proxy" || cfg["laptop_mode"] != "true" {
+			t.Errorf("config after the re-run: %v", cfg)
+		}
+		assertMode(t, b, "/etc/monky-deployd/config.yaml", 0o640, 0, gid)
+		if !b.enabled(proxy) || !b.active(proxy) || !b.enabled(timer) {
+			t.Errorf("proxy %v/%v timer %v; calls %q", b.enabled(proxy), b.active(proxy), b.enabled(timer), b.calls("systemctl"))
+		}
+		if calls := b.calls("ziti-edge-tunnel"); len(calls) != 0 {
+			t.Errorf("an enrolled identity was enrolled again: %q", calls)
+		}
+	})
+
+	t.Run("a refused download names the token, not its value", func(t *testing.T) {
+		out, err := b.installSh(env, "--env", envID, "--site", "cbs", "--token-file", "/root/kit/token", "--version", "9.9.9")
+		if err == nil {
+			t.Fatalf("install.sh succeeded with a wrong token:\n%s", out)
+		}
+		if !strings.Contains(out, "HTTP 401") || !strings.Contains(out, "deploy token") {
+			t.Errorf("the refusal does not explain itself:\n%s", out)
+		}
+		b.tokenFree(t, out)
+	})
+
+	t.Run("bad arguments", func(t *testing.T) {
+		for _, tc := range []struct {
+			args []string
+			want string
+		}{
+			{[]string{"--site", "cbs"}, "--env"},
+			{[]string{"--env", "../etc", "--site", "cbs"}, "--env"},
+			{[]string{"--env", envID, "--site", "cbs", "--transport", "carrier-pigeon"}, "--transport"},
+			{[]string{"--env", envID, "--site", "cbs", "--source", "ftp"}, "--source"},
+			{[]string{"--env", envID, "--site", "cbs", "--bogus"}, "unknown argument"},
+			{[]string{"--env", envID, "--site", "cbs", "--bootstrap-file", "/root/kit/openbao-ca.pem"}, "does not hold a JWT"},
+			{[]string{"--env", envID, "--site", "cbs", "--token", "bad token;rm"}, "characters a token never has"},
+		} {
+			out, err := b.installSh(env, tc.args...)
+			if err == nil || !strings.Contains(out, tc.want) {
+				t.Errorf("install.sh %q: err %v, output %q (want it to mention %q)", tc.args, err, out, tc.want)
+			}
+			if strings.Contains(out, "bad token;rm") {
+				t.Errorf("install.sh echoed a token: %q", out)
+			}
+		}
+	})
+}
+
+// TestInstallScriptUnstamped: packaging/install.sh straight from the repository knows no version.
+func TestInstallScriptUnstamped(t *testing.T) {
+	b := installBox(t)
+	copyFile(t, filepath.Join(repoRoot(t), "packaging", "install.sh"), b.path("/root/install.sh"), 0o755)
+	out, err := b.installSh(nil, "--env", envID, "--site", "cbs")
+	if err == nil || !strings.Contains(out, "unstamped") {
+		t.Errorf("err %v, output %q", err, out)
+	}
+}
+
+// TestAnsibleTemplateMatchesInstallScript renders the role's config template with ansible for
+// the inputs install.sh was given, and compares the two configs key by key.
+func TestAnsibleTemplateMatchesInstallScript(t *testing.T) {
+	a := build(t)
+	ansible := need(t, "ansible")
+	b := installBox(t)
+	reg := newRegistry(t, a.version, a.deb)
+	out, err := b.installSh([]string{"MONKY_DEPLOYD_BASE_URL=" + reg.base(), "MONKY_DEPLOYD_TOKEN=" + deployToken},
+		"--env", envID, "--site", "cbs", "--transport", "proxy", "--enrol-jwt", "/root/kit/monky-host."+envID+".jwt")
+	if err != nil {
+		t.Fatalf("install.sh: %v\n%s", err, out)
+	}
+	fromScript := readYAML(t, b.read("/etc/monky-deployd/config.yaml"))
+
+	root := repoRoot(t)
+	dest := filepath.Join(t.TempDir(), "config.yaml")
+	vars := fmt.Sprintf(`{"monky_deployd_env_id": %q, "monky_deployd_site": "cbs", "monky_deployd_transport": "proxy"}`, envID)
+	res, err := run(t, root, append(os.Environ(), "ANSIBLE_LOCALHOST_WARNING=false", "ANSIBLE_INVENTORY_UNPARSED_WARNING=false"),
+		ansible, "localhost", "-c", "local", "-i", "localhost,", "-m", "ansible.builtin.template",
+		"-a", "src="+filepath.Join(root, "ansible/roles/monky_deployd/templates/config.yaml.j2")+" dest="+dest,
+		"-e", "@"+filepath.Join(root, "ansible/roles/monky_deployd/defaults/main.yml"), "-e", vars)
+	if err != nil {
+		t.Fatalf("ansible template: %v\n%s", err, res)
+	}
+	fromRole := readYAML(t, readAll(t, dest))
+	var diff []string
+	for k, v := range fromScript {
+		if fromRole[k] != v {
+			diff = append(diff, fmt.Sprintf("%s: install.sh %q, ansible %q", k, v, fromRole[k]))
+		}
+	}
+	for k, v := range fromRole {
+		if _, ok := fromScript[k]; !ok {
+			diff = append(diff, fmt.Sprintf("%s: only ansible writes it (%q)", k, v))
+		}
+	}
+	sort.Strings(diff)
+	if len(diff) > 0 {
+		t.Errorf("install.sh and the ansible role write different configs:\n%s", strings.Join(diff, "\n"))
+	}
+}
