@@ -113,8 +113,10 @@ readable --enrol-jwt "$ENROL_JWT"
 readable --bao-ca "$BAO_CA"
 if [ -n "$BOOTSTRAP_FILE" ]; then
   # A JWT is three base64url segments; checked without ever printing it.
-  grep -Eq '^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$' <(tr -d '[:space:]' <"$BOOTSTRAP_FILE"; echo) ||
+  grant=$(tr -d '[:space:]' <"$BOOTSTRAP_FILE")
+  [[ $grant =~ ^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$ ]] ||
     die "--bootstrap-file: $BOOTSTRAP_FILE does not hold a JWT"
+  unset grant
 fi
 if [ -n "$DOCKER_DATA_ROOT" ] && [[ $DOCKER_DATA_ROOT != /* ]]; then
   die "--docker-data-root: '$DOCKER_DATA_ROOT' is not an absolute path"

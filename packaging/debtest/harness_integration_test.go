@@ -330,6 +330,7 @@ func newBox(t *testing.T, o boxOptions) *box {
 		b.copyHostBinary("curl", "/usr/libexec/standin/curl.real")
 		b.copyHostBinary("ldconfig", "/sbin/ldconfig")
 		b.copyHostBinary("cmp", "/usr/bin/cmp")
+		b.copyHostBinary("dpkg-split", "/usr/bin/dpkg-split")
 	}
 	standins := filepath.Join(repoRoot(t), "packaging", "debtest", "testdata", "standins")
 	place := map[string]string{"systemctl": "/usr/bin/systemctl", "getent": "/usr/bin/getent", "logger": "/usr/bin/logger"}
@@ -361,6 +362,9 @@ func newBox(t *testing.T, o boxOptions) *box {
 	b.clearCalls()
 	return b
 }
+
+// with returns the box bound to a subtest, so its failures stop the subtest, not the parent.
+func (b *box) with(t *testing.T) *box { return &box{t: t, dir: b.dir} }
 
 func (b *box) path(p string) string { return filepath.Join(b.dir, p) }
 

@@ -145,15 +145,17 @@ func TestInstallScript(t *testing.T) {
 	b := installBox(t)
 	reg := newRegistry(t, a.version, a.deb)
 	env := []string{"MONKY_DEPLOYD_BASE_URL=" + reg.base()}
-	gid, uid := b.id("group", "monky-deployd"), -1
+	var gid, uid int
 
-	t.Run("first install", func(t *testing.T) {
+	ok := t.Run("first install", func(t *testing.T) {
+		b := b.with(t)
 		out, err := b.installSh(env, "--env", envID, "--site", "cbs", "--token", deployToken,
 			"--bootstrap-file", "/root/kit/bootstrap.jwt", "--enrol-jwt", "/root/kit/monky-host."+envID+".jwt",
 			"--bao-ca", "/root/kit/openbao-ca.pem")
 		if err != nil {
 			t.Fatalf("install.sh: %v\n%s", err, out)
 		}
+		t.Logf("install.sh said:\n%s", out)
 		b.tokenFree(t, out)
 		gid, uid = b.id("group", "monky-deployd"), b.id("passwd", "monky-deployd")
 		zitiUID, zitiGID := b.id("passwd", "ziti"), b.id("group", "ziti")
@@ -230,7 +232,11 @@ func TestInstallScript(t *testing.T) {
 		}
 	})
 
+	if !ok {
+		return
+	}
 	t.Run("re-run switches to the proxy transport", func(t *testing.T) {
+		b := b.with(t)
 		before := b.read("/etc/monky-deployd/config.yaml")
 		hits := reg.count()
 		b.clearCalls()
@@ -260,6 +266,7 @@ func TestInstallScript(t *testing.T) {
 	})
 
 	t.Run("a refused download names the token, not its value", func(t *testing.T) {
+		b := b.with(t)
 		out, err := b.installSh(env, "--env", envID, "--site", "cbs", "--token-file", "/root/kit/token", "--version", "9.9.9")
 		if err == nil {
 			t.Fatalf("install.sh succeeded with a wrong token:\n%s", out)
@@ -271,6 +278,7 @@ func TestInstallScript(t *testing.T) {
 	})
 
 	t.Run("bad arguments", func(t *testing.T) {
+		b := b.with(t)
 		for _, tc := range []struct {
 			args []string
 			want string

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"path"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -66,7 +67,7 @@ func runGate(ctx context.Context, opts gateOptions, g *globalOptions, w io.Write
 		}
 	}
 	for _, a := range opts.allow {
-		if err := admin.CheckEnvID(a); err != nil && !isGlob(a) {
+		if _, err := path.Match(a, ""); err != nil || (admin.CheckEnvID(a) != nil && !isGlob(a)) {
 			return usagef("--allow %q is neither an env id nor a glob", a)
 		}
 	}
@@ -80,6 +81,12 @@ func runGate(ctx context.Context, opts gateOptions, g *globalOptions, w io.Write
 
 	deadline := g.w.Now().Add(opts.wait)
 	var started time.Time
+	waitLine := false
+	defer func() {
+		if waitLine {
+			fmt.Fprint(g.stderr, "\r\x1b[K")
+		}
+	}()
 	for attempt := 1; ; attempt++ {
 		doc, err := g.statusDocument(ctx, s, opts.site, ro)
 		if err != nil {
@@ -89,7 +96,7 @@ func runGate(ctx context.Context, opts gateOptions, g *globalOptions, w io.Write
 				return err
 			}
 			g.log.Warn("gate: reading failed; retrying", "err", err.Error())
-			if err := g.w.Sleep(ctx, min(opts.poll, time.Until(deadline))); err != nil {
+			if err := g.w.Sleep(ctx, min(opts.poll, max(deadline.Sub(g.w.Now()), 0))); err != nil {
 				return err
 			}
 			continue
@@ -104,6 +111,10 @@ func runGate(ctx context.Context, opts gateOptions, g *globalOptions, w io.Write
 		remaining := deadline.Sub(g.w.Now())
 		if opts.wait == 0 || lagging == 0 || remaining <= 0 {
 			gate.TimedOut = lagging > 0 && opts.wait > 0
+			if waitLine {
+				fmt.Fprint(g.stderr, "\r\x1b[K")
+				waitLine = false
+			}
 			if err := g.printer().Print(w, gate); err != nil {
 				return err
 			}
@@ -112,6 +123,7 @@ func runGate(ctx context.Context, opts gateOptions, g *globalOptions, w io.Write
 		g.log.Info("gate: waiting", "lagging", lagging, "expect", opts.expectVersion, "left", remaining.Round(time.Second))
 		if g.w.IsTerminal(g.w.Stderr) {
 			fmt.Fprintf(g.stderr, "\r\x1b[Kgate: %d envs not yet on %s, %s left", lagging, opts.expectVersion, remaining.Round(time.Second))
+			waitLine = true
 		}
 		if err := g.w.Sleep(ctx, min(opts.poll, remaining)); err != nil {
 			return fmt.Errorf("gate: interrupted while %d envs were not yet on %s", lagging, opts.expectVersion)

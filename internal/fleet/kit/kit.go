@@ -221,6 +221,9 @@ func Prepare(dir, env string, reissue bool) (*Staging, error) {
 	return &Staging{dir: tmp, final: final, reissue: reissue, existed: existed}, nil
 }
 
+// Replaces reports whether a kit was already in place when the staging began.
+func (s *Staging) Replaces() bool { return s.existed }
+
 // Abort removes the staging directory.
 func (s *Staging) Abort() { _ = os.RemoveAll(s.dir) }
 

@@ -1,0 +1,231 @@
+package doctor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/compose"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/runner"
+)
+
+// defaultDataRoot is docker's data-root when `docker info` cannot say.
+const defaultDataRoot = "/var/lib/docker"
+
+// dockerFailure turns a failed docker call into a detail and a fix that names the cause.
+func (c *checker) dockerFailure(err error) Result {
+	cfg := c.cfg()
+	var ce *compose.CmdError
+	switch {
+	case errors.Is(err, runner.ErrNotFound):
+		return fail(fmt.Sprintf("the docker CLI %q is not installed or not on PATH", cfg.DockerBin),
+			"install docker (docker-ce and docker-ce-cli, or docker.io), or set docker_bin in "+cfg.Path)
+	case errors.As(err, &ce) && strings.Contains(strings.ToLower(ce.Output), "permission denied"):
+		return fail(fmt.Sprintf("%s may not use the docker socket: %s", c.userName(c.env.Self.UID), compose.Tail(ce.Output, 300)),
+			fmt.Sprintf("usermod -a -G docker %s (the unit adds the group itself with SupplementaryGroups=docker; a shell needs a new login)", c.agentName()))
+	case errors.As(err, &ce) && (strings.Contains(ce.Output, "Cannot connect to the Docker daemon") || strings.Contains(ce.Output, "Is the docker daemon running")):
+		return fail("the docker engine is not running: "+compose.Tail(ce.Output, 300), "systemctl enable --now docker")
+	case errors.Is(err, context.DeadlineExceeded):
+		return fail("docker did not answer: "+err.Error(), "the engine is hung: systemctl status docker; journalctl -u docker")
+	}
+	return fail(err.Error(), fmt.Sprintf("run `DOCKER_CONFIG=%s %s info` as %s to see the whole error", cfg.DockerConfigDir(), cfg.DockerBin, c.agentName()))
+}
+
+func (c *checker) docker(ctx context.Context) Result {
+	info, err := c.dockerInfo(ctx)
+	if err != nil {
+		return c.dockerFailure(err)
+	}
+	detail := fmt.Sprintf("engine %s reachable as %s, data-root %s", orDash(info.ServerVersion), c.userName(c.env.Self.UID), orDash(info.DockerRootDir))
+	if c.judgedByMode() {
+		// Root reaching the engine proves the engine; the agent reaches it through the group
+		// the unit adds, which must therefore exist.
+		if c.env.LookupGroup != nil {
+			if _, gerr := c.env.LookupGroup("docker"); gerr != nil {
+				return fail(detail+"; but there is no group docker, so the unit's SupplementaryGroups=docker cannot start the tick",
+					"groupadd docker && systemctl restart docker (the socket is then group docker)")
+			}
+		}
+		detail += fmt.Sprintf("; %s reaches it through group docker (SupplementaryGroups=docker)", c.agentName())
+	}
+	return ok("%s", detail)
+}
+
+// composeMajor reads the major version of `docker compose version --short` output ("2.40.3",
+// "v2.40.3", "1.29.2"). Output that is not a version is an error naming it.
+func composeMajor(v string) (int, error) {
+	s := strings.TrimPrefix(strings.TrimSpace(v), "v")
+	head, _, _ := strings.Cut(s, ".")
+	n, err := strconv.Atoi(head)
+	if err != nil || n < 0 || head == "" || len(head) > 4 {
+		return 0, fmt.Errorf("compose version %q is not a version number", truncate(v, 40))
+	}
+	return n, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+func (c *checker) pluginDirs() []string {
+	if c.env.PluginDirs != nil {
+		return c.env.PluginDirs
+	}
+	return DefaultPluginDirs
+}
+
+// compose: `docker compose` must work with the agent's DOCKER_CONFIG (which hides
+// ~/.docker/cli-plugins) and be v2 or later, installed in a system plugin directory.
+func (c *checker) compose(ctx context.Context) Result {
+	installFix := "install the compose plugin system-wide: apt install docker-compose-plugin (it lands in /usr/libexec/docker/cli-plugins); a plugin under ~/.docker/cli-plugins is hidden from the agent by DOCKER_CONFIG"
+	var found string
+	for _, d := range c.pluginDirs() {
+		p := filepath.Join(d, "docker-compose")
+		if fi, err := c.env.Stat(p); err == nil && fi.Mode.IsRegular() {
+			found = p
+			break
+		}
+	}
+	v, err := c.dockerCLI().ComposeVersion(ctx)
+	var ce *compose.CmdError
+	switch {
+	case err != nil && errors.As(err, &ce) && strings.Contains(ce.Output, "is not a docker command"):
+		return fail(fmt.Sprintf("`docker compose` does not exist with DOCKER_CONFIG=%s", c.cfg().DockerConfigDir()), installFix)
+	case err != nil && errors.Is(err, runner.ErrNotFound):
+		return fail("cannot run docker (see docker)", "")
+	case err != nil:
+		return fail(err.Error(), installFix)
+	}
+	major, perr := composeMajor(v)
+	switch {
+	case perr != nil:
+		return fail(perr.Error(), installFix)
+	case major < 2:
+		return fail(fmt.Sprintf("docker compose %s is compose v1, which the agent does not drive", v), installFix)
+	case found == "":
+		return fail(fmt.Sprintf("docker compose %s runs here, but from none of %s: a plugin in a per-user directory can vanish for the agent", v, strings.Join(c.pluginDirs(), ", ")), installFix)
+	}
+	return ok("docker compose %s (%s) with DOCKER_CONFIG=%s", v, found, c.cfg().DockerConfigDir())
+}
+
+// dockerConfig: <state_dir>/docker holds the registry credential, so it is the agent's alone:
+// 0700, owned by the agent, config.json 0600 (PROTOCOL's files table).
+func (c *checker) dockerConfig(context.Context) Result {
+	cfg := c.cfg()
+	dir := cfg.DockerConfigDir()
+	a := c.env.Agent
+	if a == nil {
+		return fail("cannot judge without the agent's user (see user)", "")
+	}
+	fi, err := c.env.Stat(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		pfi, perr := c.env.Stat(cfg.StateDir)
+		switch {
+		case errors.Is(perr, fs.ErrNotExist):
+			return fail(fmt.Sprintf("neither %s nor state_dir %s exists", dir, cfg.StateDir),
+				fmt.Sprintf("install -d -m 0700 -o %s -g %s %s", a.Name, a.Name, cfg.StateDir))
+		case perr != nil:
+			return fail(fmt.Sprintf("cannot look at %s: %v", cfg.StateDir, perr), "")
+		case !modeAllows(*a, pfi, permW|permX):
+			return fail(fmt.Sprintf("%s does not exist and %s cannot create it in %s (%s)", dir, a.Name, cfg.StateDir, c.describe(pfi)),
+				fmt.Sprintf("chown %s:%s %s && chmod 0700 %s", a.Name, a.Name, cfg.StateDir, cfg.StateDir))
+		}
+		return ok("%s does not exist yet; %s creates it 0700 with the first registry credential", dir, a.Name)
+	}
+	if err != nil {
+		return fail(fmt.Sprintf("cannot look at %s: %v", dir, err), "")
+	}
+	if !fi.Mode.IsDir() {
+		return fail(dir+" is not a directory", fmt.Sprintf("rm %s (the agent recreates it 0700)", dir))
+	}
+	var problems, fixes []string
+	if fi.UID != a.UID {
+		problems = append(problems, fmt.Sprintf("%s is owned by %s, not %s", dir, c.userName(fi.UID), a.Name))
+		fixes = append(fixes, fmt.Sprintf("chown -R %s:%s %s", a.Name, a.Name, dir))
+	}
+	if fi.Mode.Perm() != 0o700 {
+		problems = append(problems, fmt.Sprintf("%s is mode %04o, want 0700", dir, fi.Mode.Perm()))
+		fixes = append(fixes, "chmod 0700 "+dir)
+	}
+	cred := filepath.Join(dir, "config.json")
+	credNote := "no config.json yet"
+	cfi, cerr := c.env.Stat(cred)
+	switch {
+	case cerr == nil:
+		credNote = "config.json 0600"
+		if cfi.UID != a.UID && fi.UID == a.UID {
+			problems = append(problems, fmt.Sprintf("%s is owned by %s, not %s", cred, c.userName(cfi.UID), a.Name))
+			fixes = append(fixes, fmt.Sprintf("chown %s:%s %s", a.Name, a.Name, cred))
+		}
+		if cfi.Mode.Perm() != 0o600 {
+			problems = append(problems, fmt.Sprintf("%s is mode %04o, want 0600", cred, cfi.Mode.Perm()))
+			fixes = append(fixes, "chmod 0600 "+cred)
+		}
+	case !errors.Is(cerr, fs.ErrNotExist):
+		problems = append(problems, fmt.Sprintf("cannot look at %s: %v", cred, cerr))
+	}
+	if len(problems) > 0 {
+		return fail(strings.Join(problems, "; ")+" (it holds the registry credential)", strings.Join(fixes, " && "))
+	}
+	return ok("%s is 0700, owned by %s; %s", dir, a.Name, credNote)
+}
+
+// disk: every filesystem a pull fills must clear disk.headroom_bytes, the floor a bundle that
+// declares no size is held to — docker's data-root AND containerd's root, which docker 29 fills
+// with image layers and which may be another disk (env-dev-08: 93 GiB free where the Python agent
+// looked, 2.8 GiB where the pull wrote).
+func (c *checker) disk(ctx context.Context) Result {
+	cfg := c.cfg()
+	headroom := cfg.Disk.HeadroomBytes
+	root := defaultDataRoot
+	var notes []string
+	info, err := c.dockerInfo(ctx)
+	switch {
+	case err != nil:
+		notes = append(notes, "docker info failed, so the default data-root "+defaultDataRoot+" was measured")
+	case info.DockerRootDir != "":
+		root = info.DockerRootDir
+	}
+	paths := []string{root}
+	if cfg.ContainerdRoot != "" && filepath.Clean(cfg.ContainerdRoot) != filepath.Clean(root) {
+		paths = append(paths, cfg.ContainerdRoot)
+	}
+	_, measures, err := c.env.Meter.Tightest(paths)
+	if err != nil {
+		return fail("cannot measure free space: "+err.Error(), "")
+	}
+	if len(paths) > 1 && len(measures) < 2 {
+		notes = append(notes, fmt.Sprintf("containerd_root %s does not exist (not used by this engine)", cfg.ContainerdRoot))
+	}
+	var parts, low []string
+	for i, m := range measures {
+		what := "data-root"
+		if i > 0 {
+			what = "containerd_root"
+		}
+		at := m.Path
+		if m.At != "" && m.At != filepath.Clean(m.Path) {
+			at += " (measured at " + m.At + ")"
+		}
+		parts = append(parts, fmt.Sprintf("%s %s %s free", what, at, bytesText(m.Free)))
+		if m.Free < headroom {
+			low = append(low, m.Path)
+		}
+	}
+	detail := strings.Join(parts, ", ") + fmt.Sprintf("; headroom %s", bytesText(headroom))
+	if len(notes) > 0 {
+		detail += "; " + strings.Join(notes, "; ")
+	}
+	if len(low) > 0 {
+		return fail("under the headroom: "+detail,
+			fmt.Sprintf("free at least %s on the filesystem of %s: `docker image prune -a` removes images no container uses; until then every bundle is refused with DISK_INSUFFICIENT", bytesText(headroom), strings.Join(low, " and ")))
+	}
+	return ok("%s", detail)
+}

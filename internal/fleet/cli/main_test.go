@@ -1,0 +1,269 @@
+package cli
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rogpeppe/go-internal/testscript"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/admin/admintest"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/fleettest"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/ziti/zititest"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files (testdata) and the expected output inside the .txtar scripts")
+
+// Secrets of the fakes. Distinctive, so that a test can grep every output for them.
+const (
+	zitiUser     = "ops-admin"
+	zitiPassword = "zpw-Kq7Lm2Vx9Rt4"
+	adminToken   = "adm-Tn5Pw8Zs3Yb6"
+)
+
+// TestMain registers fleetctl as a command of the scripts: testscript re-runs this test binary
+// under that name, so the scripts drive the real Run with the real flag parsing and exit code.
+func TestMain(m *testing.M) {
+	testscript.Main(m, map[string]func(){"fleetctl": func() { os.Exit(Main()) }})
+}
+
+type fakesKey struct{}
+
+type fakes struct {
+	z *zititest.Server
+	a *admintest.Server
+}
+
+// startFakes starts both fakes with the credentials above; the caller closes them.
+func startFakes() (*fakes, error) {
+	z, err := zititest.New(zititest.Options{Users: map[string]string{zitiUser: zitiPassword}})
+	if err != nil {
+		return nil, err
+	}
+	a := admintest.New(admintest.Options{Token: adminToken})
+	a.SetNow(fleettest.Now)
+	return &fakes{z: z, a: a}, nil
+}
+
+func (f *fakes) close() {
+	f.z.Close()
+	f.a.Close()
+}
+
+// env is what fleetctl needs to reach the fakes, as the environment would give it.
+func (f *fakes) env(work string) map[string]string {
+	return map[string]string{
+		"FLEETCTL_ZITI_URL":      f.z.URL,
+		"FLEETCTL_ZITI_USERNAME": zitiUser,
+		"FLEETCTL_ZITI_PASSWORD": zitiPassword,
+		"FLEETCTL_ZITI_CA_FILE":  filepath.Join(work, "ziti-ca.pem"),
+		"FLEETCTL_TENANCY_URL":   f.a.URL,
+		"FLEETCTL_TENANCY_TOKEN": adminToken,
+		"XDG_CONFIG_HOME":        filepath.Join(work, ".config"),
+		"ZITI_PW":                zitiPassword,
+		"ADMIN_TOKEN":            adminToken,
+	}
+}
+
+func TestScripts(t *testing.T) {
+	testscript.Run(t, testscript.Params{
+		Dir:                 "testdata/script",
+		UpdateScripts:       *update,
+		RequireExplicitExec: true,
+		Setup: func(e *testscript.Env) error {
+			f, err := startFakes()
+			if err != nil {
+				return err
+			}
+			e.Defer(f.close)
+			if err := os.WriteFile(filepath.Join(e.WorkDir, "ziti-ca.pem"), f.z.CAPEM(), 0o644); err != nil {
+				return err
+			}
+			for k, v := range f.env(e.WorkDir) {
+				e.Setenv(k, v)
+			}
+			e.Values[fakesKey{}] = f
+			return nil
+		},
+		Cmds: scriptCmds,
+	})
+}
+
+func fakesOf(ts *testscript.TestScript) *fakes { return ts.Value(fakesKey{}).(*fakes) }
+
+var scriptCmds = map[string]func(ts *testscript.TestScript, neg bool, args []string){
+	// exits N cmd args…: run cmd and require exit code N (testscript's `! exec` only knows
+	// "not zero", and the exit codes are fleetctl's contract).
+	"exits": func(ts *testscript.TestScript, neg bool, args []string) {
+		if neg || len(args) < 2 {
+			ts.Fatalf("usage: exits CODE command args...")
+		}
+		want, err := strconv.Atoi(args[0])
+		ts.Check(err)
+		err = ts.Exec(args[1], args[2:]...)
+		got := 0
+		var ee *exec.ExitError
+		switch {
+		case errors.As(err, &ee):
+			got = ee.ExitCode()
+		case err != nil:
+			ts.Fatalf("%v", err)
+		}
+		if got != want {
+			ts.Fatalf("exit code %d, want %d", got, want)
+		}
+	},
+	// fleet-demo: the demo fleet, with kit reveals creating identities like tenancy's broker.
+	"fleet-demo": func(ts *testscript.TestScript, neg bool, args []string) {
+		f := fakesOf(ts)
+		fleettest.Seed(fleettest.Demo(fleettest.Now), f.z, f.a)
+		fleettest.LinkKits(f.z, f.a)
+	},
+	// ziti-fail OP STATUS|slow|malformed|ok [after=N]
+	"ziti-fail": func(ts *testscript.TestScript, neg bool, args []string) {
+		if len(args) < 2 {
+			ts.Fatalf("usage: ziti-fail OP STATUS|slow|malformed|ok [after=N]")
+		}
+		fl := failure(ts, args[1:])
+		fakesOf(ts).z.Fail(zititest.Op(args[0]), zititest.Failure{After: fl.after, Delay: fl.delay, Status: fl.status, Malformed: fl.malformed})
+	},
+	// tenancy-fail OP STATUS|slow|malformed|ok [after=N]
+	"tenancy-fail": func(ts *testscript.TestScript, neg bool, args []string) {
+		if len(args) < 2 {
+			ts.Fatalf("usage: tenancy-fail OP STATUS|slow|malformed|ok [after=N]")
+		}
+		fl := failure(ts, args[1:])
+		fakesOf(ts).a.Fail(admintest.Op(args[0]), admintest.Failure{After: fl.after, Delay: fl.delay, Status: fl.status, Malformed: fl.malformed})
+	},
+	// tenancy-backend ENV SITE: tenancy knows ENV (for a kit) without an agent record.
+	"tenancy-backend": func(ts *testscript.TestScript, neg bool, args []string) {
+		fakesOf(ts).a.AddBackend(args[0], args[1])
+	},
+	// tenancy-no-broker: kit reveals no longer create the identity (fleetctl must).
+	"tenancy-no-broker": func(ts *testscript.TestScript, neg bool, args []string) {
+		fakesOf(ts).a.SetOnKit(nil)
+	},
+	// tenancy-on-poll N ENV VERSION: when the Nth listing starts, ENV checks in running
+	// VERSION at tenancy's now, its timer enabled.
+	"tenancy-on-poll": func(ts *testscript.TestScript, neg bool, args []string) {
+		n, err := strconv.Atoi(args[0])
+		ts.Check(err)
+		f := fakesOf(ts)
+		env, ver := args[1], args[2]
+		f.a.OnPoll(n, func() {
+			now := f.a.Now().Format(time.RFC3339)
+			f.a.UpdateAgent(env, func(a *protocol.AdminAgent) {
+				a.AgentVersion, a.LastCheckinAt = ver, &now
+				on := true
+				a.Timer.Enabled, a.Timer.Active = &on, &on
+			})
+		})
+	},
+	// tenancy-kits: print the reveals made.
+	"tenancy-kits": func(ts *testscript.TestScript, neg bool, args []string) {
+		for _, k := range fakesOf(ts).a.Kits() {
+			fmt.Fprintf(ts.Stdout(), "%s site=%s transport=%s superseded=%d\n", k.EnvID, k.Request.Site, k.Request.Transport, len(k.Superseded))
+		}
+	},
+	// ziti-add NAME [attrs=a,b] [online] [pending]
+	"ziti-add": func(ts *testscript.TestScript, neg bool, args []string) {
+		id := zititest.Identity{Name: args[0]}
+		for _, a := range args[1:] {
+			switch {
+			case strings.HasPrefix(a, "attrs="):
+				id.RoleAttributes = strings.Split(strings.TrimPrefix(a, "attrs="), ",")
+			case a == "online":
+				id.Online = true
+			case a == "pending":
+				id.EnrollmentJWT = "eyJhbGciOiJFUzI1NiJ9.eyJlbSI6Im90dCJ9.added-" + args[0]
+			default:
+				ts.Fatalf("ziti-add: unknown %q", a)
+			}
+		}
+		fakesOf(ts).z.AddIdentity(id)
+	},
+	// ziti-identities [PREFIX]: print identities as name, attributes, enrolment state.
+	"ziti-identities": func(ts *testscript.TestScript, neg bool, args []string) {
+		for _, id := range fakesOf(ts).z.Identities() {
+			if len(args) > 0 && !strings.HasPrefix(id.Name, args[0]) {
+				continue
+			}
+			fmt.Fprintf(ts.Stdout(), "%s attrs=%s type=%s admin=%v pending=%v\n", id.Name, strings.Join(id.RoleAttributes, ","),
+				id.Type, id.IsAdmin, id.EnrollmentJWT != "")
+		}
+	},
+	// ziti-patches: print the PATCHes received.
+	"ziti-patches": func(ts *testscript.TestScript, neg bool, args []string) {
+		for _, p := range fakesOf(ts).z.Patches() {
+			fmt.Fprintf(ts.Stdout(), "%s attrs=%s\n", p.Name, strings.Join(p.RoleAttributes, ","))
+		}
+	},
+	// ziti-identity-file PATH NAME: write a client identity file for certificate auth.
+	"ziti-identity-file": func(ts *testscript.TestScript, neg bool, args []string) {
+		b, err := fakesOf(ts).z.ClientIdentityFile(args[1])
+		ts.Check(err)
+		ts.Check(os.WriteFile(ts.MkAbs(args[0]), b, 0o600))
+	},
+	// filemode MODE FILE…: every FILE has permission bits MODE (octal).
+	"filemode": func(ts *testscript.TestScript, neg bool, args []string) {
+		want, err := strconv.ParseUint(args[0], 8, 32)
+		ts.Check(err)
+		for _, f := range args[1:] {
+			fi, err := os.Stat(ts.MkAbs(f))
+			ts.Check(err)
+			if got := uint64(fi.Mode().Perm()); (got == want) == neg {
+				ts.Fatalf("%s mode %04o, want %s%04o", f, got, map[bool]string{true: "not ", false: ""}[neg], want)
+			}
+		}
+	},
+	// ls DIR: the names in DIR, sorted.
+	"ls": func(ts *testscript.TestScript, neg bool, args []string) {
+		entries, err := os.ReadDir(ts.MkAbs(args[0]))
+		ts.Check(err)
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			fmt.Fprintln(ts.Stdout(), n)
+		}
+	},
+}
+
+type failureSpec struct {
+	after     int
+	delay     time.Duration
+	status    int
+	malformed bool
+}
+
+func failure(ts *testscript.TestScript, args []string) failureSpec {
+	var f failureSpec
+	switch args[0] {
+	case "ok":
+	case "slow":
+		f.delay = time.Hour // outlasts any --timeout a script gives
+	case "malformed":
+		f.malformed = true
+	default:
+		n, err := strconv.Atoi(args[0])
+		ts.Check(err)
+		f.status = n
+	}
+	for _, a := range args[1:] {
+		n, err := strconv.Atoi(strings.TrimPrefix(a, "after="))
+		ts.Check(err)
+		f.after = n
+	}
+	return f
+}

@@ -1,0 +1,205 @@
+//go:build integration
+
+package debtest
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// shellScripts lists every shell script this package ships or tests with.
+func shellScripts(t *testing.T) []string {
+	t.Helper()
+	root := repoRoot(t)
+	var out []string
+	for _, pattern := range []string{
+		"packaging/install.sh",
+		"packaging/scripts/*.sh",
+		"scripts/packaging-*.sh",
+		"packaging/debtest/testdata/standins/*",
+		"packaging/debtest/testdata/oldpkg/*",
+	} {
+		matches, err := filepath.Glob(filepath.Join(root, pattern))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range matches {
+			head := make([]byte, 2)
+			f, err := os.Open(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.Read(head)
+			f.Close()
+			if string(head) == "#!" {
+				out = append(out, m)
+			}
+		}
+	}
+	if len(out) < 20 {
+		t.Fatalf("found only %d shell scripts: %q", len(out), out)
+	}
+	return out
+}
+
+func TestShellcheck(t *testing.T) {
+	sc := need(t, "shellcheck")
+	for _, s := range shellScripts(t) {
+		name, _ := filepath.Rel(repoRoot(t), s)
+		t.Run(name, func(t *testing.T) {
+			if out, err := run(t, filepath.Dir(s), nil, sc, "--external-sources", filepath.Base(s)); err != nil {
+				t.Errorf("shellcheck %s: %v\n%s", name, err, out)
+			}
+		})
+	}
+}
+
+func TestAnsibleSyntaxAndLint(t *testing.T) {
+	playbook := need(t, "ansible-playbook")
+	lint := need(t, "ansible-lint")
+	dir := filepath.Join(repoRoot(t), "ansible")
+	env := append(os.Environ(), "NO_COLOR=1", "ANSIBLE_NOCOLOR=1", "ANSIBLE_LOCALHOST_WARNING=false")
+	if out, err := run(t, dir, env, playbook, "--syntax-check", "-i", "localhost,", "monky-deployd.yml"); err != nil {
+		t.Errorf("ansible-playbook --syntax-check: %v\n%s", err, out)
+	}
+	if out, err := run(t, dir, env, lint, "--offline", "--profile", "production", "monky-deployd.yml", "roles/monky_deployd"); err != nil {
+		t.Errorf("ansible-lint: %v\n%s", err, out)
+	}
+}
+
+// unitRoot is a root holding the built package's files (dpkg-deb -x) and, beside them, the
+// host's own systemd units, which `systemd-analyze verify --root` needs for the standard targets.
+func unitRoot(t *testing.T) string {
+	t.Helper()
+	a := build(t)
+	root := t.TempDir()
+	mustRun(t, "", nil, need(t, "dpkg-deb"), "-x", a.deb, root)
+	hostUnits := ""
+	for _, d := range []string{"/usr/lib/systemd/system", "/lib/systemd/system"} {
+		if st, err := os.Stat(filepath.Join(d, "sysinit.target")); err == nil && st.Mode().IsRegular() {
+			hostUnits = d
+			break
+		}
+	}
+	if hostUnits == "" {
+		missing(t, "the host has no systemd unit directory (apt-get install systemd)")
+	}
+	dst := filepath.Join(root, "usr/lib/systemd/system")
+	err := filepath.WalkDir(hostUnits, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(hostUnits, p)
+		target := filepath.Join(dst, rel)
+		if _, err := os.Lstat(target); err == nil {
+			return nil // never overwrite the package's own units
+		}
+		switch {
+		case d.IsDir():
+			return os.MkdirAll(target, 0o755)
+		case d.Type()&fs.ModeSymlink != 0:
+			link, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			return os.Symlink(link, target)
+		case d.Type().IsRegular():
+			copyFile(t, p, target, 0o644)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+func TestSystemdUnitsVerify(t *testing.T) {
+	sa := need(t, "systemd-analyze")
+	root := unitRoot(t)
+	units := []string{"monky-deployd.service", "monky-deployd.timer", "monky-deployd-proxy.service"}
+	verify := func(units ...string) (string, error) {
+		return run(t, "", append(os.Environ(), "SYSTEMD_LOG_COLOR=0"), sa, append([]string{"verify", "--man=no", "--root=" + root}, units...)...)
+	}
+	// verify exits 0 on a unit line it ignores; any output at all is a finding.
+	if out, err := verify(units...); err != nil || strings.TrimSpace(out) != "" {
+		t.Errorf("systemd-analyze verify: %v\n%s", err, out)
+	}
+
+	// The check can fail: a misspelt key in a copy of the timer must be reported.
+	unitDir := filepath.Join(root, "usr/lib/systemd/system")
+	data, err := os.ReadFile(filepath.Join(unitDir, "monky-deployd.timer"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := strings.Replace(string(data), "OnUnitActiveSec=", "OnUnitActivSec=", 1)
+	if err := os.WriteFile(filepath.Join(unitDir, "monky-deployd-broken.timer"), []byte(bad), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := verify("monky-deployd-broken.timer"); !strings.Contains(out, "OnUnitActivSec") {
+		t.Errorf("systemd-analyze did not report a misspelt key: %q", out)
+	}
+}
+
+// TestUnitContents pins the properties the agent's safety rests on, which verify cannot judge.
+func TestUnitContents(t *testing.T) {
+	root := unitRoot(t)
+	read := func(u string) map[string][]string {
+		data, err := os.ReadFile(filepath.Join(root, "usr/lib/systemd/system", u))
+		if err != nil {
+			t.Fatal(err)
+		}
+		kv := map[string][]string{}
+		for _, line := range strings.Split(string(data), "\n") {
+			if k, v, ok := strings.Cut(line, "="); ok && !strings.HasPrefix(line, "#") {
+				kv[k] = append(kv[k], v)
+			}
+		}
+		return kv
+	}
+	svc, tmr, prx := read("monky-deployd.service"), read("monky-deployd.timer"), read("monky-deployd-proxy.service")
+	for _, c := range []struct {
+		unit map[string][]string
+		name string
+		key  string
+		want string
+	}{
+		{svc, "service", "Type", "oneshot"},
+		{svc, "service", "User", "monky-deployd"},
+		{svc, "service", "SupplementaryGroups", "docker"},
+		{svc, "service", "StateDirectory", "monky-deployd"},
+		{svc, "service", "ProtectSystem", "strict"},
+		{svc, "service", "ProtectHome", "yes"},
+		{svc, "service", "PrivateTmp", "yes"},
+		{svc, "service", "NoNewPrivileges", "yes"},
+		{svc, "service", "ExecStart", "/usr/bin/monky-deployd tick"},
+		{tmr, "timer", "OnUnitActiveSec", "60s"},
+		{tmr, "timer", "Unit", "monky-deployd.service"},
+		{tmr, "timer", "WantedBy", "timers.target"},
+		{prx, "proxy", "ExecStart", "/usr/bin/monky-deployd proxy"},
+		{prx, "proxy", "User", "monky-deployd"},
+		{prx, "proxy", "Restart", "always"},
+	} {
+		if got := strings.Join(c.unit[c.key], ","); got != c.want {
+			t.Errorf("%s %s=%q, want %q", c.name, c.key, got, c.want)
+		}
+	}
+	for _, k := range []string{"OnBootSec", "RandomizedDelaySec"} {
+		if len(tmr[k]) == 0 {
+			t.Errorf("timer has no %s", k)
+		}
+	}
+	if _, ok := svc["WantedBy"]; ok {
+		t.Error("the service can be enabled on its own; only the timer should be")
+	}
+	var keys []string
+	for k := range svc {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	t.Logf("service keys: %s", strings.Join(keys, " "))
+}
