@@ -150,8 +150,8 @@ func TestSecondApplyReusesTheLeaseToken(t *testing.T) {
 	// A new bundle: the valid lease token is reused, not re-leased (5 leases an hour).
 	h.desire(bundleSpec{manifest: `{"entries": [{"var": "GEMINI_API_KEY", "path": "gemini_api_key", "version": 1}, {"var": "DB_PASSWORD", "path": "db_password"}]}`})
 	h.expectExit(agent.ExitOK)
-	if n := h.ten.LeasesGranted(env); n != 1 {
-		t.Errorf("leases = %d, want 1 (reused)", n)
+	if n := h.ten.LeasesGranted(env); n != 1 || h.bao.Renews() != 0 {
+		t.Errorf("leases = %d renews = %d, want 1 and 0 (a valid token is reused as it is)", n, h.bao.Renews())
 	}
 	if st := h.state(); st.Token.Source != "lease" || st.AppliedSha != h.lastReport().Sha {
 		t.Errorf("state after second apply: %+v", st)
