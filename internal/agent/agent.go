@@ -100,8 +100,10 @@ func New(cfg *config.Config, deps Deps, opt Options) *Agent {
 
 // Sentinel errors the exit code is decided from (see ExitCode).
 var (
-	// ErrFailed: the tick reported failed or refused; the detail was logged and reported.
+	// ErrFailed: the tick reported failed; the detail was logged and reported.
 	ErrFailed = errors.New("failed")
+	// ErrRefused: the tick refused the bundle; nothing was leased, read or started.
+	ErrRefused = errors.New("refused")
 	// ErrNeedsKit: no usable token and no bootstrap grant on disk.
 	ErrNeedsKit = errors.New("re-run the install kit")
 	// ErrEnvMismatch: the token belongs to another env than config's env_id.
@@ -128,7 +130,7 @@ func (a *Agent) Tick(ctx context.Context) error {
 	}
 	release, ok, err := state.TryLock(cfg.LockPath())
 	if err != nil {
-		return fmt.Errorf("lock %s: %w", cfg.LockPath(), err)
+		return err
 	}
 	if !ok {
 		a.log.Info("another tick is running; nothing to do")
@@ -198,7 +200,7 @@ func (a *Agent) loadState() (*state.State, error) {
 		a.log.Warn("state unreadable; moved aside, starting fresh", "error", err.Error(), "moved_to", aside)
 		st = &state.State{}
 	default:
-		return nil, fmt.Errorf("state: %w", err)
+		return nil, err
 	}
 	if st.EnvID == "" {
 		st.EnvID = a.cfg.EnvID
@@ -208,18 +210,15 @@ func (a *Agent) loadState() (*state.State, error) {
 
 // noteVersion records the agent's own version, remembering the previous one until a check-in
 // has carried it as upgraded_from: that is how fleetctl's gate sees an upgrade land.
+//
+// A state file the Python agent (≤ 0.1.9) left has no version in it: the upgrade is still
+// reported, as "unknown", rather than not at all.
 func (a *Agent) noteVersion() {
-	if a.st.AgentVersion != "" && a.st.AgentVersion != version.Version {
-		a.st.PendingUpgradeFrom = a.st.AgentVersion
-	}
-	a.st.AgentVersion = version.Version
+	a.st.NoteAgentVersion(version.Version)
 }
 
 func (a *Agent) saveState() error {
-	if err := state.Save(a.cfg.StatePath(), a.st); err != nil {
-		return fmt.Errorf("state: %w", err)
-	}
-	return nil
+	return state.Save(a.cfg.StatePath(), a.st)
 }
 
 // adoptVault takes the check-in's OpenBao coordinates for this tick where they differ from the

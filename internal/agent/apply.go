@@ -40,7 +40,9 @@ func (a *Agent) apply(ctx context.Context, resp *protocol.CheckinResponse) error
 		return err
 	})
 	if err != nil {
-		return err
+		// A body that is no bundle at all (not JSON, not string files, too big) is a refusal
+		// like any other invalid bundle.
+		return a.refuseOrFail(ctx, sha, err)
 	}
 	if err := a.step("bundle"); err != nil {
 		return err
@@ -95,11 +97,16 @@ func (a *Agent) checkBundle(ctx context.Context, files map[string]string, sha st
 		return nil, err
 	}
 	releaseDir := filepath.Join(a.cfg.EnvDir(), "releases", sha)
-	if err := b.Check(releaseDir); err != nil {
-		return nil, err
+	checkErr := b.Check(releaseDir)
+	var r *protocol.Refusal
+	if checkErr != nil && !(errors.As(checkErr, &r) && r.Code == protocol.CodePrivileged) {
+		return nil, checkErr // BUNDLE_INVALID: a build, a path outside the release
 	}
 	if _, err := b.ResolveManifest(a.vault.Prefix); err != nil {
 		return nil, err
+	}
+	if checkErr != nil {
+		return nil, checkErr // PRIVILEGED_REFUSED
 	}
 	if err := checkEnvComplete(b); err != nil {
 		return nil, err
@@ -134,6 +141,9 @@ func (a *Agent) checkDisk(ctx context.Context, b *bundle.Bundle) error {
 	info, err := a.deps.Docker.Info(ctx)
 	if err != nil {
 		return fmt.Errorf("docker info: %w", err)
+	}
+	if info.DockerRootDir == "" {
+		info.DockerRootDir = "/var/lib/docker" // an engine that does not say: its default
 	}
 	a.st.DockerRootDir = info.DockerRootDir
 	a.st.DockerVersion = info.ServerVersion

@@ -26,10 +26,8 @@ func (a *Agent) checkin(ctx context.Context) (*protocol.CheckinResponse, error) 
 	a.log.Info("checkin: action=" + resp.Action + " desired=" + short(resp.DesiredSha) + " applied=" + short(a.st.AppliedSha))
 	if a.st.PendingUpgradeFrom != "" {
 		a.log.Info("first check-in since the upgrade", "upgraded_from", a.st.PendingUpgradeFrom, "version", version.Version)
-		a.st.PendingUpgradeFrom = ""
 	}
-	now := a.deps.Now().UTC()
-	a.st.LastCheckinAt = &now
+	a.st.CheckinSucceeded(a.deps.Now().UTC())
 	return resp, a.saveState()
 }
 

@@ -49,7 +49,7 @@ func (a *Agent) refuseOrFail(ctx context.Context, sha string, err error) error {
 		a.log.Error("refused: " + detail)
 		a.record(sha, protocol.ResultRefused, detail)
 		a.report(ctx, protocol.Report{Sha: sha, Result: protocol.ResultRefused, Detail: detail})
-		return fmt.Errorf("refused: %s: %w", detail, ErrFailed)
+		return fmt.Errorf("%w: %s", ErrRefused, detail)
 	default:
 		return a.fail(ctx, sha, err.Error(), "")
 	}
@@ -65,7 +65,7 @@ func (a *Agent) failWith(ctx context.Context, sha, detail, logTail string, cs []
 	a.log.Error("failed: " + detail)
 	a.record(sha, protocol.ResultFailed, detail)
 	a.report(ctx, protocol.Report{Sha: sha, Result: protocol.ResultFailed, Detail: detail, LogTail: logTail, Containers: cs})
-	return fmt.Errorf("failed: %s: %w", detail, ErrFailed)
+	return fmt.Errorf("%w: %s", ErrFailed, detail)
 }
 
 // record keeps the outcome in state; applied_sha is untouched, so a failed apply leaves the
@@ -88,9 +88,9 @@ func truncate(s string, n int) string {
 
 // heartbeat looks at the running project and reports healthy or unhealthy.
 func (a *Agent) heartbeat(ctx context.Context, resp *protocol.CheckinResponse) error {
-	sha, dir, err := release.Current(a.cfg.EnvDir())
+	sha, dir, err := a.current()
 	if err != nil {
-		return fmt.Errorf("release: %w", err)
+		return err
 	}
 	if sha == "" {
 		// Converged with nothing to run (no desired bundle yet).
@@ -126,6 +126,18 @@ func (a *Agent) heartbeat(ctx context.Context, resp *protocol.CheckinResponse) e
 	return a.saveState()
 }
 
+// current is the promoted release. A `current` whose release directory is gone (removed by
+// hand) still names the project: compose is then driven by project name alone, so a heartbeat
+// or a retire keeps working instead of failing every tick.
+func (a *Agent) current() (sha, dir string, err error) {
+	sha, dir, err = release.Current(a.cfg.EnvDir())
+	if errors.Is(err, release.ErrDangling) {
+		a.log.Warn("current release directory is missing; using the compose project name alone", "release", short(sha))
+		return sha, "", nil
+	}
+	return sha, dir, err
+}
+
 // composeFileOf finds the compose file of a promoted release: the bundle's own choice is in its
 // bundle.json, which the release directory keeps.
 func composeFileOf(dir string) string {
@@ -147,9 +159,9 @@ func (a *Agent) down(ctx context.Context, resp *protocol.CheckinResponse) error 
 	if resp.PurgeVolumes && !volumes {
 		a.log.Warn("tenancy asked to purge volumes; config volumes_on_absent is keep, so they stay")
 	}
-	_, dir, err := release.Current(a.cfg.EnvDir())
+	_, dir, err := a.current()
 	if err != nil {
-		return fmt.Errorf("release: %w", err)
+		return err
 	}
 	file := ""
 	if dir != "" {

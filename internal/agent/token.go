@@ -55,10 +55,15 @@ func (a *Agent) bootstrap(ctx context.Context) error {
 	tok, err := client.Login(ctx, a.cfg.Bao.AuthMount, a.cfg.Bao.Role, grant)
 	if err != nil {
 		if isTemporary(err) {
-			return fmt.Errorf("bao: bootstrap login: %v: %w", err, ErrTemporary)
+			return fmt.Errorf("%w: %w", err, ErrTemporary)
 		}
-		// A refused grant (expired, superseded) cannot be retried into working.
-		return fmt.Errorf("bao: bootstrap login with %s refused: %v: %w", a.cfg.BootstrapFile, err, ErrNeedsKit)
+		if errors.Is(err, bao.ErrLoginRefused) {
+			// A refused grant (expired, superseded, for another env) cannot be retried into
+			// working: only a new kit brings a new one.
+			return fmt.Errorf("bootstrap grant %s refused by OpenBao: %w: %w", a.cfg.BootstrapFile, err, ErrNeedsKit)
+		}
+		// A wrong CA, mount or role: the config, not the grant, needs fixing.
+		return fmt.Errorf("bootstrap login: %w", err)
 	}
 	if err := a.storeToken(tok, sourceBootstrap); err != nil {
 		return err
@@ -129,10 +134,10 @@ func (a *Agent) classify(what string, err error) error {
 		return nil
 	case errors.Is(err, tenancy.ErrEnvMismatch):
 		a.log.Error("AGENT_ENV_MISMATCH: the token belongs to another env than config env_id; fix the config or re-issue the identity", "env_id", a.cfg.EnvID)
-		return fmt.Errorf("%s: %v: %w", what, err, ErrEnvMismatch)
+		return fmt.Errorf("%w: %w", err, ErrEnvMismatch)
 	case isTemporary(err):
 		a.log.Warn("temporary network failure", "call", what, "error", a.redact.Redact(err.Error()))
-		return fmt.Errorf("%s: %v: %w", what, err, ErrTemporary)
+		return fmt.Errorf("%w: %w", err, ErrTemporary)
 	}
 	return err
 }
@@ -178,14 +183,18 @@ func (a *Agent) tokenForApply(ctx context.Context) (secret.Value, error) {
 			a.log.Info("lease token no longer valid; leasing again", "error", a.redact.Redact(err.Error()))
 		}
 	}
-	tok, err := a.lease(ctx, "apply")
+	reason := "apply"
+	if a.tokenSource() == sourceLease {
+		reason = "renew" // a lease token near its end is replaced; the bootstrap token is swapped
+	}
+	tok, err := a.lease(ctx, reason)
 	if errors.Is(err, tenancy.ErrRateLimited) {
 		if working {
 			a.log.Warn("lease rate-limited; applying with the current token, swap deferred", "token_source", a.tokenSource())
 			return a.token, nil
 		}
 		a.log.Warn("lease rate-limited and no working token; the next tick retries")
-		return secret.Value{}, fmt.Errorf("tenancy: lease: %v: %w", err, ErrTemporary)
+		return secret.Value{}, fmt.Errorf("%w: %w", err, ErrTemporary)
 	}
 	return tok, err
 }
@@ -234,7 +243,7 @@ func (a *Agent) lease(ctx context.Context, reason string) (secret.Value, error) 
 	}
 	tok, err := client.Login(ctx, mount, role, jwt)
 	if err != nil {
-		return secret.Value{}, a.classify("bao: lease login", fmt.Errorf("bao: lease login: %w", err))
+		return secret.Value{}, a.classify("bao: lease login", err)
 	}
 	old := a.token
 	if err := a.storeToken(tok, sourceLease); err != nil {

@@ -79,6 +79,7 @@ func newRootCommand(g *globals) *cobra.Command {
 		newStatusCommand(g),
 		newVersionCommand(g),
 		newProxyCommand(g),
+		newDoctorCommand(g),
 	)
 	return root
 }

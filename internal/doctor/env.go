@@ -96,7 +96,9 @@ type Env struct {
 	AgentErr error
 	// AgentName is the account asked for, for messages when Agent is nil.
 	AgentName string
-	// GroupName names a gid ("" when unknown); LookupGroup finds a group by name.
+	// UserName and GroupName name a uid or gid ("" when unknown); LookupGroup finds a group by
+	// name.
+	UserName    func(uid uint32) string
 	GroupName   func(gid uint32) string
 	LookupGroup func(name string) (uint32, error)
 
@@ -254,6 +256,11 @@ func (c *checker) userName(uid uint32) string {
 	}
 	if c.env.Self.UID == uid && c.env.Self.Name != "" {
 		return c.env.Self.Name
+	}
+	if c.env.UserName != nil {
+		if n := c.env.UserName(uid); n != "" {
+			return n
+		}
 	}
 	if uid == 0 {
 		return "root"

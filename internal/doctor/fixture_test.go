@@ -13,8 +13,10 @@ import (
 	"io/fs"
 	"math/big"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -39,7 +41,10 @@ const (
 	gib       = int64(1) << 30
 )
 
-var groupNames = map[uint32]string{0: "root", agentGID: "monky-deployd", zitiGID: "ziti", dockerGID: "docker"}
+var (
+	userNames  = map[uint32]string{0: "root", agentUID: "monky-deployd", zitiUID: "ziti"}
+	groupNames = map[uint32]string{0: "root", agentGID: "monky-deployd", zitiGID: "ziti", dockerGID: "docker"}
+)
 
 // fixture is a box on which every check passes until a test breaks one thing.
 type fixture struct {
@@ -142,6 +147,7 @@ func newFixture(t *testing.T, extraYAML string) *fixture {
 		Self:        Account{Name: "monky-deployd", UID: agentUID},
 		Agent:       agentAccount(),
 		AgentName:   AgentUser,
+		UserName:    func(u uint32) string { return userNames[u] },
 		GroupName:   func(g uint32) string { return groupNames[g] },
 		LookupGroup: lookupGroup,
 		Stat:        f.fs.Stat,
@@ -202,6 +208,14 @@ func (f *fixture) remote() *remote {
 	r := &remote{bao: b, tenancy: ten, token: b.IssueToken(envID, "jti-1")}
 	write(t, f.cfg().TokenPath(), r.token+"\n", 0o600)
 	write(t, f.cfg().Bao.CAFile, string(b.CAPEM()), 0o644)
+	// The config points at the fakes, as a test box's config would (transport system dials them).
+	u, err := url.Parse(ten.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, _ := strconv.Atoi(u.Port())
+	f.cfg().Tenancy.Scheme, f.cfg().Tenancy.Host, f.cfg().Tenancy.Port = "http", u.Hostname(), port
+	f.cfg().Bao.Addr = b.URL
 	f.env.Tenancy = tenancy.New(ten.URL, nil)
 	f.env.TenancyHTTP = &http.Client{Transport: &http.Transport{}}
 	f.setBao(b.URL)

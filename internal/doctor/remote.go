@@ -265,7 +265,7 @@ func (c *checker) openbao(ctx context.Context) Result {
 		if info.Renewable {
 			renew = "renewable"
 		}
-		return ok("%s verified against %s; token valid for %s, %s", addr, ca, info.TTL.Round(time.Second), renew)
+		return ok("%s verified against %s; token valid for %s, %s", addr, ca, info.TTL.Round(time.Minute), renew)
 	case errors.Is(err, bao.ErrTLS):
 		return fail(fmt.Sprintf("%s presents a certificate that does not verify against %s: %v", addr, ca, err), caFix)
 	case errors.Is(err, bao.ErrForbidden) && tok.Empty():

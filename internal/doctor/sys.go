@@ -63,6 +63,15 @@ func LookupAccount(name string) (Account, error) {
 	return a, nil
 }
 
+// UserName names uid from the user database ("" when it has no name).
+func UserName(uid uint32) string {
+	u, err := user.LookupId(strconv.FormatUint(uint64(uid), 10))
+	if err != nil {
+		return ""
+	}
+	return u.Username
+}
+
 // GroupName names gid from the group database ("" when it has no name).
 func GroupName(gid uint32) string {
 	g, err := user.LookupGroupId(strconv.FormatUint(uint64(gid), 10))

@@ -37,25 +37,13 @@ func (h *Handler) Handle(_ context.Context, r slog.Record) error {
 	b.WriteString(levelName(r.Level))
 	b.WriteByte(' ')
 	b.WriteString(r.Message)
-	write := func(a slog.Attr) bool {
-		a.Value = a.Value.Resolve()
-		if a.Equal(slog.Attr{}) {
-			return true
-		}
-		b.WriteByte(' ')
-		if h.group != "" {
-			b.WriteString(h.group)
-			b.WriteByte('.')
-		}
-		b.WriteString(a.Key)
-		b.WriteByte('=')
-		b.WriteString(quote(a.Value.String()))
-		return true
-	}
 	for _, a := range h.attrs {
-		write(a)
+		writeAttr(&b, "", a) // already carry the group they were added under
 	}
-	r.Attrs(write)
+	r.Attrs(func(a slog.Attr) bool {
+		writeAttr(&b, h.group, a)
+		return true
+	})
 	b.WriteByte('\n')
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -63,10 +51,31 @@ func (h *Handler) Handle(_ context.Context, r slog.Record) error {
 	return err
 }
 
-// WithAttrs returns a Handler that adds attrs to every line.
+func writeAttr(b *strings.Builder, group string, a slog.Attr) {
+	a.Value = a.Value.Resolve()
+	if a.Equal(slog.Attr{}) {
+		return
+	}
+	b.WriteByte(' ')
+	if group != "" {
+		b.WriteString(group)
+		b.WriteByte('.')
+	}
+	b.WriteString(a.Key)
+	b.WriteByte('=')
+	b.WriteString(quote(a.Value.String()))
+}
+
+// WithAttrs returns a Handler that adds attrs to every line, under the current group.
 func (h *Handler) WithAttrs(attrs []slog.Attr) slog.Handler {
 	c := *h
-	c.attrs = append(append([]slog.Attr(nil), h.attrs...), attrs...)
+	c.attrs = append([]slog.Attr(nil), h.attrs...)
+	for _, a := range attrs {
+		if h.group != "" {
+			a.Key = h.group + "." + a.Key
+		}
+		c.attrs = append(c.attrs, a)
+	}
 	return &c
 }
 
