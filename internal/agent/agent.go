@@ -122,9 +122,10 @@ func (a *Agent) step(name string) error {
 	return nil
 }
 
-// Tick runs one tick. A nil error means ok/converged; otherwise ExitCode(err) decides the exit.
-func (a *Agent) Tick(ctx context.Context) error {
-	cfg := a.cfg
+// WithLock runs fn holding the tick lock of cfg. When another tick holds it, fn does not run
+// and the result is nil: the timer fires every minute, and a long apply must not be joined by a
+// second one.
+func WithLock(cfg *config.Config, log *slog.Logger, fn func() error) error {
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}
@@ -133,14 +134,26 @@ func (a *Agent) Tick(ctx context.Context) error {
 		return err
 	}
 	if !ok {
-		a.log.Info("another tick is running; nothing to do")
+		log.Info("another tick is running; nothing to do")
 		return nil
 	}
 	defer release()
+	return fn()
+}
+
+// Tick takes the lock and runs one tick. A nil error means ok/converged; otherwise
+// ExitCode(err) decides the exit.
+func (a *Agent) Tick(ctx context.Context) error {
+	return WithLock(a.cfg, a.log, func() error { return a.Run(ctx) })
+}
+
+// Run runs one tick; the caller holds the lock (WithLock).
+func (a *Agent) Run(ctx context.Context) error {
+	cfg := a.cfg
 	if err := a.step("lock"); err != nil {
 		return err
 	}
-
+	var err error
 	a.redact = &secret.Redactor{}
 	a.st, err = a.loadState()
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/version"
@@ -132,5 +133,29 @@ func TestStatus(t *testing.T) {
 	}
 	if _, ok := doc["timer"]; !ok {
 		t.Error("status --json lacks timer")
+	}
+}
+
+func TestTickWhileAnotherHoldsTheLockDoesNothingEvenWithABrokenIdentity(t *testing.T) {
+	dir := t.TempDir()
+	os.MkdirAll(dir+"/state", 0o700)
+	cfg := "env_id: env-qa-02\ntransport: sdk\nidentity: " + dir + "/missing-identity.json\nstate_dir: " + dir + "/state\n"
+	path := writeConfig(t, cfg)
+	f, err := os.OpenFile(dir+"/state/lock", os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := runCLI(t, nil, "--config", path, "tick")
+	if code != 0 || !strings.Contains(stderr, "another tick is running") {
+		t.Errorf("exit %d stderr %q", code, stderr)
+	}
+	syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	code, _, stderr = runCLI(t, nil, "--config", path, "tick")
+	if code == 0 || !strings.Contains(stderr, "missing-identity.json") {
+		t.Errorf("without the lock held: exit %d stderr %q, want the identity named", code, stderr)
 	}
 }

@@ -3,7 +3,6 @@ package deploydcli
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 
 	"github.com/spf13/cobra"
@@ -37,7 +36,7 @@ func runProxy(ctx context.Context, g *globals) error {
 	opts.Mode = "sdk"
 	err = transport.RunProxy(ctx, opts)
 	if err != nil && !errors.Is(err, context.Canceled) {
-		return fmt.Errorf("proxy: %w", err)
+		return err
 	}
 	return nil
 }

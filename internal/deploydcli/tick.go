@@ -35,11 +35,15 @@ func runTick(ctx context.Context, opts tickOptions, g *globals) error {
 		return err
 	}
 	log := slog.New(journal.New(g.stderr, cfg.SlogLevel()))
-	deps, closeFn, err := wire(cfg, log)
-	if err != nil {
-		log.Error(err.Error())
-		return err
-	}
-	defer closeFn()
-	return agent.New(cfg, deps, agent.Options{Prune: opts.prune}).Tick(ctx)
+	// The lock comes first: a tick that finds another running must do nothing at all, not even
+	// load a (possibly broken) ziti identity.
+	return agent.WithLock(cfg, log.With("env", cfg.EnvID), func() error {
+		deps, closeFn, err := wire(cfg, log)
+		if err != nil {
+			log.Error(err.Error())
+			return err
+		}
+		defer closeFn()
+		return agent.New(cfg, deps, agent.Options{Prune: opts.prune}).Run(ctx)
+	})
 }

@@ -59,7 +59,7 @@ func hostPort(raw string) string {
 func wire(cfg *config.Config, log *slog.Logger) (agent.Deps, func(), error) {
 	tr, err := transport.New(transportOptions(cfg, log))
 	if err != nil {
-		return agent.Deps{}, nil, fmt.Errorf("transport %s: %w", cfg.Transport, err)
+		return agent.Deps{}, nil, err
 	}
 	tenancyHTTP := &http.Client{
 		Transport: tr.HTTPTransport(),
