@@ -3,10 +3,10 @@
 #
 # Run by the install kit (fleetctl onboard writes the exact command into install.sh.cmd):
 #
-#   T=<read-only deploy token, scope read_package_registry>
-#   curl -sSf -H "DEPLOY-TOKEN: $T" \
+#   export MONKY_DEPLOYD_TOKEN=<read-only deploy token, scope read_package_registry>
+#   curl -sSf -H "DEPLOY-TOKEN: $MONKY_DEPLOYD_TOKEN" \
 #     https://scm.tikali.ai/api/v4/projects/tikali%2Fapplications%2Fmonky%2Fmonky-deployd/packages/generic/monky-deployd/<version>/install.sh \
-#     | sudo MONKY_DEPLOYD_TOKEN="$T" bash -s -- --env env-qa-02 --site cbs \
+#     | sudo --preserve-env=MONKY_DEPLOYD_TOKEN bash -s -- --env env-qa-02 --site cbs \
 #         --bootstrap-file bootstrap.jwt --enrol-jwt monky-host.env-qa-02.jwt
 #
 # Flags (the Python installer's, unchanged):
@@ -139,6 +139,19 @@ case "$SOURCE" in
   gitea) URL="${MONKY_DEPLOYD_BASE_URL:-$GITEA_BASE}/v$VERSION/$DEB" ;;
 esac
 
+APT_UPDATED=false
+apt_install() { # one package, or alternatives: the first that installs wins
+  local p
+  if ! $APT_UPDATED; then
+    apt-get update -qq || warn "apt-get update failed; trying the package lists as they are"
+    APT_UPDATED=true
+  fi
+  for p in "$@"; do
+    if apt-get install -y -qq "$p"; then return 0; fi
+  done
+  return 1
+}
+
 installed_version() {
   dpkg-query -W -f='${db:Status-Abbrev}${Version}' "$AGENT" 2>/dev/null | sed -n 's/^ii *//p'
 }
@@ -184,9 +197,7 @@ else
 fi
 if ! docker compose version >/dev/null 2>&1; then
   say "docker compose v2 plugin missing: installing it"
-  apt-get update -qq
-  apt-get install -y -qq docker-compose-plugin || apt-get install -y -qq docker-compose ||
-    die "could not install the docker compose plugin"
+  apt_install docker-compose-plugin docker-compose || die "could not install the docker compose plugin"
   docker compose version >/dev/null 2>&1 || die "docker compose still not available after installing it"
   did "installed the docker compose plugin"
 fi
@@ -216,8 +227,8 @@ if ! command -v ziti-edge-tunnel >/dev/null; then
   printf 'deb [signed-by=/usr/share/keyrings/openziti.asc] https://packages.openziti.org/zitipax-openziti-deb-stable jammy main\n' \
     >"$WORK/openziti.list"
   install -m 0644 "$WORK/openziti.list" /etc/apt/sources.list.d/openziti.list
-  apt-get update -qq
-  apt-get install -y -qq ziti-edge-tunnel || die "could not install ziti-edge-tunnel"
+  APT_UPDATED=false # the new repository's lists
+  apt_install ziti-edge-tunnel || die "could not install ziti-edge-tunnel"
   did "installed ziti-edge-tunnel"
 fi
 IDENTITY="$IDENTITY_DIR/monky-host.$ENV_ID.json"
@@ -255,7 +266,7 @@ else
   warn "no ziti group: the agent's read on the identity rests on ACLs, which a tunneller rewrite drops"
 fi
 if ! command -v setfacl >/dev/null; then
-  apt-get install -y -qq acl || warn "could not install acl (setfacl)"
+  apt_install acl || warn "could not install acl (setfacl)"
 fi
 if command -v setfacl >/dev/null; then
   acl_ok=true

@@ -67,19 +67,22 @@ func (c *clock) Sleep(ctx context.Context, d time.Duration) error {
 
 // harness is one box: a config and state dir, fake tenancy, fake OpenBao, a simulated docker CLI.
 type harness struct {
-	t      testing.TB
-	dir    string
-	cfg    *config.Config
-	ten    *tenancytest.Server
-	bao    *baotest.Server
-	signer *grant.Signer
-	docker *dockersim.Sim
-	clock  *clock
-	logs   *syncBuffer
-	free   map[string]int64
-	step   func(string) error
-	prune  bool
-	timer  *protocol.Timer
+	t       testing.TB
+	dir     string
+	cfg     *config.Config
+	ten     *tenancytest.Server
+	bao     *baotest.Server
+	signer  *grant.Signer
+	docker  *dockersim.Sim
+	clock   *clock
+	logs    *syncBuffer
+	free    map[string]int64
+	step    func(string) error
+	prune   bool
+	timer   *protocol.Timer
+	cfgText string
+	// httpTransport, when set, carries every tenancy and OpenBao call (a transport under test).
+	httpTransport func() *http.Transport
 }
 
 type syncBuffer struct {
@@ -101,15 +104,17 @@ func (s *syncBuffer) String() string {
 
 func newHarness(t testing.TB, extraConfig ...string) *harness {
 	t.Helper()
-	return newHarnessWith(t, 0, extraConfig...)
+	return newHarnessWith(t, 0, "", extraConfig...)
 }
 
 // newBenchHarness is a harness whose OpenBao takes readLatency for every KV read.
 func newBenchHarness(t testing.TB, readLatency time.Duration) *harness {
-	return newHarnessWith(t, readLatency)
+	return newHarnessWith(t, readLatency, "")
 }
 
-func newHarnessWith(t testing.TB, readLatency time.Duration, extraConfig ...string) *harness {
+// newHarnessWith builds a harness; tenancyBaoAddr, when set, is the OpenBao address the fake
+// tenancy hands out (an intercept name for transport tests), else the fake OpenBao's own URL.
+func newHarnessWith(t testing.TB, readLatency time.Duration, tenancyBaoAddr string, extraConfig ...string) *harness {
 	t.Helper()
 	h := &harness{t: t, dir: t.TempDir(), clock: &clock{t: time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)}, logs: &syncBuffer{}}
 	var err error
@@ -120,7 +125,10 @@ func newHarnessWith(t testing.TB, readLatency time.Duration, extraConfig ...stri
 	h.signer.Clock = h.clock.Now
 	h.bao = baotest.Start(baotest.Options{PublicKey: h.signer.PublicKey(), Clock: h.clock.Now, ReadLatency: readLatency})
 	t.Cleanup(h.bao.Close)
-	h.ten = tenancytest.Start(tenancytest.Options{Verifier: h.bao, Signer: h.signer, BaoAddr: h.bao.URL, Clock: h.clock.Now})
+	if tenancyBaoAddr == "" {
+		tenancyBaoAddr = h.bao.URL
+	}
+	h.ten = tenancytest.Start(tenancytest.Options{Verifier: h.bao, Signer: h.signer, BaoAddr: tenancyBaoAddr, Clock: h.clock.Now})
 	t.Cleanup(h.ten.Close)
 	h.ten.AddEnv(env)
 
@@ -143,6 +151,7 @@ registry_host: harbor.tikali.net
 healthy_timeout_s: 60
 `, env, h.ten.URL, h.bao.URL, filepath.Join(h.dir, "no-ca.pem"), state, filepath.Join(h.dir, "bootstrap.jwt"), filepath.Join(h.dir, "containerd"))
 	cfgText += strings.Join(extraConfig, "\n")
+	h.cfgText = cfgText
 	h.cfg, err = config.Parse([]byte(cfgText), filepath.Join(h.dir, "config.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -167,12 +176,16 @@ func (h *harness) writeBootstrap() {
 }
 
 func (h *harness) deps() agent.Deps {
-	hc := &http.Client{Transport: &http.Transport{}, Timeout: 10 * time.Second}
+	newTransport := func() *http.Transport { return &http.Transport{} }
+	if h.httpTransport != nil {
+		newTransport = h.httpTransport
+	}
+	hc := &http.Client{Transport: newTransport(), Timeout: 10 * time.Second}
 	return agent.Deps{
 		Log:     slog.New(journal.New(h.logs, slog.LevelDebug)),
 		Tenancy: tenancy.New(h.cfg.TenancyURL(), hc),
 		NewBao: func(addr string) (agent.Bao, error) {
-			return bao.New(bao.Options{Addr: addr, HTTPClient: &http.Client{Transport: &http.Transport{}}, CAFile: h.cfg.Bao.CAFile})
+			return bao.New(bao.Options{Addr: addr, HTTPClient: &http.Client{Transport: newTransport()}, CAFile: h.cfg.Bao.CAFile})
 		},
 		Docker: &compose.Docker{Bin: "docker", ConfigDir: h.cfg.DockerConfigDir(), Project: h.cfg.ComposeProject, Runner: h.docker, Now: h.clock.Now, PollInterval: 2 * time.Second},
 		Timer: func(context.Context) *protocol.Timer {

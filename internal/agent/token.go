@@ -12,6 +12,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/state"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/tenancy"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/transport"
 )
 
 const (
@@ -55,7 +56,7 @@ func (a *Agent) bootstrap(ctx context.Context) error {
 	tok, err := client.Login(ctx, a.cfg.Bao.AuthMount, a.cfg.Bao.Role, grant)
 	if err != nil {
 		if isTemporary(err) {
-			return fmt.Errorf("%w: %w", err, ErrTemporary)
+			return a.classify("bao: bootstrap login", err)
 		}
 		if errors.Is(err, bao.ErrLoginRefused) {
 			// A refused grant (expired, superseded, for another env) cannot be retried into
@@ -143,6 +144,12 @@ func (a *Agent) classify(what string, err error) error {
 }
 
 func isTemporary(err error) bool {
+	if errors.Is(err, transport.ErrUnmapped) || errors.Is(err, transport.ErrServiceNotVisible) {
+		// The mesh answered, or the config names a target the transport has no route for:
+		// retrying every minute will not help, and exit 75 would hide the box from
+		// `systemctl --failed`. A missing #monky-deploy-agent attribute lands here.
+		return false
+	}
 	return errors.Is(err, tenancy.ErrTemporary) || errors.Is(err, bao.ErrTemporary) || errors.Is(err, ErrTemporary)
 }
 

@@ -523,6 +523,15 @@ func serverMessage(re *api.ResponseError, secrets ...string) string {
 	return msg
 }
 
+// maskedErr keeps an error's chain for errors.Is/As while its text has every secret masked.
+type maskedErr struct {
+	err error
+	msg string
+}
+
+func (m maskedErr) Error() string { return m.msg }
+func (m maskedErr) Unwrap() error { return m.err }
+
 // classify maps an api/transport error onto the sentinels. The api library's own error text is
 // multi-line and includes the request URL; only the status and OpenBao's messages are kept.
 func classify(ctx context.Context, subject string, err error, secrets ...string) error {
@@ -552,7 +561,9 @@ func classify(ctx context.Context, subject string, err error, secrets ...string)
 	var ue *url.Error
 	if errors.As(err, &ue) || errors.Is(err, context.DeadlineExceeded) || isNetwork(err) ||
 		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-		return fmt.Errorf("%s: %w: %s", subject, ErrTemporary, mask(err.Error(), secrets))
+		// The chain is kept (the transport's own sentinels, e.g. an unmapped target, decide
+		// what the agent does); the text is masked.
+		return fmt.Errorf("%s: %w: %w", subject, ErrTemporary, maskedErr{err: err, msg: mask(err.Error(), secrets)})
 	}
 	// What is left is a 200 whose body did not parse: not temporary, a protocol fault.
 	return fmt.Errorf("%s: unreadable answer: %s", subject, mask(err.Error(), secrets))

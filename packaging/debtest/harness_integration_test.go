@@ -99,17 +99,17 @@ func mustRun(t *testing.T, dir string, env []string, name string, args ...string
 // artifacts are built once per test binary: the make deb output, a previous build of the same
 // package, and the Python-era stand-ins.
 type artifacts struct {
-	dist       string // make deb's output directory
-	deb        string // dist/monky-deployd_<VERSION>_amd64.deb
-	installSh  string // dist/install.sh (version stamped)
-	version    string
-	prevDeb    string // this package at <VERSION>-rc1 (Debian ~rc1): an earlier build of it
-	old018Deb  string // stand-in of the Python package whose prerm disabled the timer
-	old019Deb  string // stand-in of the Python package with the fixed prerm
-	passwdDeb  string // provides "passwd": the useradd/groupadd/usermod stand-ins
-	standInBin bool   // true when cmd/ did not build and stand-in binaries were packaged
-	err        error
-	log        string
+	dist      string // make deb's output directory
+	deb       string // dist/monky-deployd_<VERSION>_amd64.deb
+	installSh string // dist/install.sh (version stamped)
+	version   string
+	prevDeb   string          // this package at <VERSION>-rc1 (Debian ~rc1): an earlier build of it
+	old018Deb string          // stand-in of the Python package whose prerm disabled the timer
+	old019Deb string          // stand-in of the Python package with the fixed prerm
+	passwdDeb string          // provides "passwd": the useradd/groupadd/usermod stand-ins
+	standIn   map[string]bool // binary name -> packaged as a stand-in because its cmd/ does not build yet
+	err       error
+	log       string
 }
 
 var (
@@ -156,7 +156,10 @@ func build(t *testing.T) artifacts {
 			if err == nil {
 				continue
 			}
-			built.standInBin = true
+			if built.standIn == nil {
+				built.standIn = map[string]bool{}
+			}
+			built.standIn[c.out] = true
 			fmt.Fprintf(&log, "NOTE: %s does not build yet; packaging a stand-in binary for it:\n%s\n", c.pkg, firstLines(out, 6))
 			bin := filepath.Join(dir, "standin-"+c.out)
 			script := fmt.Sprintf("#!/bin/sh\necho \"%s stand-in %s $*\"\n", c.out, built.version)
@@ -290,6 +293,7 @@ func newBox(t *testing.T, o boxOptions) *box {
 	busybox := need(t, "busybox")
 	need(t, "dpkg")
 	need(t, "ldd")
+	need(t, "chroot")
 	dir := t.TempDir()
 	b := &box{t: t, dir: dir}
 	for _, d := range []string{"bin", "sbin", "usr/bin", "usr/sbin", "usr/libexec/standin", "etc/systemd/system",

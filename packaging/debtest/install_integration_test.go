@@ -265,6 +265,40 @@ func TestInstallScript(t *testing.T) {
 		}
 	})
 
+	t.Run("docker data-root", func(t *testing.T) {
+		b := b.with(t)
+		args := []string{"--env", envID, "--site", "cbs", "--transport", "proxy", "--laptop", "--version", a.version}
+		out, err := b.installSh(env, append(args, "--docker-data-root", "/srv/docker-data")...)
+		if err != nil {
+			t.Fatalf("install.sh: %v\n%s", err, out)
+		}
+		if got := b.read("/etc/docker/daemon.json"); !strings.Contains(got, `"data-root": "/srv/docker-data"`) {
+			t.Errorf("daemon.json: %q", got)
+		}
+		assertMode(t, b, "/srv/docker-data", 0o711, 0, 0)
+		out, err = b.installSh(env, append(args, "--docker-data-root", "/elsewhere")...)
+		if err == nil || !strings.Contains(out, "already sets another data-root") {
+			t.Errorf("moving an existing data-root was not refused: %v\n%s", err, out)
+		}
+	})
+
+	t.Run("a missing compose plugin is installed with apt", func(t *testing.T) {
+		b := b.with(t)
+		b.write("/etc/standin-no-compose", "", 0o644)
+		defer b.remove("/etc/standin-no-compose")
+		b.clearCalls()
+		out, err := b.installSh(env, "--env", envID, "--site", "cbs", "--version", a.version)
+		if err == nil || !strings.Contains(out, "could not install the docker compose plugin") {
+			t.Errorf("err %v\n%s", err, out)
+		}
+		if calls := b.calls("apt-get"); !containsPrefix(calls, "install -y -qq docker-compose-plugin") {
+			t.Errorf("apt-get calls %q", calls)
+		}
+		if !b.enabled(timer) {
+			t.Error("a failed re-run switched the timer off")
+		}
+	})
+
 	t.Run("a refused download names the token, not its value", func(t *testing.T) {
 		b := b.with(t)
 		out, err := b.installSh(env, "--env", envID, "--site", "cbs", "--token-file", "/root/kit/token", "--version", "9.9.9")

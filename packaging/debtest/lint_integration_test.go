@@ -6,7 +6,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"testing"
 )
@@ -196,10 +195,4 @@ func TestUnitContents(t *testing.T) {
 	if _, ok := svc["WantedBy"]; ok {
 		t.Error("the service can be enabled on its own; only the timer should be")
 	}
-	var keys []string
-	for k := range svc {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	t.Logf("service keys: %s", strings.Join(keys, " "))
 }
