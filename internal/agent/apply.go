@@ -147,7 +147,7 @@ func (a *Agent) checkDisk(ctx context.Context, b *bundle.Bundle) error {
 	}
 	a.st.DockerRootDir = info.DockerRootDir
 	a.st.DockerVersion = info.ServerVersion
-	free, measured, err := a.deps.Disk.Tightest(a.storagePaths(info.DockerRootDir))
+	free, measured, err := a.deps.Disk.Tightest(storagePaths(a.cfg, info.DockerRootDir))
 	if err != nil {
 		return fmt.Errorf("disk: %w", err)
 	}

@@ -4,6 +4,10 @@ import (
 	"context"
 	"time"
 
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/config"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/diskspace"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/state"
+
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/version"
@@ -32,43 +36,60 @@ func (a *Agent) checkin(ctx context.Context) (*protocol.CheckinResponse, error) 
 }
 
 func (a *Agent) checkinRequest(ctx context.Context) protocol.CheckinRequest {
-	req := protocol.CheckinRequest{
-		EnvID:        a.cfg.EnvID,
-		AgentVersion: version.Version,
-		Transport:    a.cfg.Transport,
-		Hostname:     a.deps.Hostname,
-		LastResult:   a.st.LastResult,
-		UpgradedFrom: a.st.PendingUpgradeFrom,
+	var timer *protocol.Timer
+	if a.deps.Timer != nil {
+		timer = a.deps.Timer(ctx)
 	}
-	if a.st.AppliedSha != "" {
-		s := a.st.AppliedSha
+	return CheckinRequest(a.cfg, a.st, Telemetry{Now: a.deps.Now(), Hostname: a.deps.Hostname, Timer: timer, Disk: a.deps.Disk})
+}
+
+// Telemetry is what a check-in reports beyond config and state.
+type Telemetry struct {
+	Now      time.Time
+	Hostname string
+	Timer    *protocol.Timer
+	// Disk measures the image storage; nil leaves disk_free_bytes null.
+	Disk interface {
+		Tightest(paths []string) (int64, []diskspace.Measure, error)
+	}
+}
+
+// CheckinRequest is the check-in a tick sends for cfg and st. `monky-deployd doctor` sends the
+// same one, so that its check-in leaves tenancy's view of the box as the last tick left it.
+func CheckinRequest(cfg *config.Config, st *state.State, t Telemetry) protocol.CheckinRequest {
+	req := protocol.CheckinRequest{
+		EnvID:         cfg.EnvID,
+		AgentVersion:  version.Version,
+		Transport:     cfg.Transport,
+		Hostname:      t.Hostname,
+		LastResult:    st.LastResult,
+		UpgradedFrom:  st.PendingUpgradeFrom,
+		Timer:         t.Timer,
+		DockerVersion: st.DockerVersion,
+	}
+	if st.AppliedSha != "" {
+		s := st.AppliedSha
 		req.AppliedSha = &s
 	}
-	if a.deps.Timer != nil {
-		req.Timer = a.deps.Timer(ctx)
-	}
-	if t := a.st.Token; t != nil && t.TTLSec > 0 {
-		left := t.TTLSec - int64(a.deps.Now().Sub(t.ObtainedAt)/time.Second)
-		if left < 0 {
-			left = 0
-		}
+	if tok := st.Token; tok != nil && tok.TTLSec > 0 {
+		left := max(tok.TTLSec-int64(t.Now.Sub(tok.ObtainedAt)/time.Second), 0)
 		req.TokenTTLSec = &left
 	}
 	// Disk and docker facts come from the last `docker info` the agent made (refreshed on every
 	// apply): a converged tick stays one check-in, one `compose ps` and one report.
-	if a.st.DockerRootDir != "" {
-		if free, _, err := a.deps.Disk.Tightest(a.storagePaths(a.st.DockerRootDir)); err == nil {
+	if st.DockerRootDir != "" && t.Disk != nil {
+		if free, _, err := t.Disk.Tightest(storagePaths(cfg, st.DockerRootDir)); err == nil {
 			req.DiskFreeBytes = &free
 		}
 	}
-	req.DockerVersion = a.st.DockerVersion
 	return req
 }
 
-func (a *Agent) storagePaths(dockerRoot string) []string {
+// storagePaths are the filesystems a pull fills: docker's data-root and containerd's root.
+func storagePaths(cfg *config.Config, dockerRoot string) []string {
 	paths := []string{dockerRoot}
-	if a.cfg.ContainerdRoot != "" && a.cfg.ContainerdRoot != dockerRoot {
-		paths = append(paths, a.cfg.ContainerdRoot)
+	if cfg.ContainerdRoot != "" && cfg.ContainerdRoot != dockerRoot {
+		paths = append(paths, cfg.ContainerdRoot)
 	}
 	return paths
 }

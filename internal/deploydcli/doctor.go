@@ -4,14 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"net/url"
 	"os"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent"
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/bao"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/config"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/diskspace"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/doctor"
@@ -145,17 +143,7 @@ func fillDoctorEnv(env *doctor.Env, opts doctorOptions, d doctorDeps) (closeFn f
 	hc := &http.Client{Transport: tr.HTTPTransport(), Timeout: cfg.Tenancy.Timeout()}
 	env.Tenancy = tenancy.New(cfg.TenancyURL(), hc)
 	env.TenancyHTTP = hc
-	serverName := ""
-	if u, err := url.Parse(cfg.Bao.Addr); err == nil {
-		serverName = u.Hostname()
-	}
-	b, err := bao.New(bao.Options{
-		Addr:       cfg.Bao.Addr,
-		HTTPClient: &http.Client{Transport: tr.HTTPTransport()},
-		CAFile:     cfg.Bao.CAFile,
-		ServerName: serverName,
-		Timeout:    cfg.Bao.Timeout(),
-	})
+	b, err := newBaoClient(cfg, tr, cfg.Bao.Addr)
 	if err != nil {
 		env.BaoErr = err
 	} else {

@@ -75,17 +75,7 @@ func wire(cfg *config.Config, log *slog.Logger) (agent.Deps, func(), error) {
 			if c, ok := baoClients[addr]; ok {
 				return c, nil
 			}
-			u, err := url.Parse(addr)
-			if err != nil {
-				return nil, fmt.Errorf("bao: address %q: %w", addr, err)
-			}
-			c, err := bao.New(bao.Options{
-				Addr:       addr,
-				HTTPClient: &http.Client{Transport: tr.HTTPTransport()},
-				CAFile:     cfg.Bao.CAFile,
-				ServerName: u.Hostname(),
-				Timeout:    time.Duration(cfg.Bao.TimeoutS) * time.Second,
-			})
+			c, err := newBaoClient(cfg, tr, addr)
 			if err != nil {
 				return nil, err
 			}
@@ -108,6 +98,22 @@ func wire(cfg *config.Config, log *slog.Logger) (agent.Deps, func(), error) {
 		Hostname: host,
 	}
 	return deps, func() { _ = tr.Close() }, nil
+}
+
+// newBaoClient is an OpenBao client for addr through the transport, verifying TLS against
+// bao.ca_file with the address's host as the server name (an intercept name, never an IP).
+func newBaoClient(cfg *config.Config, tr *transport.Transport, addr string) (*bao.Client, error) {
+	u, err := url.Parse(addr)
+	if err != nil {
+		return nil, fmt.Errorf("bao: address %q: %w", addr, err)
+	}
+	return bao.New(bao.Options{
+		Addr:       addr,
+		HTTPClient: &http.Client{Transport: tr.HTTPTransport()},
+		CAFile:     cfg.Bao.CAFile,
+		ServerName: u.Hostname(),
+		Timeout:    time.Duration(cfg.Bao.TimeoutS) * time.Second,
+	})
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

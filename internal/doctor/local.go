@@ -53,7 +53,7 @@ func (c *checker) user(context.Context) Result {
 			why = env.AgentErr.Error()
 		}
 		return fail(fmt.Sprintf("the agent's user %s: %s", c.agentName(), why),
-			"install the monky-deployd package (its preinst creates the user), or name the account the agent runs as with --user")
+			"install the monky-deployd package (its postinst creates the user), or name the account the agent runs as with --user")
 	}
 	a := env.Agent
 	groups := make([]string, 0, len(a.GIDs))

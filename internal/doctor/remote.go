@@ -11,13 +11,13 @@ import (
 	"strings"
 	"time"
 
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/bao"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/config"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/state"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/tenancy"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/transport"
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/version"
 )
 
 // timerCheck: the timer is the agent's heartbeat. 0.1.8's prerm disabled it on upgrade and two
@@ -194,37 +194,11 @@ func (c *checker) checkinRequest(ctx context.Context) protocol.CheckinRequest {
 	if err != nil {
 		st = &state.State{}
 	}
-	req := protocol.CheckinRequest{
-		EnvID:         cfg.EnvID,
-		AgentVersion:  version.Version,
-		Transport:     cfg.Transport,
-		Hostname:      c.env.Hostname,
-		LastResult:    st.LastResult,
-		UpgradedFrom:  st.PendingUpgradeFrom,
-		DockerVersion: st.DockerVersion,
-		Timer:         c.timerState(ctx),
+	tel := agent.Telemetry{Now: c.now(), Hostname: c.env.Hostname, Timer: c.timerState(ctx)}
+	if c.env.Meter != nil {
+		tel.Disk = c.env.Meter
 	}
-	if st.AppliedSha != "" {
-		s := st.AppliedSha
-		req.AppliedSha = &s
-	}
-	if t := st.Token; t != nil && t.TTLSec > 0 {
-		left := t.TTLSec - int64(c.now().Sub(t.ObtainedAt)/time.Second)
-		req.TokenTTLSec = &left
-		if left < 0 {
-			*req.TokenTTLSec = 0
-		}
-	}
-	if st.DockerRootDir != "" && c.env.Meter != nil {
-		paths := []string{st.DockerRootDir}
-		if cfg.ContainerdRoot != "" && cfg.ContainerdRoot != st.DockerRootDir {
-			paths = append(paths, cfg.ContainerdRoot)
-		}
-		if free, _, err := c.env.Meter.Tightest(paths); err == nil {
-			req.DiskFreeBytes = &free
-		}
-	}
-	return req
+	return agent.CheckinRequest(cfg, st, tel)
 }
 
 // openbao: reachable over TLS that verifies against the configured CA, and the token valid. With
