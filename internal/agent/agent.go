@@ -63,9 +63,10 @@ type Deps struct {
 	NewBao func(addr string) (Bao, error)
 	Docker Docker
 	// Timer reads the agent's own systemd timer; fields are nil where systemd is absent.
-	Timer    func(ctx context.Context) *protocol.Timer
-	Disk     *diskspace.Meter
-	Now      func() time.Time
+	Timer func(ctx context.Context) *protocol.Timer
+	Disk  *diskspace.Meter
+	Now   func() time.Time
+	// Sleep waits between looks at a starting project; nil is a real, cancellable sleep.
 	Sleep    func(ctx context.Context, d time.Duration) error
 	Hostname string
 	// Step, when set, is called after each named step of the tick; an error it returns aborts

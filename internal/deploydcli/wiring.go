@@ -94,7 +94,6 @@ func wire(cfg *config.Config, log *slog.Logger) (agent.Deps, func(), error) {
 		},
 		Disk:     &diskspace.Meter{},
 		Now:      time.Now,
-		Sleep:    sleepCtx,
 		Hostname: host,
 	}
 	return deps, func() { _ = tr.Close() }, nil
@@ -114,15 +113,4 @@ func newBaoClient(cfg *config.Config, tr *transport.Transport, addr string) (*ba
 		ServerName: u.Hostname(),
 		Timeout:    time.Duration(cfg.Bao.TimeoutS) * time.Second,
 	})
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
