@@ -97,10 +97,7 @@ func verb(want fs.FileMode) string {
 
 // describe renders owner:group and mode the way ls and chmod spell them: "ziti:ziti 0640".
 func (c *checker) describe(fi FileInfo) string {
-	owner := c.userName(fi.UID)
-	if strings.HasPrefix(owner, "uid ") {
-		owner = strings.TrimPrefix(owner, "uid ")
-	}
+	owner := strings.TrimPrefix(c.userName(fi.UID), "uid ")
 	s := fmt.Sprintf("%s:%s %04o", owner, c.groupName(fi.GID), fi.Mode.Perm())
 	if fi.ACL {
 		s += " +acl"

@@ -16,7 +16,7 @@ func TestValueNeverPrints(t *testing.T) {
 	slog.New(slog.NewTextHandler(&logBuf, nil)).Info("x", "token", v)
 	js, _ := json.Marshal(map[string]any{"v": v})
 	for name, s := range map[string]string{
-		"%v": fmt.Sprintf("%v", v), "%s": fmt.Sprintf("%s", v), "%#v": fmt.Sprintf("%#v", v),
+		"%v": fmt.Sprintf("%v", v), "String": v.String(), "%#v": fmt.Sprintf("%#v", v),
 		"%+v struct": fmt.Sprintf("%+v", struct{ V Value }{v}), "slog": logBuf.String(), "json": string(js),
 	} {
 		if strings.Contains(s, "hunter2") || !strings.Contains(s, "***") {
