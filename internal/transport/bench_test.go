@@ -90,6 +90,11 @@ func BenchmarkProxy200Streams(b *testing.B) {
 	})
 	defer stop()
 	msg := bytes.Repeat([]byte("x"), 1024)
+	runtime.GC()
+	baseRSS, err := readRSS()
+	if err != nil {
+		b.Fatal(err)
+	}
 	var peakRSS, peakHeap uint64
 	var peakGoroutines int
 	for b.Loop() {
@@ -124,6 +129,7 @@ func BenchmarkProxy200Streams(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(peakRSS)/(1<<20), "rss-MiB")
+	b.ReportMetric(float64(baseRSS)/(1<<20), "idle-rss-MiB")
 	b.ReportMetric(float64(peakHeap)/(1<<20), "heap-MiB")
 	b.ReportMetric(float64(peakGoroutines), "goroutines")
 	b.ReportMetric(streams, "streams")

@@ -49,6 +49,9 @@ type IdentityError struct {
 }
 
 func (e *IdentityError) Error() string {
+	if e.Path == "" {
+		return "transport sdk: identity " + e.Reason
+	}
 	return fmt.Sprintf("transport sdk: identity %s %s", e.Path, e.Reason)
 }
 

@@ -161,8 +161,18 @@ func (f *fakeDialer) DialService(ctx context.Context, service string) (net.Conn,
 		return nil, fmt.Errorf("service '%s' not found", service)
 	}
 	var d net.Dialer
-	return d.DialContext(ctx, "tcp", addr)
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return &fakeEdgeConn{Conn: c}, nil
 }
+
+// fakeEdgeConn stands for the SDK's edge conn: a net.Conn that half-closes but is not a
+// *net.TCPConn, so the proxy copies it the way it copies a real ziti stream.
+type fakeEdgeConn struct{ net.Conn }
+
+func (c *fakeEdgeConn) CloseWrite() error { return c.Conn.(*net.TCPConn).CloseWrite() }
 
 func (f *fakeDialer) Close() error {
 	f.mu.Lock()

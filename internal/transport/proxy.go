@@ -58,6 +58,8 @@ type proxySpec struct {
 // the unit at once with an *IdentityError. A failed dial is retried per connection; repeated
 // failures with no answer from the mesh rebuild the context (not with an injected Dialer).
 //
+// opts.Mode is ignored (the proxy is always the SDK), as are the *HostPort fields.
+//
 // When ctx is done (the caller maps SIGTERM to that) the listeners close, streams in flight get
 // a grace period to finish and are then cut; RunProxy returns nil. It returns an error for bad
 // options, an identity fault, a listen failure, or a listener that dies on its own.
@@ -69,6 +71,9 @@ func RunProxy(ctx context.Context, opts Options) error {
 	}
 	specs, err := proxySpecs(opts)
 	if err != nil {
+		if opts.Dialer != nil {
+			opts.Dialer.Close() // ours to close, whatever the outcome
+		}
 		return err
 	}
 
@@ -331,9 +336,19 @@ func pipe(a, b net.Conn) {
 }
 
 func copyHalf(dst, src net.Conn) {
-	buf := copyBufs.Get().(*[]byte)
-	defer copyBufs.Put(buf)
-	if _, err := io.CopyBuffer(dst, src, *buf); err != nil {
+	_, srcTCP := src.(*net.TCPConn)
+	_, dstTCP := dst.(*net.TCPConn)
+	var err error
+	if srcTCP && dstTCP {
+		_, err = io.Copy(dst, src) // splice(2): the kernel moves the bytes
+	} else {
+		// A ziti conn on one side: use a pooled buffer. The struct wrappers stop io.CopyBuffer
+		// from taking TCPConn.ReadFrom, which would allocate a fresh 32 KiB buffer per stream.
+		buf := copyBufs.Get().(*[]byte)
+		_, err = io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, *buf)
+		copyBufs.Put(buf)
+	}
+	if err != nil {
 		dst.Close()
 		src.Close()
 		return

@@ -38,8 +38,8 @@ func TestRunProxyRefusesBadListenAddresses(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("RunProxy: %v, want %q", err, tc.want)
 			}
-			if dials, _ := fd.count(); dials != 0 {
-				t.Fatalf("the refused proxy dialled %d times", dials)
+			if dials, closed := fd.count(); dials != 0 || !closed {
+				t.Fatalf("the refused proxy dialled %d times; dialer closed: %v", dials, closed)
 			}
 		})
 	}

@@ -49,7 +49,8 @@ type Options struct {
 	Logger *slog.Logger // nil discards
 
 	// Dialer replaces the ziti SDK context (tests). New and RunProxy take ownership: they
-	// close it. With a Dialer, IdentityFile is not read.
+	// close it (Transport.Close, RunProxy's return, or an error). With a Dialer, IdentityFile
+	// is not read.
 	Dialer ServiceDialer
 	// ReadFile replaces os.ReadFile for the identity pre-flight (tests).
 	ReadFile func(string) ([]byte, error)
@@ -102,13 +103,20 @@ func New(opts Options) (*Transport, error) {
 	}
 	switch opts.Mode {
 	case ModeSystem:
+		t.dialer = opts.Dialer // unused, but ours to close
 		return t, nil
 	case ModeSDK, ModeProxy:
 	default:
+		if opts.Dialer != nil {
+			opts.Dialer.Close()
+		}
 		return nil, fmt.Errorf("transport: unknown mode %q (want sdk, proxy or system)", opts.Mode)
 	}
 	routes, err := buildRoutes(opts)
 	if err != nil {
+		if opts.Dialer != nil {
+			opts.Dialer.Close() // ours to close, whatever the outcome
+		}
 		return nil, err
 	}
 	t.routes = routes

@@ -104,56 +104,105 @@ type Agents struct {
 // the cursor until it is null. progress, when not nil, is called after each page with the pages
 // and agents read so far. Any page that fails or does not parse fails the whole listing: a
 // verdict must never come from half the fleet.
+//
+// The cursor chains the pages, so they cannot be fetched at once; instead the next page is
+// requested as soon as this one's cursor is known, while this one is decoded and checked.
 func (c *Client) ListAgents(ctx context.Context, site string, progress func(pages, agents int)) (*Agents, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type rawPage struct {
+		n    int
+		body []byte
+	}
+	pages := make(chan rawPage, 2)
+	fetchErr := make(chan error, 1)
+	go func() {
+		defer close(pages)
+		seen := map[string]bool{}
+		cursor := ""
+		for n := 1; ; n++ {
+			q := url.Values{}
+			if site != "" {
+				q.Set("site", site)
+			}
+			if cursor != "" {
+				q.Set("cursor", cursor)
+			}
+			body, err := c.do(ctx, pageOp(n), http.MethodGet, "/v1/admin/agents", q, nil)
+			if err != nil {
+				fetchErr <- err
+				return
+			}
+			// Only the cursor, to ask for the next page now; the full check happens below.
+			var head struct {
+				Next *string `json:"next"`
+			}
+			var headErr error
+			var ok bool
+			if head.Next, ok = peekNext(body); !ok {
+				headErr = json.Unmarshal(body, &head)
+			}
+			select {
+			case pages <- rawPage{n, body}:
+			case <-ctx.Done():
+				return
+			}
+			switch {
+			case headErr != nil || head.Next == nil || *head.Next == "":
+				return // the last page, or one whose full parse will say what is wrong
+			case seen[*head.Next]:
+				fetchErr <- fmt.Errorf("tenancy: %s: cursor repeats an earlier page; the listing would never end", pageOp(n))
+				return
+			case n >= maxPages:
+				fetchErr <- fmt.Errorf("tenancy: %s: more than %d pages", pageOp(n), maxPages)
+				return
+			}
+			seen[*head.Next] = true
+			cursor = *head.Next
+		}
+	}()
+
 	out := &Agents{}
-	seen := map[string]bool{}
-	cursor := ""
-	for {
-		q := url.Values{}
-		if site != "" {
-			q.Set("site", site)
-		}
-		if cursor != "" {
-			q.Set("cursor", cursor)
-		}
-		op := fmt.Sprintf("list agents (page %d)", out.Pages+1)
-		body, err := c.do(ctx, op, http.MethodGet, "/v1/admin/agents", q, nil)
+	dup := map[string]bool{}
+	complete := false
+	for p := range pages {
+		page, now, err := ParseAgentsPage(p.body)
 		if err != nil {
-			return nil, err
-		}
-		page, now, err := ParseAgentsPage(body)
-		if err != nil {
-			return nil, fmt.Errorf("tenancy: %s: %w", op, err)
+			return nil, fmt.Errorf("tenancy: %s: %w", pageOp(p.n), err)
 		}
 		out.Pages++
 		if now.After(out.Now) {
 			out.Now = now
 		}
+		for _, a := range page.Agents {
+			if dup[a.EnvID] {
+				return nil, fmt.Errorf("tenancy: list agents: env %s appears twice", a.EnvID)
+			}
+			dup[a.EnvID] = true
+		}
 		out.Agents = append(out.Agents, page.Agents...)
 		if progress != nil {
 			progress(out.Pages, len(out.Agents))
 		}
-		if page.Next == nil {
-			break
-		}
-		if seen[*page.Next] {
-			return nil, fmt.Errorf("tenancy: %s: cursor repeats an earlier page; the listing would never end", op)
-		}
-		if out.Pages >= maxPages {
-			return nil, fmt.Errorf("tenancy: %s: more than %d pages", op, maxPages)
-		}
-		seen[*page.Next] = true
-		cursor = *page.Next
+		complete = page.Next == nil
 	}
-	dup := map[string]bool{}
-	for _, a := range out.Agents {
-		if dup[a.EnvID] {
-			return nil, fmt.Errorf("tenancy: list agents: env %s appears twice", a.EnvID)
+	select {
+	case err := <-fetchErr:
+		return nil, err
+	default:
+	}
+	if !complete {
+		// The fetching stopped before a page said it was the last (the caller gave up).
+		cause := context.Cause(ctx)
+		if cause == nil {
+			cause = errors.New("no page said it was the last")
 		}
-		dup[a.EnvID] = true
+		return nil, fmt.Errorf("tenancy: list agents: stopped after %d pages: %w", out.Pages, cause)
 	}
 	return out, nil
 }
+
+func pageOp(n int) string { return fmt.Sprintf("list agents (page %d)", n) }
 
 // RevealKit asks tenancy for a new install kit for envID. It supersedes every earlier bootstrap
 // grant of that backend, whether or not the caller goes on to use the answer.

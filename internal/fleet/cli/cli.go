@@ -5,6 +5,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -161,33 +164,66 @@ type globalOptions struct {
 	zitiConcurrency int
 	flags           config.Flags
 
-	w      world
-	stdout io.Writer // redacting
-	stderr io.Writer // redacting
-	log    *slog.Logger
-	secret *secret.Redactor
+	w       world
+	stdout  io.Writer // redacting
+	stderr  io.Writer // redacting
+	log     *slog.Logger
+	secrets *secrets
 	// started is set once a command's RunE begins: errors before it are cobra's usage errors.
 	started bool
 }
 
 func newGlobals(w world) *globalOptions {
-	g := &globalOptions{w: w, secret: &secret.Redactor{}}
-	g.stdout = redactingWriter{w.Stdout, g.secret}
-	g.stderr = redactingWriter{w.Stderr, g.secret}
+	g := &globalOptions{w: w, secrets: &secrets{}}
+	g.stdout = redactingWriter{w.Stdout, g.secrets}
+	g.stderr = redactingWriter{w.Stderr, g.secrets}
 	return g
 }
 
-func (g *globalOptions) redact(s string) string { return g.secret.Redact(s) }
+func (g *globalOptions) redact(s string) string { return g.secrets.r.Redact(s) }
 
-// redactingWriter is the last line of defence: every byte fleetctl prints passes through the
-// redactor, which knows every secret fleetctl has read (password, tokens, grants).
+// secrets are the values fleetctl has read that must never be printed.
+type secrets struct {
+	r secret.Redactor
+	// raw lets a write be checked without copying it: the JSON of 10,000 envs is 12 MB.
+	mu  sync.RWMutex
+	raw [][]byte
+}
+
+func (s *secrets) add(values ...string) {
+	s.r.Add(values...)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, v := range values {
+		if v = strings.TrimSpace(v); len(v) >= 3 {
+			s.raw = append(s.raw, []byte(v))
+		}
+	}
+}
+
+func (s *secrets) in(p []byte) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, v := range s.raw {
+		if bytes.Contains(p, v) {
+			return true
+		}
+	}
+	return false
+}
+
+// redactingWriter is the last line of defence: every byte fleetctl prints passes through it,
+// and any secret fleetctl has read (password, tokens, grants) is masked.
 type redactingWriter struct {
 	w io.Writer
-	r *secret.Redactor
+	s *secrets
 }
 
 func (rw redactingWriter) Write(p []byte) (int, error) {
-	if _, err := io.WriteString(rw.w, rw.r.Redact(string(p))); err != nil {
+	if !rw.s.in(p) {
+		return rw.w.Write(p)
+	}
+	if _, err := io.WriteString(rw.w, rw.s.r.Redact(string(p))); err != nil {
 		return 0, err
 	}
 	return len(p), nil
@@ -286,7 +322,7 @@ func (g *globalOptions) settings() (*config.Settings, error) {
 	if err != nil {
 		return nil, err
 	}
-	g.secret.Add(s.ZitiPassword.Reveal(), s.TenancyToken.Reveal())
+	g.secrets.add(s.ZitiPassword.Reveal(), s.TenancyToken.Reveal())
 	if f.Path != "" {
 		g.log.Debug("config", "file", f.Path)
 	}

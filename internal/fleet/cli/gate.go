@@ -75,7 +75,8 @@ func runGate(ctx context.Context, opts gateOptions, g *globalOptions, w io.Write
 	if err != nil {
 		return err
 	}
-	if err := requireBoth(s); err != nil {
+	r, err := g.newReader(s)
+	if err != nil {
 		return err
 	}
 
@@ -88,7 +89,7 @@ func runGate(ctx context.Context, opts gateOptions, g *globalOptions, w io.Write
 		}
 	}()
 	for attempt := 1; ; attempt++ {
-		doc, err := g.statusDocument(ctx, s, opts.site, ro)
+		doc, err := r.document(ctx, opts.site, ro)
 		if err != nil {
 			// A reading that fails while waiting is retried: agents restart during an upgrade,
 			// tenancy may blip. The first reading, or the last one, must succeed.

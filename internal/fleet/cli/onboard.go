@@ -15,7 +15,6 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/kit"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/render"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/report"
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/verdict"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/ziti"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/version"
@@ -74,7 +73,6 @@ type onboardResult struct {
 	Identity        identityOp `json:"identity"`
 	EnrollmentToken bool       `json:"enrollment_token"`
 	Hostname        string     `json:"hostname,omitempty"`
-	now             time.Time
 }
 
 type kitFile struct {
@@ -90,7 +88,6 @@ type identityOp struct {
 }
 
 func (r *onboardResult) Table(bool) render.Table {
-	exp, _ := time.Parse(time.RFC3339, r.GrantExpiresAt)
 	lines := []string{
 		fmt.Sprintf("kit of %s (site %s, monky-deployd %s) written to %s", r.EnvID, r.Site, r.PackageVersion, r.Dir),
 	}
@@ -105,7 +102,8 @@ func (r *onboardResult) Table(bool) render.Table {
 	if !r.EnrollmentToken {
 		lines = append(lines, "no enrolment token: the identity is enrolled already; the box keeps its identity")
 	}
-	lines = append(lines, fmt.Sprintf("bootstrap grant expires %s (in %s): run the install before then", r.GrantExpiresAt, verdict.Human(exp.Sub(r.now))))
+	// Only tenancy's timestamp: a duration would mix tenancy's clock with this machine's.
+	lines = append(lines, fmt.Sprintf("bootstrap grant expires %s: run the install before then", r.GrantExpiresAt))
 	if r.Reissued {
 		lines = append(lines, "reissued: the previous kit's grant is superseded; a box still holding it must be given this kit")
 	} else {
@@ -139,7 +137,7 @@ func runOnboard(ctx context.Context, opts onboardOptions, g *globalOptions, w io
 	if err != nil {
 		return err
 	}
-	if err := requireBoth(s); err != nil {
+	if err := s.CheckZiti(); err != nil {
 		return err
 	}
 	ac, err := g.adminClient(s)
@@ -173,7 +171,7 @@ func runOnboard(ctx context.Context, opts onboardOptions, g *globalOptions, w io
 		}
 		return &SourceError{Source: sourceTenancy, Addr: s.TenancyURL, Err: err}
 	}
-	g.secret.Add(resp.BootstrapGrant)
+	g.secrets.add(resp.BootstrapGrant)
 	g.log.Debug("tenancy: kit revealed", "env", opts.env, "package", resp.PackageVersion, "grant_expires", resp.GrantExpiresAt)
 	k, err := kit.FromResponse(resp, opts.transport)
 	if err != nil {
@@ -196,7 +194,7 @@ func runOnboard(ctx context.Context, opts onboardOptions, g *globalOptions, w io
 	case err != nil:
 		return afterReveal(err)
 	default:
-		g.secret.Add(enr.JWT.Reveal())
+		g.secrets.add(enr.JWT.Reveal())
 		k.EnrollmentJWT = enr.JWT
 	}
 
@@ -213,7 +211,7 @@ func runOnboard(ctx context.Context, opts onboardOptions, g *globalOptions, w io
 	res := &onboardResult{
 		Schema: report.Schema, EnvID: k.EnvID, Site: k.Site, Dir: dir, PackageVersion: k.PackageVersion,
 		InstallCommand: kit.InstallCommand(k), GrantExpiresAt: k.GrantExpiresAt.Format(time.RFC3339),
-		Reissued: k.Reissued, Identity: op, EnrollmentToken: !k.EnrollmentJWT.Empty(), Hostname: k.Hostname, now: k.CreatedAt,
+		Reissued: k.Reissued, Identity: op, EnrollmentToken: !k.EnrollmentJWT.Empty(), Hostname: k.Hostname,
 	}
 	for _, f := range kit.Files(k) {
 		res.Files = append(res.Files, kitFile{Name: filepath.Join(dir, f.Name), Mode: fmt.Sprintf("%04o", f.Mode)})

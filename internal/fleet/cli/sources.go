@@ -3,8 +3,10 @@ package cli
 import (
 	"context"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -77,10 +79,18 @@ type sources struct {
 	identities []ziti.Identity
 }
 
-// fetch reads tenancy's agents and the controller's host identities at the same time. When one
-// fails the other is abandoned and the failure is returned as a *SourceError naming it: a
-// verdict is never made from one source alone.
-func (g *globalOptions) fetch(ctx context.Context, s *config.Settings, site string) (*sources, error) {
+// reader reads both sources, again and again for --watch and gate --wait. It keeps the
+// controller session between readings and opens a new one when the controller drops it.
+type reader struct {
+	g  *globalOptions
+	s  *config.Settings
+	ac *admin.Client
+
+	mu sync.Mutex
+	zc *ziti.Client
+}
+
+func (g *globalOptions) newReader(s *config.Settings) (*reader, error) {
 	if err := s.CheckZiti(); err != nil {
 		return nil, err
 	}
@@ -88,6 +98,27 @@ func (g *globalOptions) fetch(ctx context.Context, s *config.Settings, site stri
 	if err != nil {
 		return nil, err
 	}
+	return &reader{g: g, s: s, ac: ac}, nil
+}
+
+func (r *reader) zitiSession(ctx context.Context) (*ziti.Client, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.zc == nil {
+		zc, err := r.g.zitiClient(ctx, r.s)
+		if err != nil {
+			return nil, err
+		}
+		r.zc = zc
+	}
+	return r.zc, nil
+}
+
+// read fetches tenancy's agents and the controller's host identities at the same time. When
+// one fails the other is abandoned and the failure is returned as a *SourceError naming it: a
+// verdict is never made from one source alone.
+func (r *reader) read(ctx context.Context, site string) (*sources, error) {
+	g := r.g
 	ctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
 	prog := g.newProgress()
@@ -97,13 +128,18 @@ func (g *globalOptions) fetch(ctx context.Context, s *config.Settings, site stri
 	eg, ectx := errgroup.WithContext(ctx)
 	eg.Go(func() error {
 		start := g.w.Now()
-		zc, err := g.zitiClient(ectx, s)
+		zc, err := r.zitiSession(ectx)
 		if err != nil {
 			return err
 		}
 		ids, err := zc.ListHostIdentities(ectx, prog.ziti)
 		if err != nil {
-			return &SourceError{Source: sourceZiti, Addr: s.ZitiURL, Err: err}
+			if errors.Is(err, ziti.ErrUnauthorized) {
+				r.mu.Lock()
+				r.zc = nil // the session expired: the next reading authenticates again
+				r.mu.Unlock()
+			}
+			return &SourceError{Source: sourceZiti, Addr: r.s.ZitiURL, Err: err}
 		}
 		out.identities = ids
 		g.log.Debug("ziti: listed host identities", "count", len(ids), "took", g.w.Now().Sub(start).Round(time.Millisecond))
@@ -111,9 +147,9 @@ func (g *globalOptions) fetch(ctx context.Context, s *config.Settings, site stri
 	})
 	eg.Go(func() error {
 		start := g.w.Now()
-		agents, err := ac.ListAgents(ectx, site, prog.tenancy)
+		agents, err := r.ac.ListAgents(ectx, site, prog.tenancy)
 		if err != nil {
-			return &SourceError{Source: sourceTenancy, Addr: s.TenancyURL, Err: err}
+			return &SourceError{Source: sourceTenancy, Addr: r.s.TenancyURL, Err: err}
 		}
 		out.agents = agents
 		g.log.Debug("tenancy: listed agents", "count", len(agents.Agents), "pages", agents.Pages,

@@ -11,7 +11,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/config"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/render"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/report"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/verdict"
@@ -95,12 +94,13 @@ func runStatus(ctx context.Context, opts statusOptions, g *globalOptions, w io.W
 	if err != nil {
 		return err
 	}
-	if err := requireBoth(s); err != nil {
+	r, err := g.newReader(s)
+	if err != nil {
 		return err
 	}
 	p := g.printer()
 	if opts.watch == 0 {
-		doc, err := g.statusDocument(ctx, s, opts.site, ro)
+		doc, err := r.document(ctx, opts.site, ro)
 		if err != nil {
 			return err
 		}
@@ -110,7 +110,7 @@ func runStatus(ctx context.Context, opts statusOptions, g *globalOptions, w io.W
 		return notOK(doc.NotOK() > 0)
 	}
 	return g.watch(ctx, w, opts.watch, func(buf *bytes.Buffer) (string, error) {
-		doc, err := g.statusDocument(ctx, s, opts.site, ro)
+		doc, err := r.document(ctx, opts.site, ro)
 		if err != nil {
 			return "", err
 		}
@@ -121,13 +121,6 @@ func runStatus(ctx context.Context, opts statusOptions, g *globalOptions, w io.W
 	})
 }
 
-func requireBoth(s *config.Settings) error {
-	if err := s.CheckZiti(); err != nil {
-		return err
-	}
-	return s.CheckTenancy()
-}
-
 func notOK(b bool) error {
 	if b {
 		return ErrNotOK
@@ -135,14 +128,15 @@ func notOK(b bool) error {
 	return nil
 }
 
-func (g *globalOptions) statusDocument(ctx context.Context, s *config.Settings, site string, ro report.Options) (*report.Document, error) {
-	src, err := g.fetch(ctx, s, site)
+// document reads both sources and judges every env.
+func (r *reader) document(ctx context.Context, site string, ro report.Options) (*report.Document, error) {
+	src, err := r.read(ctx, site)
 	if err != nil {
 		return nil, err
 	}
 	doc, err := report.Build(src.agents, src.identities, ro)
 	if err != nil {
-		return nil, &SourceError{Source: sourceTenancy, Addr: s.TenancyURL, Err: err}
+		return nil, &SourceError{Source: sourceTenancy, Addr: r.s.TenancyURL, Err: err}
 	}
 	return doc, nil
 }

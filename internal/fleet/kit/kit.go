@@ -153,8 +153,7 @@ func readme(k Kit) []byte {
 	fmt.Fprintf(&b, "Install kit of %s, site %s, monky-deployd %s.\n", k.EnvID, k.Site, k.PackageVersion)
 	fmt.Fprintf(&b, "Written by %s at %s.\n\n", k.Tool, k.CreatedAt.UTC().Format(time.RFC3339))
 	fmt.Fprintf(&b, "WHERE  on %s, as a user who may sudo.\n", box)
-	fmt.Fprintf(&b, "WHEN   before %s: the bootstrap grant expires then (%s after this kit was revealed).\n",
-		k.GrantExpiresAt.Format(time.RFC3339), roundDuration(k.GrantExpiresAt.Sub(k.CreatedAt)))
+	fmt.Fprintf(&b, "WHEN   before %s: the bootstrap grant expires then.\n", k.GrantExpiresAt.Format(time.RFC3339))
 	fmt.Fprintf(&b, "       Too late? Reveal a new kit: fleetctl onboard %s --site %s --reissue\n", k.EnvID, k.Site)
 	b.WriteString("WHAT   copy this directory to the box, cd into it, put the read-only GitLab deploy token\n")
 	b.WriteString("       (scope read_package_registry) in T, and run the command in " + CommandFile + ":\n\n")
@@ -177,17 +176,6 @@ func readme(k Kit) []byte {
 	}
 	fmt.Fprintf(&b, "\nAfterwards: fleetctl status --env %s shows OK within a few minutes. Delete the kit once used.\n", k.EnvID)
 	return []byte(b.String())
-}
-
-func roundDuration(d time.Duration) string {
-	if d <= 0 {
-		return "0m"
-	}
-	d = d.Round(time.Minute)
-	if d%time.Hour == 0 {
-		return fmt.Sprintf("%dh", int(d.Hours()))
-	}
-	return strings.TrimSuffix(d.String(), "0s")
 }
 
 // Staging is a kit being written: a private directory next to the final one, renamed into place

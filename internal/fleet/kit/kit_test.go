@@ -99,7 +99,7 @@ func TestFiles(t *testing.T) {
 	}
 
 	readme := string(files["README.txt"].Content)
-	for _, s := range []string{"dev-08", "2026-12-02T11:00:00Z", "1h after", InstallCommand(k), "supersedes every earlier bootstrap grant",
+	for _, s := range []string{"dev-08", "2026-12-02T11:00:00Z", InstallCommand(k), "supersedes every earlier bootstrap grant",
 		"fleetctl onboard env-dev-08 --site cbs --reissue"} {
 		if !strings.Contains(readme, s) {
 			t.Errorf("README lacks %q", s)

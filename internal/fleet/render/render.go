@@ -47,6 +47,12 @@ type Printable interface {
 	Table(wide bool) Table
 }
 
+// JSONWriter is a Printable that writes its own JSON, identical to what the encoder would
+// produce, piece by piece (for documents too large to build whole).
+type JSONWriter interface {
+	WriteJSON(w io.Writer) error
+}
+
 // Printer writes results in one format.
 type Printer struct {
 	Format Format
@@ -77,8 +83,25 @@ func (p Printer) Render(v Printable) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// Print writes v to w.
+// Print writes v to w. JSON goes to w straight from the encoder: a status of 10,000 envs is a
+// 12 MB document, and copying it through intermediate buffers would double fleetctl's peak
+// memory for nothing.
 func (p Printer) Print(w io.Writer, v Printable) error {
+	if p.Format == FormatJSON {
+		if jw, ok := v.(JSONWriter); ok {
+			if err := jw.WriteJSON(w); err != nil {
+				return fmt.Errorf("render: %w", err)
+			}
+			return nil
+		}
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(v); err != nil {
+			return fmt.Errorf("render: %w", err)
+		}
+		return nil
+	}
 	b, err := p.Render(v)
 	if err != nil {
 		return err

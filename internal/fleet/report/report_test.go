@@ -243,3 +243,42 @@ func TestJSONShape(t *testing.T) {
 		}
 	}
 }
+
+// WriteJSON must be byte for byte what the encoder writes, or the goldens and every consumer
+// would see two different documents depending on the path taken.
+func TestWriteJSONMatchesTheEncoder(t *testing.T) {
+	agents, ids := sources(fleettest.Demo(fleettest.Now))
+	full, err := Build(agents, ids, Options{Orphans: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tricky := *full
+	tricky.Envs = append([]Env{}, full.Envs...)
+	tricky.Envs[0].LastDetail = "<html> & \"quotes\" \u2028 \\ é"
+	for _, tc := range []struct {
+		name string
+		doc  *Document
+	}{
+		{"demo", full},
+		{"escapes", &tricky},
+		{"no envs", &Document{Schema: 1, Now: "x", Summary: map[string]int{}, Envs: []Env{}}},
+		{"nil envs", &Document{Schema: 1, Now: "x", Summary: map[string]int{"OK": 0}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var want bytes.Buffer
+			enc := json.NewEncoder(&want)
+			enc.SetEscapeHTML(false)
+			enc.SetIndent("", "  ")
+			if err := enc.Encode(tc.doc); err != nil {
+				t.Fatal(err)
+			}
+			var got bytes.Buffer
+			if err := tc.doc.WriteJSON(&got); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got.Bytes(), want.Bytes()) {
+				t.Errorf("WriteJSON differs from the encoder:\n%s\n---\n%s", got.String(), want.String())
+			}
+		})
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -120,18 +121,19 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	} else if cfg.Username == "" || cfg.Password.Empty() {
 		return nil, errors.New("ziti: no credentials: a username and password, or an identity file")
 	}
-	hc := &http.Client{Transport: &http.Transport{
+	hc := &http.Client{Transport: drainingTransport{&http.Transport{
 		Proxy:               http.ProxyFromEnvironment,
 		TLSClientConfig:     tlsConf,
 		ForceAttemptHTTP2:   true,
 		MaxIdleConnsPerHost: cfg.Concurrency + 1,
 		TLSHandshakeTimeout: 10 * time.Second,
-	}}
+	}}}
 	rt := openapiclient.NewWithClient(u.Host, path, []string{"https"}, hc)
 	// go-openapi turns on wire dumps when DEBUG or SWAGGER_DEBUG is set in the environment; a
 	// dump prints the password and the session token. An operator's shell with DEBUG=1 must not
 	// put them in a terminal scrollback or a CI log.
 	rt.SetDebug(false)
+	rt.Consumers[runtime.JSONMime] = listConsumer(rt.Consumers[runtime.JSONMime])
 	c := &Client{mc: mgmt.New(rt, strfmt.Default), cfg: cfg, Method: method}
 
 	params := authentication.NewAuthenticateParamsWithContext(ctx).WithTimeout(cfg.Timeout).WithMethod(method)
@@ -381,6 +383,27 @@ func fromDetail(d *rest_model.IdentityDetail) (Identity, error) {
 		out.EnrollmentPending = true
 	}
 	return out, nil
+}
+
+// drainingTransport reads what is left of a response body before closing it. The generated
+// client's JSON decoder stops at the end of the object and leaves the trailing newline unread,
+// and net/http does not reuse a connection whose body was not read to EOF: every page would
+// pay a new TLS handshake.
+type drainingTransport struct{ rt http.RoundTripper }
+
+func (d drainingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := d.rt.RoundTrip(r)
+	if err == nil && resp.Body != nil {
+		resp.Body = drainingBody{resp.Body}
+	}
+	return resp, err
+}
+
+type drainingBody struct{ io.ReadCloser }
+
+func (b drainingBody) Close() error {
+	_, _ = io.Copy(io.Discard, io.LimitReader(b.ReadCloser, 64<<10))
+	return b.ReadCloser.Close()
 }
 
 // quote writes a string literal of the controller's filter language.

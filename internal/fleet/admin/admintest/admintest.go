@@ -100,7 +100,9 @@ type Server struct {
 	now       func() time.Time
 	onKit     func(string)
 	agents    map[string]protocol.AdminAgent
-	backends  map[string]string // env → site, for envs known without an agent
+	sorted    []protocol.AdminAgent // agents by env id; nil when it must be rebuilt
+	pages     map[pageKey][]byte    // encoded pages, until an agent or the clock changes
+	backends  map[string]string     // env → site, for envs known without an agent
 	kitDef    KitDefaults
 	kits      []KitCall
 	grants    map[string][]string // env → grants, newest last
@@ -175,6 +177,14 @@ func (s *Server) SetToken(token string) {
 	s.token = token
 }
 
+// SetPageSize changes how many agents a page holds.
+func (s *Server) SetPageSize(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pageSize = max(n, 1)
+	s.pages = nil
+}
+
 // SetKitDefaults changes what revealed kits carry.
 func (s *Server) SetKitDefaults(d KitDefaults) {
 	s.mu.Lock()
@@ -197,6 +207,7 @@ func (s *Server) PutAgent(a protocol.AdminAgent) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.agents[a.EnvID] = a
+	s.sorted, s.pages = nil, nil
 }
 
 // UpdateAgent changes a stored agent in place; false when there is none.
@@ -209,6 +220,7 @@ func (s *Server) UpdateAgent(envID string, fn func(*protocol.AdminAgent)) bool {
 	}
 	fn(&a)
 	s.agents[envID] = a
+	s.sorted, s.pages = nil, nil
 	return true
 }
 
@@ -216,7 +228,7 @@ func (s *Server) UpdateAgent(envID string, fn func(*protocol.AdminAgent)) bool {
 func (s *Server) Agents() []protocol.AdminAgent {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.sortedLocked("")
+	return append([]protocol.AdminAgent(nil), s.sortedLocked("")...)
 }
 
 // AddBackend makes an env known (for kits) without an agent record.
@@ -244,8 +256,8 @@ func (s *Server) Fail(op Op, f Failure) {
 	s.failures[op] = &failureState{Failure: f}
 }
 
-// OnPoll runs fn just before the nth listing (counting first pages only, from 1) is answered,
-// e.g. to make an agent check in with a new version while a gate is waiting.
+// OnPoll runs fn just before the nth listing since the fake started (counting first pages only,
+// from 1) is answered, e.g. to make an agent check in with a new version while a gate waits.
 func (s *Server) OnPoll(n int, fn func()) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -307,7 +319,7 @@ func (s *Server) behave(w http.ResponseWriter, r *http.Request, op Op) bool {
 		return true
 	case f.Malformed:
 		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{"now": "yesterday", "agents": [{"env_id": 42}]`))
+		_, _ = w.Write([]byte(`{"now": "yesterday", "agents": [{"env_id": 42}]}`))
 		return true
 	}
 	return false
@@ -337,30 +349,66 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.mu.Lock()
-	all := s.sortedLocked(r.URL.Query().Get("site"))
+	site := r.URL.Query().Get("site")
+	all := s.sortedLocked(site)
 	now := s.now().UTC()
 	size := s.pageSize
+	key := pageKey{site: site, offset: offset, size: size, now: now}
+	b, ok := s.pages[key]
 	s.mu.Unlock()
-	page := protocol.AdminAgentsPage{Now: now.Format(time.RFC3339), Agents: []protocol.AdminAgent{}}
-	if offset < len(all) {
-		end := min(offset+size, len(all))
-		page.Agents = all[offset:end]
-		if end < len(all) {
-			c := encodeCursor(end)
-			page.Next = &c
+	if !ok {
+		page := protocol.AdminAgentsPage{Now: now.Format(time.RFC3339), Agents: []protocol.AdminAgent{}}
+		if offset < len(all) {
+			end := min(offset+size, len(all))
+			page.Agents = all[offset:end]
+			if end < len(all) {
+				c := encodeCursor(end)
+				page.Next = &c
+			}
 		}
+		var err error
+		if b, err = json.Marshal(page); err != nil {
+			writeError(w, http.StatusInternalServerError, "", err.Error())
+			return
+		}
+		s.mu.Lock()
+		if s.pages == nil {
+			s.pages = map[pageKey][]byte{}
+		}
+		s.pages[key] = b
+		s.mu.Unlock()
 	}
-	writeJSON(w, http.StatusOK, page)
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(b)
 }
 
+// pageKey names an encoded page. Pages are kept until an agent changes, so that a benchmark
+// paging through 10,000 agents measures its client and not the fake's JSON encoder.
+type pageKey struct {
+	site         string
+	offset, size int
+	now          time.Time
+}
+
+// sortedLocked lists the agents (of one site, unless ""), by env id. The full list is kept
+// between requests so that paging through 10,000 agents measures the client, not the fake.
 func (s *Server) sortedLocked(site string) []protocol.AdminAgent {
-	out := make([]protocol.AdminAgent, 0, len(s.agents))
-	for _, a := range s.agents {
-		if site == "" || a.Site == site {
+	if s.sorted == nil {
+		s.sorted = make([]protocol.AdminAgent, 0, len(s.agents))
+		for _, a := range s.agents {
+			s.sorted = append(s.sorted, a)
+		}
+		sort.Slice(s.sorted, func(i, j int) bool { return s.sorted[i].EnvID < s.sorted[j].EnvID })
+	}
+	if site == "" {
+		return s.sorted
+	}
+	out := make([]protocol.AdminAgent, 0, len(s.sorted))
+	for _, a := range s.sorted {
+		if a.Site == site {
 			out = append(out, a)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].EnvID < out[j].EnvID })
 	return out
 }
 

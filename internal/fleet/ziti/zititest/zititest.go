@@ -119,6 +119,9 @@ type Server struct {
 	mu         sync.Mutex
 	users      map[string]string
 	byID       map[string]*Identity
+	sorted     []*Identity // byID by name; nil when it must be rebuilt
+	version    int         // bumped by every change to an identity
+	pages      map[pageKey][]byte
 	nextID     int
 	failures   map[Op]*failureState
 	patches    []Patch
@@ -323,7 +326,36 @@ func (s *Server) addLocked(id Identity) string {
 	}
 	id.RoleAttributes = append([]string{}, id.RoleAttributes...)
 	s.byID[id.ID] = &id
+	s.changedLocked()
 	return id.ID
+}
+
+// changedLocked forgets what was derived from the identities.
+func (s *Server) changedLocked() {
+	s.sorted = nil
+	s.version++
+	s.pages = nil
+}
+
+// pageKey names a list answer; answers are kept until an identity changes, so that a benchmark
+// paging through 10,000 identities measures its client and not the fake's JSON encoder.
+type pageKey struct {
+	filter        string
+	offset, limit int64
+	version       int
+}
+
+// sortedPtrsLocked lists the stored identities by name. The list is kept between requests: a
+// fake that re-sorts 10,000 identities for every page would measure itself, not its client.
+func (s *Server) sortedPtrsLocked() []*Identity {
+	if s.sorted == nil {
+		s.sorted = make([]*Identity, 0, len(s.byID))
+		for _, id := range s.byID {
+			s.sorted = append(s.sorted, id)
+		}
+		sort.Slice(s.sorted, func(i, j int) bool { return s.sorted[i].Name < s.sorted[j].Name })
+	}
+	return s.sorted
 }
 
 // Identity returns the stored identity with this name.
@@ -347,6 +379,7 @@ func (s *Server) SetOnline(name string, online bool) bool {
 	for _, id := range s.byID {
 		if id.Name == name {
 			id.Online = online
+			s.changedLocked()
 			return true
 		}
 	}
@@ -361,13 +394,13 @@ func (s *Server) Identities() []Identity {
 }
 
 func (s *Server) sortedLocked() []Identity {
-	out := make([]Identity, 0, len(s.byID))
-	for _, id := range s.byID {
+	ptrs := s.sortedPtrsLocked()
+	out := make([]Identity, 0, len(ptrs))
+	for _, id := range ptrs {
 		c := *id
 		c.RoleAttributes = append([]string{}, id.RoleAttributes...)
 		out = append(out, c)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }
 
@@ -575,26 +608,52 @@ func (s *Server) list(p identity.ListIdentitiesParams) middleware.Responder {
 	if limit < 1 || offset < 0 {
 		return errorResponder(http.StatusBadRequest, "INVALID_PAGINATION", "limit must be ≥ 1 and offset ≥ 0")
 	}
+	raw := ""
+	if p.Filter != nil {
+		raw = *p.Filter
+	}
 	s.mu.Lock()
-	var matched []Identity
-	for _, id := range s.sortedLocked() {
-		if f.match(id) {
-			matched = append(matched, id)
+	key := pageKey{filter: raw, offset: offset, limit: limit, version: s.version}
+	if b, ok := s.pages[key]; ok {
+		s.mu.Unlock()
+		return rawJSON(b)
+	}
+	var total int64
+	data := make(rest_model.IdentityList, 0, limit)
+	for _, id := range s.sortedPtrsLocked() {
+		if !f.match(id) {
+			continue
 		}
+		if total >= offset && total < offset+limit {
+			data = append(data, toDetail(*id))
+		}
+		total++
 	}
 	s.mu.Unlock()
-	total := int64(len(matched))
-	var page []Identity
-	if offset < total {
-		page = matched[offset:min(offset+limit, total)]
-	}
-	data := make(rest_model.IdentityList, 0, len(page))
-	for _, id := range page {
-		data = append(data, toDetail(id))
-	}
-	return identity.NewListIdentitiesOK().WithPayload(&rest_model.ListIdentitiesEnvelope{
+	b, err := json.Marshal(&rest_model.ListIdentitiesEnvelope{
 		Data: data,
 		Meta: &rest_model.Meta{Pagination: &rest_model.Pagination{Limit: &limit, Offset: &offset, TotalCount: &total}},
+	})
+	if err != nil {
+		return errorResponder(http.StatusInternalServerError, "UNHANDLED", err.Error())
+	}
+	s.mu.Lock()
+	if s.version == key.version {
+		if s.pages == nil {
+			s.pages = map[pageKey][]byte{}
+		}
+		s.pages[key] = b
+	}
+	s.mu.Unlock()
+	return rawJSON(b)
+}
+
+// rawJSON answers 200 with an envelope encoded already.
+func rawJSON(b []byte) middleware.Responder {
+	return middleware.ResponderFunc(func(w http.ResponseWriter, _ runtime.Producer) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(b)
 	})
 }
 
@@ -655,6 +714,7 @@ func (s *Server) patch(p identity.PatchIdentityParams) middleware.Responder {
 	if p.Identity != nil && p.Identity.RoleAttributes != nil {
 		// Like the controller: the list given replaces the list held.
 		id.RoleAttributes = append([]string{}, (*p.Identity.RoleAttributes)...)
+		s.changedLocked()
 		s.patches = append(s.patches, Patch{ID: id.ID, Name: id.Name, RoleAttributes: append([]string{}, id.RoleAttributes...)})
 	}
 	return identity.NewPatchIdentityOK().WithPayload(&rest_model.Empty{Data: map[string]any{}, Meta: &rest_model.Meta{}})
@@ -789,7 +849,7 @@ type cond struct {
 	field, op, value string
 }
 
-func (f filter) match(id Identity) bool {
+func (f filter) match(id *Identity) bool {
 	for _, c := range f {
 		v := id.Name
 		if c.field == "id" {

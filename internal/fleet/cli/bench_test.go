@@ -1,0 +1,108 @@
+package cli
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/admin/admintest"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/fleettest"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/ziti/zititest"
+)
+
+// Budgets of `fleetctl status -o json` over 10,000 envs with a controller and a tenancy that
+// each take 50 ms per page.
+const (
+	benchEnvs      = 10_000
+	benchLatency   = 50 * time.Millisecond
+	benchPageSize  = 500 // tenancy's pages; the controller's are 500 too (its maximum)
+	budgetWall     = 1500 * time.Millisecond
+	budgetRSSBytes = 150 << 20
+)
+
+// BenchmarkStatusJSON10k runs the fleetctl binary (the test binary under that name, as the
+// scripts do) against both fakes, through fleetctl-probe, so that wall time and peak RSS are
+// those of the fleetctl process alone.
+// ns/op is the default, concurrent paging; serial-ms/op is the same run with
+// --ziti-concurrency 1.
+//
+// Tenancy's cursor chains its pages (20 × 50 ms), so it sets the floor of ~1 s whatever the
+// controller does; the controller's pages after the first go out together. The figures show
+// how much of the controller's 20 × 50 ms the concurrency hides behind tenancy's chain.
+func BenchmarkStatusJSON10k(b *testing.B) {
+	bin, err := exec.LookPath("fleetctl-probe")
+	if err != nil {
+		b.Fatalf("fleetctl-probe is not on PATH (TestMain installs it): %v", err)
+	}
+	f, err := startFakes()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.close()
+	fleettest.Seed(fleettest.Large(fleettest.Now, benchEnvs), f.z, f.a)
+	f.a.SetPageSize(benchPageSize)
+	f.z.Fail(zititest.OpList, zititest.Failure{Delay: benchLatency})
+	f.a.Fail(admintest.OpList, admintest.Failure{Delay: benchLatency})
+
+	work := b.TempDir()
+	if err := os.WriteFile(filepath.Join(work, "ziti-ca.pem"), f.z.CAPEM(), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + work}
+	for k, v := range f.env(work) {
+		env = append(env, k+"="+v)
+	}
+	runOnce := func(extra ...string) (time.Duration, int64) {
+		cmd := exec.Command(bin, append([]string{"status", "-o", "json"}, extra...)...)
+		cmd.Env = env
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			b.Fatalf("fleetctl %v: %v\n%s", extra, err, stderr.String())
+		}
+		if !bytes.Contains(stdout.Bytes(), []byte(`"OK": 10000`)) {
+			b.Fatalf("not 10,000 OK envs:\n%.400s", stdout.String())
+		}
+		var wallNS, rssKB int64
+		if _, err := fmt.Sscanf(lastLine(stderr.String()), "fleetctl-probe: wall_ns=%d maxrss_kb=%d", &wallNS, &rssKB); err != nil {
+			b.Fatalf("probe report %q: %v", stderr.String(), err)
+		}
+		return time.Duration(wallNS), rssKB * 1024
+	}
+
+	runOnce() // the fakes' first answers warm their caches, not fleetctl's
+	var serial, concurrent time.Duration
+	var peak int64
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		w, rss := runOnce("--ziti-concurrency", "1")
+		serial += w
+		peak = max(peak, rss)
+		b.StartTimer()
+		w, rss = runOnce()
+		concurrent += w
+		peak = max(peak, rss)
+	}
+	b.StopTimer()
+	perOp := concurrent / time.Duration(b.N)
+	b.ReportMetric(float64(perOp.Milliseconds()), "concurrent-ms/op")
+	b.ReportMetric(float64((serial / time.Duration(b.N)).Milliseconds()), "serial-ms/op")
+	b.ReportMetric(float64(peak)/(1<<20), "peak-rss-MiB")
+	// The figures are reported against their targets, not asserted: wall time on a shared
+	// 2-core machine is a measurement, not a test.
+	b.Logf("status over %d envs: %v (target %v), peak RSS %d MiB (target %d MiB)", benchEnvs, perOp, budgetWall, peak>>20, budgetRSSBytes>>20)
+}
+
+func lastLine(s string) string {
+	s = strings.TrimRight(s, "\n")
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		return s[i+1:]
+	}
+	return s
+}
