@@ -27,9 +27,11 @@ test-integration: integration-setup ## tests against the real Docker engine, com
 	CI=$${CI:-true} $(GO) test -count=1 -tags integration -timeout 40m ./...
 
 fuzz: ## run every fuzz target for FUZZTIME each
-	@set -e; for pkg in $$($(GO) list ./...); do \
-	  for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz' || true); do \
-	    echo "fuzz $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
+	@set -e; for f in $$(grep -rl --include='*_test.go' '^func Fuzz' . | sort); do \
+	  dir=$$(dirname $$f); \
+	  for name in $$(grep -o '^func Fuzz[A-Za-z0-9_]*' $$f | sed 's/^func //'); do \
+	    echo "fuzz $$dir $$name"; \
+	    $(GO) test -tags integration -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) $$dir; \
 	  done; done
 
 lint: ## go vet and staticcheck
@@ -43,3 +45,4 @@ clean: ## remove build output
 	rm -rf bin dist
 
 -include packaging/packaging.mk
+-include devstack.mk
