@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -330,7 +331,8 @@ type proxiedConn struct {
 
 func (c *proxiedConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
-	if c.got.Add(int64(n)) == 0 && errors.Is(err, io.EOF) {
+	// A hang-up reads as EOF, or as a reset when the request was still unread at the proxy.
+	if c.got.Add(int64(n)) == 0 && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)) {
 		return n, &ServiceError{
 			Service: c.svc,
 			Reason: fmt.Sprintf("the proxy at %s closed the stream without a reply: it could not reach the "+
