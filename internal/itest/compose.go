@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/devstack/dockercli"
 )
 
 // ComposeCLI is the docker CLI with the compose v2 plugin, as the agent will find it.
@@ -65,58 +67,21 @@ func (c *ComposeCLI) Run(t testing.TB, dir, dockerConfig, project string, args .
 // leftovers of a killed run never collide.
 func ProjectName() string { return "itest-" + randomHex(5) }
 
-const projectLabel = "com.docker.compose.project"
-
-// CleanupProject registers, for the end of the test, `docker compose -p name down -v
-// --remove-orphans` and then the forced removal of every container, network and volume still
-// labelled with that project (an agent that crashed mid-apply leaves such things). Anything that
-// survives fails the test. Cleanups run last-registered-first: call CleanupProject AFTER
-// BuildImages, so the containers are gone before the image tags they use are removed.
+// CleanupProject registers, for the end of the test, dockercli.RemoveProject: `docker compose
+// -p name down -v --remove-orphans` and then the forced removal of every container, network and
+// volume still labelled with that project (an agent that crashed mid-apply leaves such things).
+// Anything that survives fails the test. Cleanups run last-registered-first: call CleanupProject
+// AFTER BuildImages, so the containers are gone before the image tags they use are removed.
 func CleanupProject(t testing.TB, name string) {
 	t.Helper()
 	Require(t, PartDocker, PartCompose)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
-		empty, err := os.MkdirTemp("", "itest-docker-config-")
-		if err != nil {
+		if _, err := dockercli.RemoveProject(ctx, name); err != nil {
 			t.Errorf("itest: cleanup %s: %v", name, err)
-			return
-		}
-		defer os.RemoveAll(empty)
-		if _, err := runDocker(ctx, empty, nil, "compose", "-p", name, "down", "-v", "--remove-orphans", "--timeout", "5"); err != nil {
-			t.Logf("itest: cleanup %s: %v (removing by label)", name, err)
-		}
-		filter := "label=" + projectLabel + "=" + name
-		for _, kind := range []struct{ ls, rm []string }{
-			{[]string{"ps", "-aq", "--filter", filter}, []string{"rm", "-f", "-v"}},
-			{[]string{"network", "ls", "-q", "--filter", filter}, []string{"network", "rm"}},
-			{[]string{"volume", "ls", "-q", "--filter", filter}, []string{"volume", "rm", "-f"}},
-		} {
-			ids, err := listIDs(ctx, kind.ls...)
-			if err != nil {
-				t.Errorf("itest: cleanup %s: %v", name, err)
-				continue
-			}
-			if len(ids) == 0 {
-				continue
-			}
-			if _, err := runDocker(ctx, "", nil, append(kind.rm, ids...)...); err != nil {
-				t.Errorf("itest: cleanup %s: %v", name, err)
-			}
-			if left, _ := listIDs(ctx, kind.ls...); len(left) > 0 {
-				t.Errorf("itest: cleanup %s: still present after removal: docker %s → %v", name, strings.Join(kind.ls, " "), left)
-			}
 		}
 	})
-}
-
-func listIDs(ctx context.Context, args ...string) ([]string, error) {
-	out, err := runDocker(ctx, "", nil, args...)
-	if err != nil {
-		return nil, err
-	}
-	return strings.Fields(out), nil
 }
 
 // ContainerState is what `docker inspect` says of one container of a compose project: read
@@ -136,7 +101,7 @@ type ContainerState struct {
 // Containers returns every container (running or not) of project, sorted by name.
 func Containers(t testing.TB, project string) []ContainerState {
 	t.Helper()
-	ids := strings.Fields(docker(t, "", "ps", "-aq", "--filter", "label="+projectLabel+"="+project))
+	ids := strings.Fields(docker(t, "", "ps", "-aq", "--filter", "label="+dockercli.ProjectLabel+"="+project))
 	if len(ids) == 0 {
 		return nil
 	}

@@ -3,20 +3,16 @@
 package itest
 
 import (
-	"archive/tar"
-	"bytes"
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
-	"strings"
 	"testing"
 	"time"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/devstack/appimage"
 )
 
-// Image is the test app (internal/itest/testapp) imported as a one-file image and pushed to a
+// Image is the demo app (internal/devstack/demoapp) imported as a one-file image and pushed to a
 // Registry. Its healthcheck is `["CMD", "/app", "-check"]`, set in the compose file.
 type Image struct {
 	Ref     string // <registry>/app:<tag>, what a compose file names
@@ -26,10 +22,8 @@ type Image struct {
 	reg *Registry
 }
 
-var tagRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
-
-// BuildImages builds the test app once per tag (statically, CGO_ENABLED=0, with the tag linked in
-// as its version, so every tag is a distinct image), imports it as `<reg.Addr>/app:<tag>` with
+// BuildImages builds the demo app once per tag (statically, with the tag linked in as its
+// version, so every tag is a distinct image), imports it as `<reg.Addr>/app:<tag>` with
 // `docker import` (no base image, no buildx, nothing pulled), and pushes it to reg with reg's
 // temporary logged-in DOCKER_CONFIG. The local tags stay until RemoveLocal or the end of the
 // test, when they are removed.
@@ -44,19 +38,21 @@ func BuildImages(t testing.TB, reg *Registry, tags ...string) []*Image {
 		t.Fatalf("itest: %v", err)
 	}
 	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
 	var images []*Image
 	for _, tag := range tags {
-		if !tagRE.MatchString(tag) {
-			t.Fatalf("itest: BuildImages: %q is not a valid image tag", tag)
+		if err := appimage.CheckTag(tag); err != nil {
+			t.Fatalf("itest: BuildImages: %v", err)
 		}
 		im := &Image{Ref: reg.Addr + "/app:" + tag, Tag: tag, Version: tag, reg: reg}
 		bin := filepath.Join(dir, "app-"+tag)
-		buildApp(t, root, bin, tag)
-		tarPath := filepath.Join(dir, "app-"+tag+".tar")
-		if err := writeImageTar(bin, tarPath); err != nil {
-			t.Fatalf("itest: BuildImages: %v", err)
+		if err := appimage.BuildApp(ctx, root, bin, tag); err != nil {
+			t.Fatalf("itest: %v", err)
 		}
-		docker(t, "", "import", "--change", `ENTRYPOINT ["/app"]`, "--change", "EXPOSE 8080", tarPath, im.Ref)
+		if err := appimage.Import(ctx, bin, im.Ref); err != nil {
+			t.Fatalf("itest: %v", err)
+		}
 		t.Cleanup(func() { im.removeLocal(t, true) })
 		im.Push(t)
 		images = append(images, im)
@@ -64,47 +60,14 @@ func BuildImages(t testing.TB, reg *Registry, tags ...string) []*Image {
 	return images
 }
 
-func buildApp(t testing.TB, root, out, version string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "build", "-tags", "integration", "-trimpath",
-		"-ldflags", "-s -w -X main.version="+version, "-o", out, "./internal/itest/testapp")
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("itest: go build testapp: %v\n%s", err, b)
-	}
-}
-
-// writeImageTar makes the root filesystem of the image: /app and an empty /tmp.
-func writeImageTar(bin, tarPath string) error {
-	b, err := os.ReadFile(bin)
-	if err != nil {
-		return err
-	}
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	mod := time.Unix(0, 0)
-	if err := tw.WriteHeader(&tar.Header{Name: "tmp/", Typeflag: tar.TypeDir, Mode: 0o1777, ModTime: mod}); err != nil {
-		return err
-	}
-	if err := tw.WriteHeader(&tar.Header{Name: "app", Typeflag: tar.TypeReg, Mode: 0o755, Size: int64(len(b)), ModTime: mod}); err != nil {
-		return err
-	}
-	if _, err := tw.Write(b); err != nil {
-		return err
-	}
-	if err := tw.Close(); err != nil {
-		return err
-	}
-	return os.WriteFile(tarPath, buf.Bytes(), 0o600)
-}
-
 // Push pushes the local tag to the registry (BuildImages already did once).
 func (im *Image) Push(t testing.TB) {
 	t.Helper()
-	docker(t, im.reg.DockerConfig(t), "push", "--quiet", im.Ref)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if err := appimage.Push(ctx, im.reg.DockerConfig(t), im.Ref); err != nil {
+		t.Fatalf("itest: %v", err)
+	}
 }
 
 // RemoveLocal deletes the local tag, so that whoever runs the image next must pull it from the
@@ -120,10 +83,9 @@ func (im *Image) removeLocal(t testing.TB, cleanup bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	_, err := runDocker(ctx, "", nil, "image", "rm", im.Ref)
+	err := appimage.Remove(ctx, im.Ref, cleanup)
 	switch {
 	case err == nil:
-	case cleanup && strings.Contains(err.Error(), "No such image"):
 	case cleanup:
 		t.Errorf("itest: cleanup: %v", err)
 	default:
@@ -134,8 +96,13 @@ func (im *Image) removeLocal(t testing.TB, cleanup bool) {
 // LocalImageExists reports whether the engine holds ref locally.
 func LocalImageExists(t testing.TB, ref string) bool {
 	t.Helper()
-	out := docker(t, "", "image", "ls", "--quiet", "--no-trunc", ref)
-	return strings.TrimSpace(out) != ""
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ok, err := appimage.Exists(ctx, ref)
+	if err != nil {
+		t.Fatalf("itest: %v", err)
+	}
+	return ok
 }
 
 // String keeps %v of an Image readable in test failures.

@@ -9,7 +9,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +16,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/devstack/dockercli"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/devstack/process"
 )
 
 // The parts Require knows.
@@ -228,25 +230,14 @@ var moduleRoot = sync.OnceValues(func() (string, error) {
 
 const modulePath = "scm.tikali.ai/tikali/applications/monky/monky-deployd"
 
-// runDocker runs the docker CLI. dockerConfig, when set, becomes DOCKER_CONFIG: every call that
-// touches credentials passes a temporary one, so no test ever reads or writes root's ~/.docker.
-// The error carries stderr (docker never echoes a password it was given on stdin).
+// runDocker runs the docker CLI (dockercli.Run): dockerConfig, when set, becomes DOCKER_CONFIG,
+// so no test ever reads or writes root's ~/.docker.
 func runDocker(ctx context.Context, dockerConfig string, stdin []byte, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, "docker", args...)
-	cmd.Env = os.Environ()
-	if dockerConfig != "" {
-		cmd.Env = append(cmd.Env, "DOCKER_CONFIG="+dockerConfig)
-	}
-	if stdin != nil {
-		cmd.Stdin = bytes.NewReader(stdin)
-	}
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return stdout.String(), fmt.Errorf("docker %s: %w: %s", firstWords(args, 3), err, tail(stderr.String(), 2000))
-	}
-	return stdout.String(), nil
+	return dockercli.Run(ctx, dockerConfig, stdin, args...)
 }
+
+// httpStatus is the status of GET url.
+func httpStatus(ctx context.Context, url string) (int, error) { return process.HTTPStatus(ctx, url) }
 
 // docker is runDocker for test bodies: a failure ends the test.
 func docker(t testing.TB, dockerConfig string, args ...string) string {
@@ -260,20 +251,9 @@ func docker(t testing.TB, dockerConfig string, args ...string) string {
 	return out
 }
 
-func firstWords(args []string, n int) string {
-	if len(args) > n {
-		args = args[:n]
-	}
-	return strings.Join(args, " ")
-}
+func firstWords(args []string, n int) string { return dockercli.FirstWords(args, n) }
 
-func tail(s string, n int) string {
-	s = strings.TrimSpace(s)
-	if len(s) > n {
-		return "…" + s[len(s)-n:]
-	}
-	return s
-}
+func tail(s string, n int) string { return dockercli.Tail(s, n) }
 
 // randomHex returns n random bytes as hex: user names, passwords, tokens, project names.
 func randomHex(n int) string {
@@ -284,13 +264,26 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// freePort asks the kernel for a free port on 127.0.0.1. Another process may take it before the
-// server binds it; callers retry the start on a bind failure.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+// BaoBin returns the OpenBao server binary (MONKY_BAO_BIN, else the path scripts/build-bao.sh
+// prints), or stops the test as Require does when there is none.
+func BaoBin(t testing.TB) string {
+	t.Helper()
+	bin, err := probe(PartBao)
 	if err != nil {
-		return 0, err
+		missing(t, PartBao, err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return bin
+}
+
+// RegistryBin is the registry binary Require(PartRegistry) checks.
+const RegistryBin = registryBin
+
+// ModuleRoot returns the directory of this module's go.mod, or fails the test.
+func ModuleRoot(t testing.TB) string {
+	t.Helper()
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatalf("itest: %v", err)
+	}
+	return root
 }

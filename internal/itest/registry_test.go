@@ -90,7 +90,7 @@ func TestRegistryDemandsCredentials(t *testing.T) {
 			}
 		}
 		// The htpasswd file holds a bcrypt hash, not the password.
-		b, err := os.ReadFile(filepath.Join(reg.dir, "htpasswd"))
+		b, err := os.ReadFile(filepath.Join(reg.Server().Dir(), "htpasswd"))
 		if err != nil || strings.Contains(string(b), pw) || !strings.HasPrefix(string(b), reg.User+":$2") {
 			t.Fatalf("htpasswd = %q, %v; want %s:<bcrypt>", b, err, reg.User)
 		}

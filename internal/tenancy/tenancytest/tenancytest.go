@@ -2,7 +2,8 @@
 // bundle, lease, report) that follows the agent protocol of record, for unit tests, end-to-end
 // tests and a development stack. It serves many envs at once, records every call, and fails on
 // demand: injected statuses, malformed bodies, stalled answers, rate-limited leases, AppRole-era
-// lease shapes and superseded grants.
+// lease shapes and superseded grants. It also keeps, per env, the view tenancy's admin API
+// serves (AdminAgent): what the agents really checked in and reported, for fleetctl's fakes.
 package tenancytest
 
 import (
@@ -94,6 +95,12 @@ type Options struct {
 	KVMount, AuthMount, AuthRole string
 	// CheckinIntervalS is the check-in interval handed out (60 when zero).
 	CheckinIntervalS int
+	// OnUpdate, when set, is called with an env whenever its admin view (AdminAgent) changes:
+	// after an accepted check-in or report, BEFORE the agent receives its answer (so whoever
+	// mirrors the view is up to date once the agent's call returns), and after the control
+	// calls AddEnv, SetDesired, SetDesiredRaw, Retire, SetCheckinInterval and SetSite. It runs
+	// outside the fake's lock, on the caller's goroutine, and may call back into the fake.
+	OnUpdate func(env string)
 }
 
 // Call is what every record holds: the env the call was about (from the body or URL, else the
@@ -141,6 +148,17 @@ type envState struct {
 	shape        LeaseShape
 	leaseTimes   []time.Time
 	issued       []string // jtis of grants tenancy signed for this env
+
+	// The admin view: what tenancy remembers of the agent's last accepted calls.
+	site         string
+	desiredAt    time.Time
+	lastCheckin  *protocol.CheckinRequest
+	checkinAt    time.Time
+	applied      string
+	lastResult   string
+	lastDetail   string
+	resultAt     time.Time
+	upgradedFrom string
 }
 
 type injection struct {
@@ -286,8 +304,24 @@ func (s *Server) envLocked(env string) *envState {
 // AddEnv registers env with no desired bundle (check-ins answer none).
 func (s *Server) AddEnv(env string) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.envLocked(env)
+	s.mu.Unlock()
+	s.notify(env)
+}
+
+// SetSite records env's site, as tenancy's backend registry holds it (the admin view's site).
+func (s *Server) SetSite(env, site string) {
+	s.mu.Lock()
+	s.envLocked(env).site = site
+	s.mu.Unlock()
+	s.notify(env)
+}
+
+// notify runs OnUpdate for env; the lock must not be held.
+func (s *Server) notify(env string) {
+	if s.opts.OnUpdate != nil {
+		s.opts.OnUpdate(env)
+	}
 }
 
 // SetDesired makes files env's desired bundle and returns its sha. It also un-retires env.
@@ -305,26 +339,32 @@ func (s *Server) SetDesiredRaw(env, sha string, files map[string]string) {
 		cp[k] = v
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	st := s.envLocked(env)
 	st.bundles[sha] = cp
+	if st.desired != sha {
+		st.desiredAt = s.now()
+	}
 	st.desired = sha
 	st.retired = false
+	s.mu.Unlock()
+	s.notify(env)
 }
 
 // Retire makes env's check-ins answer down, with purge_volumes as given.
 func (s *Server) Retire(env string, purgeVolumes bool) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	st := s.envLocked(env)
 	st.retired, st.purgeVolumes = true, purgeVolumes
+	s.mu.Unlock()
+	s.notify(env)
 }
 
 // SetCheckinInterval sets env's checkin_interval_s.
 func (s *Server) SetCheckinInterval(env string, secs int) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.envLocked(env).interval = secs
+	s.mu.Unlock()
+	s.notify(env)
 }
 
 // SetVault replaces env's vault block (default: BaoAddr, KVMount, <env>/see, AuthMount, AuthRole).
@@ -691,8 +731,10 @@ func (s *Server) checkin(w http.ResponseWriter, r *http.Request) {
 	if st.desired != "" {
 		out.BundleURL = "/v1/agent/bundle/" + req.EnvID + "/" + st.desired
 	}
+	s.rememberCheckinLocked(st, req)
 	s.mu.Unlock()
 	resp, rc.status = &out, http.StatusOK
+	s.notify(req.EnvID)
 	writeJSON(w, http.StatusOK, out)
 }
 
@@ -868,7 +910,16 @@ func (s *Server) report(w http.ResponseWriter, r *http.Request) {
 		rc.status, rc.code = http.StatusForbidden, protocol.CodeEnvMismatch
 		return
 	}
+	s.mu.Lock()
+	st := s.envs[rep.EnvID]
+	if st != nil {
+		s.rememberReportLocked(st, rep)
+	}
+	s.mu.Unlock()
 	rc.status = http.StatusOK
+	if st != nil {
+		s.notify(rep.EnvID)
+	}
 	writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
 }
 

@@ -85,6 +85,11 @@ type Options struct {
 	// OnKit, when set, runs at every successful reveal: the real tenancy has the broker create
 	// or update the identity then (zititest wiring uses it).
 	OnKit func(envID string)
+	// Grant, when set, makes the bootstrap grant of every reveal of a known env, and its
+	// expiry (the dev stack signs a real ES256 grant that OpenBao accepts, superseding the
+	// env's earlier ones). An error answers 500 and records no reveal. When nil, grants are
+	// shaped like tenancy's but verified by nothing.
+	Grant func(envID string) (grant string, expiresAt time.Time, err error)
 }
 
 // Server is a running fake tenancy. Its methods are safe for concurrent use.
@@ -99,6 +104,7 @@ type Server struct {
 	pageSize  int
 	now       func() time.Time
 	onKit     func(string)
+	grantFn   func(string) (string, time.Time, error)
 	agents    map[string]protocol.AdminAgent
 	sorted    []protocol.AdminAgent // agents by env id; nil when it must be rebuilt
 	pages     map[pageKey][]byte    // encoded pages, until an agent or the clock changes
@@ -124,6 +130,7 @@ func New(opts Options) *Server {
 		pageSize:  opts.PageSize,
 		now:       opts.Now,
 		onKit:     opts.OnKit,
+		grantFn:   opts.Grant,
 		agents:    map[string]protocol.AdminAgent{},
 		backends:  map[string]string{},
 		grants:    map[string][]string{},
@@ -443,11 +450,22 @@ func (s *Server) kit(w http.ResponseWriter, r *http.Request) {
 		site = req.Site
 	}
 	now := s.now().UTC()
-	grant := fakeGrant(env, now)
 	d := s.kitDef
+	grant, expires := fakeGrant(env, now), now.Add(d.GrantTTL)
+	if fn := s.grantFn; fn != nil {
+		// Outside the lock: the provider may take its time (it signs, and supersedes elsewhere).
+		s.mu.Unlock()
+		g, exp, err := fn(env)
+		if err != nil {
+			writeError(w, http.StatusInternalServerError, "GRANT", "cannot make the bootstrap grant")
+			return
+		}
+		s.mu.Lock()
+		grant, expires = g, exp.UTC()
+	}
 	resp := protocol.KitResponse{
 		EnvID: env, Site: site, Identity: "monky-host." + env,
-		BootstrapGrant: grant, GrantExpiresAt: now.Add(d.GrantTTL).Format(time.RFC3339),
+		BootstrapGrant: grant, GrantExpiresAt: expires.Format(time.RFC3339),
 		PackageVersion: d.PackageVersion, TenancyService: d.TenancyService, TenancyPort: d.TenancyPort,
 		BaoAddr: d.BaoAddr, BaoAuthMount: d.BaoAuthMount, BaoRole: d.BaoRole,
 	}

@@ -2,7 +2,10 @@ package admintest
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,5 +67,61 @@ func TestFake(t *testing.T) {
 	s.UpdateAgent("a", func(a *protocol.AdminAgent) { a.AgentVersion = "9.9.9" })
 	if _, p := get(t, s, "/v1/admin/agents", "tok"); p.Agents[0].AgentVersion != "9.9.9" {
 		t.Errorf("stale page served after a change")
+	}
+}
+
+func TestKitGrantProvider(t *testing.T) {
+	exp := time.Date(2026, 12, 2, 11, 0, 0, 0, time.FixedZone("CET", 3600))
+	var asked []string
+	fail := false
+	s := New(Options{Token: "tok", Grant: func(env string) (string, time.Time, error) {
+		asked = append(asked, env)
+		if fail {
+			return "", time.Time{}, errors.New("signer down")
+		}
+		return fmt.Sprintf("real-grant-%d-of-%s", len(asked), env), exp, nil
+	}})
+	defer s.Close()
+	s.AddBackend("env-a", "cbs")
+	reveal := func(env string) (int, protocol.KitResponse) {
+		t.Helper()
+		req, _ := http.NewRequest("POST", s.URL+"/v1/admin/backends/"+env+"/kit", strings.NewReader(`{"site":"cbs","transport":"sdk"}`))
+		req.Header.Set("Authorization", "Bearer tok")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var k protocol.KitResponse
+		_ = json.NewDecoder(resp.Body).Decode(&k)
+		return resp.StatusCode, k
+	}
+	for _, tc := range []struct {
+		name      string
+		env       string
+		fail      bool
+		wantCode  int
+		wantGrant string
+		wantAsked int
+		wantKits  int
+	}{
+		{"the provider's grant and expiry", "env-a", false, 200, "real-grant-1-of-env-a", 1, 1},
+		{"an unknown env never reaches the provider", "env-x", false, 404, "", 1, 1},
+		{"a provider error is a 500 and no reveal", "env-a", true, 500, "", 2, 1},
+		{"a second reveal supersedes the first grant", "env-a", false, 200, "real-grant-3-of-env-a", 3, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fail = tc.fail
+			code, k := reveal(tc.env)
+			if code != tc.wantCode || k.BootstrapGrant != tc.wantGrant || len(asked) != tc.wantAsked || len(s.Kits()) != tc.wantKits {
+				t.Fatalf("code %d grant %q asked %v kits %d", code, k.BootstrapGrant, asked, len(s.Kits()))
+			}
+			if code == 200 && k.GrantExpiresAt != "2026-12-02T10:00:00Z" {
+				t.Errorf("grant_expires_at %q, want the provider's expiry in UTC", k.GrantExpiresAt)
+			}
+		})
+	}
+	if !s.Superseded("real-grant-1-of-env-a") || s.Superseded("real-grant-3-of-env-a") {
+		t.Error("want the first grant superseded by the second reveal, and the second one live")
 	}
 }

@@ -1,12 +1,11 @@
-//go:build integration
-
-// Command testapp is the service inside the integration tests' image: a static HTTP server with
+// Command demoapp is the service of the dev stack's example bundles (`make demo`) and of the
+// integration and end-to-end tests' image: a static HTTP server with
 // no dependency beyond the standard library, so the image is one file imported with
 // `docker import` and nothing is pulled from a public registry. Its health is switched per
 // compose service through its environment, which is how a test makes a deploy go unhealthy or
 // stay "starting".
 //
-//	/               "monky itest app <version>"
+//	/               "monky demo app <version>"
 //	/version        the version linked in with -X main.version
 //	/env?name=X     the value of env var X, byte for byte (404 when unset)
 //	/file?path=P    the content of file P (a bundle file mounted into the container)
@@ -44,7 +43,7 @@ func main() {
 	flag.Parse()
 	cfg, err := loadConfig(os.LookupEnv)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "testapp:", err)
+		fmt.Fprintln(os.Stderr, "demoapp:", err)
 		os.Exit(2)
 	}
 	if *check {
@@ -54,11 +53,11 @@ func main() {
 		os.Exit(runGet(cfg, *get, os.Stdout))
 	}
 	if cfg.exitCode != 0 {
-		fmt.Fprintf(os.Stderr, "testapp: exiting %d as APP_EXIT_CODE asks\n", cfg.exitCode)
+		fmt.Fprintf(os.Stderr, "demoapp: exiting %d as APP_EXIT_CODE asks\n", cfg.exitCode)
 		os.Exit(cfg.exitCode)
 	}
 	if err := serve(cfg); err != nil {
-		fmt.Fprintln(os.Stderr, "testapp:", err)
+		fmt.Fprintln(os.Stderr, "demoapp:", err)
 		os.Exit(1)
 	}
 }
@@ -118,7 +117,7 @@ func serve(cfg config) error {
 		_ = srv.Shutdown(shutdown)
 	}()
 	// A line in `compose logs`, which the agent sends as the log tail of a failed apply.
-	fmt.Printf("testapp %s listening on %s (healthy=%t)\n", version, cfg.listen, cfg.healthy)
+	fmt.Printf("demoapp %s listening on %s (healthy=%t)\n", version, cfg.listen, cfg.healthy)
 	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
@@ -129,7 +128,7 @@ func newHandler(cfg config, started time.Time, now func() time.Time,
 	lookup func(string) (string, bool), readFile func(string) ([]byte, error)) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "monky itest app %s\n", version)
+		fmt.Fprintf(w, "monky demo app %s\n", version)
 	})
 	mux.HandleFunc("GET /version", func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, version)
@@ -166,6 +165,7 @@ func newHandler(cfg config, started time.Time, now func() time.Time,
 			fmt.Println("healthz: unhealthy (APP_HEALTHY=false)")
 			http.Error(w, "unhealthy: APP_HEALTHY=false", http.StatusServiceUnavailable)
 		case up < cfg.readyAfter:
+			fmt.Println("healthz: starting (APP_READY_AFTER_MS)")
 			http.Error(w, fmt.Sprintf("starting: up %s of %s", up, cfg.readyAfter), http.StatusServiceUnavailable)
 		default:
 			io.WriteString(w, "ok")

@@ -1,5 +1,3 @@
-//go:build integration
-
 package main
 
 import (
@@ -85,7 +83,7 @@ func TestHandler(t *testing.T) {
 		wantCode int
 		wantBody string
 	}{
-		{"root", config{healthy: true}, 0, "/", 200, "monky itest app dev\n"},
+		{"root", config{healthy: true}, 0, "/", 200, "monky demo app dev\n"},
 		{"version", config{healthy: true}, 0, "/version", 200, "dev"},
 		{"env exact bytes", config{healthy: true}, 0, "/env?name=SECRET_X", 200, "a b\"c$d\n"},
 		{"env empty", config{healthy: true}, 0, "/env?name=EMPTY", 200, ""},

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# `make demo`: builds the agent, fleetctl, the dev stack and the demo app, then runs
+# `devstack demo` (internal/devstack/demo): a local control plane on loopback, five agents
+# deploying an example app, one gone silent on a live host, one refused a privileged bundle,
+# and `fleetctl status` catching both. Needs Go; uses docker when an engine answers (else the
+# agents report that they cannot deploy), docker-registry and a built OpenBao when present
+# (`make integration-setup` installs both). Leaves nothing running, Ctrl-C included.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+GO=${GO:-go}
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/monky-demo.XXXXXX")
+chmod 700 "$work"
+
+# The safety net behind devstack's own clean-up, for when it was killed before it could run:
+# the servers it started (by the pids it recorded), the demo's compose projects and images, the
+# work directory.
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  if [ -s "$work/stack/stack/pids" ]; then
+    while read -r pid; do
+      kill -TERM "$pid" 2>/dev/null || true
+    done <"$work/stack/stack/pids"
+  fi
+  if docker version >/dev/null 2>&1; then
+    for project in $(docker ps -a --filter label=com.docker.compose.project \
+        --format '{{.Label "com.docker.compose.project"}}' | grep '^monky-env-demo-' | sort -u); do
+      echo "demo: removing leftover compose project $project" >&2
+      docker compose -p "$project" down -v --remove-orphans --timeout 5 >/dev/null 2>&1 || true
+    done
+    for image in $(docker image ls --format '{{.Repository}}:{{.Tag}}' | grep -E '(^|/)monky-demo/hello:' || true); do
+      docker image rm "$image" >/dev/null 2>&1 || true
+    done
+  fi
+  rm -rf "$work"
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+t0=$SECONDS
+echo "demo: building bin/monky-deployd, bin/fleetctl, the dev stack and the demo app"
+make --no-print-directory build >/dev/null
+mkdir -p "$work/bin" "$work/stack"
+# The release version, as `make build` links it: the kits fleetctl writes name that package.
+"$GO" build -ldflags "-X scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/version.Version=$(cat VERSION)" \
+  -o "$work/bin/devstack" ./internal/devstack/cmd/devstack
+CGO_ENABLED=0 GOOS=linux "$GO" build -trimpath -ldflags "-s -w -X main.version=1" -o "$work/bin/demoapp" ./internal/devstack/demoapp
+
+# OpenBao: the real dev server when a bao binary is at hand (MONKY_BAO_BIN, or the one
+# scripts/build-bao.sh caches), never built here — that takes minutes; else the in-process fake.
+bao=${MONKY_BAO_BIN:-}
+if [ -z "$bao" ]; then
+  cached="${MONKY_TOOL_CACHE:-$("$GO" env GOCACHE)/../monky-tools}/bao-2.4.0"
+  if [ -x "$cached" ]; then bao=$cached; fi
+fi
+echo "demo: built in $((SECONDS - t0))s"
+echo
+
+"$work/bin/devstack" demo --dir "$work/stack" \
+  --agent-bin bin/monky-deployd --fleetctl-bin bin/fleetctl \
+  --app-bin "$work/bin/demoapp" ${bao:+--bao-bin "$bao"}
