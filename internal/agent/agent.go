@@ -108,9 +108,9 @@ var (
 	// ErrNeedsKit: no usable token and no bootstrap grant on disk.
 	ErrNeedsKit = errors.New("re-run the install kit")
 	// ErrEnvMismatch: the token belongs to another env than config's env_id.
-	ErrEnvMismatch = errors.New("AGENT_ENV_MISMATCH")
+	ErrEnvMismatch = errors.New("stopping: fix env_id in the config or re-issue the identity")
 	// ErrTemporary: the mesh, tenancy or OpenBao could not be reached, or answered 5xx.
-	ErrTemporary = errors.New("temporary network failure")
+	ErrTemporary = errors.New("the next tick retries")
 )
 
 func (a *Agent) step(name string) error {

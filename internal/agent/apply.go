@@ -73,13 +73,13 @@ func (a *Agent) apply(ctx context.Context, resp *protocol.CheckinResponse) error
 	}
 	dir, err := release.Stage(a.cfg.EnvDir(), sha, b.Files, envText)
 	if err != nil {
-		return a.fail(ctx, sha, fmt.Sprintf("stage release: %v", err), "")
+		return a.fail(ctx, sha, err.Error(), "")
 	}
 	if err := a.step("stage"); err != nil {
 		return err
 	}
 	if err := release.Promote(a.cfg.EnvDir(), sha); err != nil {
-		return a.fail(ctx, sha, fmt.Sprintf("promote release: %v", err), "")
+		return a.fail(ctx, sha, err.Error(), "")
 	}
 	log.Info("promoted release " + short(sha) + " → " + dir)
 	if err := a.step("promote"); err != nil {
@@ -140,7 +140,7 @@ func checkEnvComplete(b *bundle.Bundle) error {
 func (a *Agent) checkDisk(ctx context.Context, b *bundle.Bundle) error {
 	info, err := a.deps.Docker.Info(ctx)
 	if err != nil {
-		return fmt.Errorf("docker info: %w", err)
+		return err
 	}
 	if info.DockerRootDir == "" {
 		info.DockerRootDir = "/var/lib/docker" // an engine that does not say: its default
@@ -250,7 +250,7 @@ func (a *Agent) writeRegistryAuth(cred secret.Value) error {
 	}
 	a.redact.Add(auth.Password.Reveal())
 	if err := registryauth.WriteDockerConfig(a.cfg.DockerConfigDir(), auth); err != nil {
-		return fmt.Errorf("registry credential: %w", err)
+		return err
 	}
 	a.log.Info("registry credential in place", "registry", auth.Registry, "docker_config", a.cfg.DockerConfigDir())
 	return nil

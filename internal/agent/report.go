@@ -92,13 +92,18 @@ func (a *Agent) heartbeat(ctx context.Context, resp *protocol.CheckinResponse) e
 	if err != nil {
 		return err
 	}
-	if sha == "" {
+	if sha == "" && a.st.AppliedSha == "" {
 		// Converged with nothing to run (no desired bundle yet).
 		a.report(ctx, protocol.Report{Sha: resp.DesiredSha, Result: protocol.ResultHealthy, Detail: "nothing deployed"})
 		a.log.Info("healthy; heartbeat reported", "containers", 0)
 		return nil
 	}
-	file := composeFileOf(dir)
+	file := ""
+	if dir != "" {
+		file = composeFileOf(dir)
+	} else if sha == "" {
+		a.log.Warn("no current release link; looking at the compose project by name", "project", a.cfg.ComposeProject)
+	}
 	cs, err := a.deps.Docker.Ps(ctx, dir, file)
 	if err != nil {
 		detail := a.redact.Redact("compose ps: " + err.Error())

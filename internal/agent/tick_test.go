@@ -1,8 +1,10 @@
 package agent_test
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -646,4 +648,48 @@ func TestPruneKeepsTheNewestReleases(t *testing.T) {
 	if h.docker.Count("image prune") != 7 {
 		t.Errorf("image prune ran %d times", h.docker.Count("image prune"))
 	}
+}
+
+// An OpenBao that cannot be reached must not cost a lease: tenancy allows 5 an hour, and the
+// login with it would fail the same way.
+func TestOpenBaoDownDoesNotSpendALease(t *testing.T) {
+	h := newHarness(t)
+	h.desire(bundleSpec{})
+	h.expectExit(agent.ExitOK)
+	h.bao.FailNext("auth/token/lookup-self", http.StatusServiceUnavailable, 1)
+	h.desire(bundleSpec{template: defaultTemplate + "V=2\n"})
+	h.expectExit(agent.ExitTemporary)
+	if n := h.ten.LeasesGranted(env); n != 1 {
+		t.Errorf("leases = %d, want 1: a lease was spent while OpenBao was down", n)
+	}
+	h.expectExit(agent.ExitOK)
+}
+
+// A login refused because the configured role does not exist is the config's fault: the box is
+// told so, not sent to re-run the install kit.
+func TestWrongRoleIsNotAKitProblem(t *testing.T) {
+	h := newHarness(t, "")
+	h.cfg.Bao.Role = "no-such-role"
+	h.desire(bundleSpec{})
+	err := agent.New(h.cfg, h.deps(), agent.Options{}).Tick(context.Background())
+	if agent.ExitCode(err) != agent.ExitFailed || errors.Is(err, agent.ErrNeedsKit) || !strings.Contains(err.Error(), "no-such-role") {
+		t.Errorf("error = %v", err)
+	}
+	if _, serr := os.Stat(h.cfg.BootstrapFile); serr != nil {
+		t.Error("the grant was deleted although the login failed")
+	}
+}
+
+// With the `current` link gone (removed by hand) the heartbeat still looks at the project.
+func TestHeartbeatWithoutCurrentLink(t *testing.T) {
+	h := newHarness(t)
+	h.desire(bundleSpec{})
+	h.expectExit(agent.ExitOK)
+	os.Remove(filepath.Join(h.cfg.EnvDir(), "current"))
+	h.docker.Stop("api")
+	h.expectExit(agent.ExitOK)
+	if r := h.lastReport(); r.Result != "unhealthy" || !strings.Contains(r.Detail, "api") {
+		t.Errorf("report = %+v", r)
+	}
+	h.expectLog("no current release link")
 }

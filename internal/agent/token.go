@@ -24,7 +24,7 @@ const (
 func (a *Agent) ensureToken(ctx context.Context) error {
 	tok, err := state.ReadToken(a.cfg.TokenPath())
 	if err != nil {
-		return fmt.Errorf("token %s: %w", a.cfg.TokenPath(), err)
+		return err
 	}
 	a.token = tok
 	a.redact.Add(tok.Reveal())
@@ -58,7 +58,7 @@ func (a *Agent) bootstrap(ctx context.Context) error {
 		if isTemporary(err) {
 			return a.classify("bao: bootstrap login", err)
 		}
-		if errors.Is(err, bao.ErrLoginRefused) {
+		if errors.Is(err, bao.ErrLoginRefused) && !roleMissing(err) {
 			// A refused grant (expired, superseded, for another env) cannot be retried into
 			// working: only a new kit brings a new one.
 			return fmt.Errorf("bootstrap grant %s refused by OpenBao: %w: %w", a.cfg.BootstrapFile, err, ErrNeedsKit)
@@ -76,11 +76,18 @@ func (a *Agent) bootstrap(ctx context.Context) error {
 	return nil
 }
 
+// roleMissing tells a login refused for an unknown role (bao.role or bao.auth_mount in the
+// config is wrong: a new kit would not help) from a refused grant.
+func roleMissing(err error) bool {
+	msg := strings.ToLower(err.Error())
+	return strings.Contains(msg, "role") && strings.Contains(msg, "could not be found")
+}
+
 // storeToken makes tok the agent's token: token file first, then state, both atomic.
 func (a *Agent) storeToken(tok bao.Token, source string) error {
 	a.redact.Add(tok.Value.Reveal())
 	if err := state.WriteToken(a.cfg.TokenPath(), tok.Value); err != nil {
-		return fmt.Errorf("token %s: %w", a.cfg.TokenPath(), err)
+		return err
 	}
 	a.token = tok.Value
 	a.st.Token = &state.TokenMeta{
@@ -97,7 +104,7 @@ func (a *Agent) dropToken() error {
 	a.token = secret.Value{}
 	a.st.Token = nil
 	if err := state.RemoveToken(a.cfg.TokenPath()); err != nil {
-		return fmt.Errorf("token %s: %w", a.cfg.TokenPath(), err)
+		return err
 	}
 	return a.saveState()
 }
@@ -171,6 +178,10 @@ func (a *Agent) tokenForApply(ctx context.Context) (secret.Value, error) {
 		case err == nil && info.TTL.Seconds() > float64(a.cfg.Bao.RenewBelowS):
 			a.log.Debug("reusing lease token", "ttl_s", int64(info.TTL.Seconds()))
 			return a.token, nil
+		case err != nil && !errors.Is(err, bao.ErrForbidden):
+			// OpenBao unreachable, unmapped or invisible: a lease now would be spent for a
+			// login that fails the same way (tenancy allows 5 an hour).
+			return secret.Value{}, a.classify("bao: lookup-self", err)
 		case err == nil && info.Renewable:
 			tok, rerr := client.RenewSelf(ctx, a.token)
 			if rerr == nil && tok.TTL.Seconds() > float64(a.cfg.Bao.RenewBelowS) {
@@ -181,11 +192,12 @@ func (a *Agent) tokenForApply(ctx context.Context) (secret.Value, error) {
 				}
 				return a.token, a.saveState()
 			}
-			if rerr != nil {
-				a.log.Info("lease token renewal failed; leasing again", "error", a.redact.Redact(rerr.Error()))
+			if rerr != nil && !errors.Is(rerr, bao.ErrForbidden) {
+				return secret.Value{}, a.classify("bao: renew-self", rerr)
 			}
-		case err != nil && isTemporary(err):
-			return secret.Value{}, a.classify("bao: lookup-self", err)
+			if rerr != nil {
+				a.log.Info("lease token renewal refused; leasing again", "error", a.redact.Redact(rerr.Error()))
+			}
 		case err != nil:
 			a.log.Info("lease token no longer valid; leasing again", "error", a.redact.Redact(err.Error()))
 		}

@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/transport"
 )
 
 // Sentinels callers branch on with errors.Is. Every error of this package names its subject (a
@@ -557,6 +558,10 @@ func classify(ctx context.Context, subject string, err error, secrets ...string)
 	}
 	if ctx.Err() != nil && errors.Is(ctx.Err(), context.Canceled) {
 		return fmt.Errorf("%s: %w", subject, ctx.Err())
+	}
+	if errors.Is(err, transport.ErrUnmapped) || errors.Is(err, transport.ErrServiceNotVisible) {
+		// No route, or the identity may not see the service: not something a retry fixes.
+		return fmt.Errorf("%s: %w", subject, maskedErr{err: err, msg: mask(err.Error(), secrets)})
 	}
 	var ue *url.Error
 	if errors.As(err, &ue) || errors.Is(err, context.DeadlineExceeded) || isNetwork(err) ||

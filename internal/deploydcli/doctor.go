@@ -137,7 +137,7 @@ func fillDoctorEnv(env *doctor.Env, opts doctorOptions, d doctorDeps) (closeFn f
 	// The SDK's own log lines would interleave with doctor's; its faults come back as errors.
 	tr, err := transport.New(transportOptions(cfg, nil))
 	if err != nil {
-		env.TransportErr = fmt.Errorf("transport %s: %w", cfg.Transport, err)
+		env.TransportErr = err
 		return func() {}
 	}
 	hc := &http.Client{Transport: tr.HTTPTransport(), Timeout: cfg.Tenancy.Timeout()}

@@ -19,6 +19,7 @@ import (
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/transport"
 )
 
 // Sentinels an *APIError or *ProtocolError matches with errors.Is. Each maps to one line of
@@ -293,6 +294,10 @@ func (c *Client) transportError(ctx context.Context, op string, err error, token
 		// The caller gave up (shutdown); that is not the network's fault.
 		temp = false
 	case errors.As(err, &ua), errors.As(err, &he), errors.As(err, &ci):
+		temp = false
+	case errors.Is(err, transport.ErrUnmapped), errors.Is(err, transport.ErrServiceNotVisible):
+		// The transport has no route, or the mesh said the identity may not see the service:
+		// retrying every minute changes nothing until someone fixes the config or the attrs.
 		temp = false
 	}
 	msg := err.Error()
