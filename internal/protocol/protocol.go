@@ -6,6 +6,7 @@ package protocol
 import (
 	"encoding/json"
 	"fmt"
+	"regexp"
 )
 
 // Actions tenancy answers a check-in with.
@@ -159,7 +160,11 @@ type ErrorBody struct {
 	Message string
 }
 
-// ParseErrorBody reads a tenancy error body in any of its three shapes. An unreadable body gives
+// plainCode is a plain-string detail that carries its code as "CODE: message".
+var plainCode = regexp.MustCompile(`^([A-Z][A-Z0-9_]{2,}):\s*(.*)$`)
+
+// ParseErrorBody reads a tenancy error body in any of its three shapes; a plain-string detail
+// written as "CODE: message" gives its code back. An unreadable body gives
 // an empty ErrorBody, never an error: the HTTP status still decides what happens.
 func ParseErrorBody(b []byte) ErrorBody {
 	var raw struct {
@@ -188,6 +193,9 @@ func ParseErrorBody(b []byte) ErrorBody {
 		case json.Unmarshal(raw.Detail, &s) == nil:
 			if out.Message == "" {
 				out.Message = s
+			}
+			if m := plainCode.FindStringSubmatch(s); m != nil && out.Code == "" {
+				out.Code, out.Message = m[1], m[2]
 			}
 		}
 	}

@@ -13,6 +13,7 @@ func TestParseErrorBody(t *testing.T) {
 		{`{"code": "AGENT_UNAUTHENTICATED", "message": "bearer refused"}`, ErrorBody{"AGENT_UNAUTHENTICATED", "bearer refused"}},
 		{`{"detail": {"code": "AGENT_ENV_MISMATCH", "message": "token of env-x"}}`, ErrorBody{"AGENT_ENV_MISMATCH", "token of env-x"}},
 		{`{"detail": "Not authenticated"}`, ErrorBody{"", "Not authenticated"}},
+		{`{"detail": "BACKEND_UNKNOWN: no backend env-x"}`, ErrorBody{"BACKEND_UNKNOWN", "no backend env-x"}},
 		{`<html>502</html>`, ErrorBody{}},
 		{``, ErrorBody{}},
 		{`{"code": 5}`, ErrorBody{}},

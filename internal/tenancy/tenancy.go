@@ -318,17 +318,9 @@ type redactErr struct {
 func (r redactErr) Error() string { return r.msg }
 func (r redactErr) Unwrap() error { return r.err }
 
-var plainCode = regexp.MustCompile(`^([A-Z][A-Z0-9_]{2,}):\s*(.*)$`)
-
 func (c *Client) statusError(op string, resp *http.Response, body []byte, token secret.Value) error {
 	eb := protocol.ParseErrorBody(body)
 	code, msg := eb.Code, eb.Message
-	if code == "" {
-		// A plain-string detail loses the code; tenancy writes it as "CODE: message".
-		if m := plainCode.FindStringSubmatch(msg); m != nil {
-			code, msg = m[1], m[2]
-		}
-	}
 	msg = strings.Join(strings.Fields(msg), " ")
 	if t := token.Reveal(); t != "" {
 		msg = strings.ReplaceAll(msg, t, "***")
