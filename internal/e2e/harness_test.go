@@ -16,6 +16,7 @@ import (
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/devstack"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/devstack/appimage"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/report"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/itest"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 )
@@ -201,35 +202,12 @@ func tail(s string, n int) string {
 	return s
 }
 
-// statusEnv is one element of `fleetctl status -o json` (schema 1).
-type statusEnv struct {
-	EnvID          string   `json:"env_id"`
-	Site           string   `json:"site"`
-	Verdict        string   `json:"verdict"`
-	Reasons        []string `json:"reasons"`
-	NextStep       string   `json:"next_step"`
-	LastCheckinAt  *string  `json:"last_checkin_at"`
-	CheckinAgeS    *int64   `json:"checkin_age_s"`
-	StaleAfterS    int64    `json:"stale_after_s"`
-	AgentVersion   string   `json:"agent_version"`
-	Transport      string   `json:"transport"`
-	Hostname       string   `json:"hostname"`
-	MeshOnline     *bool    `json:"mesh_online"`
-	MeshHostname   string   `json:"mesh_hostname"`
-	RoleAttributes []string `json:"role_attributes"`
-	AppliedSha     string   `json:"applied_sha"`
-	DesiredSha     string   `json:"desired_sha"`
-	LastResult     string   `json:"last_result"`
-	LastDetail     string   `json:"last_detail"`
-	UpgradedFrom   *string  `json:"upgraded_from"`
-}
+// statusEnv is one element of `fleetctl status -o json`, decoded with the type that writes it
+// (report's golden file pins the JSON names, so the test need not spell them again).
+type statusEnv = report.Env
 
-type statusDoc struct {
-	Schema  int            `json:"schema"`
-	Now     string         `json:"now"`
-	Summary map[string]int `json:"summary"`
-	Envs    []statusEnv    `json:"envs"`
-}
+// statusDoc is `fleetctl status -o json` (schema 1), with a lookup by env.
+type statusDoc struct{ report.Document }
 
 func (d statusDoc) env(id string) (statusEnv, bool) {
 	for _, e := range d.Envs {

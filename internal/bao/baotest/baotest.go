@@ -386,6 +386,20 @@ func bearer(r *http.Request) string {
 	return ""
 }
 
+// lockToken takes the fake's lock and returns the live token r bears, for a handler that goes on
+// holding the lock. For a bearer that is missing, unknown, revoked or expired it releases the
+// lock, answers 403 permission denied as OpenBao does, and returns nil.
+func (s *Server) lockToken(w http.ResponseWriter, r *http.Request) *token {
+	s.mu.Lock()
+	t, err := s.liveLocked(bearer(r))
+	if err != nil {
+		s.mu.Unlock()
+		denied(w)
+		return nil
+	}
+	return t
+}
+
 // ServeHTTP routes the handful of OpenBao paths the agent calls.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
@@ -496,11 +510,8 @@ func (s *Server) authLocked(t *token) map[string]any {
 }
 
 func (s *Server) lookupSelf(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	t, err := s.liveLocked(bearer(r))
-	if err != nil {
-		s.mu.Unlock()
-		denied(w)
+	t := s.lockToken(w, r)
+	if t == nil {
 		return
 	}
 	s.lookups++
@@ -529,11 +540,8 @@ func (s *Server) lookupSelf(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) renewSelf(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	t, err := s.liveLocked(bearer(r))
-	if err != nil {
-		s.mu.Unlock()
-		denied(w)
+	t := s.lockToken(w, r)
+	if t == nil {
 		return
 	}
 	if !t.renewable {
@@ -553,11 +561,8 @@ func (s *Server) renewSelf(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) revokeSelf(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	t, err := s.liveLocked(bearer(r))
-	if err != nil {
-		s.mu.Unlock()
-		denied(w)
+	t := s.lockToken(w, r)
+	if t == nil {
 		return
 	}
 	t.revoked = true
@@ -567,10 +572,12 @@ func (s *Server) revokeSelf(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) readKV(w http.ResponseWriter, r *http.Request, path string) {
-	s.mu.Lock()
-	t, err := s.liveLocked(bearer(r))
+	t := s.lockToken(w, r)
+	if t == nil {
+		return
+	}
 	// The see-env policy: a token reads only <mount>/data/<its env_id>/see/*.
-	if err != nil || !strings.HasPrefix(path, t.env+"/see/") {
+	if !strings.HasPrefix(path, t.env+"/see/") {
 		s.mu.Unlock()
 		denied(w)
 		return

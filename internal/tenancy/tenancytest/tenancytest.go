@@ -665,50 +665,89 @@ type rec struct {
 	code   string
 }
 
-func (s *Server) call(rc rec) Call {
-	return Call{EnvID: rc.env, Status: rc.status, Code: rc.code, At: s.now()}
+// record appends the call rc describes, through add, to its endpoint's records. Handlers defer
+// it first, so that every call is recorded however it ends; add's closure reads the handler's
+// body and answer as they stand when the handler returns.
+func (s *Server) record(rc *rec, add func(Call)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	add(Call{EnvID: rc.env, Status: rc.status, Code: rc.code, At: s.now()})
+}
+
+// agentBody is the JSON body of an agent call, as admit needs it.
+type agentBody struct {
+	into  any           // where the body decodes to
+	env   func() string // the env_id the decoded body names
+	valid func() bool   // further checks besides a non-empty env_id; nil for none
+	want  string        // what the 422 says the body must be
+}
+
+// admit runs what precedes every agent endpoint's own logic, in the order tenancy checks:
+// stall and failure injection, the bearer, the body when there is one, then that the token's
+// env is the env the call is about (rc.env, from the URL when body is nil). It returns false
+// when it has answered the call itself, with rc saying how. A refused call is still recorded
+// under the env it was about, from its body, as far as the body can be read.
+func (s *Server) admit(ep Endpoint, w http.ResponseWriter, r *http.Request, rc *rec, body *agentBody) bool {
+	envFromBody := func() {
+		if body != nil {
+			_ = decodeBody(r, body.into)
+			rc.env = body.env()
+		}
+	}
+	if done, st, code := s.pre(ep, w, r); done {
+		rc.status, rc.code = st, code
+		envFromBody()
+		return false
+	}
+	tokenEnv, ok := s.authn(w, r)
+	if !ok {
+		envFromBody()
+		rc.status, rc.code = http.StatusUnauthorized, protocol.CodeUnauthenticated
+		return false
+	}
+	if body != nil {
+		rc.env = tokenEnv
+		if err := decodeBody(r, body.into); err != nil || body.env() == "" || (body.valid != nil && !body.valid()) {
+			rc.status, rc.code = http.StatusUnprocessableEntity, "INVALID_REQUEST"
+			s.writeError(w, rc.status, rc.code, "body must be "+body.want)
+			return false
+		}
+		rc.env = body.env()
+	}
+	if s.mismatch(w, tokenEnv, rc.env) {
+		rc.status, rc.code = http.StatusForbidden, protocol.CodeEnvMismatch
+		return false
+	}
+	return true
+}
+
+// lockBackend takes the fake's lock and returns env's state, for a handler that goes on holding
+// the lock. For a backend tenancy does not know, it releases the lock, answers 404
+// BACKEND_UNKNOWN itself (rc says so) and returns nil.
+func (s *Server) lockBackend(w http.ResponseWriter, rc *rec, env string) *envState {
+	s.mu.Lock()
+	st := s.envs[env]
+	if st == nil {
+		s.mu.Unlock()
+		rc.status, rc.code = http.StatusNotFound, protocol.CodeBackendUnknown
+		s.writeError(w, rc.status, rc.code, "no backend "+env)
+	}
+	return st
 }
 
 func (s *Server) checkin(w http.ResponseWriter, r *http.Request) {
 	var req protocol.CheckinRequest
 	var resp *protocol.CheckinResponse
 	rc := rec{}
-	defer func() {
-		s.mu.Lock()
-		s.checkins = append(s.checkins, CheckinRecord{Call: s.call(rc), Request: req, Response: resp})
-		s.mu.Unlock()
-	}()
-	if done, st, code := s.pre(Checkin, w, r); done {
-		rc.status, rc.code = st, code
-		_ = decodeBody(r, &req)
-		rc.env = req.EnvID
+	defer s.record(&rc, func(c Call) {
+		s.checkins = append(s.checkins, CheckinRecord{Call: c, Request: req, Response: resp})
+	})
+	if !s.admit(Checkin, w, r, &rc, &agentBody{into: &req, env: func() string { return req.EnvID },
+		want: "a check-in with env_id"}) {
 		return
 	}
-	tokenEnv, ok := s.authn(w, r)
-	if !ok {
-		// Record the env the refused call was about, from its body.
-		_ = decodeBody(r, &req)
-		rc.env = req.EnvID
-		rc.status, rc.code = http.StatusUnauthorized, protocol.CodeUnauthenticated
-		return
-	}
-	rc.env = tokenEnv
-	if err := decodeBody(r, &req); err != nil || req.EnvID == "" {
-		rc.status, rc.code = http.StatusUnprocessableEntity, "INVALID_REQUEST"
-		s.writeError(w, rc.status, rc.code, "body must be a check-in with env_id")
-		return
-	}
-	rc.env = req.EnvID
-	if s.mismatch(w, tokenEnv, req.EnvID) {
-		rc.status, rc.code = http.StatusForbidden, protocol.CodeEnvMismatch
-		return
-	}
-	s.mu.Lock()
-	st := s.envs[req.EnvID]
+	st := s.lockBackend(w, &rc, req.EnvID)
 	if st == nil {
-		s.mu.Unlock()
-		rc.status, rc.code = http.StatusNotFound, protocol.CodeBackendUnknown
-		s.writeError(w, rc.status, rc.code, "no backend "+req.EnvID)
 		return
 	}
 	applied := ""
@@ -741,22 +780,10 @@ func (s *Server) checkin(w http.ResponseWriter, r *http.Request) {
 func (s *Server) bundle(w http.ResponseWriter, r *http.Request) {
 	env, sha := r.PathValue("env"), r.PathValue("sha")
 	rc := rec{env: env}
-	defer func() {
-		s.mu.Lock()
-		s.bundles = append(s.bundles, BundleRecord{Call: s.call(rc), Sha: sha})
-		s.mu.Unlock()
-	}()
-	if done, st, code := s.pre(Bundle, w, r); done {
-		rc.status, rc.code = st, code
-		return
-	}
-	tokenEnv, ok := s.authn(w, r)
-	if !ok {
-		rc.status, rc.code = http.StatusUnauthorized, protocol.CodeUnauthenticated
-		return
-	}
-	if s.mismatch(w, tokenEnv, env) {
-		rc.status, rc.code = http.StatusForbidden, protocol.CodeEnvMismatch
+	defer s.record(&rc, func(c Call) {
+		s.bundles = append(s.bundles, BundleRecord{Call: c, Sha: sha})
+	})
+	if !s.admit(Bundle, w, r, &rc, nil) {
 		return
 	}
 	s.mu.Lock()
@@ -785,43 +812,15 @@ func (s *Server) lease(w http.ResponseWriter, r *http.Request) {
 	var req protocol.LeaseRequest
 	rc := rec{}
 	jti := ""
-	defer func() {
-		s.mu.Lock()
-		s.leases = append(s.leases, LeaseRecord{Call: s.call(rc), Request: req, GrantJTI: jti})
-		s.mu.Unlock()
-	}()
-	if done, st, code := s.pre(Lease, w, r); done {
-		rc.status, rc.code = st, code
-		_ = decodeBody(r, &req)
-		rc.env = req.EnvID
+	defer s.record(&rc, func(c Call) {
+		s.leases = append(s.leases, LeaseRecord{Call: c, Request: req, GrantJTI: jti})
+	})
+	if !s.admit(Lease, w, r, &rc, &agentBody{into: &req, env: func() string { return req.EnvID },
+		want: "a lease request with env_id"}) {
 		return
 	}
-	tokenEnv, ok := s.authn(w, r)
-	if !ok {
-		// Record the env the refused call was about, from its body.
-		_ = decodeBody(r, &req)
-		rc.env = req.EnvID
-		rc.status, rc.code = http.StatusUnauthorized, protocol.CodeUnauthenticated
-		return
-	}
-	rc.env = tokenEnv
-	if err := decodeBody(r, &req); err != nil || req.EnvID == "" {
-		rc.status, rc.code = http.StatusUnprocessableEntity, "INVALID_REQUEST"
-		s.writeError(w, rc.status, rc.code, "body must be a lease request with env_id")
-		return
-	}
-	rc.env = req.EnvID
-	if s.mismatch(w, tokenEnv, req.EnvID) {
-		rc.status, rc.code = http.StatusForbidden, protocol.CodeEnvMismatch
-		return
-	}
-
-	s.mu.Lock()
-	st := s.envs[req.EnvID]
+	st := s.lockBackend(w, &rc, req.EnvID)
 	if st == nil {
-		s.mu.Unlock()
-		rc.status, rc.code = http.StatusNotFound, protocol.CodeBackendUnknown
-		s.writeError(w, rc.status, rc.code, "no backend "+req.EnvID)
 		return
 	}
 	now := s.now()
@@ -880,34 +879,11 @@ func (s *Server) lease(w http.ResponseWriter, r *http.Request) {
 func (s *Server) report(w http.ResponseWriter, r *http.Request) {
 	var rep protocol.Report
 	rc := rec{}
-	defer func() {
-		s.mu.Lock()
-		s.reports = append(s.reports, ReportRecord{Call: s.call(rc), Report: rep})
-		s.mu.Unlock()
-	}()
-	if done, st, code := s.pre(Report, w, r); done {
-		rc.status, rc.code = st, code
-		_ = decodeBody(r, &rep)
-		rc.env = rep.EnvID
-		return
-	}
-	tokenEnv, ok := s.authn(w, r)
-	if !ok {
-		// Record the env the refused call was about, from its body.
-		_ = decodeBody(r, &rep)
-		rc.env = rep.EnvID
-		rc.status, rc.code = http.StatusUnauthorized, protocol.CodeUnauthenticated
-		return
-	}
-	rc.env = tokenEnv
-	if err := decodeBody(r, &rep); err != nil || rep.EnvID == "" || rep.Result == "" {
-		rc.status, rc.code = http.StatusUnprocessableEntity, "INVALID_REQUEST"
-		s.writeError(w, rc.status, rc.code, "body must be a report with env_id and result")
-		return
-	}
-	rc.env = rep.EnvID
-	if s.mismatch(w, tokenEnv, rep.EnvID) {
-		rc.status, rc.code = http.StatusForbidden, protocol.CodeEnvMismatch
+	defer s.record(&rc, func(c Call) {
+		s.reports = append(s.reports, ReportRecord{Call: c, Report: rep})
+	})
+	if !s.admit(Report, w, r, &rc, &agentBody{into: &rep, env: func() string { return rep.EnvID },
+		valid: func() bool { return rep.Result != "" }, want: "a report with env_id and result"}) {
 		return
 	}
 	s.mu.Lock()

@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/failplan"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 )
 
@@ -32,17 +33,9 @@ const (
 	OpKit  Op = "kit"
 )
 
-// Failure changes how an operation answers. The zero Failure restores normal service.
-type Failure struct {
-	// After lets this many calls succeed first (e.g. fail the third page only).
-	After int
-	// Delay holds every answer this long, or until the client gives up.
-	Delay time.Duration
-	// Status answers with this HTTP status and a FastAPI-style error body.
-	Status int
-	// Malformed answers 200 with a body that is not the documented shape.
-	Malformed bool
-}
+// Failure changes how an operation answers. The zero Failure restores normal service. Here
+// Status comes with a FastAPI-style error body, and Malformed is a listing with wrong types.
+type Failure = failplan.Failure
 
 // KitDefaults are the values a revealed kit carries besides the env and grant.
 type KitDefaults struct {
@@ -112,15 +105,10 @@ type Server struct {
 	kitDef    KitDefaults
 	kits      []KitCall
 	grants    map[string][]string // env → grants, newest last
-	failures  map[Op]*failureState
+	failures  failplan.Plan[Op]
 	requests  []Request
 	polls     int
 	pollHooks map[int][]func()
-}
-
-type failureState struct {
-	Failure
-	calls int
 }
 
 // New starts a fake tenancy on a loopback listener (plain HTTP). Close it when done.
@@ -134,7 +122,6 @@ func New(opts Options) *Server {
 		agents:    map[string]protocol.AdminAgent{},
 		backends:  map[string]string{},
 		grants:    map[string][]string{},
-		failures:  map[Op]*failureState{},
 		pollHooks: map[int][]func(){},
 		kitDef: KitDefaults{
 			PackageVersion: "0.2.0",
@@ -253,15 +240,7 @@ func (s *Server) Kits() []KitCall {
 }
 
 // Fail sets how op answers from now on; Fail(op, Failure{}) restores it.
-func (s *Server) Fail(op Op, f Failure) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if f == (Failure{}) {
-		delete(s.failures, op)
-		return
-	}
-	s.failures[op] = &failureState{Failure: f}
-}
+func (s *Server) Fail(op Op, f Failure) { s.failures.Set(op, f) }
 
 // OnPoll runs fn just before the nth listing since the fake started (counting first pages only,
 // from 1) is answered, e.g. to make an agent check in with a new version while a gate waits.
@@ -301,24 +280,9 @@ func (s *Server) record(next http.Handler) http.Handler {
 
 // behave applies op's Failure; it reports whether it has answered.
 func (s *Server) behave(w http.ResponseWriter, r *http.Request, op Op) bool {
-	s.mu.Lock()
-	st := s.failures[op]
-	var f Failure
-	if st != nil {
-		st.calls++
-		if st.calls > st.After {
-			f = st.Failure
-		}
-	}
-	s.mu.Unlock()
-	if f.Delay > 0 {
-		t := time.NewTimer(f.Delay)
-		select {
-		case <-t.C:
-		case <-r.Context().Done():
-			t.Stop()
-			return true
-		}
+	f, gone := s.failures.Next(r.Context(), op)
+	if gone {
+		return true // the client gave up during the Delay: nothing left to answer
 	}
 	switch {
 	case f.Status != 0:

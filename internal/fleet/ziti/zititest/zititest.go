@@ -40,6 +40,8 @@ import (
 	"github.com/openziti/edge-api/rest_management_api_server/operations/authentication"
 	"github.com/openziti/edge-api/rest_management_api_server/operations/identity"
 	"github.com/openziti/edge-api/rest_model"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/failplan"
 )
 
 // Op names an operation whose behaviour can be changed with Fail.
@@ -54,18 +56,9 @@ const (
 	OpCreate       Op = "create"
 )
 
-// Failure changes how an operation answers. The zero Failure restores normal service.
-type Failure struct {
-	// After lets this many calls succeed before the failure applies (e.g. fail page 3 only).
-	After int
-	// Delay holds every answer this long (or until the client gives up). A Delay with no Status
-	// and no Malformed is simply a slow controller.
-	Delay time.Duration
-	// Status answers with this HTTP status and Ziti's {"error": …} envelope.
-	Status int
-	// Malformed answers 200 with a body that is not JSON.
-	Malformed bool
-}
+// Failure changes how an operation answers. The zero Failure restores normal service. Here
+// Status comes with Ziti's {"error": …} envelope, and Malformed is a body that is not JSON.
+type Failure = failplan.Failure
 
 // Identity is an identity as the fake stores it.
 type Identity struct {
@@ -123,7 +116,7 @@ type Server struct {
 	version    int         // bumped by every change to an identity
 	pages      map[pageKey][]byte
 	nextID     int
-	failures   map[Op]*failureState
+	failures   failplan.Plan[Op]
 	patches    []Patch
 	created    []Identity
 	requests   []Request
@@ -132,11 +125,6 @@ type Server struct {
 	barrier    int
 	barrierCh  chan struct{}
 	barrierMet bool
-}
-
-type failureState struct {
-	Failure
-	calls int
 }
 
 // The generated server analyses a 40,000-line spec and builds a router for every operation:
@@ -219,10 +207,9 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		now:      opts.Now,
-		users:    map[string]string{},
-		byID:     map[string]*Identity{},
-		failures: map[Op]*failureState{},
+		now:   opts.Now,
+		users: map[string]string{},
+		byID:  map[string]*Identity{},
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -281,15 +268,7 @@ func (s *Server) ExpireSessions() {
 }
 
 // Fail sets how op answers from now on; Fail(op, Failure{}) restores it.
-func (s *Server) Fail(op Op, f Failure) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if f == (Failure{}) {
-		delete(s.failures, op)
-		return
-	}
-	s.failures[op] = &failureState{Failure: f}
-}
+func (s *Server) Fail(op Op, f Failure) { s.failures.Set(op, f) }
 
 // RequireConcurrentPages makes every list request for a page after the first wait until n such
 // requests are in flight at once (or the client gives up). A client that pages serially then
@@ -500,24 +479,8 @@ func (s *Server) record(next http.Handler) http.Handler {
 
 // behave applies op's Failure: it returns a responder when the call must fail, nil to proceed.
 func (s *Server) behave(r *http.Request, op Op) middleware.Responder {
-	s.mu.Lock()
-	st := s.failures[op]
-	var f Failure
-	if st != nil {
-		st.calls++
-		if st.calls > st.After {
-			f = st.Failure
-		}
-	}
-	s.mu.Unlock()
-	if f.Delay > 0 {
-		t := time.NewTimer(f.Delay)
-		select {
-		case <-t.C:
-		case <-r.Context().Done():
-			t.Stop()
-		}
-	}
+	// A client that gave up during the Delay still gets the failure written, as it always has.
+	f, _ := s.failures.Next(r.Context(), op)
 	switch {
 	case f.Status != 0:
 		return errorResponder(f.Status, codeFor(f.Status), "zititest: failure switched on for "+string(op))
