@@ -113,8 +113,8 @@ func (r *onboardResult) Table(bool) render.Table {
 	if r.Hostname != "" {
 		box += " (" + r.Hostname + ")"
 	}
-	lines = append(lines, "", "on "+box+", from the kit directory, with the read-only deploy token in T:", "",
-		"  T=<deploy token>", "  "+r.InstallCommand)
+	lines = append(lines, "", "on "+box+", from the kit directory, with the read-only deploy token exported as "+kit.TokenVar+":", "",
+		"  read -rs "+kit.TokenVar+" && export "+kit.TokenVar, "  "+r.InstallCommand)
 	return render.Table{Lines: lines}
 }
 

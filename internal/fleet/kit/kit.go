@@ -81,17 +81,22 @@ const (
 // EnrollmentFile is the name of the ziti enrolment token file.
 func EnrollmentFile(env string) string { return "monky-host." + env + ".jwt" }
 
-// InstallCommand is the line to run on the box, from the kit directory. The deploy token stays
-// a shell variable ($T): it is never written into the kit.
+// TokenVar is the environment variable the install command reads the deploy token from.
+const TokenVar = "MONKY_DEPLOYD_TOKEN"
+
+// InstallCommand is the line to run on the box, from the kit directory, with the deploy token
+// exported as TokenVar. The token is never written into the kit, and never in any argv on the
+// box: curl reads its header from stdin (printf is a shell builtin) and install.sh reads the
+// variable that sudo passes through.
 func InstallCommand(k Kit) string {
-	args := []string{"--env", k.EnvID, "--site", k.Site, "--token", `"$T"`, "--bootstrap-file", GrantFile}
+	args := []string{"--env", k.EnvID, "--site", k.Site, "--bootstrap-file", GrantFile}
 	if !k.EnrollmentJWT.Empty() {
 		args = append(args, "--enrol-jwt", "./"+EnrollmentFile(k.EnvID))
 	}
 	if k.Transport != "" {
 		args = append(args, "--transport", k.Transport)
 	}
-	return fmt.Sprintf(`curl -sSf -H "DEPLOY-TOKEN: $T" `+PackageURL+` | sudo bash -s -- %s`, k.PackageVersion, strings.Join(args, " "))
+	return fmt.Sprintf(`printf 'DEPLOY-TOKEN: %%s\n' "$`+TokenVar+`" | curl -sSf -H @- `+PackageURL+` | sudo --preserve-env=`+TokenVar+` bash -s -- %s`, k.PackageVersion, strings.Join(args, " "))
 }
 
 // Files renders the kit.
@@ -155,9 +160,9 @@ func readme(k Kit) []byte {
 	fmt.Fprintf(&b, "WHERE  on %s, as a user who may sudo.\n", box)
 	fmt.Fprintf(&b, "WHEN   before %s: the bootstrap grant expires then.\n", k.GrantExpiresAt.Format(time.RFC3339))
 	fmt.Fprintf(&b, "       Too late? Reveal a new kit: fleetctl onboard %s --site %s --reissue\n", k.EnvID, k.Site)
-	b.WriteString("WHAT   copy this directory to the box, cd into it, put the read-only GitLab deploy token\n")
-	b.WriteString("       (scope read_package_registry) in T, and run the command in " + CommandFile + ":\n\n")
-	b.WriteString("         T=<deploy token>\n")
+	b.WriteString("WHAT   copy this directory to the box, cd into it, export the read-only GitLab deploy token\n")
+	b.WriteString("       (scope read_package_registry) as " + TokenVar + ", and run the command in " + CommandFile + ":\n\n")
+	b.WriteString("         read -rs " + TokenVar + " && export " + TokenVar + "   # paste the token; it is not echoed\n")
 	b.WriteString("         " + InstallCommand(k) + "\n\n")
 	b.WriteString("       Or, with ansible: " + VarsFile + " holds the role monky_deployd's variables for this host.\n\n")
 	b.WriteString("FILES\n")

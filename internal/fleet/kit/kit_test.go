@@ -39,7 +39,9 @@ func sample(t *testing.T) Kit {
 
 func TestInstallCommand(t *testing.T) {
 	k := sample(t)
-	want := `curl -sSf -H "DEPLOY-TOKEN: $T" https://scm.tikali.ai/api/v4/projects/69/packages/generic/monky-deployd/0.2.0/install.sh | sudo bash -s -- --env env-dev-08 --site cbs --token "$T" --bootstrap-file bootstrap.jwt --enrol-jwt ./monky-host.env-dev-08.jwt --transport sdk`
+	// The deploy token reaches curl through stdin and install.sh through the environment: it is
+	// in no argv on the box (ps, /proc/<pid>/cmdline), unlike the Python kit's --token "$T".
+	want := `printf 'DEPLOY-TOKEN: %s\n' "$MONKY_DEPLOYD_TOKEN" | curl -sSf -H @- https://scm.tikali.ai/api/v4/projects/69/packages/generic/monky-deployd/0.2.0/install.sh | sudo --preserve-env=MONKY_DEPLOYD_TOKEN bash -s -- --env env-dev-08 --site cbs --bootstrap-file bootstrap.jwt --enrol-jwt ./monky-host.env-dev-08.jwt --transport sdk`
 	if got := InstallCommand(k); got != want {
 		t.Errorf("got\n%s\nwant\n%s", got, want)
 	}
