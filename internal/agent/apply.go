@@ -48,7 +48,7 @@ func (a *Agent) apply(ctx context.Context, resp *protocol.CheckinResponse) error
 		return err
 	}
 
-	b, err := a.checkBundle(ctx, files, sha)
+	b, paths, err := a.checkBundle(ctx, files, sha)
 	if err != nil {
 		return a.refuseOrFail(ctx, sha, err)
 	}
@@ -59,7 +59,7 @@ func (a *Agent) apply(ctx context.Context, resp *protocol.CheckinResponse) error
 		return err
 	}
 
-	values, err := a.readSecrets(ctx, b)
+	values, err := a.readSecrets(ctx, b, paths)
 	if err != nil {
 		return a.refuseOrFail(ctx, sha, err)
 	}
@@ -90,31 +90,33 @@ func (a *Agent) apply(ctx context.Context, resp *protocol.CheckinResponse) error
 }
 
 // checkBundle validates the bundle and runs every refusal check that needs no secret: nothing is
-// leased and nothing is read until the bundle is known to be runnable.
-func (a *Agent) checkBundle(ctx context.Context, files map[string]string, sha string) (*bundle.Bundle, error) {
+// leased and nothing is read until the bundle is known to be runnable. It returns the manifest's
+// KV paths, resolved under the prefix, one per entry.
+func (a *Agent) checkBundle(ctx context.Context, files map[string]string, sha string) (*bundle.Bundle, []string, error) {
 	b, err := bundle.Parse(files, sha)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	releaseDir := filepath.Join(a.cfg.EnvDir(), "releases", sha)
 	checkErr := b.Check(releaseDir)
 	var r *protocol.Refusal
 	if checkErr != nil && !(errors.As(checkErr, &r) && r.Code == protocol.CodePrivileged) {
-		return nil, checkErr // BUNDLE_INVALID: a build, a path outside the release
+		return nil, nil, checkErr // BUNDLE_INVALID: a build, a path outside the release
 	}
-	if _, err := b.ResolveManifest(a.vault.Prefix); err != nil {
-		return nil, err
+	paths, err := b.ResolveManifest(a.vault.Prefix)
+	if err != nil {
+		return nil, nil, err
 	}
 	if checkErr != nil {
-		return nil, checkErr // PRIVILEGED_REFUSED
+		return nil, nil, checkErr // PRIVILEGED_REFUSED
 	}
 	if err := checkEnvComplete(b); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if a.st.IsRollback(sha) && !b.Meta.Agent.AllowRollback {
-		return nil, protocol.Refuse(protocol.CodeRollback, "%s was applied before and is not the running release; bundle.json agent.allow_rollback is not set", short(sha))
+		return nil, nil, protocol.Refuse(protocol.CodeRollback, "%s was applied before and is not the running release; bundle.json agent.allow_rollback is not set", short(sha))
 	}
-	return b, a.checkDisk(ctx, b)
+	return b, paths, a.checkDisk(ctx, b)
 }
 
 // checkEnvComplete renders the template with a stand-in for every variable the manifest will
@@ -182,7 +184,7 @@ func mib(n int64) int64 { return n / (1 << 20) }
 // registry credential goes to the agent's own DOCKER_CONFIG, never to .env: an env entry would
 // put the registry password in every container's environment, and a `docker login` by a human
 // is invisible to the agent's user (env-dev-01, seed 0.1.7).
-func (a *Agent) readSecrets(ctx context.Context, b *bundle.Bundle) (map[string]secret.Value, error) {
+func (a *Agent) readSecrets(ctx context.Context, b *bundle.Bundle, paths []string) (map[string]secret.Value, error) {
 	if len(b.Entries) == 0 {
 		return map[string]secret.Value{}, nil
 	}
@@ -191,10 +193,6 @@ func (a *Agent) readSecrets(ctx context.Context, b *bundle.Bundle) (map[string]s
 		return nil, err
 	}
 	if err := a.step("lease"); err != nil {
-		return nil, err
-	}
-	paths, err := b.ResolveManifest(a.vault.Prefix)
-	if err != nil {
 		return nil, err
 	}
 	reqs := make([]bao.KVRequest, len(b.Entries))
