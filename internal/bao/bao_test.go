@@ -2,15 +2,8 @@ package bao_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -21,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/testpki"
 
 	"github.com/golang-jwt/jwt/v5"
 
@@ -633,30 +628,11 @@ func writeFile(t *testing.T, name string, b []byte) string {
 	return p
 }
 
-// selfSignedPEM is a CA certificate for 127.0.0.1 that signed nothing the fake serves
-// (httptest's servers all share one certificate, so another fake is no "other CA").
+// selfSignedPEM is a CA certificate that signed nothing the fake serves (httptest's servers all
+// share one certificate, so another fake is no "other CA").
 func selfSignedPEM(t *testing.T) []byte {
 	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(7),
-		Subject:               pkix.Name{CommonName: "other CA"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
-		DNSNames:              []string{"example.com"},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	return testpki.NewCA(t, "other CA").PEM
 }
 
 func TestTLS(t *testing.T) {

@@ -21,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/testpki"
+
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/bao"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/bao/baotest"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/config"
@@ -332,22 +334,5 @@ func identityJSON(t *testing.T) string {
 // selfSignedPEM is a certificate nothing else trusts: the wrong CA for OpenBao.
 func selfSignedPEM(t *testing.T) string {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(9),
-		Subject:               pkix.Name{CommonName: "some other CA"},
-		NotBefore:             time.Unix(0, 0),
-		NotAfter:              time.Unix(1<<33, 0),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
+	return string(testpki.NewCA(t, "some other CA").PEM)
 }
