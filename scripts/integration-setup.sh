@@ -25,7 +25,7 @@ step "docker engine $server answers"
 
 # 2. The CNCF registry from Debian (no public registry is reachable, so images are pushed here).
 if [ -x /usr/bin/docker-registry ]; then
-  step "docker-registry already installed: $(/usr/bin/docker-registry --version 2>&1 | head -n1)"
+  step "docker-registry already installed: $(/usr/bin/docker-registry --version 2>&1 | sed -n 1p)"
 else
   command -v apt-get >/dev/null || fail "docker-registry is missing and there is no apt-get to install it"
   sudo=""
@@ -42,7 +42,7 @@ else
     $sudo systemctl disable --now docker-registry >/dev/null 2>&1 || true
   fi
   [ -x /usr/bin/docker-registry ] || fail "docker-registry installed but /usr/bin/docker-registry is absent"
-  step "installed docker-registry: $(/usr/bin/docker-registry --version 2>&1 | head -n1)"
+  step "installed docker-registry: $(/usr/bin/docker-registry --version 2>&1 | sed -n 1p)"
 fi
 
 # 3. docker compose v2 in a system plugin dir (the agent runs with its own DOCKER_CONFIG).
@@ -59,6 +59,6 @@ bao=$("$here/build-bao.sh") || fail "scripts/build-bao.sh"
 bao=$(realpath "$bao")
 [ -x "$bao" ] || fail "build-bao.sh printed $bao, which is not executable"
 "$bao" version >/dev/null 2>&1 || fail "$bao does not run"
-step "openbao: $("$bao" version 2>&1 | head -n1) at $bao (export MONKY_BAO_BIN=$bao to skip the script in tests)"
+step "openbao: $("$bao" version 2>&1 | sed -n 1p) at $bao (export MONKY_BAO_BIN=$bao to skip the script in tests)"
 
 say "ready in $((SECONDS - t0))s: go test -tags integration ./internal/itest/..."
