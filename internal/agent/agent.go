@@ -7,8 +7,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"time"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/bao"
@@ -87,11 +89,13 @@ type Agent struct {
 	opt  Options
 
 	// per-tick
-	st      *state.State
-	token   secret.Value
-	redact  *secret.Redactor
-	baoAddr string
-	vault   protocol.Vault
+	st    *state.State
+	token secret.Value
+	// dockerInfoFresh: `docker info` already ran this tick (the cache in st is current).
+	dockerInfoFresh bool
+	redact          *secret.Redactor
+	baoAddr         string
+	vault           protocol.Vault
 }
 
 // New returns an Agent for cfg.
@@ -150,26 +154,36 @@ func (a *Agent) Tick(ctx context.Context) error {
 
 // Run runs one tick; the caller holds the lock (WithLock).
 func (a *Agent) Run(ctx context.Context) error {
-	cfg := a.cfg
 	if err := a.step("lock"); err != nil {
 		return err
 	}
 	var err error
 	a.redact = &secret.Redactor{}
+	a.dockerInfoFresh = false
 	a.st, err = a.loadState()
 	if err != nil {
 		return err
 	}
 	a.noteVersion()
-	a.baoAddr = cfg.Bao.Addr
+	a.adoptVault(protocol.Vault{}) // the config's OpenBao until a check-in says otherwise
 
 	err = a.run(ctx)
-	if a.cfg.LaptopMode && errors.Is(err, ErrTemporary) {
-		a.log.Info("laptop mode: tenancy unreachable; nothing to do", "why", a.redact.Redact(err.Error()))
+	var off *tenancyUnreachable
+	if errors.As(err, &off) {
+		// PROTOCOL step 2: a laptop off the mesh is not a fault. Only the check-in's transport
+		// failure qualifies; any other temporary failure is a box that reached tenancy and
+		// still could not work, and keeps its exit 75.
+		a.log.Info("laptop mode: tenancy unreachable; nothing to do", "why", a.redact.Redact(off.err.Error()))
 		return nil
 	}
 	return err
 }
+
+// tenancyUnreachable is a check-in that got no answer, or a 5xx, in laptop mode.
+type tenancyUnreachable struct{ err error }
+
+func (e *tenancyUnreachable) Error() string { return e.err.Error() }
+func (e *tenancyUnreachable) Unwrap() error { return e.err }
 
 func (a *Agent) run(ctx context.Context) error {
 	if err := a.ensureToken(ctx); err != nil {
@@ -225,10 +239,28 @@ func (a *Agent) loadState() (*state.State, error) {
 // noteVersion records the agent's own version, remembering the previous one until a check-in
 // has carried it as upgraded_from: that is how fleetctl's gate sees an upgrade land.
 //
-// A state file the Python agent (≤ 0.1.9) left has no version in it: the upgrade is still
-// reported, as "unknown", rather than not at all.
+// A state file the Python agent (≤ 0.1.9) left has no version in it: the version comes from the
+// file the package's postinst leaves in the state directory, else the upgrade is still reported,
+// as "unknown", rather than not at all.
 func (a *Agent) noteVersion() {
 	a.st.NoteAgentVersion(version.Version)
+	if a.st.PendingUpgradeFrom != state.PriorVersionUnknown {
+		return
+	}
+	path := filepath.Join(a.cfg.StateDir, state.UpgradedFromFile)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return
+	}
+	prior := ""
+	if err == nil {
+		prior, err = state.ParseUpgradedFrom(b)
+	}
+	if err != nil {
+		a.log.Warn("the package's upgraded-from file is unusable; reporting the upgrade as from unknown", "path", path, "error", err.Error())
+		return
+	}
+	a.st.NameUnknownPrior(prior)
 }
 
 func (a *Agent) saveState() error {
@@ -236,7 +268,7 @@ func (a *Agent) saveState() error {
 }
 
 // adoptVault takes the check-in's OpenBao coordinates for this tick where they differ from the
-// config: tenancy knows where the env's secrets live.
+// config: tenancy knows where the env's secrets live. An empty v sets the config's.
 func (a *Agent) adoptVault(v protocol.Vault) {
 	a.vault = protocol.Vault{
 		Addr:      a.cfg.Bao.Addr,

@@ -140,16 +140,14 @@ func checkEnvComplete(b *bundle.Bundle) error {
 // the headroom floor, or a nearly full box dies mid-pull with an error that reads like a
 // registry fault (seed 0.1.8).
 func (a *Agent) checkDisk(ctx context.Context, b *bundle.Bundle) error {
-	info, err := a.deps.Docker.Info(ctx)
-	if err != nil {
-		return err
+	if !a.dockerInfoFresh {
+		info, err := a.deps.Docker.Info(ctx)
+		if err != nil {
+			return err
+		}
+		a.noteDockerInfo(info)
 	}
-	if info.DockerRootDir == "" {
-		info.DockerRootDir = "/var/lib/docker" // an engine that does not say: its default
-	}
-	a.st.DockerRootDir = info.DockerRootDir
-	a.st.DockerVersion = info.ServerVersion
-	free, measured, err := a.deps.Disk.Tightest(storagePaths(a.cfg, info.DockerRootDir))
+	free, measured, err := a.deps.Disk.Tightest(storagePaths(a.cfg, a.st.DockerRootDir))
 	if err != nil {
 		return fmt.Errorf("disk: %w", err)
 	}
@@ -202,7 +200,8 @@ func (a *Agent) readSecrets(ctx context.Context, b *bundle.Bundle, paths []strin
 			reqs[i].Name = registryName
 		}
 	}
-	client, err := a.deps.NewBao(a.baoAddr)
+	// The token reads at the OpenBao that minted it (a lease's addr may differ from the tick's).
+	client, err := a.deps.NewBao(a.tokenAddr())
 	if err != nil {
 		return nil, err
 	}

@@ -2,7 +2,12 @@ package agent
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/compose"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/tenancy"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/config"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/diskspace"
@@ -17,14 +22,18 @@ import (
 // shows: among it the timer's state, so a box whose timer an upgrade disabled is seen for what
 // it is while its last check-ins are still fresh.
 func (a *Agent) checkin(ctx context.Context) (*protocol.CheckinResponse, error) {
+	a.refreshDockerFacts(ctx)
 	req := a.checkinRequest(ctx)
 	var resp *protocol.CheckinResponse
-	err := a.withAuth(ctx, "tenancy: checkin", func(tok secret.Value) error {
+	err := a.authCall(ctx, "tenancy: checkin", func(tok secret.Value) error {
 		var err error
 		resp, err = a.deps.Tenancy.Checkin(ctx, tok, req)
 		return err
 	})
-	if err != nil {
+	if a.cfg.LaptopMode && errors.Is(err, tenancy.ErrTemporary) {
+		return nil, &tenancyUnreachable{err: fmt.Errorf("%w: %w", err, ErrTemporary)}
+	}
+	if err = a.classify("tenancy: checkin", err); err != nil {
 		return nil, err
 	}
 	a.log.Info("checkin: action=" + resp.Action + " desired=" + short(resp.DesiredSha) + " applied=" + short(a.st.AppliedSha))
@@ -33,6 +42,40 @@ func (a *Agent) checkin(ctx context.Context) (*protocol.CheckinResponse, error) 
 	}
 	a.st.CheckinSucceeded(a.deps.Now().UTC())
 	return resp, a.saveState()
+}
+
+// dockerFactsMaxAge is how old the cached `docker info` may grow before a tick refreshes it: a
+// docker upgrade shows within a few hours, and a converged tick stays one check-in, one
+// `compose ps` and one report (no docker call of its own) the rest of the time.
+const dockerFactsMaxAge = 6 * time.Hour
+
+// refreshDockerFacts runs `docker info` when the cache the check-in reports from is empty (a
+// box migrated from the Python agent keeps its applied sha and may never apply again) or older
+// than dockerFactsMaxAge. A failure leaves the cache as it is: the check-in then says what it
+// knew, or null.
+func (a *Agent) refreshDockerFacts(ctx context.Context) {
+	now := a.deps.Now().UTC()
+	if at := a.st.DockerInfoAt; a.st.DockerRootDir != "" && at != nil && now.Sub(*at) < dockerFactsMaxAge && !at.After(now) {
+		return
+	}
+	info, err := a.deps.Docker.Info(ctx)
+	if err != nil {
+		a.log.Warn("docker info failed; the check-in carries no fresh docker facts", "error", a.redact.Redact(err.Error()))
+		return
+	}
+	a.noteDockerInfo(info)
+}
+
+// noteDockerInfo caches what `docker info` said, for check-ins.
+func (a *Agent) noteDockerInfo(info compose.Info) {
+	if info.DockerRootDir == "" {
+		info.DockerRootDir = "/var/lib/docker" // an engine that does not say: its default
+	}
+	now := a.deps.Now().UTC()
+	a.st.DockerRootDir = info.DockerRootDir
+	a.st.DockerVersion = info.ServerVersion
+	a.st.DockerInfoAt = &now
+	a.dockerInfoFresh = true
 }
 
 func (a *Agent) checkinRequest(ctx context.Context) protocol.CheckinRequest {
@@ -76,7 +119,7 @@ func CheckinRequest(cfg *config.Config, st *state.State, t Telemetry) protocol.C
 		req.TokenTTLSec = &left
 	}
 	// Disk and docker facts come from the last `docker info` the agent made (refreshed on every
-	// apply): a converged tick stays one check-in, one `compose ps` and one report.
+	// apply, and by a tick when the cache is empty or older than dockerFactsMaxAge).
 	if st.DockerRootDir != "" && t.Disk != nil {
 		if free, _, err := t.Disk.Tightest(storagePaths(cfg, st.DockerRootDir)); err == nil {
 			req.DiskFreeBytes = &free

@@ -83,6 +83,48 @@ type harness struct {
 	cfgText string
 	// httpTransport, when set, carries every tenancy and OpenBao call (a transport under test).
 	httpTransport func() *http.Transport
+	// bao2 is the second fake OpenBao of newHarnessOpts' secondBao, nil otherwise.
+	bao2 *baotest.Server
+	// wrap, when set, may replace parts of the deps a tick runs with (recording wrappers).
+	wrap func(*agent.Deps)
+}
+
+// baos resolves a bearer at any of the fake OpenBaos, as real tenancy does at the one OpenBao
+// its tokens come from: a tick may be handed a second one by the check-in or a lease.
+type baos struct {
+	mu   sync.Mutex
+	list []*baotest.Server
+}
+
+func (b *baos) add(s *baotest.Server) {
+	b.mu.Lock()
+	b.list = append(b.list, s)
+	b.mu.Unlock()
+}
+
+func (b *baos) Verify(ctx context.Context, tok string) (envID, grantJTI string, err error) {
+	b.mu.Lock()
+	list := append([]*baotest.Server(nil), b.list...)
+	b.mu.Unlock()
+	for _, s := range list {
+		if envID, grantJTI, err = s.Verify(ctx, tok); err == nil {
+			return envID, grantJTI, nil
+		}
+	}
+	return "", "", err
+}
+
+// harnessOptions shape newHarnessOpts.
+type harnessOptions struct {
+	readLatency time.Duration
+	// tenancyBaoAddr, when set, is the OpenBao address the fake tenancy hands out in check-ins
+	// and leases (an intercept name for transport tests), else the fake OpenBao's own URL.
+	tenancyBaoAddr string
+	// secondBao, when set, starts a second fake OpenBao (h.bao2) with these options (key and
+	// clock filled in) whose tokens tenancy also accepts. Tenancy hands out its address, KV
+	// mount, auth mount and role; the config keeps naming the first one.
+	secondBao   *baotest.Options
+	extraConfig []string
 }
 
 type syncBuffer struct {
@@ -116,6 +158,12 @@ func newBenchHarness(t testing.TB, readLatency time.Duration) *harness {
 // tenancy hands out (an intercept name for transport tests), else the fake OpenBao's own URL.
 func newHarnessWith(t testing.TB, readLatency time.Duration, tenancyBaoAddr string, extraConfig ...string) *harness {
 	t.Helper()
+	return newHarnessOpts(t, harnessOptions{readLatency: readLatency, tenancyBaoAddr: tenancyBaoAddr, extraConfig: extraConfig})
+}
+
+func newHarnessOpts(t testing.TB, o harnessOptions) *harness {
+	t.Helper()
+	readLatency, tenancyBaoAddr, extraConfig := o.readLatency, o.tenancyBaoAddr, o.extraConfig
 	h := &harness{t: t, dir: t.TempDir(), clock: &clock{t: time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)}, logs: &syncBuffer{}}
 	var err error
 	h.signer, err = grant.NewSigner("monky-tenancy-test")
@@ -125,10 +173,20 @@ func newHarnessWith(t testing.TB, readLatency time.Duration, tenancyBaoAddr stri
 	h.signer.Clock = h.clock.Now
 	h.bao = baotest.Start(baotest.Options{PublicKey: h.signer.PublicKey(), Clock: h.clock.Now, ReadLatency: readLatency})
 	t.Cleanup(h.bao.Close)
+	verifier := &baos{list: []*baotest.Server{h.bao}}
 	if tenancyBaoAddr == "" {
 		tenancyBaoAddr = h.bao.URL
 	}
-	h.ten = tenancytest.Start(tenancytest.Options{Verifier: h.bao, Signer: h.signer, BaoAddr: tenancyBaoAddr, Clock: h.clock.Now})
+	topts := tenancytest.Options{Verifier: verifier, Signer: h.signer, BaoAddr: tenancyBaoAddr, Clock: h.clock.Now}
+	if o.secondBao != nil {
+		bo := *o.secondBao
+		bo.PublicKey, bo.Clock = h.signer.PublicKey(), h.clock.Now
+		h.bao2 = baotest.Start(bo)
+		t.Cleanup(h.bao2.Close)
+		verifier.add(h.bao2)
+		topts.BaoAddr, topts.KVMount, topts.AuthMount, topts.AuthRole = h.bao2.URL, bo.KVMount, bo.AuthMount, bo.Role
+	}
+	h.ten = tenancytest.Start(topts)
 	t.Cleanup(h.ten.Close)
 	h.ten.AddEnv(env)
 
@@ -181,7 +239,7 @@ func (h *harness) deps() agent.Deps {
 		newTransport = h.httpTransport
 	}
 	hc := &http.Client{Transport: newTransport(), Timeout: 10 * time.Second}
-	return agent.Deps{
+	d := agent.Deps{
 		Log:     slog.New(journal.New(h.logs, slog.LevelDebug)),
 		Tenancy: tenancy.New(h.cfg.TenancyURL(), hc),
 		NewBao: func(addr string) (agent.Bao, error) {
@@ -208,13 +266,22 @@ func (h *harness) deps() agent.Deps {
 		Hostname: "qa-02",
 		Step:     h.step,
 	}
+	if h.wrap != nil {
+		h.wrap(&d)
+	}
+	return d
 }
 
 // tick runs one tick and returns its exit code.
 func (h *harness) tick() int {
 	h.t.Helper()
-	err := agent.New(h.cfg, h.deps(), agent.Options{Prune: h.prune}).Tick(context.Background())
-	return agent.ExitCode(err)
+	return agent.ExitCode(h.tickErr())
+}
+
+// tickErr runs one tick and returns its error, which the CLI prints.
+func (h *harness) tickErr() error {
+	h.t.Helper()
+	return agent.New(h.cfg, h.deps(), agent.Options{Prune: h.prune}).Tick(context.Background())
 }
 
 func (h *harness) state() *state.State {
@@ -243,6 +310,7 @@ type bundleSpec struct {
 	agent    map[string]any
 	extra    map[string]string
 	noMeta   bool
+	pull     string // bundle.json pull; "" is always
 }
 
 const defaultCompose = `services:
@@ -285,8 +353,12 @@ func makeFiles(s bundleSpec) map[string]string {
 		"manifest.json":      s.manifest,
 	}
 	if !s.noMeta {
+		pull := s.pull
+		if pull == "" {
+			pull = "always"
+		}
 		meta := map[string]any{
-			"address": "monky/see", "pull": "always", "secrets_provider": "openbao",
+			"address": "monky/see", "pull": pull, "secrets_provider": "openbao",
 			"compose_file": "docker-compose.yml",
 			"files":        []string{"docker-compose.yml", ".env.template", "manifest.json"},
 		}

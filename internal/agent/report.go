@@ -21,7 +21,9 @@ import (
 func (a *Agent) report(ctx context.Context, r protocol.Report) {
 	r.EnvID = a.cfg.EnvID
 	r.AgentVersion = version.Version
-	r.Detail = a.redact.Truncate(r.Detail, protocol.MaxDetail)
+	// A detail keeps its start (a refusal's `CODE:` and first findings), a log tail its end
+	// (the last lines explain a failure).
+	r.Detail = a.cutDetail(r.Detail)
 	r.LogTail = a.redact.Truncate(r.LogTail, protocol.MaxLogTail)
 	if r.Containers == nil {
 		r.Containers = []protocol.Container{}
@@ -73,17 +75,16 @@ func (a *Agent) failWith(ctx context.Context, sha, detail, logTail string, cs []
 func (a *Agent) record(sha, result, detail string) {
 	a.st.LastSha = sha
 	a.st.LastResult = result
-	a.st.LastDetail = truncate(detail, protocol.MaxDetail)
+	a.st.LastDetail = a.cutDetail(detail)
 	if err := a.saveState(); err != nil {
 		a.log.Warn("state not saved", "error", err.Error())
 	}
 }
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n]
+// cutDetail is a detail as reported and as kept in state.last_detail: redacted, and cut to
+// protocol.MaxDetail bytes keeping its start, so `status` and tenancy show the same text.
+func (a *Agent) cutDetail(detail string) string {
+	return a.redact.TruncateHead(detail, protocol.MaxDetail)
 }
 
 // heartbeat looks at the running project and reports healthy or unhealthy.
@@ -109,7 +110,7 @@ func (a *Agent) heartbeat(ctx context.Context, resp *protocol.CheckinResponse) e
 		detail := a.redact.Redact("compose ps: " + err.Error())
 		a.log.Warn("unhealthy: " + detail)
 		a.st.LastResult = protocol.ResultUnhealthy
-		a.st.LastDetail = truncate(detail, protocol.MaxDetail)
+		a.st.LastDetail = a.cutDetail(detail)
 		a.report(ctx, protocol.Report{Sha: a.st.AppliedSha, Result: protocol.ResultUnhealthy, Detail: detail})
 		return a.saveState()
 	}
@@ -120,7 +121,7 @@ func (a *Agent) heartbeat(ctx context.Context, resp *protocol.CheckinResponse) e
 		}
 		a.log.Warn("unhealthy: " + detail)
 		a.st.LastResult = protocol.ResultUnhealthy
-		a.st.LastDetail = truncate(detail, protocol.MaxDetail)
+		a.st.LastDetail = a.cutDetail(detail)
 		a.report(ctx, protocol.Report{Sha: a.st.AppliedSha, Result: protocol.ResultUnhealthy, Detail: detail, Containers: cs})
 		return a.saveState()
 	}

@@ -1,14 +1,22 @@
 package agent_test
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/bao"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/state"
 )
 
@@ -83,35 +91,125 @@ func assertNoTempFiles(t *testing.T, root string) {
 	})
 }
 
+// issued records every token the fake OpenBao handed the agent and every grant the fake tenancy
+// signed for it, through wrappers around the real clients.
+type issued struct {
+	mu     sync.Mutex
+	values map[string]string // value → what it is
+}
+
+func (i *issued) add(what, v string) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if v != "" {
+		i.values[v] = fmt.Sprintf("%s #%d", what, len(i.values))
+	}
+}
+
+type recordingBao struct {
+	agent.Bao
+	rec *issued
+}
+
+func (b recordingBao) Login(ctx context.Context, mount, role string, jwt secret.Value) (bao.Token, error) {
+	tok, err := b.Bao.Login(ctx, mount, role, jwt)
+	b.rec.add("OpenBao token", tok.Value.Reveal())
+	return tok, err
+}
+
+func (b recordingBao) RenewSelf(ctx context.Context, token secret.Value) (bao.Token, error) {
+	tok, err := b.Bao.RenewSelf(ctx, token)
+	b.rec.add("renewed OpenBao token", tok.Value.Reveal())
+	return tok, err
+}
+
+type recordingTenancy struct {
+	agent.Tenancy
+	rec *issued
+}
+
+func (t recordingTenancy) Lease(ctx context.Context, token secret.Value, envID, reason string) (*protocol.LeaseResponse, error) {
+	resp, err := t.Tenancy.Lease(ctx, token, envID, reason)
+	if resp != nil {
+		t.rec.add("lease login_jwt", resp.LoginJWT)
+	}
+	return resp, err
+}
+
 // No secret value, token or grant appears in anything the tick wrote that is not meant to hold
-// it: the journal, the reports, state.json, errors, and the argv and env of docker calls.
+// it: the journal, the reports, state.json, the errors a tick returns (the CLI prints them), and
+// the argv and env of docker calls. Every token OpenBao issued is looked for, the revoked
+// bootstrap-era one and those dropped on a 401 included, and every grant tenancy signed.
 func TestSecretsNeverLeak(t *testing.T) {
 	h := newHarness(t)
+	rec := &issued{values: map[string]string{}}
+	h.wrap = func(d *agent.Deps) {
+		newBao := d.NewBao
+		d.NewBao = func(addr string) (agent.Bao, error) {
+			c, err := newBao(addr)
+			return recordingBao{Bao: c, rec: rec}, err
+		}
+		d.Tenancy = recordingTenancy{Tenancy: d.Tenancy, rec: rec}
+	}
+	var errs []string
+	tick := func(want int) {
+		t.Helper()
+		err := h.tickErr()
+		if got := agent.ExitCode(err); got != want {
+			t.Fatalf("tick exit %d, want %d: %v", got, want, err)
+		}
+		if err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
 	grant, _ := os.ReadFile(h.cfg.BootstrapFile)
+	rec.add("bootstrap grant", strings.TrimSpace(string(grant)))
 	h.docker.Logs = "api-1 | GEMINI=" + geminiKey + "\napi-1 | pw " + dbPassword + " " + registryPwd + "\n"
 	h.desire(bundleSpec{})
-	h.expectExit(agent.ExitOK)
-	h.expectExit(agent.ExitOK)
+	tick(agent.ExitOK)
+	tick(agent.ExitOK)
 	// A failing apply whose logs and pull output echo secrets.
 	h.docker.PullFail = "pull failed for robot$pull:" + registryPwd + " with " + dbPassword
 	h.desire(bundleSpec{template: defaultTemplate + "V=2\n"})
-	h.expectExit(agent.ExitFailed)
+	tick(agent.ExitFailed)
 	h.docker.PullFail = ""
 	h.docker.Health["api"] = "unhealthy"
 	h.desire(bundleSpec{template: defaultTemplate + "V=3\n"})
-	h.expectExit(agent.ExitFailed)
+	tick(agent.ExitFailed)
+	// A kit re-reveal: the token is refused, a new grant logs in, and the next apply leases.
+	h.docker.Health["api"] = ""
+	h.writeBootstrap()
+	grant, _ = os.ReadFile(h.cfg.BootstrapFile)
+	rec.add("second bootstrap grant", strings.TrimSpace(string(grant)))
+	h.desire(bundleSpec{template: defaultTemplate + "V=4\n"})
+	tick(agent.ExitOK)
+	// A KV read refused: the error names the path.
+	h.bao.FailNext("monky/data/env-qa-02/see/db_password", http.StatusForbidden, 1)
+	h.desire(bundleSpec{template: defaultTemplate + "V=5\n"})
+	tick(agent.ExitFailed)
+	if len(errs) != 3 {
+		t.Fatalf("tick errors = %q, want three", errs)
+	}
+	if n := len(rec.values); n < 7 { // 2 grants, 2 lease grants, 2 bootstrap tokens, 2 lease tokens
+		t.Fatalf("only %d tokens and grants recorded: %v", n, rec.values)
+	}
 
-	token, _ := os.ReadFile(h.cfg.TokenPath())
 	secrets := map[string]string{
 		"gemini key": geminiKey, "db password": dbPassword, "registry password": registryPwd,
-		"bootstrap grant": strings.TrimSpace(string(grant)), "token": strings.TrimSpace(string(token)),
 	}
-	var haystacks = map[string]string{"journal": h.logs.String()}
+	for v, what := range rec.values {
+		secrets[what] = v
+	}
+	var haystacks = map[string]string{"journal": h.logs.String(), "tick errors": strings.Join(errs, "\n")}
 	for i, r := range h.ten.Reports(env) {
 		haystacks["report "+string(rune('0'+i))] = r.Report.Detail + "\n" + r.Report.LogTail
 	}
 	st, _ := os.ReadFile(h.cfg.StatePath())
 	haystacks["state.json"] = string(st)
+	for _, c := range h.ten.Checkins(env) {
+		b, _ := json.Marshal(c.Request)
+		haystacks["check-in"] += string(b)
+	}
 	for _, c := range h.docker.Calls() {
 		haystacks["docker call "+c.String()] = c.String() + "\n" + strings.Join(c.Env, "\n")
 	}

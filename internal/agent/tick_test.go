@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -14,7 +15,9 @@ import (
 	"time"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/bao/baotest"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/state"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/tenancy/tenancytest"
 )
 
@@ -490,8 +493,12 @@ func TestUnauthenticatedWithoutAGrantAsksForTheKit(t *testing.T) {
 func TestNoTokenAndNoGrant(t *testing.T) {
 	h := newHarness(t)
 	os.Remove(h.cfg.BootstrapFile)
-	h.expectExit(agent.ExitFailed)
-	h.expectLog("")
+	err := h.tickErr()
+	// The CLI prints the error: it names the missing grant and what to do.
+	want := "no OpenBao token and no bootstrap grant at " + h.cfg.BootstrapFile + ": re-run the install kit"
+	if agent.ExitCode(err) != agent.ExitFailed || !errors.Is(err, agent.ErrNeedsKit) || err.Error() != want {
+		t.Errorf("error = %v, want %q (exit 1)", err, want)
+	}
 	if len(h.ten.Checkins(env)) != 0 {
 		t.Error("checked in without a token")
 	}
@@ -533,12 +540,52 @@ func TestTemporaryFailures(t *testing.T) {
 		h.ten.Close()
 		h.expectExit(agent.ExitTemporary)
 	})
-	t.Run("laptop mode exits 0 quietly when tenancy is unreachable", func(t *testing.T) {
+}
+
+// Laptop mode: a check-in that gets no answer (or a 5xx) is a laptop off the mesh, exit 0 with
+// one info line; every other temporary failure keeps exit 75.
+func TestLaptopMode(t *testing.T) {
+	quiet := func(t *testing.T, h *harness) {
+		t.Helper()
+		h.expectExit(agent.ExitOK)
+		lines := strings.Split(strings.TrimSpace(h.logs.String()), "\n")
+		last := lines[len(lines)-1]
+		if !strings.HasPrefix(last, "INFO laptop mode: tenancy unreachable; nothing to do") || strings.Contains(h.logs.String(), "WARN") {
+			t.Errorf("journal, want one info line for the offline tick:\n%s", h.logs.String())
+		}
+	}
+	t.Run("tenancy unreachable", func(t *testing.T) {
 		h := newHarness(t, "laptop_mode: true")
 		h.desire(bundleSpec{})
+		h.expectExit(agent.ExitOK) // bootstrapped and applied while on the mesh
 		h.ten.Close()
+		h.logs = &syncBuffer{}
+		quiet(t, h)
+	})
+	t.Run("check-in 503", func(t *testing.T) {
+		h := newHarness(t, "laptop_mode: true")
+		h.desire(bundleSpec{})
 		h.expectExit(agent.ExitOK)
-		h.expectLog("laptop mode")
+		h.ten.FailNext(tenancytest.Checkin, http.StatusServiceUnavailable, "", 1)
+		h.logs = &syncBuffer{}
+		quiet(t, h)
+	})
+	t.Run("bundle 502 is not offline", func(t *testing.T) {
+		h := newHarness(t, "laptop_mode: true")
+		h.desire(bundleSpec{})
+		h.ten.FailNext(tenancytest.Bundle, http.StatusBadGateway, "", 1)
+		h.expectExit(agent.ExitTemporary)
+	})
+	t.Run("OpenBao down is not offline", func(t *testing.T) {
+		h := newHarness(t, "laptop_mode: true")
+		h.desire(bundleSpec{})
+		h.expectExit(agent.ExitOK)
+		h.bao.FailNext("auth/token/lookup-self", http.StatusServiceUnavailable, 1)
+		h.desire(bundleSpec{template: defaultTemplate + "V=2\n"})
+		h.expectExit(agent.ExitTemporary)
+		if strings.Contains(h.logs.String(), "laptop mode") {
+			t.Error("an OpenBao failure was taken for tenancy being unreachable")
+		}
 	})
 }
 
@@ -577,6 +624,45 @@ func TestUpgradedFromOnTheFirstCheckinAfterAVersionChange(t *testing.T) {
 	}
 }
 
+// The Python agent's state.json records no version: the package's postinst names it instead,
+// and a file that cannot be a version is not sent on.
+func TestUpgradedFromThePythonAgent(t *testing.T) {
+	for _, tc := range []struct {
+		name, file, want, log string
+	}{
+		{"the package names it", "0.1.9\n", "0.1.9", ""},
+		{"no file", "", state.PriorVersionUnknown, ""},
+		{"garbage in the file", "0.1.9; rm -rf /\n", state.PriorVersionUnknown, "upgraded-from file is unusable"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.desire(bundleSpec{})
+			h.expectExit(agent.ExitOK)
+			st := h.state()
+			st.AgentVersion, st.PendingUpgradeFrom = "", "" // as the Python agent left it
+			saveState(t, h, st)
+			if tc.file != "" {
+				if err := os.WriteFile(filepath.Join(h.cfg.StateDir, state.UpgradedFromFile), []byte(tc.file), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			h.expectExit(agent.ExitOK)
+			cs := h.ten.Checkins(env)
+			if got := cs[len(cs)-1].Request.UpgradedFrom; got != tc.want {
+				t.Errorf("upgraded_from = %q, want %q", got, tc.want)
+			}
+			if tc.log != "" {
+				h.expectLog(tc.log)
+			}
+			h.expectExit(agent.ExitOK)
+			cs = h.ten.Checkins(env)
+			if got := cs[len(cs)-1].Request.UpgradedFrom; got != "" {
+				t.Errorf("upgraded_from = %q on the next check-in: the file is read only for an unknown prior version", got)
+			}
+		})
+	}
+}
+
 func TestCheckinCarriesTelemetry(t *testing.T) {
 	h := newHarness(t)
 	yes := true
@@ -599,12 +685,32 @@ func TestCheckinCarriesTelemetry(t *testing.T) {
 	}
 }
 
+// The check-in's vault block names another OpenBao, KV mount and prefix than the config; the
+// secrets exist only there, so the apply works only if all three are adopted.
 func TestVaultSettingsFromTheCheckinAreAdopted(t *testing.T) {
-	h := newHarness(t)
-	h.bao.Put("shared-prefix", "gemini_api_key", "value", geminiKey)
-	h.ten.SetVault(env, protocol.Vault{Prefix: env + "/see"})
-	h.desire(bundleSpec{})
+	h := newHarnessOpts(t, harnessOptions{secondBao: &baotest.Options{KVMount: "tenant-kv"}})
+	const prefix = env + "/see/relocated"
+	h.ten.SetVault(env, protocol.Vault{Addr: h.bao2.URL, Mount: "tenant-kv", Prefix: prefix, AuthMount: "jwt-tenancy", AuthRole: "see-env"})
+	h.bao2.PutData(prefix+"/gemini_api_key", map[string]any{"value": "adopted-gemini"})
+	h.bao2.PutData(prefix+"/db_password", map[string]any{"value": "adopted-db"})
+	h.bao2.PutData(prefix+"/registry", map[string]any{"value": "robot:" + registryPwd})
+	sha := h.desire(bundleSpec{})
 	h.expectExit(agent.ExitOK)
+	for _, p := range []string{"gemini_api_key", "db_password", "registry"} {
+		if n := h.bao2.ReadsOf(prefix + "/" + p); n != 1 {
+			t.Errorf("%s read %d times at the adopted OpenBao, mount and prefix, want 1", p, n)
+		}
+	}
+	if h.bao.Reads() != 0 {
+		t.Errorf("%d reads at the config's OpenBao", h.bao.Reads())
+	}
+	envText, _ := os.ReadFile(filepath.Join(h.cfg.EnvDir(), "releases", sha, ".env"))
+	if !strings.Contains(string(envText), "GEMINI_API_KEY=adopted-gemini\n") || !strings.Contains(string(envText), "DB_PASSWORD=adopted-db\n") {
+		t.Errorf(".env does not carry the adopted values:\n%s", envText)
+	}
+	for _, setting := range []string{"setting=addr", "setting=mount value=tenant-kv", "setting=prefix value=" + prefix} {
+		h.expectLog(setting)
+	}
 }
 
 func TestValuesSurviveOrAreRefusedByName(t *testing.T) {
@@ -614,22 +720,18 @@ func TestValuesSurviveOrAreRefusedByName(t *testing.T) {
 		template: "CERT=${CERT}\nGEMINI_API_KEY=${GEMINI_API_KEY}\n",
 		manifest: `{"entries": [{"var": "CERT", "path": "cert"}, {"var": "GEMINI_API_KEY", "path": "gemini_api_key"}]}`,
 	})
-	code := h.tick()
-	r := h.lastReport()
-	switch code {
-	case agent.ExitOK:
-		// Written quoted: compose reads it back byte-for-byte (checked against real compose in
-		// the integration tests).
-		envText, _ := os.ReadFile(filepath.Join(h.cfg.EnvDir(), "current", ".env"))
-		if !strings.Contains(string(envText), "line two") {
-			t.Errorf(".env lacks the multi-line value:\n%s", envText)
-		}
-	case agent.ExitFailed:
-		if !strings.Contains(r.Detail, "ENV_UNSAFE_VALUE: CERT") || strings.Contains(r.Detail, "line two") {
-			t.Errorf("refusal detail = %q", r.Detail)
-		}
-	default:
-		t.Fatalf("exit %d", code)
+	// A multi-line value is written double-quoted with \n escapes, one with quotes, `$` and `#`
+	// single-quoted: docker compose reads both back byte-for-byte (checked against real compose
+	// in the integration tests).
+	h.expectExit(agent.ExitOK)
+	envText, err := os.ReadFile(filepath.Join(h.cfg.EnvDir(), "current", ".env"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `CERT="-----BEGIN CERT-----\nline two\n-----END CERT-----"` + "\n" +
+		`GEMINI_API_KEY='` + geminiKey + `'` + "\n"
+	if string(envText) != want {
+		t.Errorf(".env =\n%s\nwant\n%s", envText, want)
 	}
 }
 
@@ -692,4 +794,120 @@ func TestHeartbeatWithoutCurrentLink(t *testing.T) {
 		t.Errorf("report = %+v", r)
 	}
 	h.expectLog("no current release link")
+}
+
+// A refusal with more findings than a detail holds keeps its start: the CODE: prefix and the
+// first findings, in the report and in state.last_detail alike; the journal keeps all of it.
+func TestLongRefusalKeepsItsCode(t *testing.T) {
+	h := newHarness(t)
+	var c strings.Builder
+	c.WriteString("services:\n")
+	for i := range 40 {
+		fmt.Fprintf(&c, "  svc%02d:\n    image: x/svc:1\n    privileged: true\n", i)
+	}
+	h.desire(bundleSpec{compose: c.String()})
+	h.expectExit(agent.ExitFailed)
+	r := h.lastReport()
+	if !strings.HasPrefix(r.Detail, "PRIVILEGED_REFUSED: svc00: privileged") || len(r.Detail) > protocol.MaxDetail || !strings.HasSuffix(r.Detail, "…") {
+		t.Errorf("detail (%d bytes) = %q", len(r.Detail), r.Detail)
+	}
+	if st := h.state(); st.LastDetail != r.Detail {
+		t.Errorf("state.last_detail differs from the report:\n%q\n%q", st.LastDetail, r.Detail)
+	}
+	h.expectLog("svc39: privileged")
+}
+
+// A retire clears applied_sha; re-activating the env with the release it last ran is no
+// rollback. An older release still is.
+func TestRedeployAfterRetire(t *testing.T) {
+	h := newHarness(t)
+	first := h.desire(bundleSpec{})
+	h.expectExit(agent.ExitOK)
+	second := h.desire(bundleSpec{template: defaultTemplate + "V=2\n"})
+	h.expectExit(agent.ExitOK)
+	h.ten.Retire(env, false)
+	h.expectExit(agent.ExitOK)
+
+	h.desire(bundleSpec{template: defaultTemplate + "V=2\n"})
+	h.expectExit(agent.ExitOK)
+	if r := h.lastReport(); r.Result != "applied" || r.Sha != second {
+		t.Errorf("re-activation with the last release: %+v", r)
+	}
+
+	h.ten.Retire(env, false)
+	h.expectExit(agent.ExitOK)
+	h.desire(bundleSpec{})
+	h.expectExit(agent.ExitFailed)
+	if r := h.lastReport(); r.Result != "refused" || !strings.HasPrefix(r.Detail, "ROLLBACK_REFUSED: "+first[:12]) {
+		t.Errorf("an older release after a retire: %+v", r)
+	}
+}
+
+func TestBundleHeaderShaMismatchIsAWarning(t *testing.T) {
+	h := newHarness(t)
+	h.ten.SetBundleHeader("X-Bundle-Sha", strings.Repeat("f", 64))
+	sha := h.desire(bundleSpec{})
+	h.expectExit(agent.ExitOK)
+	h.expectLog("WARN bundle header sha disagrees with its content env=env-qa-02 sha=" + sha[:12] + " header=ffffffffffff content=" + sha[:12])
+}
+
+func TestPullMissingReachesCompose(t *testing.T) {
+	h := newHarness(t)
+	h.desire(bundleSpec{pull: "missing"})
+	h.expectExit(agent.ExitOK)
+	if h.docker.Count("compose pull --policy missing") != 1 {
+		t.Errorf("docker calls = %q, want one `compose pull --policy missing`", h.docker.Subcommands())
+	}
+	h.expectLog("compose pull env=env-qa-02 policy=missing")
+}
+
+// PROTOCOL: a 403 on a KV read names the path (not a value) and fails the apply.
+func TestForbiddenReadNamesThePath(t *testing.T) {
+	h := newHarness(t)
+	h.bao.FailNext("monky/data/env-qa-02/see/db_password", http.StatusForbidden, 1)
+	h.desire(bundleSpec{})
+	h.expectExit(agent.ExitFailed)
+	r := h.lastReport()
+	if r.Result != "failed" || !strings.Contains(r.Detail, `"env-qa-02/see/db_password"`) || !strings.Contains(r.Detail, "forbidden") {
+		t.Errorf("report = %+v", r)
+	}
+	if h.docker.Count("compose up") != 0 {
+		t.Error("compose ran after a refused read")
+	}
+}
+
+// A box migrated from the Python agent keeps its applied sha and may never apply again: its
+// heartbeat ticks fill the empty docker cache once, and refresh it only when it grows old.
+func TestHeartbeatFillsAnEmptyDockerCache(t *testing.T) {
+	h := newHarness(t)
+	h.desire(bundleSpec{})
+	h.expectExit(agent.ExitOK)
+	st := h.state()
+	st.DockerRootDir, st.DockerVersion, st.DockerInfoAt = "", "", nil
+	saveState(t, h, st)
+	calls := len(h.docker.Calls())
+
+	h.expectExit(agent.ExitOK)
+	if got := h.docker.Subcommands()[calls:]; !slices.Equal(got, []string{"info --format {{json .}}", "compose ps -a --format json"}) {
+		t.Errorf("heartbeat with an empty cache ran %q", got)
+	}
+	cs := h.ten.Checkins(env)
+	if req := cs[len(cs)-1].Request; req.DockerVersion != "29.0.1" || req.DiskFreeBytes == nil {
+		t.Errorf("check-in: docker_version %q disk_free_bytes %v", req.DockerVersion, req.DiskFreeBytes)
+	}
+
+	calls = len(h.docker.Calls())
+	h.clock.Advance(time.Hour)
+	h.expectExit(agent.ExitOK)
+	if got := h.docker.Subcommands()[calls:]; !slices.Equal(got, []string{"compose ps -a --format json"}) {
+		t.Errorf("a converged tick with a fresh cache ran %q", got)
+	}
+
+	h.docker.ServerVersion = "29.1.0" // docker upgraded
+	h.clock.Advance(6 * time.Hour)
+	h.expectExit(agent.ExitOK)
+	cs = h.ten.Checkins(env)
+	if req := cs[len(cs)-1].Request; req.DockerVersion != "29.1.0" {
+		t.Errorf("docker_version %q after the cache aged, want the upgraded 29.1.0", req.DockerVersion)
+	}
 }

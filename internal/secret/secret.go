@@ -93,7 +93,8 @@ func (r *Redactor) Redact(s string) string {
 }
 
 // Truncate redacts s and cuts it to at most n bytes, keeping the END (the last lines of a log
-// are the ones that explain a failure) and never splitting a UTF-8 sequence.
+// are the ones that explain a failure) and never splitting a UTF-8 sequence. It is for log
+// tails; a detail is cut with TruncateHead.
 func (r *Redactor) Truncate(s string, n int) string {
 	s = r.Redact(s)
 	if len(s) <= n {
@@ -106,4 +107,26 @@ func (r *Redactor) Truncate(s string, n int) string {
 		}
 	}
 	return s
+}
+
+// ellipsis marks a detail that TruncateHead cut.
+const ellipsis = "…"
+
+// TruncateHead redacts s and cuts it to at most n bytes, keeping the START and ending in "…"
+// when it cut, never splitting a UTF-8 sequence. A detail reads from its start: a refusal's
+// `CODE:` prefix and its first findings are what tenancy and fleetctl show, and what an
+// operator greps for.
+func (r *Redactor) TruncateHead(s string, n int) string {
+	s = r.Redact(s)
+	if len(s) <= n {
+		return s
+	}
+	if n < len(ellipsis) {
+		return ""
+	}
+	cut := n - len(ellipsis)
+	for cut > 0 && s[cut]&0xC0 == 0x80 {
+		cut-- // s[cut] continues a sequence: cut before the sequence starts
+	}
+	return s[:cut] + ellipsis
 }

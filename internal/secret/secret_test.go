@@ -92,3 +92,24 @@ func FuzzRedact(f *testing.F) {
 		}
 	})
 }
+
+func TestTruncateHeadKeepsTheStart(t *testing.T) {
+	r := &Redactor{}
+	r.Add("topsecret")
+	for _, tc := range []struct {
+		in   string
+		n    int
+		want string
+	}{
+		{"PRIVILEGED_REFUSED: a: privileged, b: privileged", 100, "PRIVILEGED_REFUSED: a: privileged, b: privileged"},
+		{"CODE: topsecret " + strings.Repeat("x", 50), 24, "CODE: *** xxxxxxxxxxx…"},
+		// "é" is two bytes: the cut never lands inside one.
+		{"ab" + strings.Repeat("é", 10), 8, "abé…"},
+		{"abcdef", 2, ""},
+	} {
+		got := r.TruncateHead(tc.in, tc.n)
+		if got != tc.want || len(got) > tc.n {
+			t.Errorf("TruncateHead(%q, %d) = %q (%d bytes), want %q", tc.in, tc.n, got, len(got), tc.want)
+		}
+	}
+}

@@ -51,10 +51,15 @@ type State struct {
 	// LastCheckinAt and LastApplyAt are nil until the first check-in / apply.
 	LastCheckinAt *time.Time `json:"last_checkin_at,omitempty"`
 	LastApplyAt   *time.Time `json:"last_apply_at,omitempty"`
-	// DockerRootDir and DockerVersion cache the last `docker info`, so a converged tick can
-	// report disk and docker facts without running it again.
-	DockerRootDir string `json:"docker_root_dir,omitempty"`
-	DockerVersion string `json:"docker_version,omitempty"`
+	// DockerRootDir and DockerVersion cache the last `docker info`, taken at DockerInfoAt, so a
+	// converged tick can report disk and docker facts without running it again.
+	DockerRootDir string     `json:"docker_root_dir,omitempty"`
+	DockerVersion string     `json:"docker_version,omitempty"`
+	DockerInfoAt  *time.Time `json:"docker_info_at,omitempty"`
+	// PendingLease describes a lease grant tenancy handed out whose OpenBao login failed for a
+	// temporary reason; the grant itself is in <state_dir>/lease.jwt. The next tick logs in with
+	// it instead of leasing again: tenancy allows 5 leases an hour (seed 0.1.6).
+	PendingLease *PendingLease `json:"pending_lease,omitempty"`
 
 	// extra keeps fields this version does not know, so a downgrade or a newer writer loses
 	// nothing when this version saves.
@@ -67,8 +72,19 @@ type TokenMeta struct {
 	Accessor   string    `json:"accessor,omitempty"`
 	ObtainedAt time.Time `json:"obtained_at,omitzero"`
 	TTLSec     int64     `json:"ttl_s,omitempty"`
+	// Addr is the OpenBao the token was minted by, the only one that knows it ("" in a state an
+	// older agent wrote: the tick's OpenBao address is then assumed).
+	Addr string `json:"addr,omitempty"`
 
 	extra map[string]json.RawMessage
+}
+
+// PendingLease is where the leased grant in lease.jwt logs in, and until when it is valid.
+type PendingLease struct {
+	Addr      string    `json:"addr"`
+	Mount     string    `json:"mount"`
+	Role      string    `json:"role"`
+	ExpiresAt time.Time `json:"expires_at"`
 }
 
 // CorruptError is a state file that exists but cannot be read as a state: the caller decides
@@ -113,9 +129,21 @@ func Save(path string, s *State) error {
 	return nil
 }
 
-// IsRollback reports whether sha was applied before and is not the release applied now.
+// IsRollback reports whether sha was applied before and is not the current release. The
+// current release is AppliedSha, or after a retire (which clears AppliedSha) the newest entry
+// of History: re-activating a retired env with the release it last ran is no rollback.
 func (s *State) IsRollback(sha string) bool {
-	return sha != "" && sha != s.AppliedSha && slices.Contains(s.History, sha)
+	return sha != "" && sha != s.currentRelease() && slices.Contains(s.History, sha)
+}
+
+func (s *State) currentRelease() string {
+	if s.AppliedSha != "" {
+		return s.AppliedSha
+	}
+	if n := len(s.History); n > 0 {
+		return s.History[n-1]
+	}
+	return ""
 }
 
 // AddHistory appends sha to History, or moves it to the end if it is already there.
@@ -148,6 +176,38 @@ func (s *State) NoteAgentVersion(v string) {
 	s.AgentVersion = v
 }
 
+// UpgradedFromFile is the file, in the state directory, where the package's postinst leaves the
+// version it upgraded from. Only an upgrade from the Python agent needs it: that agent's
+// state.json records no version of its own.
+const UpgradedFromFile = "upgraded-from"
+
+// ParseUpgradedFrom reads the postinst's upgraded-from file: one version, an optional trailing
+// newline, at most 64 characters of [0-9A-Za-z.+~:-] (what a Debian version may hold).
+func ParseUpgradedFrom(b []byte) (string, error) {
+	v := strings.TrimSuffix(string(b), "\n")
+	switch {
+	case v == "":
+		return "", errors.New("upgraded-from: empty")
+	case len(v) > 64:
+		return "", fmt.Errorf("upgraded-from: %d characters, want at most 64", len(v))
+	}
+	for i, r := range v {
+		ok := r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || strings.ContainsRune(".+~:-", r)
+		if !ok {
+			return "", fmt.Errorf("upgraded-from: character %d (%q) is not part of a version", i+1, r)
+		}
+	}
+	return v, nil
+}
+
+// NameUnknownPrior replaces an upgrade from an unknown version by prior, when prior is known:
+// the package said which version it replaced where the state file could not.
+func (s *State) NameUnknownPrior(prior string) {
+	if s.PendingUpgradeFrom == PriorVersionUnknown && prior != "" {
+		s.PendingUpgradeFrom = prior
+	}
+}
+
 // CheckinSucceeded notes a check-in accepted by tenancy at time at; the upgrade it carried has
 // been reported.
 func (s *State) CheckinSucceeded(at time.Time) {
@@ -167,7 +227,7 @@ func appendUnique(list []string, sha string) []string {
 var stateKeys = []string{
 	"env_id", "applied_sha", "history", "last_result", "last_detail", "last_sha", "token",
 	"agent_version", "pending_upgrade_from", "last_checkin_at", "last_apply_at",
-	"docker_root_dir", "docker_version",
+	"docker_root_dir", "docker_version", "docker_info_at", "pending_lease",
 }
 
 // legacyLastError is the Python agent's name for LastDetail; read, never written back (a stale
@@ -215,6 +275,15 @@ func (s *State) UnmarshalJSON(data []byte) error {
 	if n.LastApplyAt, err = decodeTimePtr(raw, "last_apply_at"); err != nil {
 		return err
 	}
+	if n.DockerInfoAt, err = decodeTimePtr(raw, "docker_info_at"); err != nil {
+		return err
+	}
+	if v, ok := raw["pending_lease"]; ok && !isNull(v) {
+		n.PendingLease = &PendingLease{}
+		if err := json.Unmarshal(v, n.PendingLease); err != nil {
+			return fmt.Errorf("pending_lease: %w", err)
+		}
+	}
 	if v, ok := raw["token"]; ok && !isNull(v) {
 		n.Token = &TokenMeta{}
 		if err := json.Unmarshal(v, n.Token); err != nil {
@@ -254,6 +323,9 @@ func (m *TokenMeta) UnmarshalJSON(data []byte) error {
 	if err := decodeString(raw, "accessor", &n.Accessor); err != nil {
 		return err
 	}
+	if err := decodeString(raw, "addr", &n.Addr); err != nil {
+		return err
+	}
 	var err error
 	if n.ObtainedAt, err = decodeTime(raw, "obtained_at"); err != nil {
 		return err
@@ -268,7 +340,7 @@ func (m *TokenMeta) UnmarshalJSON(data []byte) error {
 			break
 		}
 	}
-	for _, k := range []string{"source", "accessor", "obtained_at", "ttl_s", "ttl"} {
+	for _, k := range []string{"source", "accessor", "addr", "obtained_at", "ttl_s", "ttl"} {
 		delete(raw, k)
 	}
 	if len(raw) > 0 {

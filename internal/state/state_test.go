@@ -132,7 +132,8 @@ func TestSaveModeAndRoundTrip(t *testing.T) {
 	at := time.Date(2026, 12, 2, 10, 1, 0, 0, time.UTC)
 	s := &State{EnvID: "env-qa-02", LastResult: "applied", LastSha: shaB, AgentVersion: "0.2.0",
 		PendingUpgradeFrom: "0.1.9", LastCheckinAt: &at, DockerRootDir: "/var/lib/docker", DockerVersion: "29.0.1",
-		Token: &TokenMeta{Source: SourceBootstrap, Accessor: "acc", ObtainedAt: at, TTLSec: 3600}}
+		DockerInfoAt: &at, PendingLease: &PendingLease{Addr: "https://bao:8200", Mount: "jwt-tenancy", Role: "see-env", ExpiresAt: at},
+		Token: &TokenMeta{Source: SourceBootstrap, Accessor: "acc", ObtainedAt: at, TTLSec: 3600, Addr: "https://bao:8200"}}
 	s.RecordApplied(shaB, at)
 	if err := Save(p, s); err != nil {
 		t.Fatal(err)
@@ -210,10 +211,22 @@ func TestTimeShapes(t *testing.T) {
 }
 
 func TestIsRollback(t *testing.T) {
-	s := &State{AppliedSha: "b", History: []string{"a", "b"}}
-	for sha, want := range map[string]bool{"a": true, "b": false, "c": false, "": false} {
-		if got := s.IsRollback(sha); got != want {
-			t.Errorf("IsRollback(%q) = %v, want %v", sha, got, want)
+	for _, tc := range []struct {
+		name string
+		s    *State
+		want map[string]bool
+	}{
+		{"running b", &State{AppliedSha: "b", History: []string{"a", "b"}},
+			map[string]bool{"a": true, "b": false, "c": false, "": false}},
+		// A retire clears applied_sha; the release it last ran is still the current one.
+		{"retired after b", &State{History: []string{"a", "b"}},
+			map[string]bool{"a": true, "b": false, "c": false}},
+		{"never applied", &State{}, map[string]bool{"a": false}},
+	} {
+		for sha, want := range tc.want {
+			if got := tc.s.IsRollback(sha); got != want {
+				t.Errorf("%s: IsRollback(%q) = %v, want %v", tc.name, sha, got, want)
+			}
 		}
 	}
 }
@@ -333,4 +346,62 @@ func TestEmptyTimesStayNil(t *testing.T) {
 	if s.LastCheckinAt != nil || s.LastApplyAt != nil {
 		t.Errorf("empty times decoded as %v %v", s.LastCheckinAt, s.LastApplyAt)
 	}
+}
+
+func TestParseUpgradedFrom(t *testing.T) {
+	for _, tc := range []struct{ in, want, wantErr string }{
+		{"0.1.9\n", "0.1.9", ""},
+		{"0.1.9", "0.1.9", ""},
+		{"1:0.1.9~rc1+deb12u1\n", "1:0.1.9~rc1+deb12u1", ""},
+		{"", "", "empty"},
+		{"\n", "", "empty"},
+		{"0.1.9\n\n", "", `character 6 ('\n')`},
+		{"0.1.9 \n", "", `character 6 (' ')`},
+		{"0.1.9\nrm -rf /\n", "", "character 6"},
+		{strings.Repeat("9", 65), "", "65 characters"},
+	} {
+		got, err := ParseUpgradedFrom([]byte(tc.in))
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.HasPrefix(err.Error(), "upgraded-from: ") {
+				t.Errorf("%q: error %v, want one naming upgraded-from and containing %q", tc.in, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("%q: got %q, %v; want %q", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+func TestNameUnknownPrior(t *testing.T) {
+	s := State{AppliedSha: "a"}
+	s.NoteAgentVersion("0.2.0")
+	s.NameUnknownPrior("0.1.9")
+	if s.PendingUpgradeFrom != "0.1.9" {
+		t.Errorf("python upgrade: pending %q, want the package's 0.1.9", s.PendingUpgradeFrom)
+	}
+	s = State{AgentVersion: "0.2.0"}
+	s.NoteAgentVersion("0.2.1")
+	s.NameUnknownPrior("0.1.9")
+	if s.PendingUpgradeFrom != "0.2.0" {
+		t.Errorf("a version the state recorded is overridden: pending %q", s.PendingUpgradeFrom)
+	}
+}
+
+func FuzzParseUpgradedFrom(f *testing.F) {
+	for _, s := range []string{"0.1.9\n", "", "1:2.3~a+b", "a\nb", "\x00"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		v, err := ParseUpgradedFrom(data)
+		if err != nil {
+			if v != "" {
+				t.Fatalf("value %q with error %v", v, err)
+			}
+			return
+		}
+		if v == "" || len(v) > 64 || strings.ContainsAny(v, "\n\r\t /\"'$`\\") {
+			t.Fatalf("accepted %q", v)
+		}
+	})
 }

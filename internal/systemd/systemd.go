@@ -38,13 +38,15 @@ func TimerState(ctx context.Context, r runner.Runner, unit string, now time.Time
 }
 
 // showProps are the properties asked of `systemctl show`.
-var showProps = []string{"UnitFileState", "ActiveState", "NextElapseUSecRealtime", "NextElapseUSecMonotonic"}
+var showProps = []string{"LoadState", "UnitFileState", "ActiveState", "NextElapseUSecRealtime", "NextElapseUSecMonotonic"}
 
 // TimerState returns the unit's state observed at now. Unit and ObservedAt are always set;
 // Enabled, Active and NextElapse are nil when systemd is not running, systemctl is missing or
 // fails, or its answer lacks the property. Enabled means UnitFileState enabled or
 // enabled-runtime (static, indirect, linked, masked are not: none of them starts the timer at
-// boot); Active means ActiveState active; NextElapse is RFC 3339 UTC.
+// boot); Active means ActiveState active; NextElapse is RFC 3339 UTC. A unit systemd does not
+// know (LoadState not-found, or an empty UnitFileState) leaves every field nil: `systemctl show`
+// answers "inactive" for any name at all, which is no observation of the agent's timer.
 func (p Probe) TimerState(ctx context.Context, unit string, now time.Time) *protocol.Timer {
 	observed := now.UTC().Format(time.RFC3339)
 	t := &protocol.Timer{Unit: unit, ObservedAt: &observed}
@@ -73,7 +75,10 @@ func (p Probe) TimerState(ctx context.Context, unit string, now time.Time) *prot
 	if err != nil {
 		return t
 	}
-	if v, ok := props["UnitFileState"]; ok {
+	if props["LoadState"] == "not-found" {
+		return t
+	}
+	if v := props["UnitFileState"]; v != "" {
 		enabled := v == "enabled" || v == "enabled-runtime"
 		t.Enabled = &enabled
 	}

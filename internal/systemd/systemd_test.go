@@ -15,7 +15,7 @@ import (
 
 const unit = "monky-deployd.timer"
 
-var showArgs = []string{"show", unit, "--no-pager", "-p", "UnitFileState,ActiveState,NextElapseUSecRealtime,NextElapseUSecMonotonic"}
+var showArgs = []string{"show", unit, "--no-pager", "-p", "LoadState,UnitFileState,ActiveState,NextElapseUSecRealtime,NextElapseUSecMonotonic"}
 
 func ptr[T any](v T) *T { return &v }
 
@@ -78,8 +78,20 @@ func TestTimerState(t *testing.T) {
 			want:   protocol.Timer{Enabled: ptr(false), Active: ptr(false)},
 		},
 		{
+			// No unit file state is no observation: unknown, never a guessed false.
+			name:   "empty unit file state",
+			stdout: show("", "active", "", "0"),
+			want:   protocol.Timer{Active: ptr(true)},
+		},
+		{
+			// What systemctl answers for a unit it does not know: every field stays null.
 			name:   "unit not installed",
-			stdout: show("", "inactive", "", "0"),
+			stdout: "LoadState=not-found\n" + show("", "inactive", "", "0"),
+			want:   protocol.Timer{},
+		},
+		{
+			name:   "loaded unit",
+			stdout: "LoadState=loaded\n" + show("disabled", "inactive", "", "0"),
 			want:   protocol.Timer{Enabled: ptr(false), Active: ptr(false)},
 		},
 		{
