@@ -49,11 +49,15 @@ mkdir -p "$work/bin" "$work/stack"
 CGO_ENABLED=0 GOOS=linux "$GO" build -trimpath -ldflags "-s -w -X main.version=1" -o "$work/bin/demoapp" ./internal/devstack/demoapp
 
 # OpenBao: the real dev server when a bao binary is at hand (MONKY_BAO_BIN, or the one
-# scripts/build-bao.sh caches), never built here — that takes minutes; else the in-process fake.
+# scripts/build-bao.sh caches, whose path only that script knows), never built here — that
+# takes minutes; else the in-process fake.
 bao=${MONKY_BAO_BIN:-}
 if [ -z "$bao" ]; then
-  cached="${MONKY_TOOL_CACHE:-$("$GO" env GOCACHE)/../monky-tools}/bao-2.4.0"
-  if [ -x "$cached" ]; then bao=$cached; fi
+  if cached=$(GO=$GO scripts/build-bao.sh --print-path --no-build); then
+    bao=$cached
+  else
+    echo "demo: no OpenBao binary built yet (scripts/build-bao.sh builds one, in minutes): OpenBao is the in-process fake"
+  fi
 fi
 echo "demo: built in $((SECONDS - t0))s"
 echo

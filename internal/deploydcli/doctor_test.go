@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -42,9 +43,11 @@ func TestDoctorConfigThatDoesNotLoadExits78(t *testing.T) {
 type doctorBox struct {
 	cfgPath string
 	token   string
-	run     *runnertest.Fake
-	timer   *protocol.Timer
-	deps    doctorDeps
+	// dockerHost is the DOCKER_HOST doctor sees: a real socket of the test's, owned by its user.
+	dockerHost string
+	run        *runnertest.Fake
+	timer      *protocol.Timer
+	deps       doctorDeps
 }
 
 func newDoctorBox(t *testing.T) *doctorBox {
@@ -56,6 +59,13 @@ func newDoctorBox(t *testing.T) *doctorBox {
 	t.Cleanup(ten.Close)
 	ten.AddEnv("env-qa-02")
 	box := &doctorBox{token: b.IssueToken("env-qa-02", "jti-1"), run: runnertest.New(t)}
+	sock := filepath.Join(dir, "docker.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	box.dockerHost = "unix://" + sock
 
 	state := filepath.Join(dir, "state")
 	must(t, os.MkdirAll(state, 0o700))
@@ -97,7 +107,7 @@ containerd_root: %s/containerd
 		timer:       func(context.Context, time.Time) *protocol.Timer { return box.timer },
 		meter: diskspace.Meter{Stat: func(p string) (int64, error) {
 			switch p {
-			case "/var/lib/docker", filepath.Join(dir, "containerd"):
+			case "/var/lib/docker", filepath.Join(dir, "containerd"), state:
 				return 50 << 30, nil
 			}
 			return 0, &fs.PathError{Op: "statfs", Path: p, Err: fs.ErrNotExist}
@@ -125,7 +135,12 @@ func (b *doctorBox) run1(t *testing.T, args ...string) (code int, stdout, stderr
 		}
 	}
 	var out, errb bytes.Buffer
-	g := &globals{configPath: b.cfgPath, stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
+	g := &globals{configPath: b.cfgPath, stdout: &out, stderr: &errb, getenv: func(k string) string {
+		if k == "DOCKER_HOST" {
+			return b.dockerHost
+		}
+		return ""
+	}}
 	err := runDoctor(context.Background(), opts, g, b.deps)
 	code = 0
 	var ee *exitError
@@ -228,5 +243,20 @@ func TestDoctorIsRegistered(t *testing.T) {
 	code, stdout, _ := runCLI(t, nil, "doctor", "--help")
 	if code != 0 || !strings.Contains(stdout, "--json") || !strings.Contains(stdout, "--user") {
 		t.Errorf("exit %d: %s", code, stdout)
+	}
+}
+
+func TestDoctorLooksWhereDockerHostPoints(t *testing.T) {
+	box := newDoctorBox(t)
+	box.dockerHost = "tcp://127.0.0.1:2375"
+	code, stdout, _ := box.run1(t)
+	if code != 0 || !strings.Contains(stdout, "DOCKER_HOST=tcp://127.0.0.1:2375 is a tcp endpoint") {
+		t.Errorf("exit %d\n%s", code, stdout)
+	}
+	box = newDoctorBox(t)
+	box.dockerHost = "unix://" + filepath.Join(t.TempDir(), "none.sock")
+	code, stdout, _ = box.run1(t)
+	if code != 1 || !strings.Contains(stdout, "none.sock does not exist") {
+		t.Errorf("exit %d\n%s", code, stdout)
 	}
 }

@@ -337,10 +337,44 @@ func TestDiskCheck(t *testing.T) {
 			f.expectInfo()
 			f.env.Meter = failingMeter{}
 		}, want{status: Fail, detail: []string{"cannot measure"}}},
+		{"state_dir is measured too", func(f *fixture) { f.expectInfo() },
+			want{status: OK, detail: []string{"state_dir STATE 80.0 GiB free", "tightest 50.0 GiB (containerd_root)"}}},
+		{"state_dir's disk is the full one", func(f *fixture) {
+			f.expectInfo()
+			f.free[f.cfg().StateDir] = 512 << 20
+		}, want{status: Fail, detail: []string{"under the headroom", "state_dir STATE 512.0 MiB free", "tightest 512.0 MiB (state_dir)"},
+			fix: []string{"at least 2.0 GiB on the filesystem of STATE"}}},
+		{"state_dir not made yet: its parent is measured", func(f *fixture) {
+			f.expectInfo()
+			os.RemoveAll(f.cfg().StateDir)
+			delete(f.free, f.cfg().StateDir)
+			f.free[f.dir] = 70 * gib
+		}, want{status: OK, detail: []string{"state_dir STATE (measured at " + "DIR) 70.0 GiB free"}}},
+		{"state_dir on the data-root's filesystem: one line", func(f *fixture) {
+			f.expectInfo()
+			root := f.dir + "/docker-root"
+			f.fs.stat[root] = FileInfo{Mode: fs.ModeDir | 0o710}
+			f.fs.dev[root], f.fs.dev[f.cfg().StateDir], f.fs.dev[f.cfg().ContainerdRoot] = 7, 7, 8
+			f.free[root], f.free[f.cfg().StateDir] = 90*gib, 90*gib
+		}, want{status: OK, detail: []string{"data-root ROOT and state_dir STATE (one filesystem) 90.0 GiB free, containerd_root"}}},
+		{"all on one filesystem, and full", func(f *fixture) {
+			f.expectInfo()
+			root := f.dir + "/docker-root"
+			f.fs.stat[root] = FileInfo{Mode: fs.ModeDir | 0o710}
+			f.fs.dev[root], f.fs.dev[f.cfg().StateDir], f.fs.dev[f.cfg().ContainerdRoot] = 7, 7, 7
+			f.free[root], f.free[f.cfg().StateDir], f.free[f.cfg().ContainerdRoot] = gib, gib, gib
+		}, want{status: Fail, detail: []string{"data-root ROOT and containerd_root CTRD and state_dir STATE (one filesystem) 1.0 GiB free; headroom"},
+			fix: []string{"filesystem of ROOT and CTRD and STATE:"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, "")
 			tc.setup(f)
+			r := strings.NewReplacer("STATE", f.cfg().StateDir, "ROOT", f.dir+"/docker-root", "CTRD", f.cfg().ContainerdRoot, "DIR", f.dir)
+			for _, l := range [][]string{tc.want.detail, tc.want.fix} {
+				for i, s := range l {
+					l[i] = r.Replace(s)
+				}
+			}
 			tc.want.assert(t, f.check("disk"))
 		})
 	}

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/compose"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/diskspace"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/runner"
 )
 
@@ -35,24 +37,20 @@ func (c *checker) dockerFailure(err error) Result {
 	return fail(err.Error(), fmt.Sprintf("run `DOCKER_CONFIG=%s %s info` as %s to see the whole error", cfg.DockerConfigDir(), cfg.DockerBin, c.agentName()))
 }
 
+// docker: the engine answers `docker info`, and the agent's ticks may use the socket it answers
+// on. The second half is judged from the socket's owner, group and mode: doctor typically runs
+// as root, whose reach proves nothing about the agent's.
 func (c *checker) docker(ctx context.Context) Result {
 	info, err := c.dockerInfo(ctx)
 	if err != nil {
 		return c.dockerFailure(err)
 	}
 	detail := fmt.Sprintf("engine %s reachable as %s, data-root %s", orDash(info.ServerVersion), c.userName(c.env.Self.UID), orDash(info.DockerRootDir))
-	if c.judgedByMode() {
-		// Root reaching the engine proves the engine; the agent reaches it through the group
-		// the unit adds, which must therefore exist.
-		if c.env.LookupGroup != nil {
-			if _, gerr := c.env.LookupGroup("docker"); gerr != nil {
-				return fail(detail+"; but there is no group docker, so the unit's SupplementaryGroups=docker cannot start the tick",
-					"groupadd docker && systemctl restart docker (the socket is then group docker)")
-			}
-		}
-		detail += fmt.Sprintf("; %s reaches it through group docker (SupplementaryGroups=docker)", c.agentName())
+	note, failed := c.dockerSocket()
+	if failed != nil {
+		return *failed
 	}
-	return ok("%s", detail)
+	return ok("%s; %s", detail, note)
 }
 
 // composeMajor reads the major version of `docker compose version --short` output ("2.40.3",
@@ -177,10 +175,12 @@ func (c *checker) dockerConfig(context.Context) Result {
 	return ok("%s is 0700, owned by %s; %s", dir, a.Name, credNote)
 }
 
-// disk: every filesystem a pull fills must clear disk.headroom_bytes, the floor a bundle that
+// disk: every filesystem the agent fills must clear disk.headroom_bytes, the floor a bundle that
 // declares no size is held to — docker's data-root AND containerd's root, which docker 29 fills
 // with image layers and which may be another disk (env-dev-08: 93 GiB free where the Python agent
-// looked, 2.8 GiB where the pull wrote).
+// looked, 2.8 GiB where the pull wrote), and state_dir, where each release's files and .env are
+// written. Paths on one filesystem are reported together, and the tightest is named, as the
+// free space a tick reports is the tightest of its roots.
 func (c *checker) disk(ctx context.Context) Result {
 	cfg := c.cfg()
 	headroom := cfg.Disk.HeadroomBytes
@@ -193,33 +193,45 @@ func (c *checker) disk(ctx context.Context) Result {
 	case info.DockerRootDir != "":
 		root = info.DockerRootDir
 	}
-	paths := []string{root}
+	// As the agent measures its image storage: the data-root through its nearest existing
+	// parent, containerd's root only where it exists.
+	images := []string{root}
 	if cfg.ContainerdRoot != "" && filepath.Clean(cfg.ContainerdRoot) != filepath.Clean(root) {
-		paths = append(paths, cfg.ContainerdRoot)
+		images = append(images, cfg.ContainerdRoot)
 	}
-	_, measures, err := c.env.Meter.Tightest(paths)
+	_, measures, err := c.env.Meter.Tightest(images)
 	if err != nil {
 		return fail("cannot measure free space: "+err.Error(), "")
 	}
-	if len(paths) > 1 && len(measures) < 2 {
+	if len(images) > 1 && len(measures) < 2 {
 		notes = append(notes, fmt.Sprintf("containerd_root %s does not exist (not used by this engine)", cfg.ContainerdRoot))
 	}
+	what := []string{"data-root", "containerd_root"}[:len(measures)]
+	// state_dir through its nearest existing parent: the agent creates it at its first tick.
+	_, sm, err := c.env.Meter.Tightest([]string{cfg.StateDir})
+	if err != nil {
+		return fail("cannot measure free space: "+err.Error(), "")
+	}
+	measures = append(measures, sm...)
+	what = append(what, "state_dir")
+
+	groups := c.byFilesystem(measures, what)
 	var parts, low []string
-	for i, m := range measures {
-		what := "data-root"
-		if i > 0 {
-			what = "containerd_root"
+	tightest := groups[0]
+	for _, g := range groups {
+		parts = append(parts, g.text)
+		if g.free < tightest.free {
+			tightest = g
 		}
-		at := m.Path
-		if m.At != "" && m.At != filepath.Clean(m.Path) {
-			at += " (measured at " + m.At + ")"
-		}
-		parts = append(parts, fmt.Sprintf("%s %s %s free", what, at, bytesText(m.Free)))
-		if m.Free < headroom {
-			low = append(low, m.Path)
+		if g.free < headroom {
+			low = append(low, strings.Join(g.paths, " and "))
 		}
 	}
-	detail := strings.Join(parts, ", ") + fmt.Sprintf("; headroom %s", bytesText(headroom))
+	detail := strings.Join(parts, ", ")
+	if len(groups) > 1 {
+		detail += fmt.Sprintf("; tightest %s (%s)", bytesText(tightest.free), strings.Join(tightest.names, ", "))
+	}
+	detail += fmt.Sprintf("; headroom %s", bytesText(headroom))
 	if len(notes) > 0 {
 		detail += "; " + strings.Join(notes, "; ")
 	}
@@ -228,4 +240,60 @@ func (c *checker) disk(ctx context.Context) Result {
 			fmt.Sprintf("free at least %s on the filesystem of %s: `docker image prune -a` removes images no container uses; until then every bundle is refused with DISK_INSUFFICIENT", bytesText(headroom), strings.Join(low, " and ")))
 	}
 	return ok("%s", detail)
+}
+
+// fsGroup is the paths measured on one filesystem.
+type fsGroup struct {
+	names []string // data-root, state_dir…
+	paths []string
+	free  int64
+	text  string
+}
+
+// byFilesystem folds measures that Env.Stat places on one device into one group, in the order
+// first measured. A path whose device is unknown stands alone.
+func (c *checker) byFilesystem(measures []diskspace.Measure, what []string) []fsGroup {
+	var groups []fsGroup
+	var devs []uint64
+	var members [][]int
+	for i, m := range measures {
+		var dev uint64
+		if fi, err := c.env.Stat(m.At); err == nil {
+			dev = fi.Dev
+		}
+		j := -1
+		if dev != 0 {
+			j = slices.Index(devs, dev)
+		}
+		if j < 0 {
+			devs = append(devs, dev)
+			members = append(members, nil)
+			j = len(devs) - 1
+		}
+		members[j] = append(members[j], i)
+	}
+	for _, idx := range members {
+		var g fsGroup
+		var named []string
+		for k, i := range idx {
+			m := measures[i]
+			at := m.Path
+			if m.At != "" && m.At != filepath.Clean(m.Path) {
+				at += " (measured at " + m.At + ")"
+			}
+			named = append(named, what[i]+" "+at)
+			g.names = append(g.names, what[i])
+			g.paths = append(g.paths, m.Path)
+			if k == 0 || m.Free < g.free {
+				g.free = m.Free
+			}
+		}
+		g.text = strings.Join(named, " and ")
+		if len(idx) > 1 {
+			g.text += " (one filesystem)"
+		}
+		g.text += " " + bytesText(g.free) + " free"
+		groups = append(groups, g)
+	}
+	return groups
 }

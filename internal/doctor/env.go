@@ -58,6 +58,9 @@ type FileInfo struct {
 	// ACL is true when the file carries a POSIX access ACL, which may grant what the mode bits
 	// do not.
 	ACL bool
+	// Dev is the device of the filesystem holding the file (st_dev); 0 when unknown. Two paths
+	// with the same non-zero Dev share their free space.
+	Dev uint64
 }
 
 // TenancyClient is the part of tenancy's agent entrypoint doctor calls. Contract: as
@@ -113,6 +116,9 @@ type Env struct {
 	Timer func(ctx context.Context) *protocol.Timer
 	// PluginDirs are where a system-wide compose plugin may live (nil: DefaultPluginDirs).
 	PluginDirs []string
+	// DockerHost is DOCKER_HOST as the docker CLI doctor runs sees it; "" means the default
+	// socket, DefaultDockerHost, which is also what the unit (it sets no DOCKER_HOST) uses.
+	DockerHost string
 
 	// Tenancy and TenancyHTTP (for the anonymous reachability probe) go through the tick's
 	// transport; Bao likewise. TransportErr is set when that transport could not be built (a

@@ -57,16 +57,19 @@ type fixture struct {
 	fs   *fakeFS
 	free map[string]int64
 	tm   *protocol.Timer
+	sock string // the docker socket DockerHost names
 }
 
 // fakeFS is the real filesystem under the test's temp dir, with owners rewritten (everything the
 // test created belongs to the agent unless a test says otherwise) and per-path overrides, so
-// ownership and permission faults can be staged without root.
+// ownership and permission faults can be staged without root. Devices are unknown (Dev 0) except
+// where dev stages one: which paths share a filesystem is up to the test.
 type fakeFS struct {
 	root    string
 	stat    map[string]FileInfo
 	statErr map[string]error
 	readErr map[string]error
+	dev     map[string]uint64
 }
 
 func (f *fakeFS) Stat(p string) (FileInfo, error) {
@@ -75,6 +78,9 @@ func (f *fakeFS) Stat(p string) (FileInfo, error) {
 		return FileInfo{}, err
 	}
 	if fi, ok := f.stat[p]; ok {
+		if d, ok := f.dev[p]; ok {
+			fi.Dev = d
+		}
 		return fi, nil
 	}
 	if p != f.root && strings.HasPrefix(f.root, strings.TrimSuffix(p, "/")+"/") {
@@ -88,6 +94,7 @@ func (f *fakeFS) Stat(p string) (FileInfo, error) {
 	if p == f.root || strings.HasPrefix(p, f.root+"/") {
 		fi.UID, fi.GID = agentUID, agentGID
 	}
+	fi.Dev = f.dev[p]
 	return fi, nil
 }
 
@@ -135,11 +142,15 @@ func newFixture(t *testing.T, extraYAML string) *fixture {
 	mkdir(t, plugins, 0o755)
 	write(t, filepath.Join(plugins, "docker-compose"), "#!/bin/sh\n", 0o755)
 
-	f.fs = &fakeFS{root: dir, stat: map[string]FileInfo{}, statErr: map[string]error{}, readErr: map[string]error{}}
+	f.fs = &fakeFS{root: dir, stat: map[string]FileInfo{}, statErr: map[string]error{}, readErr: map[string]error{}, dev: map[string]uint64{}}
 	// The identity as install.sh leaves it: ziti:ziti 0640.
 	f.fs.stat[cfg.Identity] = FileInfo{Mode: 0o640, UID: zitiUID, GID: zitiGID}
 	f.free[dir+"/docker-root"] = 90 * gib
 	f.free[cfg.ContainerdRoot] = 50 * gib
+	f.free[cfg.StateDir] = 80 * gib
+	// The engine's socket as docker.socket makes it: root:docker 0660.
+	f.sock = filepath.Join(dir, "docker.sock")
+	f.fs.stat[f.sock] = FileInfo{Mode: fs.ModeSocket | 0o660, UID: 0, GID: dockerGID}
 	enabled, active, next := true, true, "2026-12-02T10:01:00Z"
 	f.tm = &protocol.Timer{Unit: TimerUnit, Enabled: &enabled, Active: &active, NextElapse: &next}
 
@@ -158,6 +169,7 @@ func newFixture(t *testing.T, extraYAML string) *fixture {
 		Meter:       diskspace.Meter{Stat: f.statfs},
 		Timer:       func(context.Context) *protocol.Timer { return f.tm },
 		PluginDirs:  []string{filepath.Join(dir, "no-such-plugins"), plugins},
+		DockerHost:  "unix://" + f.sock,
 		Hostname:    "qa-02",
 		Now:         func() time.Time { return time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC) },
 	}

@@ -38,8 +38,10 @@ func modeAllows(a Account, fi FileInfo, want fs.FileMode) bool {
 
 // pathVerdict is what the mode bits say about a reaching one file.
 type pathVerdict struct {
-	// Denied names the first path that stops a ("" when none does) and why.
-	Denied string
+	// Denied names the first path that stops a ("" when none does) and why; DeniedAt is that
+	// path.
+	Denied   string
+	DeniedAt string
 	// ViaACL lists paths the mode bits deny but an ACL may open: readable now, perhaps.
 	ViaACL []string
 }
@@ -68,6 +70,7 @@ func judgePath(a Account, path string, want fs.FileMode, stat func(string) (File
 				continue
 			}
 			v.Denied = fmt.Sprintf("cannot enter %s (%s)", dirs[i], describe(fi))
+			v.DeniedAt = dirs[i]
 			return v, nil
 		}
 	}
@@ -81,6 +84,7 @@ func judgePath(a Account, path string, want fs.FileMode, stat func(string) (File
 			return v, nil
 		}
 		v.Denied = fmt.Sprintf("cannot %s %s (%s)", verb(want), clean, describe(fi))
+		v.DeniedAt = clean
 	}
 	return v, nil
 }

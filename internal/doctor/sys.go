@@ -19,6 +19,7 @@ func OSStat(path string) (FileInfo, error) {
 	out := FileInfo{Mode: fi.Mode()}
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		out.UID, out.GID = st.Uid, st.Gid
+		out.Dev = uint64(st.Dev) // st_dev is uint64 on linux/amd64, narrower or signed elsewhere
 	}
 	out.ACL = hasACL(path)
 	return out, nil

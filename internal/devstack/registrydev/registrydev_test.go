@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -43,5 +44,35 @@ func TestStartFailsCleanly(t *testing.T) {
 	b, _ := os.ReadFile(filepath.Join(dir, "htpasswd"))
 	if !strings.Contains(string(b), ":$2") {
 		t.Errorf("htpasswd = %q, want a bcrypt hash", b)
+	}
+}
+
+// The registry's config binds it to loopback only, and Addr (the host of every image reference)
+// is that listener. A fake registry binary keeps each config it is started with, then exits.
+func TestListensOnLoopbackOnly(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "registry")
+	os.WriteFile(bin, []byte("#!/bin/sh\ncat \"$2\" >>"+filepath.Join(dir, "configs")+"\nexit 1\n"), 0o755)
+	if _, err := Start(context.Background(), Options{Bin: bin, Dir: dir}); !errors.Is(err, process.ErrExited) {
+		t.Fatalf("Start = %v, want ErrExited", err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "configs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var addrs []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "addr: "); ok {
+			addrs = append(addrs, v)
+		}
+	}
+	if len(addrs) != 3 { // three attempts, each with its own free port
+		t.Fatalf("http.addr given %d times over 3 attempts:\n%s", len(addrs), b)
+	}
+	for _, a := range addrs {
+		host, port, err := net.SplitHostPort(a)
+		if err != nil || host != "127.0.0.1" || port == "" || port == "0" {
+			t.Errorf("http.addr %s, want 127.0.0.1:PORT", a)
+		}
 	}
 }
