@@ -326,7 +326,7 @@ func (g *globalOptions) settings() (*config.Settings, error) {
 	if f.Path != "" {
 		g.log.Debug("config", "file", f.Path)
 	}
-	for _, k := range []string{"ziti.url", "ziti.username", "ziti.password", "ziti.identity", "ziti.ca_file", "tenancy.url", "tenancy.token"} {
+	for _, k := range []string{"ziti.url", "ziti.auth", "ziti.username", "ziti.password", "ziti.identity", "ziti.ca_file", "tenancy.url", "tenancy.token"} {
 		if o, ok := s.Origin[k]; ok {
 			g.log.Debug("setting", "key", k, "from", o)
 		}

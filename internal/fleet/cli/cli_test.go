@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -34,6 +35,7 @@ type harness struct {
 	mu        sync.Mutex
 	clock     time.Time
 	sleeps    []time.Duration
+	afters    []time.Duration   // what After was asked to wait
 	onSleep   func(n int) error // called at each sleep (1-based); a non-nil error ends it
 	ttyStdout bool
 	ttyStderr bool
@@ -100,8 +102,15 @@ func (h *harness) world() world {
 		IsTerminal: func(w io.Writer) bool {
 			return (w == io.Writer(&h.stdout) && h.ttyStdout) || (w == io.Writer(&h.stderr) && h.ttyStderr)
 		},
-		// Work "takes over a second" at once: progress is armed from the start.
-		After: func(_ time.Duration, f func()) func() bool { f(); return func() bool { return false } },
+		// Work "takes over a second" at once: progress is armed from the start. The delay asked
+		// for is recorded for the test to check.
+		After: func(d time.Duration, f func()) func() bool {
+			h.mu.Lock()
+			h.afters = append(h.afters, d)
+			h.mu.Unlock()
+			f()
+			return func() bool { return false }
+		},
 	}
 }
 
@@ -245,6 +254,10 @@ func TestProgressOnlyOnATerminal(t *testing.T) {
 	if !strings.HasSuffix(errOut, "\r\x1b[K") {
 		t.Errorf("the progress line is not erased at the end: %q", errOut)
 	}
+	// Progress is for work that takes over a second, and only that.
+	if len(h.afters) != 1 || h.afters[0] != time.Second {
+		t.Errorf("progress timers %v, want one of 1s", h.afters)
+	}
 }
 
 func TestGateWaitsOnTheInjectedClock(t *testing.T) {
@@ -352,5 +365,143 @@ func TestOnboardFailureAfterTheReveal(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(h.work, "kits", "env-new-05")); !os.IsNotExist(err) {
 		t.Errorf("a kit was written after the failure")
+	}
+}
+
+// The controller drops an idle API session (and every session when it restarts). The next
+// --watch round or gate poll logs in again and still gets its answer.
+func TestExpiredZitiSessionLogsInAgain(t *testing.T) {
+	logins := func(h *harness) int {
+		n := 0
+		for _, r := range h.f.z.Requests() {
+			if r.Path == "/edge/management/v1/authenticate" {
+				n++
+			}
+		}
+		return n
+	}
+	t.Run("watch", func(t *testing.T) {
+		h := newHarness(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		h.onSleep = func(n int) error {
+			if n == 1 {
+				h.f.z.ExpireSessions()
+				return nil
+			}
+			cancel()
+			return context.Canceled
+		}
+		code := h.run(ctx, "status", "--watch", "30s", "--env", "env-dev-0[18]")
+		if n := strings.Count(h.stdout.String(), "2 envs: 2 SILENT"); n != 2 {
+			t.Errorf("%d good rounds, want 2:\n%s", n, h.stdout.String())
+		}
+		if strings.Contains(h.stdout.String(), "no data") || h.stderr.String() != "" {
+			t.Errorf("a round failed: stderr %q", h.stderr.String())
+		}
+		if code != 1 {
+			t.Errorf("exit %d, want 1 (both envs SILENT)", code)
+		}
+		if n := logins(h); n != 2 {
+			t.Errorf("%d logins, want 2 (one per session)", n)
+		}
+	})
+	t.Run("gate", func(t *testing.T) {
+		h := newHarness(t)
+		h.onSleep = func(n int) error {
+			h.f.z.ExpireSessions()
+			if n == 2 {
+				now := fleettest.Now.Format(time.RFC3339)
+				for _, env := range []string{"env-prod-01", "env-prod-02"} {
+					h.f.a.UpdateAgent(env, func(ag *protocol.AdminAgent) { ag.AgentVersion, ag.LastCheckinAt = "0.2.1", &now })
+				}
+			}
+			return nil
+		}
+		code := h.run(context.Background(), "gate", "--env", "env-prod-*", "--expect-version", "0.2.1", "--wait", "10m", "--poll", "15s")
+		if code != 0 {
+			t.Fatalf("exit %d\n%s\n%s", code, h.stdout.String(), h.stderr.String())
+		}
+		if strings.Contains(h.stderr.String(), "retrying") {
+			t.Errorf("a poll failed: %q", h.stderr.String())
+		}
+		if n := logins(h); n != 3 {
+			t.Errorf("%d logins, want 3 (the first, and one after each expiry)", n)
+		}
+	})
+	t.Run("a fresh session refused is a source error", func(t *testing.T) {
+		h := newHarness(t)
+		h.f.z.Fail(zititest.OpList, zititest.Failure{Status: 401})
+		if code := h.run(context.Background(), "status"); code != 3 {
+			t.Fatalf("exit %d: %s", code, h.stderr.String())
+		}
+		if !strings.Contains(h.stderr.String(), "HTTP 401") || logins(h) != 1 {
+			t.Errorf("%d logins; stderr %q", logins(h), h.stderr.String())
+		}
+	})
+}
+
+// Under certificate auth, ziti.url may be left out: the identity file names its controller.
+func TestZitiURLFromTheIdentityFile(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		edit     func(doc map[string]any, ctrl string)
+		url      string // FLEETCTL_ZITI_URL; "" leaves it unset
+		field    string // where the controller was found
+		wantCode int
+		wantErr  string
+	}{
+		{name: "ztAPI", edit: func(map[string]any, string) {}, field: "ztAPI", wantCode: 1},
+		{name: "ztAPIs only", edit: func(doc map[string]any, ctrl string) {
+			delete(doc, "ztAPI")
+			doc["ztAPIs"] = []string{ctrl + "/edge/client/v1"}
+		}, field: "ztAPIs[0]", wantCode: 1},
+		{name: "explicit ziti.url wins", edit: func(map[string]any, string) {}, url: "https://127.0.0.1:1",
+			wantCode: 3, wantErr: "cannot read the ziti controller at https://127.0.0.1:1:"},
+		{name: "no controller named", edit: func(doc map[string]any, _ string) { delete(doc, "ztAPI") },
+			wantCode: 2, wantErr: "ziti.url is not set, and the identity file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			raw, err := h.f.z.ClientIdentityFile("ops-admin")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var doc map[string]any
+			if err := json.Unmarshal(raw, &doc); err != nil {
+				t.Fatal(err)
+			}
+			tc.edit(doc, h.f.z.URL)
+			raw, _ = json.Marshal(doc)
+			idPath := filepath.Join(h.work, "ops.json")
+			if err := os.WriteFile(idPath, raw, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range []string{"FLEETCTL_ZITI_URL", "FLEETCTL_ZITI_USERNAME", "FLEETCTL_ZITI_PASSWORD", "FLEETCTL_ZITI_CA_FILE"} {
+				delete(h.env, k)
+			}
+			h.env["FLEETCTL_ZITI_IDENTITY"] = idPath
+			if tc.url != "" {
+				h.env["FLEETCTL_ZITI_URL"] = tc.url
+			}
+			code := h.run(context.Background(), "-v", "status", "--env", "env-dev-0*")
+			if code != tc.wantCode || !strings.Contains(h.stderr.String(), tc.wantErr) {
+				t.Fatalf("exit %d, want %d with %q:\n%s", code, tc.wantCode, tc.wantErr, h.stderr.String())
+			}
+			if tc.wantCode != 1 {
+				return
+			}
+			for _, want := range []string{
+				`setting key=ziti.url from="identity file ` + idPath + ` (` + tc.field + `)"`,
+				`"ziti: authenticated" url=` + h.f.z.URL + ` method=cert`,
+			} {
+				if !strings.Contains(h.stderr.String(), want) {
+					t.Errorf("-v lacks %q:\n%s", want, h.stderr.String())
+				}
+			}
+			if !strings.Contains(h.stdout.String(), "4 envs: 2 OK, 2 SILENT") {
+				t.Errorf("stdout:\n%s", h.stdout.String())
+			}
+		})
 	}
 }

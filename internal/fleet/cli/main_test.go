@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -72,6 +73,9 @@ type fakesKey struct{}
 type fakes struct {
 	z *zititest.Server
 	a *admintest.Server
+
+	mu      sync.Mutex
+	churned int // identities ziti-churn created
 }
 
 // startFakes starts both fakes with the credentials above; the caller closes them.
@@ -224,6 +228,46 @@ var scriptCmds = map[string]func(ts *testscript.TestScript, neg bool, args []str
 		out := ts.Stdout() // even when there is nothing to print: stdout is this command's
 		for _, k := range fakesOf(ts).a.Kits() {
 			fmt.Fprintf(out, "%s site=%s transport=%s superseded=%d\n", k.EnvID, k.Request.Site, k.Request.Transport, len(k.Superseded))
+		}
+	},
+	// ziti-page-limit N: the controller serves at most N identities a page (0: 500).
+	"ziti-page-limit": func(ts *testscript.TestScript, neg bool, args []string) {
+		n, err := strconv.ParseInt(args[0], 10, 64)
+		ts.Check(err)
+		fakesOf(ts).z.SetMaxLimit(n)
+	},
+	// ziti-churn always|once|off: when a page after the first is asked for, an identity that
+	// sorts first (monky-host.aaa-churn-N) is created, shifting every later page — on every such
+	// request, or on the first one only; off stops it and deletes what it created.
+	"ziti-churn": func(ts *testscript.TestScript, neg bool, args []string) {
+		f := fakesOf(ts)
+		z := f.z
+		if len(args) != 1 {
+			ts.Fatalf("usage: ziti-churn always|once|off")
+		}
+		fired := false
+		switch args[0] {
+		case "off":
+			z.OnList(nil)
+			f.mu.Lock()
+			for i := 1; i <= f.churned; i++ {
+				z.RemoveIdentity(fmt.Sprintf("monky-host.aaa-churn-%d", i))
+			}
+			f.mu.Unlock()
+		case "always", "once":
+			once := args[0] == "once"
+			z.OnList(func(offset int64) {
+				f.mu.Lock()
+				defer f.mu.Unlock()
+				if offset == 0 || (once && fired) {
+					return
+				}
+				fired = true
+				f.churned++
+				z.AddIdentity(zititest.Identity{Name: fmt.Sprintf("monky-host.aaa-churn-%d", f.churned)})
+			})
+		default:
+			ts.Fatalf("usage: ziti-churn always|once|off")
 		}
 	},
 	// ziti-add NAME [attrs=a,b] [online] [pending]

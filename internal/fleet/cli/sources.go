@@ -23,6 +23,10 @@ const (
 
 // zitiClient authenticates to the controller. Problems with local files (CA bundle, identity
 // file) are configuration errors; anything the controller answers is a source error.
+//
+// Under certificate auth without ziti.url, the controller is the one the identity file names
+// (ztAPI, or the first of ztAPIs): the management API lives under /edge/management/v1 on the
+// same host and port. The URL so found is recorded in s, with its origin for -v.
 func (g *globalOptions) zitiClient(ctx context.Context, s *config.Settings) (*ziti.Client, error) {
 	if err := s.CheckZiti(); err != nil {
 		return nil, err
@@ -39,17 +43,24 @@ func (g *globalOptions) zitiClient(ctx context.Context, s *config.Settings) (*zi
 		}
 		cfg.CAPool = pool
 	}
-	method := "password"
+	method := config.AuthPassword
 	if s.ZitiIdentity != "" {
 		id, err := ziti.LoadIdentityFile(s.ZitiIdentity)
 		if err != nil {
 			return nil, fmt.Errorf("%w: ziti.identity: %v", config.ErrInvalid, err)
 		}
 		cfg.Identity = id
-		method = "cert"
-		if cfg.URL == "" {
-			cfg.URL = id.ControllerURL
+		method = config.AuthCert
+		if s.ZitiURL == "" {
+			if id.ControllerURL == "" {
+				return nil, fmt.Errorf("%w: ziti.url is not set, and the identity file %s names no controller (ztAPI, ztAPIs); set ziti.url, %s or --ziti-url",
+					config.ErrInvalid, s.ZitiIdentity, config.EnvZitiURL)
+			}
+			s.ZitiURL = id.ControllerURL
+			s.Origin["ziti.url"] = "identity file " + s.ZitiIdentity + " (" + id.ControllerField + ")"
+			g.log.Debug("setting", "key", "ziti.url", "from", s.Origin["ziti.url"])
 		}
+		cfg.URL = s.ZitiURL
 	} else {
 		cfg.Username, cfg.Password = s.ZitiUsername, s.ZitiPassword
 	}
@@ -101,17 +112,58 @@ func (g *globalOptions) newReader(s *config.Settings) (*reader, error) {
 	return &reader{g: g, s: s, ac: ac}, nil
 }
 
-func (r *reader) zitiSession(ctx context.Context) (*ziti.Client, error) {
+// zitiSession returns the session kept between readings, or opens one; fresh says it was
+// opened by this call.
+func (r *reader) zitiSession(ctx context.Context) (zc *ziti.Client, fresh bool, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.zc == nil {
 		zc, err := r.g.zitiClient(ctx, r.s)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		r.zc = zc
+		return zc, true, nil
 	}
-	return r.zc, nil
+	return r.zc, false, nil
+}
+
+// dropSession forgets zc (when it is still the kept session): the next reading logs in again.
+func (r *reader) dropSession(zc *ziti.Client) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.zc == zc {
+		r.zc = nil
+	}
+}
+
+// identities lists the host identities on the kept session. The controller drops an API
+// session that idles (between --watch rounds, between gate polls) or when it restarts; a
+// kept session refused with 401 is replaced by a new login and the listing made once more, so
+// the round still gets its answer. A fresh session refused is a source error, as is every
+// other failure.
+func (r *reader) identities(ctx context.Context, progress func(done, total int)) ([]ziti.Identity, error) {
+	zc, fresh, err := r.zitiSession(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ids, err := zc.ListHostIdentities(ctx, progress)
+	if errors.Is(err, ziti.ErrUnauthorized) {
+		r.dropSession(zc)
+		if !fresh {
+			r.g.log.Debug("ziti: the controller dropped the session; authenticating again")
+			if zc, _, err = r.zitiSession(ctx); err != nil {
+				return nil, err
+			}
+			if ids, err = zc.ListHostIdentities(ctx, progress); errors.Is(err, ziti.ErrUnauthorized) {
+				r.dropSession(zc)
+			}
+		}
+	}
+	if err != nil {
+		return nil, &SourceError{Source: sourceZiti, Addr: r.s.ZitiURL, Err: err}
+	}
+	return ids, nil
 }
 
 // read fetches tenancy's agents and the controller's host identities at the same time. When
@@ -128,18 +180,9 @@ func (r *reader) read(ctx context.Context, site string) (*sources, error) {
 	eg, ectx := errgroup.WithContext(ctx)
 	eg.Go(func() error {
 		start := g.w.Now()
-		zc, err := r.zitiSession(ectx)
+		ids, err := r.identities(ectx, prog.ziti)
 		if err != nil {
 			return err
-		}
-		ids, err := zc.ListHostIdentities(ectx, prog.ziti)
-		if err != nil {
-			if errors.Is(err, ziti.ErrUnauthorized) {
-				r.mu.Lock()
-				r.zc = nil // the session expired: the next reading authenticates again
-				r.mu.Unlock()
-			}
-			return &SourceError{Source: sourceZiti, Addr: r.s.ZitiURL, Err: err}
 		}
 		out.identities = ids
 		g.log.Debug("ziti: listed host identities", "count", len(ids), "took", g.w.Now().Sub(start).Round(time.Millisecond))

@@ -183,9 +183,21 @@ type Flags struct {
 	TenancyTokenFile string
 }
 
+// Authentication methods to the controller.
+const (
+	AuthCert     = "cert"     // ziti.identity
+	AuthPassword = "password" // ziti.username with ziti.password_file / FLEETCTL_ZITI_PASSWORD
+)
+
 // Settings are the resolved values.
 type Settings struct {
-	ZitiURL      string
+	// ZitiURL is "" when ziti.url is set nowhere; the controller is then the one the identity
+	// file names (see the cli's zitiClient), recorded here once known.
+	ZitiURL string
+	// ZitiAuth is AuthCert, AuthPassword, or "" when neither is configured. Only the chosen
+	// method's settings are kept: ZitiIdentity is "" under password auth, ZitiUsername and
+	// ZitiPassword are empty under cert auth.
+	ZitiAuth     string
 	ZitiUsername string
 	ZitiPassword secret.Value
 	ZitiIdentity string
@@ -195,6 +207,82 @@ type Settings struct {
 	// Origin says where each value came from ("flag --ziti-url", "env FLEETCTL_ZITI_URL",
 	// "file /path"), for -v. It never holds a value.
 	Origin map[string]string
+}
+
+// Levels a setting can come from, lowest first.
+const (
+	levelNone = iota
+	levelFile
+	levelEnv
+	levelFlag
+)
+
+var levelNames = [...]string{levelFile: "the config file", levelEnv: "the environment", levelFlag: "flags"}
+
+// authMethod picks the controller's authentication method from the highest level that names
+// one: a flag or env setting of one method beats a file setting of the other, so an operator's
+// `--ziti-username` is not silently overridden by the ziti.identity in their config file. Both
+// methods at that same level is an error naming both.
+func authMethod(f *File, getenv func(string) string, fl Flags) (method, origin string, err error) {
+	type setting struct {
+		level int
+		name  string
+	}
+	at := func(flagName, flagVal, envName, fileKey, fileVal string) setting {
+		switch {
+		case flagVal != "":
+			return setting{levelFlag, "--" + flagName}
+		case getenv(envName) != "":
+			return setting{levelEnv, envName}
+		case fileVal != "":
+			return setting{levelFile, fileKey}
+		}
+		return setting{}
+	}
+	cert := []setting{at("ziti-identity", fl.ZitiIdentity, EnvZitiIdentity, "ziti.identity", f.Ziti.Identity)}
+	pass := []setting{
+		at("ziti-username", fl.ZitiUsername, EnvZitiUsername, "ziti.username", f.Ziti.Username),
+		at("ziti-password-file", fl.ZitiPasswordFile, EnvZitiPassword, "ziti.password_file", f.Ziti.PasswordFile),
+	}
+	top := func(ss []setting) (int, string) {
+		lvl, names := levelNone, []string{}
+		for _, s := range ss {
+			switch {
+			case s.level > lvl:
+				lvl, names = s.level, []string{s.name}
+			case s.level == lvl && s.level != levelNone:
+				names = append(names, s.name)
+			}
+		}
+		return lvl, strings.Join(names, " and ")
+	}
+	cl, cn := top(cert)
+	pl, pn := top(pass)
+	where := func(lvl int) string {
+		if lvl == levelFile && f.Path != "" {
+			return "the config file " + f.Path
+		}
+		return levelNames[lvl]
+	}
+	switch {
+	case cl == levelNone && pl == levelNone:
+		return "", "", nil
+	case cl == pl:
+		return "", "", fmt.Errorf("%w: certificate auth (%s) and password auth (%s) are both given in %s; keep one",
+			ErrInvalid, cn, pn, where(cl))
+	case cl > pl:
+		origin = "certificate: " + cn + " in " + where(cl)
+		if pl != levelNone {
+			origin += ", over " + pn + " in " + where(pl)
+		}
+		return AuthCert, origin, nil
+	default:
+		origin = "password: " + pn + " in " + where(pl)
+		if cl != levelNone {
+			origin += ", over " + cn + " in " + where(cl)
+		}
+		return AuthPassword, origin, nil
+	}
 }
 
 // Resolve layers flags over env over file. Secret files are read here.
@@ -218,15 +306,26 @@ func Resolve(f *File, getenv func(string) string, fl Flags, readFile func(string
 		return ""
 	}
 	s.ZitiURL = pick("ziti.url", "ziti-url", fl.ZitiURL, EnvZitiURL, f.Ziti.URL)
-	s.ZitiUsername = pick("ziti.username", "ziti-username", fl.ZitiUsername, EnvZitiUsername, f.Ziti.Username)
-	s.ZitiIdentity = pick("ziti.identity", "ziti-identity", fl.ZitiIdentity, EnvZitiIdentity, f.Ziti.Identity)
+	method, origin, err := authMethod(f, getenv, fl)
+	if err != nil {
+		return nil, err
+	}
+	if method != "" {
+		s.ZitiAuth = method
+		s.Origin["ziti.auth"] = origin
+	}
+	switch method {
+	case AuthCert:
+		s.ZitiIdentity = pick("ziti.identity", "ziti-identity", fl.ZitiIdentity, EnvZitiIdentity, f.Ziti.Identity)
+	case AuthPassword:
+		s.ZitiUsername = pick("ziti.username", "ziti-username", fl.ZitiUsername, EnvZitiUsername, f.Ziti.Username)
+		if s.ZitiPassword, err = secretFrom(s, "ziti.password", "ziti-password-file", fl.ZitiPasswordFile, EnvZitiPassword, "ziti.password_file", f.Ziti.PasswordFile, f.Path, getenv, readFile); err != nil {
+			return nil, err
+		}
+	}
 	s.ZitiCAFile = pick("ziti.ca_file", "ziti-ca-file", fl.ZitiCAFile, EnvZitiCAFile, f.Ziti.CAFile)
 	s.TenancyURL = pick("tenancy.url", "tenancy-url", fl.TenancyURL, EnvTenancyURL, f.Tenancy.URL)
 
-	var err error
-	if s.ZitiPassword, err = secretFrom(s, "ziti.password", "ziti-password-file", fl.ZitiPasswordFile, EnvZitiPassword, "ziti.password_file", f.Ziti.PasswordFile, f.Path, getenv, readFile); err != nil {
-		return nil, err
-	}
 	if s.TenancyToken, err = secretFrom(s, "tenancy.token", "tenancy-token-file", fl.TenancyTokenFile, EnvTenancyToken, "tenancy.token_file", f.Tenancy.TokenFile, f.Path, getenv, readFile); err != nil {
 		return nil, err
 	}
@@ -262,15 +361,21 @@ func secretFrom(s *Settings, key, flagName, flagFile, envName, fileKey, fileFile
 	return secret.New(v), nil
 }
 
-// CheckZiti says what is missing to reach the controller.
+// CheckZiti says what is missing to reach the controller. Under certificate auth ziti.url may
+// be unset: the identity file names its controller (ztAPI).
 func (s *Settings) CheckZiti() error {
-	if s.ZitiURL == "" {
-		return fmt.Errorf("%w: ziti.url is not set (config ziti.url, %s or --ziti-url)", ErrInvalid, EnvZitiURL)
-	}
 	if s.ZitiIdentity != "" {
 		return nil
 	}
-	if s.ZitiUsername == "" || s.ZitiPassword.Empty() {
+	if s.ZitiURL == "" {
+		return fmt.Errorf("%w: ziti.url is not set (config ziti.url, %s or --ziti-url; or ziti.identity, whose file names the controller)", ErrInvalid, EnvZitiURL)
+	}
+	switch {
+	case s.ZitiAuth == AuthPassword && s.ZitiUsername == "":
+		return fmt.Errorf("%w: no ziti credentials: password auth (%s) needs ziti.username (%s or --ziti-username)", ErrInvalid, s.Origin["ziti.auth"], EnvZitiUsername)
+	case s.ZitiAuth == AuthPassword && s.ZitiPassword.Empty():
+		return fmt.Errorf("%w: no ziti credentials: password auth (%s) needs a password: ziti.password_file, --ziti-password-file or %s", ErrInvalid, s.Origin["ziti.auth"], EnvZitiPassword)
+	case s.ZitiUsername == "" || s.ZitiPassword.Empty():
 		return fmt.Errorf("%w: no ziti credentials: set ziti.identity (%s) for certificate auth, or ziti.username (%s) with ziti.password_file or %s",
 			ErrInvalid, EnvZitiIdentity, EnvZitiUsername, EnvZitiPassword)
 	}

@@ -157,6 +157,91 @@ func TestResolveLayers(t *testing.T) {
 	})
 }
 
+// The auth method comes from the highest level that names one (flags > env > file): a flag or
+// env setting of one method beats a file setting of the other; both methods at one level is a
+// configuration error naming both.
+func TestResolveAuthMethod(t *testing.T) {
+	read := files(map[string]string{"/pw.file": "pw-from-file\n", "/pw.flag": "pw-from-flag"})
+	idFile := ZitiFile{Identity: "/id.json"}
+	pwFile := ZitiFile{Username: "file-user", PasswordFile: "/pw.file"}
+	for _, tc := range []struct {
+		name     string
+		file     ZitiFile
+		env      map[string]string
+		flags    Flags
+		method   string
+		identity string
+		user, pw string
+		origin   string // of ziti.auth, or the error
+		checkErr string // what CheckZiti says, "" when satisfied
+	}{
+		{name: "nothing", method: "", checkErr: "ziti.url is not set"},
+		{name: "file: identity", file: idFile, method: AuthCert, identity: "/id.json",
+			origin: "certificate: ziti.identity in the config file /cfg.yaml"},
+		{name: "file: password", file: pwFile, method: AuthPassword, user: "file-user", pw: "pw-from-file",
+			origin: "password: ziti.username and ziti.password_file in the config file /cfg.yaml"},
+		{name: "env username and password beat the file's identity", file: idFile,
+			env:    map[string]string{EnvZitiUsername: "env-user", EnvZitiPassword: "pw-from-env"},
+			method: AuthPassword, user: "env-user", pw: "pw-from-env",
+			origin: "password: FLEETCTL_ZITI_USERNAME and FLEETCTL_ZITI_PASSWORD in the environment, over ziti.identity in the config file /cfg.yaml"},
+		{name: "flag username beats the file's identity", file: ZitiFile{Identity: "/id.json", PasswordFile: "/pw.file"},
+			flags: Flags{ZitiUsername: "flag-user"}, method: AuthPassword, user: "flag-user", pw: "pw-from-file",
+			origin: "password: --ziti-username in flags, over ziti.identity in the config file /cfg.yaml"},
+		{name: "flag password file beats the file's identity", file: ZitiFile{Identity: "/id.json", Username: "file-user"},
+			flags: Flags{ZitiPasswordFile: "/pw.flag"}, method: AuthPassword, user: "file-user", pw: "pw-from-flag",
+			origin: "password: --ziti-password-file in flags, over ziti.identity in the config file /cfg.yaml"},
+		{name: "password chosen, username set nowhere", file: idFile, env: map[string]string{EnvZitiPassword: "pw-from-env"},
+			method: AuthPassword, pw: "pw-from-env", origin: "password: FLEETCTL_ZITI_PASSWORD in the environment, over ziti.identity in the config file /cfg.yaml",
+			checkErr: "password auth (password: FLEETCTL_ZITI_PASSWORD in the environment, over ziti.identity in the config file /cfg.yaml) needs ziti.username"},
+		{name: "env identity beats the file's password", file: pwFile, env: map[string]string{EnvZitiIdentity: "/env-id.json"},
+			method: AuthCert, identity: "/env-id.json",
+			origin: "certificate: FLEETCTL_ZITI_IDENTITY in the environment, over ziti.username and ziti.password_file in the config file /cfg.yaml"},
+		{name: "flag identity beats env password", env: map[string]string{EnvZitiUsername: "env-user", EnvZitiPassword: "pw-from-env"},
+			flags: Flags{ZitiIdentity: "/flag-id.json"}, method: AuthCert, identity: "/flag-id.json",
+			origin: "certificate: --ziti-identity in flags, over FLEETCTL_ZITI_USERNAME and FLEETCTL_ZITI_PASSWORD in the environment"},
+		{name: "under cert auth the password file is not read", file: ZitiFile{Username: "u", PasswordFile: "/missing"},
+			env: map[string]string{EnvZitiIdentity: "/env-id.json"}, method: AuthCert, identity: "/env-id.json",
+			origin: "certificate: FLEETCTL_ZITI_IDENTITY in the environment, over ziti.username and ziti.password_file in the config file /cfg.yaml"},
+		{name: "both in flags", flags: Flags{ZitiIdentity: "/id.json", ZitiUsername: "u", ZitiPasswordFile: "/pw.flag"},
+			origin: "certificate auth (--ziti-identity) and password auth (--ziti-username and --ziti-password-file) are both given in flags; keep one"},
+		{name: "both in env", file: idFile, env: map[string]string{EnvZitiIdentity: "/e.json", EnvZitiPassword: "pw"},
+			origin: "certificate auth (FLEETCTL_ZITI_IDENTITY) and password auth (FLEETCTL_ZITI_PASSWORD) are both given in the environment; keep one"},
+		{name: "both in the file", file: ZitiFile{Identity: "/id.json", Username: "u"},
+			origin: "certificate auth (ziti.identity) and password auth (ziti.username) are both given in the config file /cfg.yaml; keep one"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			file := &File{Path: "/cfg.yaml", Ziti: tc.file}
+			s, err := Resolve(file, env(tc.env), tc.flags, read)
+			if tc.method == "" && tc.checkErr == "" {
+				if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.origin) {
+					t.Fatalf("got %v, want an error %q", err, tc.origin)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.ZitiAuth != tc.method || s.ZitiIdentity != tc.identity || s.ZitiUsername != tc.user || s.ZitiPassword.Reveal() != tc.pw {
+				t.Errorf("got method %q identity %q user %q pw %q", s.ZitiAuth, s.ZitiIdentity, s.ZitiUsername, s.ZitiPassword.Reveal())
+			}
+			if s.Origin["ziti.auth"] != tc.origin {
+				t.Errorf("origin %q\n  want %q", s.Origin["ziti.auth"], tc.origin)
+			}
+			s.ZitiURL = "https://c"
+			if tc.method == "" {
+				s.ZitiURL = ""
+			}
+			err = s.CheckZiti()
+			switch {
+			case tc.checkErr == "" && err != nil:
+				t.Errorf("check: %v", err)
+			case tc.checkErr != "" && (err == nil || !strings.Contains(err.Error(), tc.checkErr)):
+				t.Errorf("check: %v, want %q", err, tc.checkErr)
+			}
+		})
+	}
+}
+
 func TestChecks(t *testing.T) {
 	for _, tc := range []struct {
 		name          string
@@ -166,6 +251,10 @@ func TestChecks(t *testing.T) {
 		{"nothing", Settings{}, "ziti.url is not set", "tenancy.url is not set"},
 		{"no ziti creds", Settings{ZitiURL: "https://c", TenancyURL: "https://t"}, "no ziti credentials", "no tenancy admin token"},
 		{"identity is enough", Settings{ZitiURL: "https://c", ZitiIdentity: "/id.json"}, "", "tenancy.url"},
+		// The identity file names the controller.
+		{"identity without url", Settings{ZitiIdentity: "/id.json", TenancyURL: "https://t"}, "", "no tenancy admin token"},
+		{"password without a password", Settings{ZitiURL: "https://c", ZitiAuth: AuthPassword, ZitiUsername: "u",
+			Origin: map[string]string{"ziti.auth": "password: ziti.username in the config file /c"}}, "password auth (password: ziti.username in the config file /c) needs a password", "tenancy.url"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, c := range []struct {

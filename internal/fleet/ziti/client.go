@@ -159,11 +159,28 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 // ListHostIdentities returns every identity whose name starts with HostPrefix. The first page
 // gives totalCount; the remaining pages are fetched concurrently (Config.Concurrency at once).
 // progress, when not nil, is called after each page with pages done and pages in all; calls are
-// serialised.
+// serialised (a second listing, see below, starts again from 1).
 //
-// Offset paging over a list that changes meanwhile can return an identity twice; duplicates are
-// dropped by id.
+// Offset paging over a list that changes meanwhile shifts the pages: an identity created or
+// deleted ahead of an offset makes another one appear twice or not at all, and a missing host
+// identity would read as NO_IDENTITY, whose next step (onboard) supersedes a working box's
+// grant. So a listing counts as read only when every page reports the first page's totalCount
+// and the distinct identities received number exactly that. Otherwise the list is read once
+// more; when that reading is torn too, the error matches ErrListChanged. (A create and a delete
+// that cancel out between two pages escape both checks; offset paging offers nothing better.)
 func (c *Client) ListHostIdentities(ctx context.Context, progress func(done, total int)) ([]Identity, error) {
+	ids, err := c.listOnce(ctx, progress)
+	if !errors.Is(err, ErrListChanged) {
+		return ids, err
+	}
+	if ids, err = c.listOnce(ctx, progress); errors.Is(err, ErrListChanged) {
+		return nil, fmt.Errorf("%w (on the second reading too)", err)
+	}
+	return ids, err
+}
+
+// listOnce reads the host identities page by page, once.
+func (c *Client) listOnce(ctx context.Context, progress func(done, total int)) ([]Identity, error) {
 	filter := fmt.Sprintf("name contains %s", quote(HostPrefix))
 	first, total, stride, err := c.page(ctx, filter, 0, c.cfg.PageSize)
 	if err != nil {
@@ -177,7 +194,8 @@ func (c *Client) ListHostIdentities(ctx context.Context, progress func(done, tot
 		pages = int((total + stride - 1) / stride)
 	}
 	results := make([][]Identity, pages)
-	results[0] = first
+	totals := make([]int64, pages)
+	results[0], totals[0] = first, total
 
 	var mu sync.Mutex
 	done := 1
@@ -195,11 +213,11 @@ func (c *Client) ListHostIdentities(ctx context.Context, progress func(done, tot
 	g.SetLimit(c.cfg.Concurrency)
 	for i := 1; i < pages; i++ {
 		g.Go(func() error {
-			items, _, _, err := c.page(gctx, filter, int64(i)*stride, stride)
+			items, n, _, err := c.page(gctx, filter, int64(i)*stride, stride)
 			if err != nil {
 				return err
 			}
-			results[i] = items
+			results[i], totals[i] = items, n
 			mu.Lock()
 			done++
 			mu.Unlock()
@@ -211,17 +229,31 @@ func (c *Client) ListHostIdentities(ctx context.Context, progress func(done, tot
 		return nil, err
 	}
 
+	for i, n := range totals {
+		if n != total {
+			return nil, fmt.Errorf("ziti: list identities: %w: totalCount %d on the first page, %d on the page at offset %d",
+				ErrListChanged, total, n, int64(i)*stride)
+		}
+	}
 	seen := make(map[string]bool, total)
 	out := make([]Identity, 0, total)
 	for _, page := range results {
 		for _, id := range page {
-			if seen[id.ID] || !strings.HasPrefix(id.Name, HostPrefix) {
-				// "contains" also matches e.g. old-monky-host.x; only the prefix is ours.
+			if seen[id.ID] {
 				continue
 			}
 			seen[id.ID] = true
+			if !strings.HasPrefix(id.Name, HostPrefix) {
+				// "contains" also matches e.g. old-monky-host.x; the controller counts it, but
+				// only the prefix is ours.
+				continue
+			}
 			out = append(out, id)
 		}
+	}
+	if int64(len(seen)) != total {
+		return nil, fmt.Errorf("ziti: list identities: %w: %d distinct identities received, totalCount %d",
+			ErrListChanged, len(seen), total)
 	}
 	return out, nil
 }

@@ -137,6 +137,90 @@ func TestListHostIdentitiesFetchesPagesConcurrently(t *testing.T) {
 	}
 }
 
+// An identity created or deleted while the pages are read shifts the later pages: offset paging
+// then drops (or repeats) an identity, and a dropped one would read as NO_IDENTITY. The listing is
+// read again; a second torn reading is an error, never a shorter list.
+func TestListHostIdentitiesWhileTheListChanges(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// churn changes the fake when the page at offset arrives, in the nth listing (from 1).
+		churn   func(z *zititest.Server, listing int, offset int64)
+		wantErr string
+		want    int
+	}{
+		{"deleted mid-listing, then stable", func(z *zititest.Server, listing int, offset int64) {
+			if listing == 1 && offset == 10 {
+				z.RemoveIdentity("monky-host.env-0000") // everything shifts one to the left
+			}
+		}, "", 24},
+		{"created mid-listing, then stable", func(z *zititest.Server, listing int, offset int64) {
+			if listing == 1 && offset == 20 {
+				z.AddIdentity(zititest.Identity{Name: "monky-host.aaa-new"})
+			}
+		}, "", 26},
+		{"create and delete between pages, then stable", func(z *zititest.Server, listing int, offset int64) {
+			// totalCount stays 25; the distinct count shows the shift.
+			if listing == 1 && offset == 10 {
+				z.AddIdentity(zititest.Identity{Name: "monky-host.aaa-new"})
+				z.RemoveIdentity("monky-host.env-0024")
+			}
+		}, "", 25},
+		{"changing on every reading", func(z *zititest.Server, listing int, offset int64) {
+			if offset == 10 {
+				z.AddIdentity(zititest.Identity{Name: fmt.Sprintf("monky-host.aaa-%d", listing)})
+			}
+		}, "the identity list changed while it was read: totalCount", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			z := newFake(t)
+			seed(z, 25)
+			c, err := dial(t, z, func(c *ziti.Config) { c.PageSize = 10; c.Concurrency = 1 })
+			if err != nil {
+				t.Fatal(err)
+			}
+			listing := 0
+			z.OnList(func(offset int64) {
+				if offset == 0 {
+					listing++
+				}
+				tc.churn(z, listing, offset)
+			})
+			ids, err := c.ListHostIdentities(context.Background(), nil)
+			if tc.wantErr != "" {
+				if !errors.Is(err, ziti.ErrListChanged) || !strings.Contains(err.Error(), tc.wantErr) || ids != nil {
+					t.Fatalf("got %d identities, error %v; want ErrListChanged %q", len(ids), err, tc.wantErr)
+				}
+				if listing != 2 {
+					t.Errorf("%d listings, want 2 (one more reading, then give up)", listing)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if listing != 2 {
+				t.Errorf("%d listings, want 2", listing)
+			}
+			want := map[string]bool{}
+			for _, id := range z.Identities() {
+				want[id.Name] = true
+			}
+			got := map[string]bool{}
+			for _, id := range ids {
+				got[id.Name] = true
+			}
+			if len(ids) != tc.want || len(got) != len(want) {
+				t.Fatalf("got %d identities (%d distinct), want %d", len(ids), len(got), tc.want)
+			}
+			for n := range want {
+				if !got[n] {
+					t.Errorf("%s is missing", n)
+				}
+			}
+		})
+	}
+}
+
 func TestListFollowsControllerCap(t *testing.T) {
 	z := newFake(t)
 	seed(z, 1200)

@@ -18,6 +18,9 @@ var (
 	ErrNotFound = errors.New("not found")
 	// ErrNoEnrollment: the identity has no pending one-time-token enrolment.
 	ErrNoEnrollment = errors.New("no pending enrollment")
+	// ErrListChanged: the identity list changed while it was paged through, twice in a row, so
+	// what was received is not the whole list.
+	ErrListChanged = errors.New("the identity list changed while it was read")
 )
 
 // StatusError is an HTTP error answer of the controller, with the code and message of its

@@ -19,9 +19,12 @@ type ClientIdentity struct {
 	Certificate tls.Certificate
 	// CA holds the controller CA bundle the file carries (id.ca); nil when it carries none.
 	CA *x509.CertPool
-	// ControllerURL is scheme://host[:port] of the file's ztAPI, "" when absent. The management
-	// API lives on the same listener as the client API the file names.
+	// ControllerURL is scheme://host[:port] of the file's ztAPI (else of the first entry of
+	// ztAPIs), "" when it names none. The management API lives under /edge/management/v1 on the
+	// same listener as the client API the file names.
 	ControllerURL string
+	// ControllerField is the field ControllerURL was read from: "ztAPI" or "ztAPIs[i]".
+	ControllerField string
 }
 
 // LoadIdentityFile reads and parses a ziti identity file. Relative file:// references inside it
@@ -42,11 +45,13 @@ func LoadIdentityFile(path string) (*ClientIdentity, error) {
 	return id, nil
 }
 
-// identityFile is the on-disk shape; unknown fields (ztAPIs, configTypes, enableHa…) are ignored
-// because newer SDKs keep adding them.
+// identityFile is the on-disk shape; unknown fields (configTypes, enableHa…) are ignored because
+// newer SDKs keep adding them.
 type identityFile struct {
 	ZtAPI string `json:"ztAPI"`
-	ID    *struct {
+	// ZtAPIs lists the controllers of an HA cluster (newer SDKs write it beside ztAPI).
+	ZtAPIs []string `json:"ztAPIs"`
+	ID     *struct {
 		Key  string `json:"key"`
 		Cert string `json:"cert"`
 		CA   string `json:"ca"`
@@ -87,12 +92,19 @@ func ParseIdentity(data []byte, baseDir string) (*ClientIdentity, error) {
 		}
 		out.CA = pool
 	}
-	if f.ZtAPI != "" {
-		u, err := url.Parse(f.ZtAPI)
-		if err != nil || u.Scheme != "https" || u.Host == "" {
-			return nil, fmt.Errorf("ztAPI: %q is not an https URL", f.ZtAPI)
+	field, api := "ztAPI", f.ZtAPI
+	for i, a := range f.ZtAPIs {
+		if api != "" {
+			break
 		}
-		out.ControllerURL = u.Scheme + "://" + u.Host
+		field, api = fmt.Sprintf("ztAPIs[%d]", i), a
+	}
+	if api != "" {
+		u, err := url.Parse(api)
+		if err != nil || u.Scheme != "https" || u.Host == "" {
+			return nil, fmt.Errorf("%s: %q is not an https URL", field, api)
+		}
+		out.ControllerURL, out.ControllerField = u.Scheme+"://"+u.Host, field
 	}
 	return out, nil
 }

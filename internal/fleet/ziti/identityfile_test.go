@@ -50,8 +50,23 @@ func doc(t testing.TB, id map[string]string, ztAPI string) []byte {
 	return b
 }
 
+// docAPIs is an identity file with the given ztAPI ("" leaves it out) and ztAPIs.
+func docAPIs(t testing.TB, id map[string]string, ztAPI string, ztAPIs ...string) []byte {
+	t.Helper()
+	m := map[string]any{"id": id, "ztAPIs": ztAPIs}
+	if ztAPI != "" {
+		m["ztAPI"] = ztAPI
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 func TestParseIdentity(t *testing.T) {
 	cert, key := keyPair(t)
+	inline := map[string]string{"cert": "pem:" + cert, "key": "pem:" + key}
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "ops.cert"), []byte(cert), 0o600); err != nil {
 		t.Fatal(err)
@@ -65,10 +80,11 @@ func TestParseIdentity(t *testing.T) {
 		baseDir string
 		wantErr string
 		wantURL string
+		wantAt  string
 		wantCA  bool
 	}{
 		{name: "inline pem", body: doc(t, map[string]string{"cert": "pem:" + cert, "key": "pem:" + key, "ca": "pem:" + cert}, "https://ctrl.example:1280/edge/client/v1"),
-			wantURL: "https://ctrl.example:1280", wantCA: true},
+			wantURL: "https://ctrl.example:1280", wantAt: "ztAPI", wantCA: true},
 		{name: "relative files", body: doc(t, map[string]string{"cert": "file://ops.cert", "key": "ops.key"}, ""), baseDir: dir},
 		{name: "files not allowed", body: doc(t, map[string]string{"cert": "file://ops.cert", "key": "ops.key"}, ""), wantErr: "id.cert: file references are not allowed"},
 		{name: "missing file", body: doc(t, map[string]string{"cert": "file://nope", "key": "ops.key"}, ""), baseDir: dir, wantErr: "id.cert:"},
@@ -79,6 +95,13 @@ func TestParseIdentity(t *testing.T) {
 		{name: "garbage key", body: doc(t, map[string]string{"cert": "pem:" + cert, "key": "pem:-----BEGIN EC PRIVATE KEY-----\nAAAA\n-----END EC PRIVATE KEY-----\n"}, ""), wantErr: "id.cert/id.key"},
 		{name: "bad ca", body: doc(t, map[string]string{"cert": "pem:" + cert, "key": "pem:" + key, "ca": "pem:nothing"}, ""), wantErr: "id.ca: no PEM"},
 		{name: "http ztAPI", body: doc(t, map[string]string{"cert": "pem:" + cert, "key": "pem:" + key}, "http://ctrl"), wantErr: "ztAPI"},
+		// HA identities list their controllers in ztAPIs; the first one named is used.
+		{name: "ztAPIs only", body: docAPIs(t, inline, "", "", "https://ha-1.example:8441/edge/client/v1", "https://ha-2.example:8441/edge/client/v1"),
+			wantURL: "https://ha-1.example:8441", wantAt: "ztAPIs[1]"},
+		{name: "ztAPI beats ztAPIs", body: docAPIs(t, inline, "https://main.example/edge/client/v1", "https://ha-1.example:8441/edge/client/v1"),
+			wantURL: "https://main.example", wantAt: "ztAPI"},
+		{name: "bad ztAPIs entry", body: docAPIs(t, inline, "", "", "ctrl.example:8441"), wantErr: `ztAPIs[1]: "ctrl.example:8441" is not an https URL`},
+		{name: "no controller named", body: docAPIs(t, inline, ""), wantURL: ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			id, err := ParseIdentity(tc.body, tc.baseDir)
@@ -94,7 +117,7 @@ func TestParseIdentity(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if id.ControllerURL != tc.wantURL || (id.CA != nil) != tc.wantCA || len(id.Certificate.Certificate) == 0 {
+			if id.ControllerURL != tc.wantURL || id.ControllerField != tc.wantAt || (id.CA != nil) != tc.wantCA || len(id.Certificate.Certificate) == 0 {
 				t.Errorf("identity %+v", id)
 			}
 		})

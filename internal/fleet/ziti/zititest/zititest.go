@@ -125,6 +125,8 @@ type Server struct {
 	barrier    int
 	barrierCh  chan struct{}
 	barrierMet bool
+	maxLimit   int64
+	onList     func(offset int64)
 }
 
 // The generated server analyses a 40,000-line spec and builds a router for every operation:
@@ -286,6 +288,39 @@ func (s *Server) MaxConcurrentPages() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.maxFlight
+}
+
+// SetMaxLimit makes the fake cap every page at n identities, as the controller caps at 500
+// (0 restores 500). Small pages let a test reach paging with a small fleet.
+func (s *Server) SetMaxLimit(n int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.maxLimit = n
+	s.pages = nil
+}
+
+// OnList runs fn with the requested offset whenever a list request arrives, before it is
+// answered; nil removes it. fn may change the identities (AddIdentity, RemoveIdentity) to
+// make the set change in the middle of a client's paging. Pages are fetched concurrently, so
+// fn may run concurrently with itself.
+func (s *Server) OnList(fn func(offset int64)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.onList = fn
+}
+
+// RemoveIdentity deletes the identity with this name; false when there is none.
+func (s *Server) RemoveIdentity(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for key, id := range s.byID {
+		if id.Name == name {
+			delete(s.byID, key)
+			s.changedLocked()
+			return true
+		}
+	}
+	return false
 }
 
 // AddIdentity stores an identity and returns its id.
@@ -553,6 +588,12 @@ func (s *Server) list(p identity.ListIdentitiesParams) middleware.Responder {
 	if resp := s.behave(p.HTTPRequest, OpList); resp != nil {
 		return resp
 	}
+	s.mu.Lock()
+	hook := s.onList
+	s.mu.Unlock()
+	if hook != nil {
+		hook(offset)
+	}
 	var f filter
 	if p.Filter != nil {
 		var err error
@@ -565,9 +606,13 @@ func (s *Server) list(p identity.ListIdentitiesParams) middleware.Responder {
 	if p.Limit != nil {
 		limit = *p.Limit
 	}
-	if limit > 500 {
-		limit = 500
+	s.mu.Lock()
+	capAt := s.maxLimit
+	s.mu.Unlock()
+	if capAt <= 0 {
+		capAt = 500
 	}
+	limit = min(limit, capAt)
 	if limit < 1 || offset < 0 {
 		return errorResponder(http.StatusBadRequest, "INVALID_PAGINATION", "limit must be ≥ 1 and offset ≥ 0")
 	}

@@ -96,6 +96,53 @@ func TestPagingFollowsTheController(t *testing.T) {
 	}
 }
 
+// The identity set can change between the pages of one client's listing, and the fake's page cap
+// can be lowered so that a small fleet spans several pages.
+func TestChangesMidListing(t *testing.T) {
+	s := newServer(t, 12)
+	c := newClient(t, s)
+	c.login()
+	s.SetMaxLimit(5)
+	var offsets []int64
+	s.OnList(func(offset int64) {
+		offsets = append(offsets, offset)
+		if offset == 5 {
+			s.AddIdentity(Identity{Name: "monky-host.aaa-new"})
+			if !s.RemoveIdentity("monky-host.env-011") {
+				t.Error("RemoveIdentity found nothing")
+			}
+		}
+	})
+	q := "?filter=" + url.QueryEscape(`name contains "monky-host."`) + "&limit=500"
+	names := func(out map[string]any) (got []string) {
+		for _, d := range out["data"].([]any) {
+			got = append(got, d.(map[string]any)["name"].(string))
+		}
+		return got
+	}
+	_, first := c.do("GET", "/identities"+q, nil)
+	_, second := c.do("GET", "/identities"+q+"&offset=5", nil)
+	if got := fmt.Sprint(first["meta"].(map[string]any)["pagination"].(map[string]any)["limit"], names(first)); got !=
+		"5 [monky-host.env-000 monky-host.env-001 monky-host.env-002 monky-host.env-003 monky-host.env-004]" {
+		t.Errorf("first page: %s", got)
+	}
+	// The new identity sorts first: env-004 moves to the second page, seen twice by offset paging.
+	if got := fmt.Sprint(names(second)); got != "[monky-host.env-004 monky-host.env-005 monky-host.env-006 monky-host.env-007 monky-host.env-008]" {
+		t.Errorf("second page: %s", got)
+	}
+	if fmt.Sprint(offsets) != "[0 5]" {
+		t.Errorf("hook saw offsets %v", offsets)
+	}
+	if s.RemoveIdentity("monky-host.env-011") {
+		t.Error("removed twice")
+	}
+	s.OnList(nil)
+	s.SetMaxLimit(0)
+	if _, out := c.do("GET", "/identities"+q, nil); len(out["data"].([]any)) != 12 {
+		t.Errorf("cap not restored: %d", len(out["data"].([]any)))
+	}
+}
+
 func TestSessionsAndFailures(t *testing.T) {
 	s := newServer(t, 3)
 	other := newServer(t, 3)
