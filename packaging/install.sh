@@ -24,6 +24,12 @@
 #   --bao-ca FILE             CA certificate of OpenBao, installed as openbao-ca.pem
 #   --source gitlab|gitea     download from the GitLab package registry (primary) or the Gitea
 #                             mirror (no token needed)                          [gitlab]
+# Agent config the kit carries (fleetctl onboard passes tenancy's values):
+#   --tenancy-service NAME    ziti service of tenancy's agent API        [monky.tenancy.deploy]
+#   --tenancy-port PORT       its intercept port                         [443]
+#   --bao-addr URL            OpenBao's address    [https://bao.cbs.tikali.net:8200]
+#   --bao-auth-mount MOUNT    JWT auth mount of the deploy grant         [jwt-tenancy]
+#   --bao-role ROLE           role at that mount                         [see-env]
 # Environment: MONKY_DEPLOYD_TOKEN (the deploy token), MONKY_DEPLOYD_BASE_URL (replaces the
 # download base URL of the chosen source; the .deb is fetched from BASE/<version>/<file> for
 # gitlab and BASE/v<version>/<file> for gitea).
@@ -63,6 +69,8 @@ usage() {
 
 ENV_ID="" SITE="" TOKEN="" TOKEN_FILE="" BOOTSTRAP_FILE="" ENROL_JWT="" TRANSPORT=sdk
 VERSION="" DOCKER_DATA_ROOT="" LAPTOP=false BAO_CA="" SOURCE=gitlab
+TENANCY_SERVICE=monky.tenancy.deploy TENANCY_PORT=443
+BAO_ADDR=https://bao.cbs.tikali.net:8200 BAO_AUTH_MOUNT=jwt-tenancy BAO_ROLE=see-env
 
 value() { # flag, remaining-arg-count
   [ "$2" -ge 2 ] || die "$1 needs a value"
@@ -81,6 +89,11 @@ while [ $# -gt 0 ]; do
     --laptop) LAPTOP=true; shift ;;
     --bao-ca) value "$1" $#; BAO_CA=$2; shift 2 ;;
     --source) value "$1" $#; SOURCE=$2; shift 2 ;;
+    --tenancy-service) value "$1" $#; TENANCY_SERVICE=$2; shift 2 ;;
+    --tenancy-port) value "$1" $#; TENANCY_PORT=$2; shift 2 ;;
+    --bao-addr) value "$1" $#; BAO_ADDR=$2; shift 2 ;;
+    --bao-auth-mount) value "$1" $#; BAO_AUTH_MOUNT=$2; shift 2 ;;
+    --bao-role) value "$1" $#; BAO_ROLE=$2; shift 2 ;;
     -h | --help) usage ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
@@ -92,6 +105,18 @@ done
 [[ $SITE =~ ^[a-z0-9][a-z0-9-]{0,62}$ ]] || die "--site: '$SITE' is not a site name like cbs"
 case "$TRANSPORT" in sdk | proxy | system) ;; *) die "--transport: '$TRANSPORT' is not sdk, proxy or system" ;; esac
 case "$SOURCE" in gitlab | gitea) ;; *) die "--source: '$SOURCE' is not gitlab or gitea" ;; esac
+# These go into config.yaml unquoted: only characters that cannot change its YAML.
+[[ $TENANCY_SERVICE =~ ^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$ ]] ||
+  die "--tenancy-service: '$TENANCY_SERVICE' is not a ziti service name like monky.tenancy.deploy"
+if ! [[ $TENANCY_PORT =~ ^[1-9][0-9]{0,4}$ ]] || [ "$TENANCY_PORT" -gt 65535 ]; then
+  die "--tenancy-port: '$TENANCY_PORT' is not a port (1-65535)"
+fi
+[[ $BAO_ADDR =~ ^https?://[A-Za-z0-9.-]+(:[1-9][0-9]{0,4})?/?$ ]] ||
+  die "--bao-addr: '$BAO_ADDR' is not an address like https://bao.cbs.tikali.net:8200"
+if ! [[ $BAO_AUTH_MOUNT =~ ^[A-Za-z0-9]([A-Za-z0-9._/-]{0,126}[A-Za-z0-9._-])?$ ]]; then
+  die "--bao-auth-mount: '$BAO_AUTH_MOUNT' is not an auth mount like jwt-tenancy"
+fi
+[[ $BAO_ROLE =~ ^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$ ]] || die "--bao-role: '$BAO_ROLE' is not a role name like see-env"
 if [ -z "$VERSION" ]; then
   [ "$DEFAULT_VERSION" != "@VERSION@" ] || die "--version: this install.sh is unstamped; pass --version"
   VERSION=$DEFAULT_VERSION
@@ -156,19 +181,56 @@ installed_version() {
   dpkg-query -W -f='${db:Status-Abbrev}${Version}' "$AGENT" 2>/dev/null | sed -n 's/^ii *//p'
 }
 
-download() { # url, output file, [token]: the deploy token only ever goes to our own registry
-  local hdr code
-  hdr="$WORK/headers"
-  : >"$hdr"
-  # The header goes through a 0600 file (umask 077), never through curl's argv.
-  if [ -n "${3:-}" ]; then printf 'DEPLOY-TOKEN: %s\n' "$3" >"$hdr"; fi
+# url_origin URL: scheme://host[:port] in lower case, or nothing for a URL that is not http(s).
+url_origin() {
+  local o
+  [[ $1 =~ ^([A-Za-z][A-Za-z0-9+.-]*://[^/?#]*) ]] || return 0
+  o=${BASH_REMATCH[1],,}
+  case "$o" in https://* | http://*) printf '%s' "$o" ;; esac
+}
+
+# download URL OUT [TOKEN]: the deploy token only ever goes to the origin (scheme, host, port) of
+# URL. GitLab answers a package download with a redirect to its object storage, and curl -L would
+# send every -H header to wherever a redirect points (see `man curl`, --header: "headers set with
+# this option will be set in all HTTP requests - even after redirects"). So curl follows nothing
+# itself: each redirect is read here and followed with the header only while it stays on that
+# origin. An https URL is never followed onto http.
+download() {
+  local url=$1 out=$2 token=${3:-} origin proto hdr res code next hop
+  origin=$(url_origin "$url")
+  [ -n "$origin" ] || die "download: '$url' is not an http(s) URL"
+  proto='=https'
+  if [[ $origin == http://* ]]; then proto='=https,http'; fi
   command -v curl >/dev/null || die "curl not found (apt-get install curl)"
-  code=$(curl -sS -L --proto '=https,http' --retry 3 --connect-timeout 20 -H @"$hdr" \
-    -o "$2" -w '%{http_code}' "$1") || die "download of $1 failed (curl exit $?)"
+  hdr="$WORK/headers"
+  for hop in 0 1 2 3 4 5 6 7 8 9 10; do
+    : >"$hdr"
+    # The header goes through a 0600 file (umask 077), never through curl's argv.
+    if [ -n "$token" ] && [ "$(url_origin "$url")" = "$origin" ]; then
+      printf 'DEPLOY-TOKEN: %s\n' "$token" >"$hdr"
+    fi
+    res=$(curl -sS --proto "$proto" --retry 3 --connect-timeout 20 -H @"$hdr" \
+      -o "$out" -w '%{http_code} %{redirect_url}' "$url") || die "download of $1 failed (curl exit $?)"
+    code=${res%% *} next=${res#* }
+    case "$code" in
+      301 | 302 | 303 | 307 | 308)
+        [ -n "$next" ] || die "download of $1: HTTP $code without a Location"
+        [ "$hop" -lt 10 ] || die "download of $1: more than 10 redirects"
+        url=$next
+        continue
+        ;;
+    esac
+    break
+  done
   rm -f "$hdr"
   case "$code" in
     200) ;;
-    401 | 403) die "download of $1 refused (HTTP $code): the deploy token is missing, revoked or lacks read_package_registry" ;;
+    401 | 403)
+      if [ "$(url_origin "$url")" = "$origin" ]; then
+        die "download of $1 refused (HTTP $code): the deploy token is missing, revoked or lacks read_package_registry"
+      fi
+      die "download of $1 refused (HTTP $code) by $(url_origin "$url"), where the registry redirected it"
+      ;;
     404) die "download of $1: not found (HTTP 404): is $VERSION published on $SOURCE?" ;;
     *) die "download of $1 failed (HTTP $code)" ;;
   esac
@@ -295,12 +357,12 @@ transport: $TRANSPORT
 identity: $IDENTITY
 laptop_mode: $LAPTOP
 tenancy:
-  service: monky.tenancy.deploy
-  port: 443
+  service: $TENANCY_SERVICE
+  port: $TENANCY_PORT
 bao:
-  addr: https://bao.cbs.tikali.net:8200
-  auth_mount: jwt-tenancy
-  role: see-env
+  addr: $BAO_ADDR
+  auth_mount: $BAO_AUTH_MOUNT
+  role: $BAO_ROLE
 disk:
   factor: 1.5
   headroom_bytes: 2147483648

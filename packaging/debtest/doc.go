@@ -4,6 +4,6 @@
 // units and the release pipeline file.
 //
 // Tests that need root, dpkg, busybox-static, shellcheck, ansible or systemd-analyze carry the
-// build tag `integration` (scripts/packaging-deps.sh installs the tools); with CI=true a missing
-// tool fails them instead of skipping them.
+// build tag `integration` (scripts/packaging-deps.sh installs the tools); in CI (CI set to anything
+// but empty, false or 0) a missing tool fails them instead of skipping them.
 package debtest

@@ -21,13 +21,14 @@ import (
 	"github.com/goreleaser/nfpm/v2/files"
 	"golang.org/x/sys/unix"
 
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/itest"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/packaging/debpkg"
 )
 
 // chrootPATH is the PATH maintainer scripts and install.sh see inside the chroot.
 const chrootPATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-// need returns the path of a tool, failing the test under CI=true when it is missing and
+// need returns the path of a tool, failing the test in CI (itest.InCI) when it is missing and
 // skipping it elsewhere (a developer's machine may lack the tools; CI must not).
 func need(t *testing.T, tool string) string {
 	t.Helper()
@@ -48,8 +49,8 @@ func needRoot(t *testing.T) {
 
 func missing(t *testing.T, why string) {
 	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("CI=true: %s", why)
+	if itest.InCI(os.Getenv("CI")) {
+		t.Fatalf("CI=%s: %s", os.Getenv("CI"), why)
 	}
 	t.Skip(why)
 }

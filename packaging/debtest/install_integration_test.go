@@ -15,6 +15,8 @@ import (
 	"testing"
 
 	"go.yaml.in/yaml/v3"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/kit"
 )
 
 const (
@@ -33,6 +35,34 @@ type registry struct {
 	srv  *httptest.Server
 	mu   sync.Mutex
 	hits []string // path + " " + outcome
+	// redirect, when set, makes the registry answer a good download the way GitLab with object
+	// storage does: 302 to this base URL (another host:port) + the path.
+	redirect string
+}
+
+// storage stands in for the object storage GitLab redirects a package download to: it serves
+// the file without asking for a token, and records every DEPLOY-TOKEN header it is sent.
+type storage struct {
+	srv    *httptest.Server
+	mu     sync.Mutex
+	hits   int
+	tokens []string
+}
+
+func newStorage(t *testing.T, deb string) *storage {
+	t.Helper()
+	s := &storage{}
+	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		s.mu.Lock()
+		s.hits++
+		if v := req.Header.Values("Deploy-Token"); len(v) > 0 {
+			s.tokens = append(s.tokens, v...)
+		}
+		s.mu.Unlock()
+		http.ServeFile(w, req, deb)
+	}))
+	t.Cleanup(s.srv.Close)
+	return s
 }
 
 func newRegistry(t *testing.T, version, deb string) *registry {
@@ -57,6 +87,14 @@ func newRegistry(t *testing.T, version, deb string) *registry {
 		if req.URL.Path != fmt.Sprintf("/generic/monky-deployd/%s/monky-deployd_%s_amd64.deb", version, version) {
 			outcome = "404"
 			http.NotFound(w, req)
+			return
+		}
+		r.mu.Lock()
+		redirect := r.redirect
+		r.mu.Unlock()
+		if redirect != "" {
+			outcome = "302"
+			http.Redirect(w, req, redirect+req.URL.Path+"?X-Amz-Signature=stand-in", http.StatusFound)
 			return
 		}
 		http.ServeFile(w, req, deb)
@@ -311,6 +349,35 @@ func TestInstallScript(t *testing.T) {
 		b.tokenFree(t, out)
 	})
 
+	t.Run("the kit's tenancy and OpenBao values reach the config", func(t *testing.T) {
+		b := b.with(t)
+		// The command the kit writes, run from the kit directory as README.txt says: its flags,
+		// not install.sh's defaults, end up in config.yaml.
+		k := kit.Kit{EnvID: envID, Site: "cbs", PackageVersion: a.version, Transport: "sdk",
+			TenancyService: "monky.tenancy.qa", TenancyPort: 8443, BaoAddr: "https://bao.qa.tikali.net:8300",
+			BaoAuthMount: "jwt-tenancy-qa", BaoRole: "see-env-qa"}
+		args := strings.Fields(strings.SplitN(kit.InstallCommand(k), " bash -s -- ", 2)[1])
+		argv := append([]string{b.dir, "/bin/sh", "-c", `cd /root/kit && exec /bin/bash /root/install.sh "$@"`, "install.sh"},
+			append(args, "--version", a.version)...)
+		out, err := run(t, "", b.env(env...), "chroot", argv...)
+		if err != nil {
+			t.Fatalf("install.sh %q: %v\n%s", args, err, out)
+		}
+		cfg := readYAML(t, b.read("/etc/monky-deployd/config.yaml"))
+		for key, want := range map[string]string{"tenancy.service": "monky.tenancy.qa", "tenancy.port": "8443",
+			"bao.addr": "https://bao.qa.tikali.net:8300", "bao.auth_mount": "jwt-tenancy-qa", "bao.role": "see-env-qa"} {
+			if cfg[key] != want {
+				t.Errorf("config %s = %q, want %q (from the kit's command)", key, cfg[key], want)
+			}
+		}
+		known := exampleConfig(t)
+		for key := range cfg {
+			if _, ok := known[key]; !ok {
+				t.Errorf("install.sh wrote key %s, which the agent does not know", key)
+			}
+		}
+	})
+
 	t.Run("bad arguments", func(t *testing.T) {
 		b := b.with(t)
 		for _, tc := range []struct {
@@ -324,6 +391,13 @@ func TestInstallScript(t *testing.T) {
 			{[]string{"--env", envID, "--site", "cbs", "--bogus"}, "unknown argument"},
 			{[]string{"--env", envID, "--site", "cbs", "--bootstrap-file", "/root/kit/openbao-ca.pem"}, "does not hold a JWT"},
 			{[]string{"--env", envID, "--site", "cbs", "--token", "bad token;rm"}, "characters a token never has"},
+			{[]string{"--env", envID, "--site", "cbs", "--tenancy-service", "a b"}, "--tenancy-service"},
+			{[]string{"--env", envID, "--site", "cbs", "--tenancy-port", "70000"}, "--tenancy-port"},
+			{[]string{"--env", envID, "--site", "cbs", "--tenancy-port", "0"}, "--tenancy-port"},
+			{[]string{"--env", envID, "--site", "cbs", "--bao-addr", "bao.example:8200"}, "--bao-addr"},
+			{[]string{"--env", envID, "--site", "cbs", "--bao-addr", "https://bao.example/v1"}, "--bao-addr"},
+			{[]string{"--env", envID, "--site", "cbs", "--bao-auth-mount", "jwt\nrole: x"}, "--bao-auth-mount"},
+			{[]string{"--env", envID, "--site", "cbs", "--bao-role", "see-env: x"}, "--bao-role"},
 		} {
 			out, err := b.installSh(env, tc.args...)
 			if err == nil || !strings.Contains(out, tc.want) {
@@ -385,5 +459,39 @@ func TestAnsibleTemplateMatchesInstallScript(t *testing.T) {
 	sort.Strings(diff)
 	if len(diff) > 0 {
 		t.Errorf("install.sh and the ansible role write different configs:\n%s", strings.Join(diff, "\n"))
+	}
+}
+
+// TestInstallScriptRedirectKeepsTheToken: GitLab answers a package download with a redirect to
+// its object storage. The .deb is fetched from there, and the deploy token goes to the registry
+// only — curl -L would have sent it to the storage host as well.
+func TestInstallScriptRedirectKeepsTheToken(t *testing.T) {
+	a := build(t)
+	b := installBox(t)
+	reg := newRegistry(t, a.version, a.deb)
+	store := newStorage(t, a.deb)
+	reg.redirect = store.srv.URL
+	out, err := b.installSh([]string{"MONKY_DEPLOYD_BASE_URL=" + reg.base(), "MONKY_DEPLOYD_TOKEN=" + deployToken},
+		"--env", envID, "--site", "cbs", "--version", a.version, "--enrol-jwt", "/root/kit/monky-host."+envID+".jwt")
+	if err != nil {
+		t.Fatalf("install.sh: %v\n%s", err, out)
+	}
+	b.tokenFree(t, out)
+	if got := b.packageStatus("monky-deployd"); got != "ii "+a.version {
+		t.Errorf("package status %q after a redirected download", got)
+	}
+	reg.mu.Lock()
+	hits := strings.Join(reg.hits, ", ")
+	reg.mu.Unlock()
+	if !strings.Contains(hits, " 302") {
+		t.Fatalf("the registry did not redirect (%s): the test proves nothing", hits)
+	}
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	if store.hits != 1 {
+		t.Errorf("storage hits %d, want the one redirected download", store.hits)
+	}
+	if len(store.tokens) != 0 {
+		t.Errorf("the deploy token was sent to the storage host the registry redirected to (%d times)", len(store.tokens))
 	}
 }

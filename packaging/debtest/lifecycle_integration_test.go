@@ -370,3 +370,146 @@ func TestMaintainerScriptArguments(t *testing.T) {
 		})
 	}
 }
+
+// TestProxyFailureDoesNotKeepTheTimerOff: on the repair after a 0.1.8 upgrade, the timer comes
+// first and a proxy unit that will not start is a warning — not an abort that leaves the timer
+// off and the package half-configured.
+func TestProxyFailureDoesNotKeepTheTimerOff(t *testing.T) {
+	a := build(t)
+	b := newBox(t, boxOptions{groups: []string{"docker"}})
+	b.dpkg("-i", a.old018Deb)
+	b.configure("proxy")
+	b.write("/etc/standin-systemctl-fail", proxy+"\n", 0o644)
+	out := b.dpkg("-i", a.deb)
+	if got := b.packageStatus("monky-deployd"); got != "ii "+a.version {
+		t.Fatalf("status %q: a failing proxy failed the upgrade\n%s", got, out)
+	}
+	if !b.enabled(timer) || !b.active(timer) {
+		t.Errorf("timer enabled=%v active=%v; calls %q\n%s", b.enabled(timer), b.active(timer), b.calls("systemctl"), out)
+	}
+	if !strings.Contains(out, "warning: upgrade from 0.1.8: "+proxy+" did not start") {
+		t.Errorf("the proxy failure was not reported:\n%s", out)
+	}
+	if logged := strings.Join(b.calls("logger"), "\n"); !strings.Contains(logged, proxy+" did not start") {
+		t.Errorf("the proxy failure did not reach the journal (logger calls %q)", logged)
+	}
+	if b.exists("/var/lib/monky-deployd/.dpkg-upgrade-from") {
+		t.Error("the upgrade marker was left behind")
+	}
+}
+
+// TestInterruptedConfigureStillHeals: a configure that fails before the repair is done (here:
+// systemctl cannot enable the timer) keeps the preinst's upgrade record, so the
+// `dpkg --configure -a` that follows still knows it is finishing an upgrade from 0.1.8.
+func TestInterruptedConfigureStillHeals(t *testing.T) {
+	a := build(t)
+	b := newBox(t, boxOptions{groups: []string{"docker"}})
+	b.dpkg("-i", a.old018Deb)
+	b.configure("sdk")
+	b.write("/etc/standin-systemctl-fail", timer+"\n", 0o644)
+	if out, err := b.tryDpkg("-i", a.deb); err == nil {
+		t.Fatalf("the configure succeeded although the timer could not be enabled:\n%s", out)
+	}
+	if got := b.packageStatus("monky-deployd"); strings.HasPrefix(got, "ii ") {
+		t.Fatalf("status %q: the test needs a half-configured package", got)
+	}
+	if !b.exists("/var/lib/monky-deployd/.dpkg-upgrade-from") {
+		t.Error("the failed configure dropped the upgrade record")
+	}
+	b.remove("/etc/standin-systemctl-fail")
+	out := b.dpkg("--configure", "-a")
+	if got := b.packageStatus("monky-deployd"); got != "ii "+a.version {
+		t.Fatalf("status %q after dpkg --configure -a\n%s", got, out)
+	}
+	if !b.enabled(timer) || !b.active(timer) {
+		t.Errorf("the re-run did not heal the timer; calls %q\n%s", b.calls("systemctl"), out)
+	}
+	if !strings.Contains(out, "re-enabled and started "+timer) {
+		t.Errorf("the re-run does not say it re-enabled the timer:\n%s", out)
+	}
+	if b.exists("/var/lib/monky-deployd/.dpkg-upgrade-from") {
+		t.Error("the upgrade marker was left behind after the successful re-run")
+	}
+}
+
+// TestHurtBoxHealsOnUpgradeFrom019: a box that went 0.1.8 -> 0.1.9 lost its timer to 0.1.8's
+// prerm and is still off on 0.1.9. The upgrade to this package turns it back on — unless the
+// operator marked it as switched off on purpose, or masked it.
+func TestHurtBoxHealsOnUpgradeFrom019(t *testing.T) {
+	a := build(t)
+	for _, tc := range []struct {
+		name      string
+		transport string
+		prepare   string // shell run in the box before the upgrade, after configure
+		wantTimer bool
+		wantSay   string
+		noEnable  bool
+	}{
+		{"disabled sdk box", "sdk", "systemctl disable --now " + timer, true,
+			"upgrade from 0.1.9 (the timer was disabled, most likely by the 0.1.8 prerm of an earlier upgrade): re-enabled and started " + timer, false},
+		{"disabled proxy box", "proxy", "systemctl disable --now " + timer + " && systemctl disable --now " + proxy, true,
+			"re-enabled and started " + proxy, false},
+		{"disabled by the operator", "sdk", "systemctl disable --now " + timer + " && touch /etc/monky-deployd/timer.disabled-by-operator", false,
+			timer + " left as it is (/etc/monky-deployd/timer.disabled-by-operator exists)", true},
+		{"masked", "sdk", "systemctl disable --now " + timer + " && systemctl mask " + timer, false,
+			timer + " is masked; left as it is", true},
+		{"healthy box", "sdk", "true", true, "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newBox(t, boxOptions{groups: []string{"docker"}})
+			b.dpkg("-i", a.old019Deb)
+			b.configure(tc.transport)
+			b.mustSh(tc.prepare)
+			b.clearCalls()
+			out := b.dpkg("-i", a.deb)
+			calls := b.calls("systemctl")
+			if got := b.enabled(timer) && b.active(timer); got != tc.wantTimer {
+				t.Errorf("timer enabled and active = %v, want %v; calls %q\n%s", got, tc.wantTimer, calls, out)
+			}
+			if tc.transport == "proxy" && (!b.enabled(proxy) || !b.active(proxy)) {
+				t.Errorf("the proxy was not healed; calls %q", calls)
+			}
+			if tc.wantSay != "" {
+				if !strings.Contains(out, tc.wantSay) {
+					t.Errorf("dpkg's output lacks %q:\n%s", tc.wantSay, out)
+				}
+				if logged := strings.Join(b.calls("logger"), "\n"); !strings.Contains(logged, tc.wantSay) {
+					t.Errorf("the journal lacks %q (logger calls %q)", tc.wantSay, logged)
+				}
+			}
+			if tc.noEnable && contains(calls, "enable --now "+timer) {
+				t.Errorf("the timer was enabled: %q", calls)
+			}
+			// (reenable is expected: the stand-in 0.1.9 kept its units under /lib/systemd/system.)
+			if containsPrefix(calls, "disable") || containsPrefix(calls, "stop") {
+				t.Errorf("the upgrade switched something off: %q", calls)
+			}
+		})
+	}
+}
+
+// TestUpgradedFromFile: postinst leaves the old version for the agent to report as
+// upgraded_from — one line, root 0644 in the state directory — and nothing on a reinstall of the
+// same version.
+func TestUpgradedFromFile(t *testing.T) {
+	a := build(t)
+	b := newBox(t, boxOptions{groups: []string{"docker"}})
+	b.dpkg("-i", a.old019Deb)
+	b.configure("sdk")
+	b.dpkg("-i", a.deb)
+	const p = "/var/lib/monky-deployd/upgraded-from"
+	if got := b.read(p); got != "0.1.9\n" {
+		t.Errorf("%s = %q, want %q", p, got, "0.1.9\n")
+	}
+	assertMode(t, b, p, 0o644, 0, 0)
+	b.remove(p)
+	b.dpkg("-i", a.deb)
+	if b.exists(p) {
+		t.Errorf("a reinstall of the same version wrote %s = %q", p, b.read(p))
+	}
+	b.dpkg("-i", a.prevDeb)
+	b.dpkg("-i", a.deb)
+	if got := b.read(p); got != a.version+"~rc1\n" {
+		t.Errorf("%s = %q after an upgrade from the previous build", p, got)
+	}
+}

@@ -12,6 +12,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -22,9 +24,14 @@ import (
 // ErrExists: the kit directory is there already and --reissue was not given.
 var ErrExists = errors.New("kit exists")
 
-// PackageURL is where install.sh of a release is published (GitLab generic package registry of
-// the monky-deployd project; private, hence the deploy token header).
-const PackageURL = "https://scm.tikali.ai/api/v4/projects/69/packages/generic/monky-deployd/%s/install.sh"
+// PackageBase is the GitLab generic package registry of the monky-deployd project (private, hence
+// the deploy token header), with the project path-encoded. The same URL is GITLAB_BASE in
+// packaging/install.sh and monky_deployd_gitlab_base_url in the ansible role's defaults; a test
+// holds the three (and the upload tool's default project) together.
+const PackageBase = "https://scm.tikali.ai/api/v4/projects/tikali%2Fapplications%2Fmonky%2Fmonky-deployd/packages/generic/monky-deployd"
+
+// PackageURL is where install.sh of release version is published.
+func PackageURL(version string) string { return PackageBase + "/" + version + "/install.sh" }
 
 // Kit is everything written for one backend.
 type Kit struct {
@@ -32,6 +39,7 @@ type Kit struct {
 	Site           string
 	Transport      string
 	PackageVersion string
+	TenancyService string
 	TenancyPort    int
 	BaoAddr        string
 	BaoAuthMount   string
@@ -50,15 +58,53 @@ type Kit struct {
 	Tool string
 }
 
-// FromResponse fills a Kit from tenancy's answer.
+// The shapes install.sh accepts for the values the kit hands it: every value tenancy sends ends up
+// in a shell command line run as root and in config.yaml, so one that install.sh would refuse (or
+// that could change the command) is refused here, naming tenancy's field.
+var (
+	envRE       = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+	versionRE   = regexp.MustCompile(`^[0-9]+\.[0-9]+\.[0-9]+([~.+-][0-9A-Za-z.~+-]+)?$`)
+	serviceRE   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$`)
+	baoAddrRE   = regexp.MustCompile(`^https?://[A-Za-z0-9.-]+(:[1-9][0-9]{0,4})?/?$`)
+	authMountRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._/-]{0,126}[A-Za-z0-9._-])?$`)
+	roleRE      = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+)
+
+// FromResponse fills a Kit from tenancy's answer. Optional values (tenancy service and port, the
+// OpenBao settings) may be absent: install.sh and the role then use their defaults.
 func FromResponse(r *protocol.KitResponse, transport string) (Kit, error) {
 	exp, err := time.Parse(time.RFC3339, r.GrantExpiresAt)
 	if err != nil {
 		return Kit{}, fmt.Errorf("kit: grant_expires_at: %w", err)
 	}
+	for _, c := range []struct {
+		field, value string
+		re           *regexp.Regexp
+		optional     bool
+		want         string
+	}{
+		{"env_id", r.EnvID, envRE, false, "an env id like env-qa-02"},
+		{"site", r.Site, envRE, false, "a site name like cbs"},
+		{"package_version", r.PackageVersion, versionRE, false, "a version like 0.2.0"},
+		{"tenancy_service", r.TenancyService, serviceRE, true, "a ziti service name like monky.tenancy.deploy"},
+		{"bao_addr", r.BaoAddr, baoAddrRE, true, "an address like https://bao.cbs.tikali.net:8200"},
+		{"bao_auth_mount", r.BaoAuthMount, authMountRE, true, "an auth mount like jwt-tenancy"},
+		{"bao_role", r.BaoRole, roleRE, true, "a role name like see-env"},
+	} {
+		if c.value == "" && c.optional {
+			continue
+		}
+		if !c.re.MatchString(c.value) {
+			return Kit{}, fmt.Errorf("kit: %s %q is not %s", c.field, c.value, c.want)
+		}
+	}
+	if r.TenancyPort < 0 || r.TenancyPort > 65535 {
+		return Kit{}, fmt.Errorf("kit: tenancy_port %d is not a port (1-65535)", r.TenancyPort)
+	}
 	return Kit{
 		EnvID: r.EnvID, Site: r.Site, Transport: transport, PackageVersion: r.PackageVersion,
-		TenancyPort: r.TenancyPort, BaoAddr: r.BaoAddr, BaoAuthMount: r.BaoAuthMount, BaoRole: r.BaoRole,
+		TenancyService: r.TenancyService, TenancyPort: r.TenancyPort,
+		BaoAddr: r.BaoAddr, BaoAuthMount: r.BaoAuthMount, BaoRole: r.BaoRole,
 		Grant: secret.New(r.BootstrapGrant), GrantExpiresAt: exp.UTC(),
 	}, nil
 }
@@ -96,7 +142,27 @@ func InstallCommand(k Kit) string {
 	if k.Transport != "" {
 		args = append(args, "--transport", k.Transport)
 	}
-	return fmt.Sprintf(`printf 'DEPLOY-TOKEN: %%s\n' "$`+TokenVar+`" | curl -sSf -H @- `+PackageURL+` | sudo --preserve-env=`+TokenVar+` bash -s -- %s`, k.PackageVersion, strings.Join(args, " "))
+	// Tenancy's values for this backend; install.sh's defaults apply to what tenancy left out.
+	for _, o := range []struct{ flag, value string }{
+		{"--tenancy-service", k.TenancyService},
+		{"--tenancy-port", portString(k.TenancyPort)},
+		{"--bao-addr", k.BaoAddr},
+		{"--bao-auth-mount", k.BaoAuthMount},
+		{"--bao-role", k.BaoRole},
+	} {
+		if o.value != "" {
+			args = append(args, o.flag, o.value)
+		}
+	}
+	return `printf 'DEPLOY-TOKEN: %s\n' "$` + TokenVar + `" | curl -sSf -H @- ` + PackageURL(k.PackageVersion) +
+		` | sudo --preserve-env=` + TokenVar + ` bash -s -- ` + strings.Join(args, " ")
+}
+
+func portString(p int) string {
+	if p == 0 {
+		return ""
+	}
+	return strconv.Itoa(p)
 }
 
 // Files renders the kit.
@@ -123,25 +189,40 @@ func hostVars(k Kit) []byte {
 	fmt.Fprintf(&b, "# Written by %s at %s.\n", k.Tool, k.CreatedAt.UTC().Format(time.RFC3339))
 	b.WriteString("# Secrets are placeholders for vaulted variables; put the values in the host's vault file:\n")
 	fmt.Fprintf(&b, "#   ansible-vault encrypt_string --stdin-name vault_monky_deployd_bootstrap_grant < %s\n", GrantFile)
+	if !k.EnrollmentJWT.Empty() {
+		fmt.Fprintf(&b, "#   ansible-vault encrypt_string --stdin-name vault_monky_deployd_enrol_jwt < %s\n", EnrollmentFile(k.EnvID))
+	}
 	b.WriteString("#   ansible-vault encrypt_string --stdin-name vault_monky_deployd_download_token   # paste the deploy token\n")
 	fmt.Fprintf(&b, "# The bootstrap grant expires at %s: run the play before then.\n", k.GrantExpiresAt.Format(time.RFC3339))
 	if !k.EnrollmentJWT.Empty() {
-		fmt.Fprintf(&b, "# The role does not enrol the ziti identity: enrol monky-host.%s with %s first.\n", k.EnvID, EnrollmentFile(k.EnvID))
+		fmt.Fprintf(&b, "# The role enrols monky-host.%s with the one-time JWT of %s when the box has no identity yet.\n", k.EnvID, EnrollmentFile(k.EnvID))
+	} else {
+		fmt.Fprintf(&b, "# monky-host.%s is enrolled already: the role keeps the identity the box has (no enrolment JWT).\n", k.EnvID)
+	}
+	enrol := ""
+	if !k.EnrollmentJWT.Empty() {
+		enrol = q("{{ vault_monky_deployd_enrol_jwt }}")
+	}
+	port := ""
+	if k.TenancyPort != 0 {
+		port = strconv.Itoa(k.TenancyPort)
 	}
 	vars := []struct{ k, v string }{
 		{"monky_deployd_version", q(k.PackageVersion)},
 		{"monky_deployd_env_id", q(k.EnvID)},
 		{"monky_deployd_site", q(k.Site)},
 		{"monky_deployd_transport", q(k.Transport)},
-		{"monky_deployd_tenancy_port", fmt.Sprint(k.TenancyPort)},
+		{"monky_deployd_tenancy_service", q(k.TenancyService)},
+		{"monky_deployd_tenancy_port", port},
 		{"monky_deployd_bao_addr", q(k.BaoAddr)},
 		{"monky_deployd_bao_auth_mount", q(k.BaoAuthMount)},
 		{"monky_deployd_bao_role", q(k.BaoRole)},
 		{"monky_deployd_bootstrap_grant", q("{{ vault_monky_deployd_bootstrap_grant }}")},
+		{"monky_deployd_enrol_jwt", enrol},
 		{"monky_deployd_download_token", q("{{ vault_monky_deployd_download_token }}")},
 	}
 	for _, v := range vars {
-		if v.v == `""` {
+		if v.v == `""` || v.v == "" {
 			continue // not sent by tenancy: the role's default applies
 		}
 		fmt.Fprintf(&b, "%s: %s\n", v.k, v.v)

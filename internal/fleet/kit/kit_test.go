@@ -2,8 +2,10 @@ package kit
 
 import (
 	"errors"
+	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -20,13 +22,18 @@ const (
 	ott   = "eyJhbGciOiJFUzI1NiJ9.eyJlbSI6Im90dCJ9.ott-signature"
 )
 
-func sample(t *testing.T) Kit {
-	t.Helper()
-	k, err := FromResponse(&protocol.KitResponse{
+func sampleResponse() protocol.KitResponse {
+	return protocol.KitResponse{
 		EnvID: "env-dev-08", Site: "cbs", Identity: "monky-host.env-dev-08", BootstrapGrant: grant,
 		GrantExpiresAt: "2026-12-02T11:00:00Z", PackageVersion: "0.2.0", TenancyService: "monky.tenancy.deploy",
 		TenancyPort: 443, BaoAddr: "https://bao.cbs.tikali.net:8200", BaoAuthMount: "jwt-tenancy", BaoRole: "see-env",
-	}, "sdk")
+	}
+}
+
+func sample(t *testing.T) Kit {
+	t.Helper()
+	r := sampleResponse()
+	k, err := FromResponse(&r, "sdk")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,15 +48,115 @@ func TestInstallCommand(t *testing.T) {
 	k := sample(t)
 	// The deploy token reaches curl through stdin and install.sh through the environment: it is
 	// in no argv on the box (ps, /proc/<pid>/cmdline), unlike the Python kit's --token "$T".
-	want := `printf 'DEPLOY-TOKEN: %s\n' "$MONKY_DEPLOYD_TOKEN" | curl -sSf -H @- https://scm.tikali.ai/api/v4/projects/69/packages/generic/monky-deployd/0.2.0/install.sh | sudo --preserve-env=MONKY_DEPLOYD_TOKEN bash -s -- --env env-dev-08 --site cbs --bootstrap-file bootstrap.jwt --enrol-jwt ./monky-host.env-dev-08.jwt --transport sdk`
+	// Tenancy's tenancy and OpenBao values travel as install.sh flags: without them install.sh
+	// would write its own defaults whatever the kit says.
+	want := `printf 'DEPLOY-TOKEN: %s\n' "$MONKY_DEPLOYD_TOKEN" | curl -sSf -H @- https://scm.tikali.ai/api/v4/projects/tikali%2Fapplications%2Fmonky%2Fmonky-deployd/packages/generic/monky-deployd/0.2.0/install.sh | sudo --preserve-env=MONKY_DEPLOYD_TOKEN bash -s -- --env env-dev-08 --site cbs --bootstrap-file bootstrap.jwt --enrol-jwt ./monky-host.env-dev-08.jwt --transport sdk --tenancy-service monky.tenancy.deploy --tenancy-port 443 --bao-addr https://bao.cbs.tikali.net:8200 --bao-auth-mount jwt-tenancy --bao-role see-env`
 	if got := InstallCommand(k); got != want {
 		t.Errorf("got\n%s\nwant\n%s", got, want)
 	}
 	k.EnrollmentJWT = secret.Value{}
 	k.Transport = ""
-	if got := InstallCommand(k); strings.Contains(got, "--enrol-jwt") || strings.Contains(got, "--transport") {
-		t.Errorf("enrolled identity, no transport: %s", got)
+	k.TenancyService, k.TenancyPort, k.BaoAddr, k.BaoAuthMount, k.BaoRole = "", 0, "", "", ""
+	got := InstallCommand(k)
+	for _, flag := range []string{"--enrol-jwt", "--transport", "--tenancy-", "--bao-"} {
+		if strings.Contains(got, flag) {
+			t.Errorf("%s given for a value tenancy did not send: %s", flag, got)
+		}
 	}
+}
+
+// TestInstallCommandFlagsExist: every flag the kit's command passes is one install.sh accepts.
+func TestInstallCommandFlagsExist(t *testing.T) {
+	script := readRepoFile(t, "packaging/install.sh")
+	known := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^\s+((?:--[a-z-]+)(?: \| --[a-z-]+)*)\)`).FindAllStringSubmatch(script, -1) {
+		for _, f := range strings.Split(m[1], " | ") {
+			known[f] = true
+		}
+	}
+	if !known["--env"] || !known["--bao-role"] {
+		t.Fatalf("could not read install.sh's flags (found %v)", known)
+	}
+	for _, f := range regexp.MustCompile(`\s(--[a-z-]+)`).FindAllStringSubmatch(strings.SplitN(InstallCommand(sample(t)), "bash -s --", 2)[1], -1) {
+		if !known[f[1]] {
+			t.Errorf("the install command passes %s, which install.sh does not know", f[1])
+		}
+	}
+}
+
+func TestFromResponseRefusesWhatInstallShRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		field string
+		edit  func(r *protocol.KitResponse)
+	}{
+		{"env_id", func(r *protocol.KitResponse) { r.EnvID = "env;reboot" }},
+		{"site", func(r *protocol.KitResponse) { r.Site = "" }},
+		{"package_version", func(r *protocol.KitResponse) { r.PackageVersion = "latest" }},
+		{"tenancy_service", func(r *protocol.KitResponse) { r.TenancyService = "monky tenancy" }},
+		{"tenancy_port", func(r *protocol.KitResponse) { r.TenancyPort = 70000 }},
+		{"bao_addr", func(r *protocol.KitResponse) { r.BaoAddr = "https://bao.example/$(id)" }},
+		{"bao_auth_mount", func(r *protocol.KitResponse) { r.BaoAuthMount = "jwt tenancy" }},
+		{"bao_role", func(r *protocol.KitResponse) { r.BaoRole = "see-env'" }},
+	} {
+		t.Run(tc.field, func(t *testing.T) {
+			r := sampleResponse()
+			tc.edit(&r)
+			_, err := FromResponse(&r, "sdk")
+			if err == nil || !strings.Contains(err.Error(), tc.field) {
+				t.Errorf("err %v, want one naming %s", err, tc.field)
+			}
+		})
+	}
+	r := sampleResponse()
+	r.TenancyService, r.TenancyPort, r.BaoAddr, r.BaoAuthMount, r.BaoRole = "", 0, "", "", ""
+	if _, err := FromResponse(&r, "sdk"); err != nil {
+		t.Errorf("optional values left out: %v", err)
+	}
+}
+
+// TestDownloadURLsAgree: the kit, install.sh, the ansible role, the upload tool and the docs name
+// the same registry URL — the path-encoded project, never the numeric id.
+func TestDownloadURLsAgree(t *testing.T) {
+	sh := regexp.MustCompile(`(?m)^GITLAB_BASE="([^"]+)"$`).FindStringSubmatch(readRepoFile(t, "packaging/install.sh"))
+	if sh == nil || sh[1] != PackageBase {
+		t.Errorf("install.sh GITLAB_BASE %q, want %q", sh, PackageBase)
+	}
+	var defaults map[string]any
+	if err := yaml.Unmarshal([]byte(readRepoFile(t, "ansible/roles/monky_deployd/defaults/main.yml")), &defaults); err != nil {
+		t.Fatal(err)
+	}
+	if got := defaults["monky_deployd_gitlab_base_url"]; got != PackageBase {
+		t.Errorf("ansible monky_deployd_gitlab_base_url %q, want %q", got, PackageBase)
+	}
+	up := readRepoFile(t, "packaging/upload/upload.go")
+	constant := func(name string) string {
+		m := regexp.MustCompile(name + `\s*=\s*"([^"]+)"`).FindStringSubmatch(up)
+		if m == nil {
+			t.Fatalf("upload.go has no %s", name)
+		}
+		return m[1]
+	}
+	if got := constant("defaultGitLabAPI") + "/projects/" + url.PathEscape(constant("defaultGitLabProj")) +
+		"/packages/generic/" + constant("packageName"); got != PackageBase {
+		t.Errorf("the upload tool publishes to %q, the kit downloads from %q", got, PackageBase)
+	}
+	for _, doc := range []string{"docs/OPERATIONS.md", "README.md", "ansible/roles/monky_deployd/README.md", "packaging/install.sh"} {
+		text := readRepoFile(t, doc)
+		for _, u := range regexp.MustCompile(`https://scm\.tikali\.ai/api/v4/projects/[^/\s"]+/packages/generic/[^/\s"]+`).FindAllString(text, -1) {
+			if u != PackageBase {
+				t.Errorf("%s names %s, want %s", doc, u, PackageBase)
+			}
+		}
+	}
+}
+
+func readRepoFile(t *testing.T, rel string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "..", rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 func TestFiles(t *testing.T) {
@@ -85,11 +192,13 @@ func TestFiles(t *testing.T) {
 	}
 	wantVars := map[string]any{
 		"monky_deployd_version": "0.2.0", "monky_deployd_env_id": "env-dev-08", "monky_deployd_site": "cbs",
-		"monky_deployd_transport": "sdk", "monky_deployd_tenancy_port": 443,
+		"monky_deployd_transport": "sdk", "monky_deployd_tenancy_service": "monky.tenancy.deploy", "monky_deployd_tenancy_port": 443,
 		"monky_deployd_bao_addr": "https://bao.cbs.tikali.net:8200", "monky_deployd_bao_auth_mount": "jwt-tenancy",
 		"monky_deployd_bao_role":        "see-env",
 		"monky_deployd_bootstrap_grant": "{{ vault_monky_deployd_bootstrap_grant }}",
-		"monky_deployd_download_token":  "{{ vault_monky_deployd_download_token }}",
+		// The role enrols the identity when the box has none, and asserts this is set then.
+		"monky_deployd_enrol_jwt":      "{{ vault_monky_deployd_enrol_jwt }}",
+		"monky_deployd_download_token": "{{ vault_monky_deployd_download_token }}",
 	}
 	for k, v := range wantVars {
 		if vars[k] != v {
@@ -99,6 +208,31 @@ func TestFiles(t *testing.T) {
 	if len(vars) != len(wantVars) {
 		t.Errorf("vars %v", vars)
 	}
+	hv := string(files["host_vars.yml"].Content)
+	if !strings.Contains(hv, "ansible-vault encrypt_string --stdin-name vault_monky_deployd_enrol_jwt < monky-host.env-dev-08.jwt") {
+		t.Errorf("host_vars.yml does not say how to vault the enrolment JWT:\n%s", hv)
+	}
+	if strings.Contains(hv, "does not enrol") {
+		t.Errorf("host_vars.yml claims the role does not enrol:\n%s", hv)
+	}
+	// Every variable the kit writes is one the role knows.
+	var defaults map[string]any
+	if err := yaml.Unmarshal([]byte(readRepoFile(t, "ansible/roles/monky_deployd/defaults/main.yml")), &defaults); err != nil {
+		t.Fatal(err)
+	}
+	for name := range vars {
+		if _, ok := defaults[name]; !ok {
+			t.Errorf("host_vars.yml sets %s, which the role does not define", name)
+		}
+	}
+
+	// Enrolled already: no enrolment variable, and the comment says the box keeps its identity.
+	k.EnrollmentJWT = secret.Value{}
+	enrolled := string(hostVars(k))
+	if strings.Contains(enrolled, "monky_deployd_enrol_jwt") || !strings.Contains(enrolled, "enrolled already") {
+		t.Errorf("host_vars.yml of an enrolled identity:\n%s", enrolled)
+	}
+	k = sample(t)
 
 	readme := string(files["README.txt"].Content)
 	for _, s := range []string{"dev-08", "2026-12-02T11:00:00Z", InstallCommand(k), "supersedes every earlier bootstrap grant",

@@ -1,0 +1,152 @@
+//go:build integration
+
+package debtest
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// roleTasks runs one task file of the ansible role on this machine (connection local), with the
+// role's defaults and the given extra variables, and returns ansible's output.
+func roleTasks(t *testing.T, tasks string, vars map[string]any) (string, error) {
+	t.Helper()
+	playbookBin := need(t, "ansible-playbook")
+	root := repoRoot(t)
+	dir := t.TempDir()
+	play := fmt.Sprintf(`---
+- name: Run part of the role
+  hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: The role's %s
+      ansible.builtin.include_role:
+        name: monky_deployd
+        tasks_from: %s
+`, tasks, tasks)
+	if err := os.WriteFile(filepath.Join(dir, "play.yml"), []byte(play), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	extra, err := json.Marshal(vars)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := append(os.Environ(), "ANSIBLE_ROLES_PATH="+filepath.Join(root, "ansible", "roles"), "NO_COLOR=1",
+		"ANSIBLE_NOCOLOR=1", "ANSIBLE_LOCALHOST_WARNING=false", "ANSIBLE_INVENTORY_UNPARSED_WARNING=false",
+		"ANSIBLE_PYTHON_INTERPRETER=auto_silent")
+	return run(t, dir, env, playbookBin, "-i", "localhost,", "-c", "local", "play.yml", "-e", string(extra))
+}
+
+// TestAnsibleDownloadRedirectKeepsTheToken: the role's download, against a registry that
+// redirects to object storage on another port, gets the package and sends the deploy token to
+// the registry only (get_url forwards every header on a redirect unless told not to).
+func TestAnsibleDownloadRedirectKeepsTheToken(t *testing.T) {
+	needRoot(t)
+	a := build(t)
+	reg := newRegistry(t, a.version, a.deb)
+	store := newStorage(t, a.deb)
+	reg.redirect = store.srv.URL
+	dl := t.TempDir()
+	out, err := roleTasks(t, "download.yml", map[string]any{
+		"monky_deployd_version": a.version, "monky_deployd_gitlab_base_url": reg.base(),
+		"monky_deployd_download_token": deployToken, "monky_deployd_download_dir": dl,
+	})
+	if err != nil {
+		t.Fatalf("ansible: %v\n%s", err, out)
+	}
+	if strings.Contains(out, deployToken) {
+		t.Errorf("ansible printed the deploy token:\n%s", out)
+	}
+	deb := filepath.Join(dl, fmt.Sprintf("monky-deployd_%s_amd64.deb", a.version))
+	if got, want := readAll(t, deb), readAll(t, a.deb); got != want {
+		t.Error("the downloaded package differs from the published one")
+	}
+	reg.mu.Lock()
+	hits := strings.Join(reg.hits, ", ")
+	reg.mu.Unlock()
+	if !strings.Contains(hits, " 302") {
+		t.Fatalf("the registry did not redirect (%s): the test proves nothing", hits)
+	}
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	if store.hits == 0 {
+		t.Error("the storage host was never asked")
+	}
+	if len(store.tokens) != 0 {
+		t.Errorf("the role sent the deploy token to the storage host the registry redirected to (%d times)", len(store.tokens))
+	}
+}
+
+// TestAnsibleDockerDataRootMatchesInstallScript: the role writes docker's data-root, and refuses
+// to move one or to rewrite an existing daemon.json, as install.sh does — with its words.
+func TestAnsibleDockerDataRootMatchesInstallScript(t *testing.T) {
+	needRoot(t)
+	for _, tc := range []struct {
+		name     string
+		existing string // daemon.json before; "-" = no file
+		want     string // in ansible's output when the play must fail; "" = must succeed
+	}{
+		{"no daemon.json", "-", ""},
+		{"empty daemon.json", "", ""},
+		{"the same data-root", "{\n  \"data-root\": \"%s\"\n}\n", ""},
+		{"another data-root", "{\n  \"data-root\": \"/elsewhere\"\n}\n", "already sets another data-root; change it by hand (moving it strands every image)"},
+		{"other settings", "{\n  \"log-driver\": \"journald\"\n}\n", "exists; add \"data-root\": \"%s\" to it by hand"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			dataRoot := filepath.Join(dir, "docker-data")
+			daemonJSON := filepath.Join(dir, "etc-docker", "daemon.json")
+			if tc.existing != "-" {
+				if err := os.MkdirAll(filepath.Dir(daemonJSON), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				content := tc.existing
+				if strings.Contains(content, "%s") {
+					content = fmt.Sprintf(content, dataRoot)
+				}
+				if err := os.WriteFile(daemonJSON, []byte(content), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before, _ := os.ReadFile(daemonJSON)
+			out, err := roleTasks(t, "docker_data_root.yml", map[string]any{
+				"monky_deployd_docker_data_root": dataRoot, "monky_deployd_docker_daemon_json": daemonJSON,
+			})
+			if tc.want != "" {
+				want := tc.want
+				if strings.Contains(want, "%s") {
+					want = fmt.Sprintf(want, dataRoot)
+				}
+				// ansible prints the message as a JSON string: its quotes come escaped.
+				if err == nil || !strings.Contains(strings.ReplaceAll(out, `\"`, `"`), want) {
+					t.Errorf("want a failure saying %q; err %v\n%s", want, err, out)
+				}
+				if after, _ := os.ReadFile(daemonJSON); string(after) != string(before) {
+					t.Errorf("a refused daemon.json was changed: %q", after)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("ansible: %v\n%s", err, out)
+			}
+			var doc map[string]any
+			if err := json.Unmarshal([]byte(readAll(t, daemonJSON)), &doc); err != nil || doc["data-root"] != dataRoot {
+				t.Errorf("daemon.json %q (%v), want data-root %s", readAll(t, daemonJSON), err, dataRoot)
+			}
+			st, err := os.Stat(daemonJSON)
+			if err != nil || st.Mode().Perm() != 0o644 {
+				t.Errorf("daemon.json mode: %v %v", st, err)
+			}
+			if tc.existing == "-" || tc.existing == "" {
+				st, err := os.Stat(dataRoot)
+				if err != nil || st.Mode().Perm() != 0o711 {
+					t.Errorf("data-root %s: %v (mode want 0711, as install.sh makes it)", dataRoot, err)
+				}
+			}
+		})
+	}
+}
