@@ -32,7 +32,7 @@ type WorldOptions struct {
 	// BaoBin runs the real OpenBao dev server when set (Options.BaoBin).
 	BaoBin string
 	// RegistryBin is the registry binary; registrydev.DefaultBin when empty. When it is not
-	// there, the image is only imported into the engine and bundles say pull: missing.
+	// there, the image is only built into the engine and bundles say pull: missing.
 	RegistryBin string
 	// Site is every backend's site ("demo" when empty).
 	Site string
@@ -124,7 +124,7 @@ func NewWorld(ctx context.Context, o WorldOptions) (_ *World, err error) {
 		w.Params.Pull = "missing" // the image is on the engine; nothing to pull it from
 	}
 	w.addPulled(w.Image)
-	if err := appimage.Import(ctx, o.AppBin, w.Image); err != nil {
+	if err := appimage.Build(ctx, o.AppBin, w.Image); err != nil {
 		return nil, err
 	}
 	if w.Registry != nil {

@@ -5,15 +5,22 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/devstack/demo"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/devstack/dockercli"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/itest"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 )
 
 // runDemo plays `make demo`'s script (what scripts/demo.sh runs after building) and returns
@@ -59,6 +66,15 @@ func TestDemo(t *testing.T) {
 		`(?m)^5 envs: 3 OK, 1 SILENT, 1 FAILING$`, `\(exit 1: something is not OK\)`,
 		`the release it ran before is still up: .*healthy.*healthy`,
 		`nothing left running`)
+	checkNothingLeft(t, "", "monky-env-demo-")
+}
+
+// checkNothingLeft: no container, network or volume of a compose project whose name starts with
+// projectPrefix and no image of the demo (monky-demo/…) is on the engine; when dir is set, no
+// process names dir in its argv (the agents' --config, OpenBao's and the registry's config files
+// live there) and dir is empty.
+func checkNothingLeft(t *testing.T, dir, projectPrefix string) {
+	t.Helper()
 	ctx := context.Background()
 	for _, what := range [][]string{
 		{"ps", "-a", "--filter", "label=" + dockercli.ProjectLabel, "--format", `{{.Label "com.docker.compose.project"}}`},
@@ -70,10 +86,179 @@ func TestDemo(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if strings.Contains(got, "monky-env-demo-") || strings.Contains(got, "monky-demo/") {
+		if strings.Contains(got, projectPrefix) || strings.Contains(got, "monky-demo/") {
 			t.Errorf("left behind (docker %s):\n%s", strings.Join(what[:2], " "), got)
 		}
 	}
+	if dir == "" {
+		return
+	}
+	if ps := procsNaming(dir); len(ps) > 0 {
+		t.Errorf("processes left running: %v", ps)
+	}
+	if ents, err := os.ReadDir(dir); err != nil || len(ents) != 0 {
+		t.Errorf("the directory %s is not empty (%v): %v", dir, err, ents)
+	}
+}
+
+// procsNaming lists the processes (pid: argv) whose argv contains dir.
+func procsNaming(dir string) []string {
+	paths, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	var out []string
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil || !bytes.Contains(b, []byte(dir)) {
+			continue
+		}
+		pid := filepath.Base(filepath.Dir(p))
+		if pid == strconv.Itoa(os.Getpid()) {
+			continue
+		}
+		out = append(out, pid+": "+strings.Join(strings.Split(strings.TrimRight(string(b), "\x00"), "\x00"), " "))
+	}
+	return out
+}
+
+// syncBuffer is the demo's stdout, read by the test while the demo writes it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// waitOutput polls out until re matches, failing the test when done closes first or the wait
+// runs out.
+func waitOutput(t *testing.T, out *syncBuffer, re *regexp.Regexp, done <-chan error, wait time.Duration) []string {
+	t.Helper()
+	deadline := time.After(wait)
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if m := re.FindStringSubmatch(out.String()); m != nil {
+			return m
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("ended before %q: %v\n%s", re, err, out.String())
+		case <-deadline:
+			t.Fatalf("no %q after %s:\n%s", re, wait, out.String())
+		case <-tick.C:
+		}
+	}
+}
+
+// TestDemoInterrupted: Ctrl-C once the agents have converged (the demo is between its steps,
+// its agents ticking) — the demo stops, and nothing of it is left: no container, network,
+// volume or image, no process, nothing in its directory.
+func TestDemoInterrupted(t *testing.T) {
+	itest.Require(t, itest.PartDocker, itest.PartCompose, itest.PartRegistry, itest.PartBao, itest.PartGo)
+	bins := build(t)
+	dir := t.TempDir()
+	out := &syncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- demo.Run(ctx, demo.Options{Dir: dir, AgentBin: bins.agent[oldVersion], FleetctlBin: bins.fleetctl,
+			AppBin: bins.app, BaoBin: itest.BaoBin(t), RegistryBin: itest.RegistryBin, Interval: 2 * time.Second, Stdout: out})
+	}()
+	waitOutput(t, out, regexp.MustCompile(`\$ fleetctl status\n`), done, 5*time.Minute)
+	// The check below must be able to see something: the demo's processes name its directory.
+	if ps := procsNaming(dir); len(ps) < 2 {
+		t.Fatalf("the running demo shows %d processes naming %s, want OpenBao and the registry at least: %v", len(ps), dir, ps)
+	}
+	if running, _ := dockercli.Run(context.Background(), "", nil, "ps", "-q", "--filter", "label="+dockercli.ProjectLabel+"=monky-env-demo-01"); strings.TrimSpace(running) == "" {
+		t.Fatal("no container of env-demo-01 runs before the interrupt: the check below would prove nothing")
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("interrupted demo returned %v, want context.Canceled", err)
+		}
+	case <-time.After(4 * time.Minute):
+		t.Fatalf("the demo did not end within 4 min of the interrupt:\n%s", out.String())
+	}
+	t.Log("\n" + out.String())
+	if !strings.Contains(out.String(), "nothing left running") {
+		t.Errorf("the demo's cleanup did not say it finished")
+	}
+	checkNothingLeft(t, dir, "monky-env-demo-")
+}
+
+// TestServe: the long-running dev stack (`go run ./internal/devstack/cmd/devstack`) starts its
+// agents, which deploy and report — read through the fleetctl command it prints — and a Ctrl-C
+// stops and removes everything.
+func TestServe(t *testing.T) {
+	itest.Require(t, itest.PartDocker, itest.PartCompose, itest.PartRegistry, itest.PartBao, itest.PartGo)
+	bins := build(t)
+	dir := t.TempDir()
+	out := &syncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- demo.Serve(ctx, demo.Options{Dir: dir, Boxes: 2, AgentBin: bins.agent[oldVersion], FleetctlBin: bins.fleetctl,
+			AppBin: bins.app, BaoBin: itest.BaoBin(t), RegistryBin: itest.RegistryBin, Interval: 2 * time.Second, Stdout: out})
+	}()
+	m := waitOutput(t, out, regexp.MustCompile(`try:\s+(\S+) --config (\S+) status`), done, 3*time.Minute)
+	fleetctl, cfg := m[1], m[2]
+	if fleetctl != bins.fleetctl {
+		t.Errorf("Serve prints fleetctl %s, want %s", fleetctl, bins.fleetctl)
+	}
+	// Both agents report through tenancy, as fleetctl reads it.
+	deadline := time.Now().Add(4 * time.Minute)
+	for {
+		cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
+		raw, _ := exec.CommandContext(cctx, fleetctl, "--config", cfg, "status", "-o", "json").Output()
+		ccancel()
+		var doc statusDoc
+		converged := 0
+		if json.Unmarshal(raw, &doc) == nil {
+			for _, env := range []string{"env-dev-01", "env-dev-02"} {
+				if e, ok := doc.env(env); ok && (e.LastResult == protocol.ResultApplied || e.LastResult == protocol.ResultHealthy) {
+					converged++
+				}
+			}
+		}
+		if converged == 2 {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("Serve ended on its own: %v\n%s", err, out.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the agents never reported applied:\n%s\n%s", raw, out.String())
+		}
+		time.Sleep(time.Second)
+	}
+	if ps := procsNaming(dir); len(ps) < 2 {
+		t.Fatalf("Serve shows %d processes naming %s, want OpenBao and the registry at least: %v", len(ps), dir, ps)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Serve after Ctrl-C: %v", err)
+		}
+	case <-time.After(4 * time.Minute):
+		t.Fatalf("Serve did not end within 4 min of the interrupt:\n%s", out.String())
+	}
+	t.Log("\n" + out.String())
+	checkNothingLeft(t, dir, "monky-env-dev-")
 }
 
 // TestDemoWithoutDocker: with no engine (DOCKER_HOST pointing nowhere) the demo says so, the

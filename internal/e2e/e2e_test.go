@@ -8,12 +8,17 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/openbao/openbao/api/v2"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/ziti"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/itest"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/state"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/tenancy/tenancytest"
 )
 
 // TestFiveAgentsConverge: five agents onboarded with fleetctl deploy the example app; fleetctl
@@ -21,6 +26,11 @@ import (
 func TestFiveAgentsConverge(t *testing.T) {
 	f := newFleet(t, "conv", 5, 5*time.Second)
 	shas := f.converge()
+	// Hold the agents still (a running tick finishes), so that what fleetctl shows and what each
+	// box holds are read from the same last check-in.
+	for _, b := range f.boxes {
+		b.Stop()
+	}
 
 	doc, r := f.status()
 	if r.Exit != 0 {
@@ -64,9 +74,11 @@ func TestFiveAgentsConverge(t *testing.T) {
 					t.Errorf("%s: %v, want %v", c.what, c.got, c.want)
 				}
 			}
-			if e.LastResult != protocol.ResultApplied && e.LastResult != protocol.ResultHealthy {
-				t.Errorf("last result %q", e.LastResult)
+			// The agent's own last result: the healthy heartbeat converge waited for.
+			if e.LastResult != st.LastResult || e.LastResult != protocol.ResultHealthy {
+				t.Errorf("last result %q, state.json %q, want both %q", e.LastResult, st.LastResult, protocol.ResultHealthy)
 			}
+			checkFacts(t, f, b.Env, e, st, filepath.Join(b.Dir, "state"))
 			cs := itest.Containers(t, b.Project)
 			if len(cs) != 2 {
 				t.Fatalf("%d containers in %s, want web and worker", len(cs), b.Project)
@@ -82,6 +94,106 @@ func TestFiveAgentsConverge(t *testing.T) {
 			}
 		})
 	}
+}
+
+// checkFacts: token_ttl_s, disk_free_bytes and docker_version, as fleetctl and tenancy show
+// them, are what the agent sent at its last check-in, and that agrees with the box's real
+// state: its state.json, OpenBao's own view of its token, the free space on docker's data-root
+// and the engine's version.
+func checkFacts(t *testing.T, f *fleet, env string, e statusEnv, st *state.State, stateDir string) {
+	t.Helper()
+	var last *tenancytest.CheckinRecord
+	for _, c := range f.w.Stack.Tenancy.Checkins(env) {
+		if c.Status == 200 {
+			last = &c
+		}
+	}
+	if last == nil {
+		t.Fatal("tenancy recorded no successful check-in")
+	}
+	req := last.Request
+
+	// docker_version: fleetctl's table has no column for it; tenancy holds what was sent.
+	if req.DockerVersion == "" || req.DockerVersion != st.DockerVersion || req.DockerVersion != f.w.Docker {
+		t.Errorf("docker_version: check-in %q, state.json %q, engine %q", req.DockerVersion, st.DockerVersion, f.w.Docker)
+	}
+
+	// token_ttl_s: what the lease token had left at the check-in, by state.json's clock and by
+	// OpenBao's.
+	if e.TokenTTLS == nil || req.TokenTTLSec == nil || *e.TokenTTLS != *req.TokenTTLSec {
+		t.Errorf("token_ttl_s: fleetctl %v, check-in %v", deref(e.TokenTTLS), deref(req.TokenTTLSec))
+	} else if tok := st.Token; tok == nil || tok.TTLSec <= 0 {
+		t.Errorf("state.json has no token TTL: %+v", tok)
+	} else {
+		ttl := *e.TokenTTLS
+		want := tok.TTLSec - int64(last.At.Sub(tok.ObtainedAt)/time.Second)
+		if ttl <= 0 || ttl > tok.TTLSec || abs(ttl-want) > 2 {
+			t.Errorf("token_ttl_s %d, want %d ± 2 (state.json: ttl %d s obtained %s; check-in at %s)", ttl, want, tok.TTLSec, tok.ObtainedAt, last.At)
+		}
+		baoTTL := tokenTTL(t, f.w.Stack.Bao.Addr(), stateDir)
+		sinceCheckin := int64(time.Since(last.At) / time.Second)
+		if got := int64(baoTTL / time.Second); got > ttl+2 || got < ttl-sinceCheckin-2 {
+			t.Errorf("OpenBao says the token has %d s left; the check-in %d s ago said %d s", got, sinceCheckin, ttl)
+		}
+	}
+
+	// disk_free_bytes: the free space on docker's data-root, measured here and now.
+	if e.DiskFreeBytes == nil || req.DiskFreeBytes == nil || *e.DiskFreeBytes != *req.DiskFreeBytes {
+		t.Errorf("disk_free_bytes: fleetctl %v, check-in %v", deref(e.DiskFreeBytes), deref(req.DiskFreeBytes))
+	} else if st.DockerRootDir == "" {
+		t.Error("state.json has no docker_root_dir")
+	} else {
+		var fs syscall.Statfs_t
+		if err := syscall.Statfs(st.DockerRootDir, &fs); err != nil {
+			t.Fatal(err)
+		}
+		now := int64(fs.Bavail) * fs.Bsize
+		slack := max(int64(1<<30), now/20) // other work on the machine writes too
+		if got := *e.DiskFreeBytes; got <= 0 || abs(got-now) > slack {
+			t.Errorf("disk_free_bytes %d, but %s has %d bytes free now", got, st.DockerRootDir, now)
+		}
+	}
+}
+
+// tokenTTL asks OpenBao (lookup-self) what the agent's token in stateDir/bao.token has left.
+func tokenTTL(t *testing.T, addr, stateDir string) time.Duration {
+	t.Helper()
+	tok, err := state.ReadToken(filepath.Join(stateDir, "bao.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := api.DefaultConfig()
+	cfg.Address = addr
+	c, err := api.NewClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetToken(tok.Reveal())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	self, err := c.Auth().Token().LookupSelfWithContext(ctx)
+	if err != nil {
+		t.Fatalf("OpenBao lookup-self with the agent's token: %v", err)
+	}
+	ttl, err := self.TokenTTL()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ttl
+}
+
+func deref(p *int64) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
+
+func abs(n int64) int64 {
+	if n < 0 {
+		return -n
+	}
+	return n
 }
 
 // TestSilentAgentOnALiveHost: an agent stops ticking while its host stays on the mesh; fleetctl

@@ -5,6 +5,7 @@ package itest
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -34,6 +35,15 @@ var (
 	agentBin     string
 	agentBinErr  error
 )
+
+// TestMain removes the agent binary buildAgent made, once every test of the package is done.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if agentBin != "" {
+		os.RemoveAll(filepath.Dir(agentBin))
+	}
+	os.Exit(code)
+}
 
 func buildAgent(t testing.TB) string {
 	t.Helper()
@@ -94,7 +104,8 @@ type box struct {
 	cfg     string
 	project string
 	home    string
-	stderr  string
+	stderr  string // every tick's journal so far
+	last    string // the latest tick's journal
 }
 
 func (w *world) newBox(t testing.TB, env string, extraConfig string) *box {
@@ -148,6 +159,7 @@ func (b *box) tick() int {
 	cmd.Stdout = &stderr
 	err := cmd.Run()
 	b.stderr += stderr.String()
+	b.last = stderr.String()
 	var ee *exec.ExitError
 	switch {
 	case err == nil:
@@ -185,13 +197,18 @@ func (b *box) state() *state.State {
 }
 
 type bundleOpts struct {
-	tag         string
-	webHealthy  bool
-	registry    bool
-	agent       map[string]any
-	volume      bool
-	pinVersion  int
-	noHealth    bool
+	tag        string
+	image      string // an image reference instead of w.images[tag]
+	webHealthy bool
+	registry   bool
+	agent      map[string]any
+	volume     bool
+	pinVersion int
+	// imageHealth leaves the healthcheck out of the compose file: the image's own HEALTHCHECK
+	// (appimage.Dockerfile) is what makes the services healthy.
+	imageHealth bool
+	// logEnv is web's APP_LOG_ENV: the app prints that variable's value when it starts.
+	logEnv      string
 	extraEnvVar string
 	pull        string
 }
@@ -199,31 +216,39 @@ type bundleOpts struct {
 // bundle is a two-service app of the test image: web reads the rendered .env, worker gets one
 // value through ${VAR} interpolation.
 func (w *world) bundle(o bundleOpts) map[string]string {
-	img := w.images[o.tag].Ref
+	img := o.image
+	if img == "" {
+		img = w.images[o.tag].Ref
+	}
 	health := `
     healthcheck:
       test: ["CMD", "/app", "-check"]
       interval: 1s
       timeout: 2s
       retries: 3`
-	if o.noHealth {
+	if o.imageHealth {
 		health = ""
 	}
 	webHealthy := "true"
 	if !o.webHealthy {
 		webHealthy = "false"
 	}
+	webEnv := fmt.Sprintf(`APP_HEALTHY: "%s"`, webHealthy)
+	if o.logEnv != "" {
+		webEnv += fmt.Sprintf(`
+      APP_LOG_ENV: "%s"`, o.logEnv)
+	}
 	compose := fmt.Sprintf(`services:
   web:
     image: %s
     env_file: .env
     environment:
-      APP_HEALTHY: "%s"%s
+      %s%s
   worker:
     image: %s
     environment:
       DB_PASSWORD: ${DB_PASSWORD}%s
-`, img, webHealthy, health, img, health)
+`, img, webEnv, health, img, health)
 	if o.volume {
 		compose = strings.Replace(compose, "  worker:\n", "  worker:\n    volumes: [\"data:/data\"]\n", 1) + "volumes:\n  data: {}\n"
 	}
@@ -256,6 +281,74 @@ func (w *world) bundle(o bundleOpts) map[string]string {
 	}
 }
 
+// registryRefusal reports whether detail carries the registry's own refusal: what docker says
+// when it has no credential for the registry, or when the registry turns one down.
+func registryRefusal(detail string) bool {
+	d := strings.ToLower(detail)
+	return strings.Contains(d, "no basic auth credentials") || strings.Contains(d, "unauthorized")
+}
+
+// checkRegistryCredential: the registry credential lives only in <state_dir>/docker/config.json
+// (0600 in a 0700 dir, for the registry's address) — its user name, password and the base64
+// auth string are in neither the release's .env, nor any container's environment, nor the
+// journal, nor any report's detail or log tail.
+func (b *box) checkRegistryCredential(t *testing.T) {
+	t.Helper()
+	reg := b.w.reg
+	user, pw := reg.User, reg.Password.Reveal()
+	auth := base64.StdEncoding.EncodeToString([]byte(user + ":" + pw))
+	dir := filepath.Join(b.dir, "state", "docker")
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o700 {
+		t.Errorf("docker config dir %s: %v, %v; want a 0700 directory", dir, fi, err)
+	}
+	cfgPath := filepath.Join(dir, "config.json")
+	if fi, err := os.Stat(cfgPath); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("docker config.json: %v, %v; want mode 0600", fi, err)
+	}
+	raw, err := os.ReadFile(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg struct {
+		Auths map[string]struct {
+			Auth string `json:"auth"`
+		} `json:"auths"`
+	}
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		t.Fatalf("docker config.json is not JSON: %v", err)
+	}
+	if len(cfg.Auths) != 1 || cfg.Auths[reg.Addr].Auth != auth {
+		hosts := make([]string, 0, len(cfg.Auths))
+		for h := range cfg.Auths {
+			hosts = append(hosts, h)
+		}
+		t.Errorf("docker config.json holds auths for %v, want exactly %s with the registry's user:password", hosts, reg.Addr)
+	}
+	envFile, err := os.ReadFile(filepath.Join(b.dir, "state", b.env, "current", ".env"))
+	if err != nil {
+		t.Fatalf("the release's .env: %v", err)
+	}
+	places := map[string]string{".env": string(envFile), "the journal": b.stderr}
+	for _, c := range b.containers() {
+		places[c.Name+"'s environment (docker inspect)"] = strings.Join(c.Env, "\n")
+	}
+	reports := b.w.ten.Reports(b.env)
+	if len(reports) == 0 {
+		t.Fatal("no report to search")
+	}
+	for i, r := range reports {
+		places[fmt.Sprintf("report %d (%s) detail", i, r.Report.Result)] = r.Report.Detail
+		places[fmt.Sprintf("report %d (%s) log tail", i, r.Report.Result)] = r.Report.LogTail
+	}
+	for where, text := range places {
+		for what, v := range map[string]string{"user name": user, "password": pw, "base64 auth": auth} {
+			if strings.Contains(text, v) {
+				t.Errorf("the registry %s is in %s", what, where)
+			}
+		}
+	}
+}
+
 func (b *box) containers() map[string]ContainerState {
 	out := map[string]ContainerState{}
 	for _, c := range Containers(b.t, b.project) {
@@ -269,14 +362,15 @@ func TestAgentAgainstRealParts(t *testing.T) {
 
 	t.Run("first apply, then a new image, then a heartbeat", func(t *testing.T) {
 		b := w.newBox(t, "env-it-apply", "")
-		sha1 := w.ten.SetDesired(b.env, w.bundle(bundleOpts{tag: "v1", webHealthy: true, registry: true}))
+		// No healthcheck in the compose file: the image's own HEALTHCHECK makes them healthy.
+		sha1 := w.ten.SetDesired(b.env, w.bundle(bundleOpts{tag: "v1", webHealthy: true, registry: true, imageHealth: true}))
 		b.expect(0)
 		if r := b.report(); r.Result != "applied" || r.Sha != sha1 {
 			t.Fatalf("report = %+v\n%s", r, b.stderr)
 		}
 		cs := b.containers()
 		if cs["web"].State != "running" || cs["web"].Health != "healthy" || cs["worker"].Health != "healthy" {
-			t.Fatalf("containers = %+v", cs)
+			t.Fatalf("containers = %+v (healthy only through the image's HEALTHCHECK)", cs)
 		}
 		got, err := AppGet(t, cs["web"].Name, "/env?name=APP_SECRET")
 		if err != nil || got != trickySecret {
@@ -286,26 +380,7 @@ func TestAgentAgainstRealParts(t *testing.T) {
 		if err != nil || got != "db-"+b.env+"-p4ss" {
 			t.Errorf("worker sees DB_PASSWORD %q (%v)", got, err)
 		}
-		// The registry credential lives only in the agent's DOCKER_CONFIG.
-		pw := w.reg.Password.Reveal()
-		dcfg := filepath.Join(b.dir, "state", "docker", "config.json")
-		fi, err := os.Stat(dcfg)
-		if err != nil || fi.Mode().Perm() != 0o600 {
-			t.Errorf("docker config.json: %v %v", fi, err)
-		}
-		envFile, _ := os.ReadFile(filepath.Join(b.dir, "state", b.env, "current", ".env"))
-		for where, text := range map[string]string{".env": string(envFile), "journal": b.stderr} {
-			if strings.Contains(text, pw) {
-				t.Errorf("the registry password is in %s", where)
-			}
-		}
-		for _, c := range cs {
-			for _, kv := range c.Env {
-				if strings.Contains(kv, pw) {
-					t.Errorf("the registry password is in %s's environment", c.Name)
-				}
-			}
-		}
+		b.checkRegistryCredential(t)
 		if strings.Contains(b.stderr, trickySecret) {
 			t.Error("a secret value is in the journal")
 		}
@@ -338,19 +413,46 @@ func TestAgentAgainstRealParts(t *testing.T) {
 		if r := b.report(); r.Result != "unhealthy" || !strings.Contains(r.Detail, "worker") {
 			t.Errorf("heartbeat after docker stop = %+v", r)
 		}
+		// Every report and tick of the scenario so far: still no credential anywhere.
+		b.checkRegistryCredential(t)
 	})
 
-	t.Run("no registry credential: the registry's own words, nothing started", func(t *testing.T) {
+	t.Run("no credential for the image's registry: the registry's own words, nothing restarted", func(t *testing.T) {
 		b := w.newBox(t, "env-it-noauth", "")
-		w.ten.SetDesired(b.env, w.bundle(bundleOpts{tag: "v1", webHealthy: true, registry: false}))
+		sha1 := w.ten.SetDesired(b.env, w.bundle(bundleOpts{tag: "v1", webHealthy: true, registry: true}))
+		b.expect(0)
+		before := b.containers()
+		if len(before) != 2 {
+			t.Fatalf("containers after the v1 apply = %+v", before)
+		}
+		// The new sha has no registry-auth entry, and its image is in a registry the box holds no
+		// credential for. (The agent keeps <state_dir>/docker/config.json until a manifest carries
+		// a new credential — docs/PROTOCOL.md — so an image of the first registry would pull.)
+		other := StartRegistry(t)
+		im := BuildImages(t, other, "v3")[0]
+		im.RemoveLocal(t)
+		w.ten.SetDesired(b.env, w.bundle(bundleOpts{image: im.Ref, webHealthy: true, registry: false}))
 		b.expect(1)
 		r := b.report()
-		detail := strings.ToLower(r.Detail)
-		if r.Result != "failed" || !(strings.Contains(detail, "no basic auth credentials") || strings.Contains(detail, "unauthorized")) {
-			t.Errorf("report = %+v", r)
+		if r.Result != "failed" || !strings.Contains(r.Detail, "compose pull") || !registryRefusal(r.Detail) {
+			t.Errorf("report = %+v, want failed with the registry's own words", r)
 		}
-		if len(b.containers()) != 0 {
-			t.Error("containers started after a failed pull")
+		after := b.containers()
+		for svc, c := range before {
+			a := after[svc]
+			if a.ID != c.ID || a.StartedAt != c.StartedAt || a.State != "running" || a.Image != w.images["v1"].Ref {
+				t.Errorf("%s was touched by the failed apply: before %s started %s, after %s started %s (%s, %s)",
+					svc, c.ID[:12], c.StartedAt, a.ID, a.StartedAt, a.State, a.Image)
+			}
+		}
+		if len(after) != len(before) {
+			t.Errorf("containers after the failed apply = %+v", after)
+		}
+		if st := b.state(); st.AppliedSha != sha1 {
+			t.Errorf("applied sha = %.12s, want %.12s kept", st.AppliedSha, sha1)
+		}
+		if LocalImageExists(t, im.Ref) {
+			t.Errorf("%s is local after a refused pull", im.Ref)
 		}
 	})
 
@@ -368,8 +470,11 @@ func TestAgentAgainstRealParts(t *testing.T) {
 		}
 		w.ten.SetDesired(b.env, w.bundle(bundleOpts{tag: "v1", webHealthy: true, registry: false}))
 		b.expect(1)
-		if r := b.report(); r.Result != "failed" || !strings.Contains(r.Detail, "compose pull") {
-			t.Errorf("report = %+v", r)
+		if r := b.report(); r.Result != "failed" || !strings.Contains(r.Detail, "compose pull") || !registryRefusal(r.Detail) {
+			t.Errorf("report = %+v, want failed with the registry's own words", r)
+		}
+		if len(b.containers()) != 0 {
+			t.Error("containers started after a failed pull")
 		}
 	})
 
@@ -377,14 +482,28 @@ func TestAgentAgainstRealParts(t *testing.T) {
 		b := w.newBox(t, "env-it-unhealthy", "")
 		sha1 := w.ten.SetDesired(b.env, w.bundle(bundleOpts{tag: "v1", webHealthy: true, registry: true}))
 		b.expect(0)
-		w.ten.SetDesired(b.env, w.bundle(bundleOpts{tag: "v2", webHealthy: false, registry: true, agent: map[string]any{"healthy_timeout_s": 12}}))
+		// healthy_timeout_s: 60 in the config; the bundle asks for 12. web prints APP_SECRET's
+		// value when it starts, so the secret is in `compose logs`.
+		w.ten.SetDesired(b.env, w.bundle(bundleOpts{tag: "v2", webHealthy: false, registry: true, logEnv: "APP_SECRET",
+			agent: map[string]any{"healthy_timeout_s": 12}}))
+		start := time.Now()
 		b.expect(1)
+		took := time.Since(start)
 		r := b.report()
-		if r.Result != "failed" || !strings.Contains(r.Detail, "web") || r.LogTail == "" {
-			t.Errorf("report = %+v", r)
+		if r.Result != "failed" || !strings.Contains(r.Detail, "not healthy after 12s") || !strings.Contains(r.Detail, "web") {
+			t.Errorf("report = %+v, want failed: not healthy after 12s (the bundle's timeout, not the config's 60 s) naming web", r)
 		}
-		if strings.Contains(r.LogTail, trickySecret) {
-			t.Error("the log tail carries a secret")
+		// Far under the config's 60 s: the bundle's 12 s was the one waited for.
+		if took >= 45*time.Second {
+			t.Errorf("the failing tick took %s; with a 12 s health timeout it must end well before the config's 60 s", took)
+		}
+		for _, want := range []string{"APP_SECRET=***", "healthz: unhealthy (APP_HEALTHY=false)"} {
+			if !strings.Contains(r.LogTail, want) {
+				t.Errorf("log tail lacks %q:\n%s", want, r.LogTail)
+			}
+		}
+		if strings.Contains(r.LogTail, trickySecret) || strings.Contains(b.stderr, trickySecret) {
+			t.Error("the log tail or the journal carries the secret")
 		}
 		if st := b.state(); st.AppliedSha != sha1 {
 			t.Errorf("applied sha = %.12s, want the previous %.12s", st.AppliedSha, sha1)
@@ -466,15 +585,52 @@ func TestAgentAgainstRealParts(t *testing.T) {
 			t.Errorf("pinned version not honoured: web sees %q", got)
 		}
 
-		// Next apply: the lease token is reused or renewed, never re-leased.
+		// Next apply: the lease token is renewed (it has aged below renew_below_s), not re-leased.
+		st := b.state()
+		if st.Token == nil || st.Token.Source != state.SourceLease || len(live) != 1 || st.Token.Accessor != live[0].Accessor {
+			t.Fatalf("state token = %+v, live = %+v: want the one live lease token", st.Token, live)
+		}
+		acc := st.Token.Accessor
 		time.Sleep(25 * time.Second) // let the 24 h token age below renew_below_s (86380 s)
+		ttlBefore, renewsBefore, logins := w.bao.TokenTTL(t, acc), w.bao.RenewSelfs(t, acc), w.bao.LoginCount(t, b.env)
 		w.ten.SetDesired(b.env, w.bundle(bundleOpts{tag: "v1", webHealthy: true, registry: true, extraEnvVar: "EXTRA=1\n"}))
 		b.expect(0)
 		if n := w.ten.LeasesGranted(b.env); n != 1 {
 			t.Errorf("leases = %d after the second apply, want 1 (renewed, not re-leased)", n)
 		}
-		if !strings.Contains(b.stderr, "lease token renewed") {
-			t.Errorf("no renewal in the journal:\n%s", b.stderr)
+		if !strings.Contains(b.last, "lease token renewed") {
+			t.Errorf("no renewal in the journal:\n%s", b.last)
+		}
+		// OpenBao's side: one renew-self by this token in its audit log, and more time left.
+		if n := w.bao.RenewSelfs(t, acc); n != renewsBefore+1 {
+			t.Errorf("OpenBao's audit log shows %d renew-self by the lease token, want %d", n, renewsBefore+1)
+		}
+		if ttl := w.bao.TokenTTL(t, acc); ttl <= ttlBefore {
+			t.Errorf("token TTL %s after the renewal, %s before: OpenBao did not renew it", ttl, ttlBefore)
+		}
+
+		// Next apply, right after: the renewed token has more than renew_below_s left, so it
+		// is reused as it is — no lease, no login, no renewal.
+		renewed := w.bao.RenewSelfs(t, acc)
+		w.ten.SetDesired(b.env, w.bundle(bundleOpts{tag: "v1", webHealthy: true, registry: true, extraEnvVar: "EXTRA=reuse\n"}))
+		b.expect(0)
+		if r := b.report(); r.Result != "applied" {
+			t.Errorf("report of the reuse apply = %+v", r)
+		}
+		if n := w.ten.LeasesGranted(b.env); n != 1 {
+			t.Errorf("leases = %d after the reuse apply, want still 1", n)
+		}
+		if strings.Contains(b.last, "lease token renewed") {
+			t.Errorf("the reuse apply renewed the token again:\n%s", b.last)
+		}
+		if n := w.bao.RenewSelfs(t, acc); n != renewed {
+			t.Errorf("OpenBao's audit log shows %d renew-self after the reuse apply, want %d", n, renewed)
+		}
+		if n := w.bao.LoginCount(t, b.env); n != logins {
+			t.Errorf("OpenBao logins of %s = %d, want %d: the reuse apply logged in again", b.env, n, logins)
+		}
+		if st := b.state(); st.Token == nil || st.Token.Accessor != acc {
+			t.Errorf("state token after the reuse apply = %+v, want accessor %s", st.Token, acc)
 		}
 
 		// A prefix of another env: OpenBao's policy answers 403, named by path.

@@ -3,7 +3,11 @@
 package itest
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -37,6 +41,7 @@ type Bao struct {
 	Accessor string
 
 	srv *baodev.Server
+	dir string // baodev's Dir: its audit log is there
 }
 
 // ErrBadToken is wrapped by Verify when OpenBao does not know the token (never issued, revoked,
@@ -58,7 +63,8 @@ func StartBao(t testing.TB, key GrantKey) *Bao {
 	if err != nil {
 		missing(t, PartBao, err)
 	}
-	srv, err := baodev.Start(context.Background(), baodev.Options{Bin: bin, Dir: t.TempDir(), PublicKeyPEM: key.PublicKeyPEM()})
+	dir := t.TempDir()
+	srv, err := baodev.Start(context.Background(), baodev.Options{Bin: bin, Dir: dir, PublicKeyPEM: key.PublicKeyPEM()})
 	if err != nil {
 		t.Fatalf("itest: %v", err)
 	}
@@ -67,7 +73,7 @@ func StartBao(t testing.TB, key GrantKey) *Bao {
 			t.Errorf("itest: %v\n%s", err, srv.LogTail())
 		}
 	})
-	return &Bao{Addr: srv.Addr, RootToken: srv.RootToken, Accessor: srv.Accessor, srv: srv}
+	return &Bao{Addr: srv.Addr, RootToken: srv.RootToken, Accessor: srv.Accessor, srv: srv, dir: dir}
 }
 
 // Server is the baodev server behind b.
@@ -169,6 +175,63 @@ func (b *Bao) LoginCount(t testing.TB, env string) int {
 		if !e.Refused && e.EnvID == env {
 			n++
 		}
+	}
+	return n
+}
+
+// TokenTTL is the time the token with this accessor has left, as OpenBao says (lookup by
+// accessor with the root token); the test fails when the token is gone.
+func (b *Bao) TokenTTL(t testing.TB, accessor string) time.Duration {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	info, ok, err := b.srv.LookupAccessor(ctx, accessor)
+	if err != nil {
+		t.Fatalf("itest: %v", err)
+	}
+	if !ok {
+		t.Fatalf("itest: token %s is gone (revoked or expired)", accessor)
+	}
+	return info.TTL
+}
+
+// auditLog is where baodev's file audit device writes (baodev.Start: <Dir>/bao-audit.log,
+// accessors in clear).
+const auditLog = "bao-audit.log"
+
+// RenewSelfs counts the successful `auth/token/renew-self` calls made with the token of this
+// accessor, read from OpenBao's audit log: OpenBao's own record of a renewal, independent of
+// what the agent says in its journal.
+func (b *Bao) RenewSelfs(t testing.TB, accessor string) int {
+	t.Helper()
+	f, err := os.Open(filepath.Join(b.dir, auditLog))
+	if err != nil {
+		t.Fatalf("itest: bao audit log: %v", err)
+	}
+	defer f.Close()
+	n := 0
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
+	for sc.Scan() {
+		var e struct {
+			Type  string `json:"type"`
+			Error string `json:"error"`
+			Auth  struct {
+				Accessor string `json:"accessor"`
+			} `json:"auth"`
+			Request struct {
+				Path string `json:"path"`
+			} `json:"request"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			t.Fatalf("itest: bao audit log: %v", err)
+		}
+		if e.Type == "response" && e.Error == "" && e.Request.Path == "auth/token/renew-self" && e.Auth.Accessor == accessor {
+			n++
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatalf("itest: bao audit log: %v", err)
 	}
 	return n
 }

@@ -156,8 +156,17 @@ func TestBaoSeeEnvPolicy(t *testing.T) {
 		if ttl, err := self.TokenTTL(); err != nil || ttl <= 0 {
 			t.Fatalf("lookup-self ttl = %v, %v", ttl, err)
 		}
+		if n := b.RenewSelfs(t, accessor); n != 0 {
+			t.Fatalf("RenewSelfs before any renewal = %d", n)
+		}
 		if _, err := c.Auth().Token().RenewSelfWithContext(ctx, 3600); err != nil {
 			t.Fatalf("renew-self: %v", err)
+		}
+		if n := b.RenewSelfs(t, accessor); n != 1 {
+			t.Fatalf("RenewSelfs after one renewal = %d, want 1 (audit log)", n)
+		}
+		if ttl := b.TokenTTL(t, accessor); ttl <= 0 || ttl > time.Hour {
+			t.Fatalf("TokenTTL after renew-self 3600 = %s, want at most 1h", ttl)
 		}
 		if b.Revoked(t, accessor) {
 			t.Fatal("Revoked before revoke-self")

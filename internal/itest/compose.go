@@ -87,15 +87,30 @@ func CleanupProject(t testing.TB, name string) {
 // ContainerState is what `docker inspect` says of one container of a compose project: read
 // independently of `compose ps`, whose JSON shape the agent itself has to parse.
 type ContainerState struct {
-	Name     string // without the leading "/"
-	Service  string // com.docker.compose.service
-	Image    string // the reference the container was created from
-	State    string // created|running|restarting|exited|…
-	Health   string // starting|healthy|unhealthy, "" without a healthcheck
-	ExitCode int
-	Env      []string // the container's environment, KEY=VALUE (secrets included: never log it)
+	ID      string
+	Name    string // without the leading "/"
+	Service string // com.docker.compose.service
+	Image   string // the reference the container was created from
+	State   string // created|running|restarting|exited|…
+	Health  string // starting|healthy|unhealthy, "" without a healthcheck
+	// StartedAt is when the engine last started the container (RFC 3339, as docker prints it):
+	// the same ID and StartedAt mean nothing restarted or recreated it.
+	StartedAt string
+	ExitCode  int
+	Env       []string // the container's environment, KEY=VALUE (secrets included: never log it)
 	// HealthLog holds the exit codes of the latest healthchecks, oldest first.
 	HealthLog []int
+}
+
+// String leaves Env out (it holds the secrets handed to the app), so a failing test can print
+// containers with %v or %+v.
+func (c ContainerState) String() string {
+	id := c.ID
+	if len(id) > 12 {
+		id = id[:12]
+	}
+	return fmt.Sprintf("{%s %s service=%s image=%s state=%s health=%q started=%s exit=%d env=<%d vars, not shown>}",
+		id, c.Name, c.Service, c.Image, c.State, c.Health, c.StartedAt, c.ExitCode, len(c.Env))
 }
 
 // Containers returns every container (running or not) of project, sorted by name.
@@ -106,6 +121,7 @@ func Containers(t testing.TB, project string) []ContainerState {
 		return nil
 	}
 	var raw []struct {
+		ID     string
 		Name   string
 		Config struct {
 			Image  string
@@ -113,9 +129,10 @@ func Containers(t testing.TB, project string) []ContainerState {
 			Labels map[string]string
 		}
 		State struct {
-			Status   string
-			ExitCode int
-			Health   *struct {
+			Status    string
+			ExitCode  int
+			StartedAt string
+			Health    *struct {
 				Status string
 				Log    []struct{ ExitCode int }
 			}
@@ -127,12 +144,14 @@ func Containers(t testing.TB, project string) []ContainerState {
 	out := make([]ContainerState, 0, len(raw))
 	for _, r := range raw {
 		c := ContainerState{
-			Name:     strings.TrimPrefix(r.Name, "/"),
-			Service:  r.Config.Labels["com.docker.compose.service"],
-			Image:    r.Config.Image,
-			State:    r.State.Status,
-			ExitCode: r.State.ExitCode,
-			Env:      r.Config.Env,
+			ID:        r.ID,
+			StartedAt: r.State.StartedAt,
+			Name:      strings.TrimPrefix(r.Name, "/"),
+			Service:   r.Config.Labels["com.docker.compose.service"],
+			Image:     r.Config.Image,
+			State:     r.State.Status,
+			ExitCode:  r.State.ExitCode,
+			Env:       r.Config.Env,
 		}
 		if h := r.State.Health; h != nil {
 			c.Health = h.Status
@@ -166,11 +185,15 @@ type AppService struct {
 	// StartPeriod is the healthcheck's start_period: failures inside it do not count, so a
 	// service stays "starting" (rather than going unhealthy) while APP_READY_AFTER_MS runs.
 	StartPeriod time.Duration
+	// ImageHealthcheck leaves the healthcheck out of the compose file: the image's own
+	// HEALTHCHECK judges the service.
+	ImageHealthcheck bool
 }
 
 // AppCompose renders a compose file for the test app: every service with the healthcheck
-// `/app -check` every second (3 retries), `restart: "no"`, and its environment. Values are
-// written as JSON strings with `$` doubled, which compose reads back byte for byte.
+// `/app -check` every second (3 retries) unless ImageHealthcheck, `restart: "no"`, and its
+// environment. Values are written as JSON strings with `$` doubled, which compose reads back
+// byte for byte.
 func AppCompose(services ...AppService) string {
 	var b strings.Builder
 	b.WriteString("services:\n")
@@ -192,6 +215,9 @@ func AppCompose(services ...AppService) string {
 				// would be interpolated from the shell of whoever runs compose.
 				fmt.Fprintf(&b, "      %s: %s\n", q(k), q(strings.ReplaceAll(s.Env[k], "$", "$$")))
 			}
+		}
+		if s.ImageHealthcheck {
+			continue
 		}
 		b.WriteString("    healthcheck:\n      test: [\"CMD\", \"/app\", \"-check\"]\n      interval: 1s\n      timeout: 3s\n      retries: 3\n")
 		if s.StartPeriod > 0 {

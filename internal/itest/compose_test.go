@@ -3,6 +3,7 @@
 package itest
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,7 +12,8 @@ import (
 
 // TestComposeRunsPushedImage: images pushed to the password-protected registry and removed
 // locally are pulled by `docker compose up` (with the logged-in DOCKER_CONFIG), become healthy
-// through the compose healthcheck — one only after a "starting" phase — and hand the app its
+// — one through the image's own HEALTHCHECK, one through the compose healthcheck only after a
+// "starting" phase — and hand the app its
 // environment byte for byte. A service with APP_HEALTHY=false goes unhealthy and `up --wait`
 // says so.
 func TestComposeRunsPushedImage(t *testing.T) {
@@ -29,7 +31,7 @@ func TestComposeRunsPushedImage(t *testing.T) {
 		CleanupProject(t, project)
 		dir := t.TempDir()
 		write(t, dir, "docker-compose.yml", AppCompose(
-			AppService{Name: "api", Image: v1.Ref, Env: map[string]string{"TRICKY": tricky}},
+			AppService{Name: "api", Image: v1.Ref, Env: map[string]string{"TRICKY": tricky}, ImageHealthcheck: true},
 			AppService{Name: "slow", Image: v2.Ref, Env: map[string]string{"APP_READY_AFTER_MS": "1500"}},
 		))
 		if out, err := c.Run(t, dir, reg.DockerConfig(t), project, "up", "-d", "--wait", "--wait-timeout", "120"); err != nil {
@@ -47,6 +49,11 @@ func TestComposeRunsPushedImage(t *testing.T) {
 		api, slow := got[0], got[1]
 		if api.Service != "api" || slow.Service != "slow" || api.Image != v1.Ref || slow.Image != v2.Ref {
 			t.Fatalf("containers = %+v", got)
+		}
+		// api's compose service has no healthcheck: "healthy" is the image's HEALTHCHECK at work.
+		hc := docker(t, "", "image", "inspect", "--format", "{{json .Config.Healthcheck}}", v1.Ref)
+		if !strings.Contains(hc, `"Test":["CMD","/app","-check"]`) {
+			t.Errorf("image %s carries healthcheck %s, want /app -check", v1.Ref, hc)
 		}
 		// The slow one failed its check while APP_READY_AFTER_MS ran, then passed. docker keeps
 		// only the last five health results, so the failure is read from the app's own log.
@@ -93,5 +100,15 @@ func write(t *testing.T, dir, name, content string) {
 	t.Helper()
 	if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestContainerStateHidesEnv: a failing test that prints containers prints no secret.
+func TestContainerStateHidesEnv(t *testing.T) {
+	c := ContainerState{ID: "0123456789abcdef", Name: "p-web-1", State: "running", Env: []string{"APP_SECRET=s3cret-value"}}
+	for _, s := range []string{c.String(), fmt.Sprintf("%v %+v", c, map[string]ContainerState{"web": c})} {
+		if strings.Contains(s, "s3cret-value") || !strings.Contains(s, "p-web-1") || !strings.Contains(s, "0123456789ab") {
+			t.Errorf("printed %q", s)
+		}
 	}
 }

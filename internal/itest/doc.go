@@ -7,6 +7,7 @@
 //
 // Every file carries the `integration` build tag: run with
 // `go test -tags integration ./internal/itest/...` after `scripts/integration-setup.sh`.
-// A part that is missing skips the test on a workstation and FAILS it when CI=true, because CI
-// promised the parts and a silently skipped integration suite proves nothing.
+// A part that is missing skips the test on a workstation and FAILS it when CI is set (any value
+// but "false" and "0", InCI), because CI promised the parts and a silently skipped integration
+// suite proves nothing.
 package itest

@@ -12,8 +12,9 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/devstack/appimage"
 )
 
-// Image is the demo app (internal/devstack/demoapp) imported as a one-file image and pushed to a
-// Registry. Its healthcheck is `["CMD", "/app", "-check"]`, set in the compose file.
+// Image is the demo app (internal/devstack/demoapp) built `FROM scratch` as a one-file image
+// (appimage.Build) and pushed to a Registry. The image carries its own HEALTHCHECK
+// (`["CMD", "/app", "-check"]` every second); a compose healthcheck overrides it.
 type Image struct {
 	Ref     string // <registry>/app:<tag>, what a compose file names
 	Tag     string
@@ -23,8 +24,8 @@ type Image struct {
 }
 
 // BuildImages builds the demo app once per tag (statically, with the tag linked in as its
-// version, so every tag is a distinct image), imports it as `<reg.Addr>/app:<tag>` with
-// `docker import` (no base image, no buildx, nothing pulled), and pushes it to reg with reg's
+// version, so every tag is a distinct image), builds it as `<reg.Addr>/app:<tag>` with
+// appimage.Build (FROM scratch: no base image, no buildx, nothing pulled), and pushes it to reg with reg's
 // temporary logged-in DOCKER_CONFIG. The local tags stay until RemoveLocal or the end of the
 // test, when they are removed.
 func BuildImages(t testing.TB, reg *Registry, tags ...string) []*Image {
@@ -50,7 +51,7 @@ func BuildImages(t testing.TB, reg *Registry, tags ...string) []*Image {
 		if err := appimage.BuildApp(ctx, root, bin, tag); err != nil {
 			t.Fatalf("itest: %v", err)
 		}
-		if err := appimage.Import(ctx, bin, im.Ref); err != nil {
+		if err := appimage.Build(ctx, bin, im.Ref); err != nil {
 			t.Fatalf("itest: %v", err)
 		}
 		t.Cleanup(func() { im.removeLocal(t, true) })

@@ -35,19 +35,27 @@ const registryBin = "/usr/bin/docker-registry"
 
 // environment is everything this package reads from the process environment, read in one place.
 type environment struct {
-	ci     bool   // CI=true: missing parts fail instead of skipping
+	ci     bool   // CI set (InCI): missing parts fail instead of skipping
 	baoBin string // MONKY_BAO_BIN: a prebuilt bao binary, instead of running scripts/build-bao.sh
 }
 
 var env = sync.OnceValue(func() environment {
 	return environment{
-		ci:     os.Getenv("CI") == "true",
+		ci:     InCI(os.Getenv("CI")),
 		baoBin: os.Getenv("MONKY_BAO_BIN"),
 	}
 })
 
+// InCI reads the CI variable as CI systems set it: "true" (GitHub, GitLab), "1", "yes",
+// "woodpecker"… — any non-empty value but "false" and "0" means the tests run in CI, where a
+// missing part is a failure. Reading only "true" would let CI=1 skip the whole suite green.
+func InCI(value string) bool {
+	v := strings.ToLower(strings.TrimSpace(value))
+	return v != "" && v != "false" && v != "0"
+}
+
 // Require stops the test unless every named part (PartDocker, PartCompose, …) is usable:
-// t.Fatal when the environment has CI=true, t.Skip otherwise. An unknown part name is a
+// t.Fatal when the tests run in CI (InCI of $CI), t.Skip otherwise. An unknown part name is a
 // t.Fatal everywhere. Probes run once per test process; their results are shared.
 func Require(t testing.TB, parts ...string) {
 	t.Helper()
@@ -76,7 +84,7 @@ func missingIn(t testing.TB, ci bool, part string, err error) {
 	}
 	msg := fmt.Sprintf("itest: part %q missing: %v (run scripts/integration-setup.sh)", part, err)
 	if ci {
-		t.Fatal(msg + " — CI=true, so this is a failure, not a skip")
+		t.Fatal(msg + " — CI is set, so this is a failure, not a skip")
 	}
 	t.Skip(msg)
 }

@@ -73,6 +73,17 @@ func TestRequireNeverSkipsSilentlyInCI(t *testing.T) {
 	}
 }
 
+func TestInCI(t *testing.T) {
+	for v, want := range map[string]bool{
+		"": false, "false": false, "0": false, "FALSE": false, " false ": false,
+		"true": true, "1": true, "yes": true, "TRUE": true, "woodpecker": true,
+	} {
+		if got := InCI(v); got != want {
+			t.Errorf("InCI(%q) = %v, want %v", v, got, want)
+		}
+	}
+}
+
 // TestComposeSeenFromSystemPluginDir: the agent runs docker with its own DOCKER_CONFIG; compose
 // must be found there, i.e. in a system plugin dir.
 func TestComposeSeenFromSystemPluginDir(t *testing.T) {

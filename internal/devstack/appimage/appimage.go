@@ -1,6 +1,8 @@
 // Package appimage turns the demo app (internal/devstack/demoapp) into a docker image without a
-// base image, buildx or any pull: the static binary is written into a one-file root filesystem
-// and `docker import`ed. The dev stack and the integration tests push it to their local registry.
+// base image, buildx or any pull: `docker build` of a Dockerfile `FROM scratch` whose only layer
+// is the static binary (and an empty /tmp), with the app's own HEALTHCHECK. The build context is
+// a tar fed on stdin, so nothing is read from or written to a directory but the binary itself.
+// The dev stack and the integration tests push the image to their local registry.
 package appimage
 
 import (
@@ -44,42 +46,80 @@ func BuildApp(ctx context.Context, root, out, version string) error {
 	return nil
 }
 
-// Import makes the image ref from the app binary bin: root filesystem /app and an empty /tmp,
-// entrypoint /app, port 8080. The compose healthcheck is `["CMD", "/app", "-check"]`.
-func Import(ctx context.Context, bin, ref string) error {
-	tarPath := bin + ".image.tar"
-	if err := writeImageTar(bin, tarPath); err != nil {
+// Dockerfile is the image's recipe. `FROM scratch` needs no pull with either builder (the
+// classic one or BuildKit); ADD of a local tar unpacks it with the modes it holds (/tmp 1777).
+// The HEALTHCHECK is the image's own: a compose service without a healthcheck of its own is
+// judged by it, one with a healthcheck overrides it.
+const Dockerfile = `FROM scratch
+ADD rootfs.tar /
+ENTRYPOINT ["/app"]
+EXPOSE 8080
+HEALTHCHECK --interval=1s --timeout=3s --retries=3 CMD ["/app", "-check"]
+`
+
+// Build makes the image ref from the app binary bin with `docker build` (Dockerfile): root
+// filesystem /app and an empty /tmp, entrypoint /app, port 8080, HEALTHCHECK `/app -check`
+// every second. --no-cache: two builds never share layers, so removing one image's tag can
+// never pull a cached layer from under a build running beside it.
+func Build(ctx context.Context, bin, ref string) error {
+	rootfs, err := imageTar(bin)
+	if err != nil {
 		return fmt.Errorf("appimage: %w", err)
 	}
-	defer os.Remove(tarPath)
-	if _, err := dockercli.Run(ctx, "", nil, "import", "--change", `ENTRYPOINT ["/app"]`, "--change", "EXPOSE 8080", tarPath, ref); err != nil {
+	buildCtx, err := contextTar(rootfs)
+	if err != nil {
+		return fmt.Errorf("appimage: %w", err)
+	}
+	if _, err := dockercli.Run(ctx, "", buildCtx, "build", "--quiet", "--no-cache", "--tag", ref, "-"); err != nil {
 		return fmt.Errorf("appimage: %w", err)
 	}
 	return nil
 }
 
-// writeImageTar makes the root filesystem of the image: /app and an empty /tmp.
-func writeImageTar(bin, tarPath string) error {
+// contextTar is the build context: the Dockerfile and rootfs.tar.
+func contextTar(rootfs []byte) ([]byte, error) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	mod := time.Unix(0, 0)
+	for _, f := range []struct {
+		name string
+		body []byte
+	}{{"Dockerfile", []byte(Dockerfile)}, {"rootfs.tar", rootfs}} {
+		if err := tw.WriteHeader(&tar.Header{Name: f.name, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(f.body)), ModTime: mod}); err != nil {
+			return nil, err
+		}
+		if _, err := tw.Write(f.body); err != nil {
+			return nil, err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// imageTar is the root filesystem of the image: /app and an empty /tmp.
+func imageTar(bin string) ([]byte, error) {
 	b, err := os.ReadFile(bin)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	mod := time.Unix(0, 0)
 	if err := tw.WriteHeader(&tar.Header{Name: "tmp/", Typeflag: tar.TypeDir, Mode: 0o1777, ModTime: mod}); err != nil {
-		return err
+		return nil, err
 	}
 	if err := tw.WriteHeader(&tar.Header{Name: "app", Typeflag: tar.TypeReg, Mode: 0o755, Size: int64(len(b)), ModTime: mod}); err != nil {
-		return err
+		return nil, err
 	}
 	if _, err := tw.Write(b); err != nil {
-		return err
+		return nil, err
 	}
 	if err := tw.Close(); err != nil {
-		return err
+		return nil, err
 	}
-	return os.WriteFile(tarPath, buf.Bytes(), 0o600)
+	return buf.Bytes(), nil
 }
 
 // Push pushes ref with the credentials of dockerConfig (a logged-in DOCKER_CONFIG).

@@ -17,7 +17,9 @@
 //
 // Environment: APP_HEALTHY=false keeps /healthz at 503 forever; APP_READY_AFTER_MS=N answers 503
 // until the server has been up N ms; APP_EXIT_CODE=N makes the server exit N at start (a crashing
-// service); APP_LISTEN (default :8080).
+// service); APP_LOG_ENV=NAME prints `NAME=<value>` of that variable at start, so a secret reaches
+// `compose logs` (what the agent must redact in a failed apply's log tail); APP_LISTEN (default
+// :8080).
 package main
 
 import (
@@ -29,6 +31,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -67,7 +70,11 @@ type config struct {
 	healthy    bool
 	readyAfter time.Duration
 	exitCode   int
+	logEnv     string // APP_LOG_ENV: a variable whose value the start lines print
 }
+
+// envName is what APP_LOG_ENV may name: a shell variable name.
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // loadConfig reads the APP_* variables; a bad value is an error naming the variable, so a typo in
 // a test's compose file fails loudly instead of silently meaning "healthy".
@@ -97,6 +104,12 @@ func loadConfig(lookup func(string) (string, bool)) (config, error) {
 		}
 		cfg.exitCode = n
 	}
+	if v, ok := lookup("APP_LOG_ENV"); ok && v != "" {
+		if !envName.MatchString(v) {
+			return cfg, fmt.Errorf("APP_LOG_ENV: %q is not a variable name", v)
+		}
+		cfg.logEnv = v
+	}
 	return cfg, nil
 }
 
@@ -116,12 +129,29 @@ func serve(cfg config) error {
 		defer cancel()
 		_ = srv.Shutdown(shutdown)
 	}()
-	// A line in `compose logs`, which the agent sends as the log tail of a failed apply.
-	fmt.Printf("demoapp %s listening on %s (healthy=%t)\n", version, cfg.listen, cfg.healthy)
+	// Lines in `compose logs`, which the agent sends as the log tail of a failed apply.
+	for _, l := range startLines(cfg, os.LookupEnv) {
+		fmt.Println(l)
+	}
 	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil
+}
+
+// startLines are what the server prints when it starts: where it listens and, with
+// APP_LOG_ENV, the named variable's value as it is (a test's stand-in for an app that logs a
+// secret).
+func startLines(cfg config, lookup func(string) (string, bool)) []string {
+	lines := []string{fmt.Sprintf("demoapp %s listening on %s (healthy=%t)", version, cfg.listen, cfg.healthy)}
+	if cfg.logEnv != "" {
+		if v, ok := lookup(cfg.logEnv); ok {
+			lines = append(lines, fmt.Sprintf("demoapp: APP_LOG_ENV: %s=%s", cfg.logEnv, v))
+		} else {
+			lines = append(lines, fmt.Sprintf("demoapp: APP_LOG_ENV: %s is not set", cfg.logEnv))
+		}
+	}
+	return lines
 }
 
 func newHandler(cfg config, started time.Time, now func() time.Time,

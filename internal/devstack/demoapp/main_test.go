@@ -28,6 +28,9 @@ func TestLoadConfig(t *testing.T) {
 		{"bad healthy", map[string]string{"APP_HEALTHY": "nope"}, config{}, "APP_HEALTHY"},
 		{"negative ready", map[string]string{"APP_READY_AFTER_MS": "-1"}, config{}, "APP_READY_AFTER_MS"},
 		{"bad exit", map[string]string{"APP_EXIT_CODE": "256"}, config{}, "APP_EXIT_CODE"},
+		{"log env", map[string]string{"APP_LOG_ENV": "APP_SECRET"}, config{listen: ":8080", healthy: true, logEnv: "APP_SECRET"}, ""},
+		{"log env not a name", map[string]string{"APP_LOG_ENV": "A B"}, config{}, "APP_LOG_ENV"},
+		{"log env starting with a digit", map[string]string{"APP_LOG_ENV": "1X"}, config{}, "APP_LOG_ENV"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -45,12 +48,31 @@ func TestLoadConfig(t *testing.T) {
 	}
 }
 
+// TestStartLinesLogTheNamedVariable: APP_LOG_ENV puts the value, byte for byte, in the app's
+// log — what the integration tests use to make the agent's log-tail redaction matter.
+func TestStartLinesLogTheNamedVariable(t *testing.T) {
+	value := `p4ss "q" $HOME # x`
+	env := lookupFrom(map[string]string{"APP_SECRET": value})
+	got := startLines(config{listen: ":8080", healthy: false, logEnv: "APP_SECRET"}, env)
+	want := []string{"demoapp dev listening on :8080 (healthy=false)", "demoapp: APP_LOG_ENV: APP_SECRET=" + value}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("start lines = %q, want %q", got, want)
+	}
+	got = startLines(config{listen: ":8080", healthy: true, logEnv: "ABSENT"}, env)
+	if len(got) != 2 || got[1] != "demoapp: APP_LOG_ENV: ABSENT is not set" {
+		t.Errorf("start lines for an unset variable = %q", got)
+	}
+	if got := startLines(config{listen: ":8080", healthy: true}, env); len(got) != 1 || strings.Contains(strings.Join(got, ""), value) {
+		t.Errorf("start lines without APP_LOG_ENV = %q", got)
+	}
+}
+
 func FuzzLoadConfig(f *testing.F) {
 	for _, s := range []string{"", "true", "false", "0", "1500", "-1", "x", "99999999999999999999"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, v string) {
-		for _, k := range []string{"APP_HEALTHY", "APP_READY_AFTER_MS", "APP_EXIT_CODE"} {
+		for _, k := range []string{"APP_HEALTHY", "APP_READY_AFTER_MS", "APP_EXIT_CODE", "APP_LOG_ENV"} {
 			cfg, err := loadConfig(lookupFrom(map[string]string{k: v}))
 			if err != nil {
 				if !strings.Contains(err.Error(), k) {
