@@ -4,7 +4,7 @@
 # Run by the install kit (fleetctl onboard writes the exact command into install.sh.cmd):
 #
 #   read -rs MONKY_DEPLOYD_TOKEN && export MONKY_DEPLOYD_TOKEN   # the read-only deploy token
-#   printf 'DEPLOY-TOKEN: %s\n' "$MONKY_DEPLOYD_TOKEN" | curl -sSf -H @- \
+#   printf 'DEPLOY-TOKEN: %s\n' "$MONKY_DEPLOYD_TOKEN" | curl -sSfL --max-redirs 0 -H @- \
 #     https://scm.tikali.ai/api/v4/projects/tikali%2Fapplications%2Fmonky%2Fmonky-deployd/packages/generic/monky-deployd/<version>/install.sh \
 #     | sudo --preserve-env=MONKY_DEPLOYD_TOKEN bash -s -- --env env-qa-02 --site cbs \
 #         --bootstrap-file bootstrap.jwt --enrol-jwt monky-host.env-qa-02.jwt

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -493,5 +494,70 @@ func TestInstallScriptRedirectKeepsTheToken(t *testing.T) {
 	}
 	if len(store.tokens) != 0 {
 		t.Errorf("the deploy token was sent to the storage host the registry redirected to (%d times)", len(store.tokens))
+	}
+}
+
+// The kit's one-liner fetches install.sh with the deploy token. curl sends a -H header to every
+// host a redirect leads to, so the one-liner must not follow one: a registry that redirects
+// install.sh to object storage makes curl fail loudly (exit 47), instead of leaking the token, or
+// piping an empty body into bash, which would install nothing and exit 0.
+func TestKitCommandRefusesARedirect(t *testing.T) {
+	curl := need(t, "curl")
+	bash := need(t, "bash")
+	var mu sync.Mutex
+	storageTokens, storageHits := 0, 0
+	storage := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		storageHits++
+		if r.Header.Get("DEPLOY-TOKEN") != "" {
+			storageTokens++
+		}
+		fmt.Fprintln(w, "echo installed-from-storage")
+	}))
+	defer storage.Close()
+	for _, tc := range []struct {
+		name     string
+		redirect bool
+	}{{"served directly", false}, {"redirected to storage", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			registry := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Header.Get("DEPLOY-TOKEN") != deployToken {
+					http.Error(w, "401 Unauthorized", http.StatusUnauthorized)
+					return
+				}
+				if tc.redirect {
+					http.Redirect(w, r, storage.URL+"/bucket/install.sh?X-Amz-Signature=abc", http.StatusFound)
+					return
+				}
+				fmt.Fprintln(w, `echo "installed-from-registry $*"`)
+			}))
+			defer registry.Close()
+			cmd := kit.InstallCommand(kit.Kit{EnvID: envID, Site: "cbs", PackageVersion: "0.2.0"})
+			cmd = strings.Replace(cmd, kit.PackageBase, registry.URL, 1)
+			// No sudo in the test: the agent's install is what debtest's other tests cover.
+			cmd = strings.Replace(cmd, "sudo --preserve-env="+kit.TokenVar+" bash", bash, 1)
+			script := "set -o pipefail\n" + cmd
+			c := exec.Command(bash, "-c", script)
+			c.Env = append(os.Environ(), kit.TokenVar+"="+deployToken, "PATH="+filepath.Dir(curl)+":"+os.Getenv("PATH"))
+			out, err := c.CombinedOutput()
+			if strings.Contains(string(out), deployToken) {
+				t.Fatal("the token is in the command's output")
+			}
+			if !tc.redirect {
+				if err != nil || !strings.Contains(string(out), "installed-from-registry --env "+envID) {
+					t.Fatalf("direct download: %v\n%s", err, out)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(string(out), "curl: (47)") {
+				t.Errorf("a redirected install.sh did not fail the command loudly: err %v\n%s", err, out)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if storageHits != 0 || storageTokens != 0 {
+				t.Errorf("the redirect was followed (%d hits, %d with the token)", storageHits, storageTokens)
+			}
+		})
 	}
 }

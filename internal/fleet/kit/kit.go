@@ -154,7 +154,7 @@ func InstallCommand(k Kit) string {
 			args = append(args, o.flag, o.value)
 		}
 	}
-	return `printf 'DEPLOY-TOKEN: %s\n' "$` + TokenVar + `" | curl -sSf -H @- ` + PackageURL(k.PackageVersion) +
+	return `printf 'DEPLOY-TOKEN: %s\n' "$` + TokenVar + `" | curl -sSfL --max-redirs 0 -H @- ` + PackageURL(k.PackageVersion) +
 		` | sudo --preserve-env=` + TokenVar + ` bash -s -- ` + strings.Join(args, " ")
 }
 

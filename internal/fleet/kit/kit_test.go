@@ -50,7 +50,7 @@ func TestInstallCommand(t *testing.T) {
 	// in no argv on the box (ps, /proc/<pid>/cmdline), unlike the Python kit's --token "$T".
 	// Tenancy's tenancy and OpenBao values travel as install.sh flags: without them install.sh
 	// would write its own defaults whatever the kit says.
-	want := `printf 'DEPLOY-TOKEN: %s\n' "$MONKY_DEPLOYD_TOKEN" | curl -sSf -H @- https://scm.tikali.ai/api/v4/projects/tikali%2Fapplications%2Fmonky%2Fmonky-deployd/packages/generic/monky-deployd/0.2.0/install.sh | sudo --preserve-env=MONKY_DEPLOYD_TOKEN bash -s -- --env env-dev-08 --site cbs --bootstrap-file bootstrap.jwt --enrol-jwt ./monky-host.env-dev-08.jwt --transport sdk --tenancy-service monky.tenancy.deploy --tenancy-port 443 --bao-addr https://bao.cbs.tikali.net:8200 --bao-auth-mount jwt-tenancy --bao-role see-env`
+	want := `printf 'DEPLOY-TOKEN: %s\n' "$MONKY_DEPLOYD_TOKEN" | curl -sSfL --max-redirs 0 -H @- https://scm.tikali.ai/api/v4/projects/tikali%2Fapplications%2Fmonky%2Fmonky-deployd/packages/generic/monky-deployd/0.2.0/install.sh | sudo --preserve-env=MONKY_DEPLOYD_TOKEN bash -s -- --env env-dev-08 --site cbs --bootstrap-file bootstrap.jwt --enrol-jwt ./monky-host.env-dev-08.jwt --transport sdk --tenancy-service monky.tenancy.deploy --tenancy-port 443 --bao-addr https://bao.cbs.tikali.net:8200 --bao-auth-mount jwt-tenancy --bao-role see-env`
 	if got := InstallCommand(k); got != want {
 		t.Errorf("got\n%s\nwant\n%s", got, want)
 	}
