@@ -1,7 +1,6 @@
 package agent_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -26,6 +25,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/journal"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/state"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/syncbuf"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/tenancy"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/tenancy/tenancytest"
 )
@@ -75,7 +75,7 @@ type harness struct {
 	signer  *grant.Signer
 	docker  *dockersim.Sim
 	clock   *clock
-	logs    *syncBuffer
+	logs    *syncbuf.Buffer
 	free    map[string]int64
 	step    func(string) error
 	prune   bool
@@ -127,23 +127,6 @@ type harnessOptions struct {
 	extraConfig []string
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func newHarness(t testing.TB, extraConfig ...string) *harness {
 	t.Helper()
 	return newHarnessWith(t, 0, "", extraConfig...)
@@ -164,7 +147,7 @@ func newHarnessWith(t testing.TB, readLatency time.Duration, tenancyBaoAddr stri
 func newHarnessOpts(t testing.TB, o harnessOptions) *harness {
 	t.Helper()
 	readLatency, tenancyBaoAddr, extraConfig := o.readLatency, o.tenancyBaoAddr, o.extraConfig
-	h := &harness{t: t, dir: t.TempDir(), clock: &clock{t: time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)}, logs: &syncBuffer{}}
+	h := &harness{t: t, dir: t.TempDir(), clock: &clock{t: time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)}, logs: &syncbuf.Buffer{}}
 	var err error
 	h.signer, err = grant.NewSigner("monky-tenancy-test")
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/bao/baotest"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/state"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/syncbuf"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/tenancy/tenancytest"
 )
 
@@ -559,7 +560,7 @@ func TestLaptopMode(t *testing.T) {
 		h.desire(bundleSpec{})
 		h.expectExit(agent.ExitOK) // bootstrapped and applied while on the mesh
 		h.ten.Close()
-		h.logs = &syncBuffer{}
+		h.logs = &syncbuf.Buffer{}
 		quiet(t, h)
 	})
 	t.Run("check-in 503", func(t *testing.T) {
@@ -567,7 +568,7 @@ func TestLaptopMode(t *testing.T) {
 		h.desire(bundleSpec{})
 		h.expectExit(agent.ExitOK)
 		h.ten.FailNext(tenancytest.Checkin, http.StatusServiceUnavailable, "", 1)
-		h.logs = &syncBuffer{}
+		h.logs = &syncbuf.Buffer{}
 		quiet(t, h)
 	})
 	t.Run("bundle 502 is not offline", func(t *testing.T) {

@@ -13,7 +13,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/devstack/dockercli"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/itest"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/syncbuf"
 )
 
 // runDemo plays `make demo`'s script (what scripts/demo.sh runs after building) and returns
@@ -119,27 +119,9 @@ func procsNaming(dir string) []string {
 	return out
 }
 
-// syncBuffer is the demo's stdout, read by the test while the demo writes it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // waitOutput polls out until re matches, failing the test when done closes first or the wait
 // runs out.
-func waitOutput(t *testing.T, out *syncBuffer, re *regexp.Regexp, done <-chan error, wait time.Duration) []string {
+func waitOutput(t *testing.T, out *syncbuf.Buffer, re *regexp.Regexp, done <-chan error, wait time.Duration) []string {
 	t.Helper()
 	deadline := time.After(wait)
 	tick := time.NewTicker(200 * time.Millisecond)
@@ -158,21 +140,36 @@ func waitOutput(t *testing.T, out *syncBuffer, re *regexp.Regexp, done <-chan er
 	}
 }
 
+// runningDemo is a demo (Run or Serve) started in the background by startDemo.
+type runningDemo struct {
+	bins   binaries
+	dir    string
+	out    *syncbuf.Buffer
+	cancel context.CancelFunc // the Ctrl-C
+	done   chan error         // what the demo returned
+}
+
+// startDemo builds the binaries and starts run (demo.Run or demo.Serve) with boxes agents (0:
+// the demo's default) ticking every 2 s; the test ends it with cancel.
+func startDemo(t *testing.T, run func(context.Context, demo.Options) error, boxes int) runningDemo {
+	t.Helper()
+	itest.Require(t, itest.PartDocker, itest.PartCompose, itest.PartRegistry, itest.PartBao, itest.PartGo)
+	d := runningDemo{bins: build(t), dir: t.TempDir(), out: &syncbuf.Buffer{}, done: make(chan error, 1)}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	d.cancel = cancel
+	opts := demo.Options{Dir: d.dir, Boxes: boxes, AgentBin: d.bins.agent[oldVersion], FleetctlBin: d.bins.fleetctl,
+		AppBin: d.bins.app, BaoBin: itest.BaoBin(t), RegistryBin: itest.RegistryBin, Interval: 2 * time.Second, Stdout: d.out}
+	go func() { d.done <- run(ctx, opts) }()
+	return d
+}
+
 // TestDemoInterrupted: Ctrl-C once the agents have converged (the demo is between its steps,
 // its agents ticking) — the demo stops, and nothing of it is left: no container, network,
 // volume or image, no process, nothing in its directory.
 func TestDemoInterrupted(t *testing.T) {
-	itest.Require(t, itest.PartDocker, itest.PartCompose, itest.PartRegistry, itest.PartBao, itest.PartGo)
-	bins := build(t)
-	dir := t.TempDir()
-	out := &syncBuffer{}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		done <- demo.Run(ctx, demo.Options{Dir: dir, AgentBin: bins.agent[oldVersion], FleetctlBin: bins.fleetctl,
-			AppBin: bins.app, BaoBin: itest.BaoBin(t), RegistryBin: itest.RegistryBin, Interval: 2 * time.Second, Stdout: out})
-	}()
+	d := startDemo(t, demo.Run, 0)
+	dir, out, cancel, done := d.dir, d.out, d.cancel, d.done
 	waitOutput(t, out, regexp.MustCompile(`\$ fleetctl status\n`), done, 5*time.Minute)
 	// The check below must be able to see something: the demo's processes name its directory.
 	if ps := procsNaming(dir); len(ps) < 2 {
@@ -201,17 +198,8 @@ func TestDemoInterrupted(t *testing.T) {
 // agents, which deploy and report — read through the fleetctl command it prints — and a Ctrl-C
 // stops and removes everything.
 func TestServe(t *testing.T) {
-	itest.Require(t, itest.PartDocker, itest.PartCompose, itest.PartRegistry, itest.PartBao, itest.PartGo)
-	bins := build(t)
-	dir := t.TempDir()
-	out := &syncBuffer{}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		done <- demo.Serve(ctx, demo.Options{Dir: dir, Boxes: 2, AgentBin: bins.agent[oldVersion], FleetctlBin: bins.fleetctl,
-			AppBin: bins.app, BaoBin: itest.BaoBin(t), RegistryBin: itest.RegistryBin, Interval: 2 * time.Second, Stdout: out})
-	}()
+	d := startDemo(t, demo.Serve, 2)
+	bins, dir, out, cancel, done := d.bins, d.dir, d.out, d.cancel, d.done
 	m := waitOutput(t, out, regexp.MustCompile(`try:\s+(\S+) --config (\S+) status`), done, 3*time.Minute)
 	fleetctl, cfg := m[1], m[2]
 	if fleetctl != bins.fleetctl {

@@ -3,11 +3,7 @@
 package itest
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -41,7 +37,6 @@ type Bao struct {
 	Accessor string
 
 	srv *baodev.Server
-	dir string // baodev's Dir: its audit log is there
 }
 
 // ErrBadToken is wrapped by Verify when OpenBao does not know the token (never issued, revoked,
@@ -73,7 +68,7 @@ func StartBao(t testing.TB, key GrantKey) *Bao {
 			t.Errorf("itest: %v\n%s", err, srv.LogTail())
 		}
 	})
-	return &Bao{Addr: srv.Addr, RootToken: srv.RootToken, Accessor: srv.Accessor, srv: srv, dir: dir}
+	return &Bao{Addr: srv.Addr, RootToken: srv.RootToken, Accessor: srv.Accessor, srv: srv}
 }
 
 // Server is the baodev server behind b.
@@ -195,43 +190,13 @@ func (b *Bao) TokenTTL(t testing.TB, accessor string) time.Duration {
 	return info.TTL
 }
 
-// auditLog is where baodev's file audit device writes (baodev.Start: <Dir>/bao-audit.log,
-// accessors in clear).
-const auditLog = "bao-audit.log"
-
 // RenewSelfs counts the successful `auth/token/renew-self` calls made with the token of this
-// accessor, read from OpenBao's audit log: OpenBao's own record of a renewal, independent of
-// what the agent says in its journal.
+// accessor, from OpenBao's audit log (baodev.Server.RenewSelfs).
 func (b *Bao) RenewSelfs(t testing.TB, accessor string) int {
 	t.Helper()
-	f, err := os.Open(filepath.Join(b.dir, auditLog))
+	n, err := b.srv.RenewSelfs(accessor)
 	if err != nil {
-		t.Fatalf("itest: bao audit log: %v", err)
-	}
-	defer f.Close()
-	n := 0
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
-	for sc.Scan() {
-		var e struct {
-			Type  string `json:"type"`
-			Error string `json:"error"`
-			Auth  struct {
-				Accessor string `json:"accessor"`
-			} `json:"auth"`
-			Request struct {
-				Path string `json:"path"`
-			} `json:"request"`
-		}
-		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-			t.Fatalf("itest: bao audit log: %v", err)
-		}
-		if e.Type == "response" && e.Error == "" && e.Request.Path == "auth/token/renew-self" && e.Auth.Accessor == accessor {
-			n++
-		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatalf("itest: bao audit log: %v", err)
+		t.Fatalf("itest: %v", err)
 	}
 	return n
 }

@@ -1,7 +1,6 @@
 package transport
 
 import (
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -22,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/syncbuf"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/testpki"
 )
 
@@ -172,26 +172,8 @@ func (f *fakeDialer) count() (dials int, closed bool) {
 	return f.dials, f.closed
 }
 
-// logBuffer is a concurrency-safe sink for a text slog logger.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func newTestLogger(level slog.Level) (*slog.Logger, *logBuffer) {
-	b := &logBuffer{}
+func newTestLogger(level slog.Level) (*slog.Logger, *syncbuf.Buffer) {
+	b := &syncbuf.Buffer{}
 	return slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: level})), b
 }
 

@@ -108,6 +108,21 @@ func newRegistry(t *testing.T, version, deb string) *registry {
 
 func (r *registry) base() string { return r.srv.URL + "/generic/monky-deployd" }
 
+// redirectedTo checks that the registry answered with a redirect (else a test of what follows
+// one proves nothing) and returns how often the storage host was asked, and with the token.
+func (r *registry) redirectedTo(t *testing.T, store *storage) (hits, withToken int) {
+	t.Helper()
+	r.mu.Lock()
+	seen := strings.Join(r.hits, ", ")
+	r.mu.Unlock()
+	if !strings.Contains(seen, " 302") {
+		t.Fatalf("the registry did not redirect (%s): the test proves nothing", seen)
+	}
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	return store.hits, len(store.tokens)
+}
+
 func (r *registry) count() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -481,19 +496,12 @@ func TestInstallScriptRedirectKeepsTheToken(t *testing.T) {
 	if got := b.packageStatus("monky-deployd"); got != "ii "+a.version {
 		t.Errorf("package status %q after a redirected download", got)
 	}
-	reg.mu.Lock()
-	hits := strings.Join(reg.hits, ", ")
-	reg.mu.Unlock()
-	if !strings.Contains(hits, " 302") {
-		t.Fatalf("the registry did not redirect (%s): the test proves nothing", hits)
+	hits, withToken := reg.redirectedTo(t, store)
+	if hits != 1 {
+		t.Errorf("storage hits %d, want the one redirected download", hits)
 	}
-	store.mu.Lock()
-	defer store.mu.Unlock()
-	if store.hits != 1 {
-		t.Errorf("storage hits %d, want the one redirected download", store.hits)
-	}
-	if len(store.tokens) != 0 {
-		t.Errorf("the deploy token was sent to the storage host the registry redirected to (%d times)", len(store.tokens))
+	if withToken != 0 {
+		t.Errorf("the deploy token was sent to the storage host the registry redirected to (%d times)", withToken)
 	}
 }
 

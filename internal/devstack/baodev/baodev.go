@@ -366,33 +366,56 @@ type LoginEvent struct {
 	Refused bool
 }
 
-// Logins returns every login attempt at jwt-tenancy, in order, read from the audit log (OpenBao
-// writes the audit entry before it answers, so a login the caller saw returned is in it).
-func (s *Server) Logins() ([]LoginEvent, error) {
+// auditResponse is what the dev stack reads of one response entry of the audit log.
+type auditResponse struct {
+	Error   string `json:"error"`
+	Request struct {
+		Path string `json:"path"`
+	} `json:"request"`
+	Auth struct {
+		Accessor string            `json:"accessor"`
+		Metadata map[string]string `json:"metadata"`
+	} `json:"auth"`
+}
+
+// responses reads the audit log's response entries, in order (OpenBao writes the entry before
+// it answers, so a call the caller saw returned is in it).
+func (s *Server) responses() ([]auditResponse, error) {
 	f, err := os.Open(s.auditPath)
 	if err != nil {
 		return nil, fmt.Errorf("bao: audit log: %w", err)
 	}
 	defer f.Close()
-	var out []LoginEvent
+	var out []auditResponse
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
 	for sc.Scan() {
 		var e struct {
-			Type    string `json:"type"`
-			Error   string `json:"error"`
-			Request struct {
-				Path string `json:"path"`
-			} `json:"request"`
-			Auth struct {
-				Accessor string            `json:"accessor"`
-				Metadata map[string]string `json:"metadata"`
-			} `json:"auth"`
+			Type string `json:"type"`
+			auditResponse
 		}
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
 			return nil, fmt.Errorf("bao: audit log: %w", err)
 		}
-		if e.Type != "response" || e.Request.Path != "auth/"+AuthMount+"/login" {
+		if e.Type == "response" {
+			out = append(out, e.auditResponse)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("bao: audit log: %w", err)
+	}
+	return out, nil
+}
+
+// Logins returns every login attempt at jwt-tenancy, in order, read from the audit log.
+func (s *Server) Logins() ([]LoginEvent, error) {
+	rs, err := s.responses()
+	if err != nil {
+		return nil, err
+	}
+	var out []LoginEvent
+	for _, e := range rs {
+		if e.Request.Path != "auth/"+AuthMount+"/login" {
 			continue
 		}
 		if e.Error != "" || e.Auth.Accessor == "" {
@@ -401,10 +424,23 @@ func (s *Server) Logins() ([]LoginEvent, error) {
 		}
 		out = append(out, LoginEvent{EnvID: e.Auth.Metadata["env_id"], GrantJTI: e.Auth.Metadata["grant_jti"], Accessor: e.Auth.Accessor})
 	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("bao: audit log: %w", err)
-	}
 	return out, nil
+}
+
+// RenewSelfs counts the successful `auth/token/renew-self` calls made with the token of this
+// accessor: OpenBao's own record of a renewal, independent of what the caller says it did.
+func (s *Server) RenewSelfs(accessor string) (int, error) {
+	rs, err := s.responses()
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, e := range rs {
+		if e.Error == "" && e.Request.Path == "auth/token/renew-self" && e.Auth.Accessor == accessor {
+			n++
+		}
+	}
+	return n, nil
 }
 
 func randomHex(n int) string {

@@ -20,6 +20,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/kit"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/ziti/zititest"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/syncbuf"
 )
 
 // harness runs fleetctl in-process against the fakes seeded with the demo fleet, with a fake
@@ -30,7 +31,7 @@ type harness struct {
 	work   string
 	env    map[string]string
 	stdout bytes.Buffer
-	stderr lockedBuffer
+	stderr syncbuf.Buffer
 
 	mu        sync.Mutex
 	clock     time.Time
@@ -39,24 +40,6 @@ type harness struct {
 	onSleep   func(n int) error // called at each sleep (1-based); a non-nil error ends it
 	ttyStdout bool
 	ttyStderr bool
-}
-
-// lockedBuffer: progress writes to stderr from the source goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func newHarness(t *testing.T) *harness {
@@ -116,9 +99,7 @@ func (h *harness) world() world {
 
 func (h *harness) run(ctx context.Context, args ...string) int {
 	h.stdout.Reset()
-	h.stderr.mu.Lock()
-	h.stderr.b.Reset()
-	h.stderr.mu.Unlock()
+	h.stderr.Reset()
 	return run(ctx, args, h.world())
 }
 
