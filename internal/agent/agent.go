@@ -166,6 +166,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.noteVersion()
 	a.adoptVault(protocol.Vault{}) // the config's OpenBao until a check-in says otherwise
+	if err := a.recoverTokenSwap(); err != nil {
+		return err
+	}
+	a.tidyLeaseState()
 
 	err = a.run(ctx)
 	var off *tenancyUnreachable

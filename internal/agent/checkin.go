@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/compose"
@@ -49,18 +50,39 @@ func (a *Agent) checkin(ctx context.Context) (*protocol.CheckinResponse, error) 
 // `compose ps` and one report (no docker call of its own) the rest of the time.
 const dockerFactsMaxAge = 6 * time.Hour
 
+// dockerInfoTimeout bounds the `docker info` before a check-in: a hung daemon must not hold up
+// the liveness check-in (the tick's own time limit is an hour).
+const dockerInfoTimeout = 10 * time.Second
+
+// dockerInfoRetry is how long a failed `docker info` before a check-in waits to be tried again:
+// a box without a running docker would otherwise warn on every tick.
+const dockerInfoRetry = time.Hour
+
 // refreshDockerFacts runs `docker info` when the cache the check-in reports from is empty (a
 // box migrated from the Python agent keeps its applied sha and may never apply again) or older
-// than dockerFactsMaxAge. A failure leaves the cache as it is: the check-in then says what it
-// knew, or null.
+// than dockerFactsMaxAge. A failure leaves the cache as it is — the check-in then says what it
+// knew, or null — and is not tried again for dockerInfoRetry.
 func (a *Agent) refreshDockerFacts(ctx context.Context) {
 	now := a.deps.Now().UTC()
 	if at := a.st.DockerInfoAt; a.st.DockerRootDir != "" && at != nil && now.Sub(*at) < dockerFactsMaxAge && !at.After(now) {
 		return
 	}
-	info, err := a.deps.Docker.Info(ctx)
+	if at := a.st.DockerInfoFailedAt; at != nil && now.Sub(*at) < dockerInfoRetry && !at.After(now) {
+		return
+	}
+	ictx, cancel := context.WithTimeout(ctx, dockerInfoTimeout)
+	defer cancel()
+	info, err := a.deps.Docker.Info(ictx)
 	if err != nil {
-		a.log.Warn("docker info failed; the check-in carries no fresh docker facts", "error", a.redact.Redact(err.Error()))
+		level := slog.LevelWarn
+		if a.cfg.LaptopMode {
+			level = slog.LevelInfo // a laptop's docker may well be stopped; its ticks stay quiet
+		}
+		a.log.Log(ctx, level, "docker info failed; the check-in carries no fresh docker facts, next try in an hour", "error", a.redact.Redact(err.Error()))
+		a.st.DockerInfoFailedAt = &now
+		if serr := a.saveState(); serr != nil {
+			a.log.Warn("state not saved", "error", serr.Error())
+		}
 		return
 	}
 	a.noteDockerInfo(info)
@@ -75,6 +97,7 @@ func (a *Agent) noteDockerInfo(info compose.Info) {
 	a.st.DockerRootDir = info.DockerRootDir
 	a.st.DockerVersion = info.ServerVersion
 	a.st.DockerInfoAt = &now
+	a.st.DockerInfoFailedAt = nil
 	a.dockerInfoFresh = true
 }
 

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/bao"
@@ -224,4 +225,167 @@ func TestSecretsNeverLeak(t *testing.T) {
 	if !strings.Contains(h.ten.Reports(env)[2].Report.Detail, "***") {
 		t.Errorf("pull failure detail not redacted: %q", h.ten.Reports(env)[2].Report.Detail)
 	}
+}
+
+// crashed is the panic a test's injected kill raises; killedTick recovers it.
+type crashed struct{ at string }
+
+// killedTick runs a tick that dies, mid-write sequence, at the first point kill panics.
+func killedTick(t *testing.T, h *harness) (died bool) {
+	t.Helper()
+	defer func() {
+		if r := recover(); r != nil {
+			if _, ok := r.(crashed); !ok {
+				panic(r)
+			}
+			died = true
+		}
+	}()
+	h.tick()
+	return false
+}
+
+// revokedTokens wraps every OpenBao client of h's ticks and records the tokens revoked.
+func revokedTokens(h *harness) *issued {
+	rec := &issued{values: map[string]string{}}
+	h.wrap = func(d *agent.Deps) {
+		newBao := d.NewBao
+		d.NewBao = func(addr string) (agent.Bao, error) {
+			c, err := newBao(addr)
+			return revokeRecorder{Bao: c, rec: rec}, err
+		}
+	}
+	return rec
+}
+
+type revokeRecorder struct {
+	agent.Bao
+	rec *issued
+}
+
+func (b revokeRecorder) RevokeSelf(ctx context.Context, token secret.Value) error {
+	b.rec.add("revoked", token.Reveal())
+	return b.Bao.RevokeSelf(ctx, token)
+}
+
+// assertRecovered checks the box after the tick that followed a kill: one lease spent in all,
+// the token in bao.token is a lease token OpenBao and tenancy accept and was never revoked, and
+// nothing of the swap is left behind.
+func assertRecovered(t *testing.T, h *harness, revoked *issued, wantSha string) {
+	t.Helper()
+	st := h.state()
+	if st.AppliedSha != wantSha || st.Token == nil || st.Token.Source != "lease" {
+		t.Errorf("after recovery: applied %.12s, token %+v", st.AppliedSha, st.Token)
+	}
+	if n := h.ten.LeasesGranted(env); n != 1 {
+		t.Errorf("leases = %d, want 1: the kill cost a lease", n)
+	}
+	if st.PendingLease != nil || st.PreviousToken != nil {
+		t.Errorf("pending %+v, previous token %+v left in state", st.PendingLease, st.PreviousToken)
+	}
+	for _, name := range []string{"lease.jwt", "bao.token.new"} {
+		if _, err := os.Stat(filepath.Join(h.cfg.StateDir, name)); err == nil {
+			t.Errorf("%s left behind", name)
+		}
+	}
+	assertNoTempFiles(t, h.cfg.StateDir)
+	tok, _ := os.ReadFile(h.cfg.TokenPath())
+	revoked.mu.Lock()
+	_, wrong := revoked.values[strings.TrimSpace(string(tok))]
+	revoked.mu.Unlock()
+	if wrong {
+		t.Error("the token in use was revoked")
+	}
+	h.expectExit(agent.ExitOK)
+	if r := h.lastReport(); r.Result != "healthy" {
+		t.Errorf("heartbeat after recovery: %+v", r)
+	}
+}
+
+// A tick killed between any two writes of a token swap — the grant kept before its login, the
+// new token staged, state recording it, the rename, the revocation — is recovered by the next
+// tick without a second lease and without revoking the token in use. Both a fresh grant and one
+// kept from an earlier tick are swapped in.
+func TestATickKilledDuringTheTokenSwapIsRecovered(t *testing.T) {
+	for _, grant := range []string{"fresh", "kept"} {
+		points := []string{"token-staged", "token-recorded", "token-swapped", "token-revoked"}
+		if grant == "fresh" {
+			points = append([]string{"grant-kept"}, points...)
+		}
+		for _, at := range points {
+			t.Run(grant+"/"+at, func(t *testing.T) {
+				h := newHarness(t)
+				if grant == "kept" {
+					keepAGrant(t, h)
+				} else {
+					applyWithBootstrapToken(t, h)
+				}
+				sha := h.desire(bundleSpec{template: defaultTemplate + "V=3\n"})
+				revoked := revokedTokens(h)
+				h.step = func(name string) error {
+					if name == at {
+						panic(crashed{at: at})
+					}
+					return nil
+				}
+				if !killedTick(t, h) {
+					t.Fatalf("the tick never reached %s", at)
+				}
+				if _, err := state.Load(h.cfg.StatePath()); err != nil {
+					t.Fatalf("state unreadable after a kill at %s: %v", at, err)
+				}
+				h.step = nil
+				h.expectExit(agent.ExitOK)
+				assertRecovered(t, h, revoked, sha)
+			})
+		}
+	}
+}
+
+// The reviewer's kill: right after the kept grant's login, at the first moment the tick reads
+// the clock (a kill point that needs no step hook, so it holds for any order of the writes).
+func TestKilledRightAfterTheKeptGrantsLogin(t *testing.T) {
+	h := newHarness(t)
+	keepAGrant(t, h)
+	sha := h.desire(bundleSpec{template: defaultTemplate + "V=3\n"})
+	revoked := revokedTokens(h)
+	armed, loggedIn := true, false
+	record := h.wrap
+	h.wrap = func(d *agent.Deps) {
+		record(d)
+		newBao := d.NewBao
+		d.NewBao = func(addr string) (agent.Bao, error) {
+			c, err := newBao(addr)
+			return loginSpy{Bao: c, done: &loggedIn}, err
+		}
+		now := d.Now
+		d.Now = func() time.Time {
+			if armed && loggedIn {
+				armed = false
+				panic(crashed{at: "after login"})
+			}
+			return now()
+		}
+	}
+	if !killedTick(t, h) {
+		t.Fatal("the tick was not killed")
+	}
+	h.wrap = nil
+	revoked2 := revokedTokens(h)
+	h.expectExit(agent.ExitOK)
+	for v := range revoked2.values {
+		revoked.add("revoked", v)
+	}
+	assertRecovered(t, h, revoked, sha)
+}
+
+type loginSpy struct {
+	agent.Bao
+	done *bool
+}
+
+func (b loginSpy) Login(ctx context.Context, mount, role string, jwt secret.Value) (bao.Token, error) {
+	tok, err := b.Bao.Login(ctx, mount, role, jwt)
+	*b.done = err == nil
+	return tok, err
 }

@@ -16,6 +16,7 @@ import (
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/bao/baotest"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/compose"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/state"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/syncbuf"
@@ -571,6 +572,18 @@ func TestLaptopMode(t *testing.T) {
 		h.logs = &syncbuf.Buffer{}
 		quiet(t, h)
 	})
+	t.Run("first login with OpenBao unreachable", func(t *testing.T) {
+		// A kit staged, no token yet, and the laptop off the mesh: the bootstrap login is the
+		// first call, and its failure is the same offline laptop.
+		h := newHarness(t, "laptop_mode: true")
+		h.bao.FailNext("auth/jwt-tenancy/login", http.StatusServiceUnavailable, 1)
+		quiet(t, h)
+		if _, err := os.Stat(h.cfg.BootstrapFile); err != nil {
+			t.Errorf("the grant is gone after a failed login: %v", err)
+		}
+		h.desire(bundleSpec{})
+		h.expectExit(agent.ExitOK) // back on the mesh
+	})
 	t.Run("bundle 502 is not offline", func(t *testing.T) {
 		h := newHarness(t, "laptop_mode: true")
 		h.desire(bundleSpec{})
@@ -910,5 +923,60 @@ func TestHeartbeatFillsAnEmptyDockerCache(t *testing.T) {
 	cs = h.ten.Checkins(env)
 	if req := cs[len(cs)-1].Request; req.DockerVersion != "29.1.0" {
 		t.Errorf("docker_version %q after the cache aged, want the upgraded 29.1.0", req.DockerVersion)
+	}
+}
+
+// failingInfo is a docker whose `docker info` fails, recording each call and its deadline.
+type failingInfo struct {
+	agent.Docker
+	calls       int
+	maxDeadline time.Duration // the longest time left before a call's deadline; -1 without one
+}
+
+func (f *failingInfo) Info(ctx context.Context) (compose.Info, error) {
+	f.calls++
+	left := time.Duration(-1)
+	if dl, ok := ctx.Deadline(); ok {
+		left = time.Until(dl)
+	}
+	f.maxDeadline = max(f.maxDeadline, left)
+	return compose.Info{}, errors.New("Cannot connect to the Docker daemon at unix:///var/run/docker.sock")
+}
+
+// The `docker info` before a check-in has a time limit of its own (a hung daemon must not hold
+// up the liveness check-in), and a failing one is tried again after an hour, not on every tick;
+// on a laptop its line is INFO, keeping the ticks quiet.
+func TestDockerInfoBeforeTheCheckinIsBoundedAndRetriedHourly(t *testing.T) {
+	for _, laptop := range []bool{false, true} {
+		t.Run(fmt.Sprintf("laptop_mode %v", laptop), func(t *testing.T) {
+			h := newHarness(t, fmt.Sprintf("laptop_mode: %v", laptop))
+			h.desire(bundleSpec{})
+			h.expectExit(agent.ExitOK)
+			st := h.state()
+			st.DockerRootDir, st.DockerVersion, st.DockerInfoAt = "", "", nil
+			saveState(t, h, st)
+			info := &failingInfo{maxDeadline: -1}
+			h.wrap = func(d *agent.Deps) { info.Docker = d.Docker; d.Docker = info }
+			h.logs = &syncbuf.Buffer{}
+			h.expectExit(agent.ExitOK)
+			if info.calls != 1 || info.maxDeadline < 0 || info.maxDeadline > 10*time.Second {
+				t.Errorf("docker info: %d calls, time left %v; want 1 call with at most 10s", info.calls, info.maxDeadline)
+			}
+			want := "WARN docker info failed"
+			if laptop {
+				want = "INFO docker info failed"
+			}
+			h.expectLog(want)
+			h.clock.Advance(30 * time.Minute)
+			h.expectExit(agent.ExitOK)
+			if info.calls != 1 {
+				t.Errorf("docker info retried within the hour: %d calls", info.calls)
+			}
+			h.clock.Advance(31 * time.Minute)
+			h.expectExit(agent.ExitOK)
+			if info.calls != 2 {
+				t.Errorf("docker info not retried after an hour: %d calls", info.calls)
+			}
+		})
 	}
 }

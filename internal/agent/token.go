@@ -33,12 +33,15 @@ func (a *Agent) ensureToken(ctx context.Context) error {
 	if !tok.Empty() {
 		return nil
 	}
-	return a.bootstrap(ctx)
+	// Before this tick's check-in: in laptop mode an OpenBao that does not answer is the same
+	// laptop off the mesh as a tenancy that does not.
+	return a.bootstrap(ctx, a.cfg.LaptopMode)
 }
 
 // bootstrap exchanges the kit's deploy grant for a first OpenBao token, and deletes the grant
-// once the login succeeded: it is single-purpose and must not linger on disk.
-func (a *Agent) bootstrap(ctx context.Context) error {
+// once the login succeeded: it is single-purpose and must not linger on disk. offMeshQuiet makes
+// a temporary login failure a laptop off the mesh (tenancyUnreachable): no warning, exit 0.
+func (a *Agent) bootstrap(ctx context.Context, offMeshQuiet bool) error {
 	raw, err := os.ReadFile(a.cfg.BootstrapFile)
 	if errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("no OpenBao token and no bootstrap grant at %s: %w", a.cfg.BootstrapFile, ErrNeedsKit)
@@ -60,6 +63,9 @@ func (a *Agent) bootstrap(ctx context.Context) error {
 	}
 	tok, err := client.Login(ctx, a.vault.AuthMount, a.vault.AuthRole, grant)
 	if err != nil {
+		if offMeshQuiet && isTemporary(err) {
+			return &tenancyUnreachable{err: fmt.Errorf("bao: bootstrap login: %w: %w", err, ErrTemporary)}
+		}
 		if isTemporary(err) {
 			return a.classify("bao: bootstrap login", err)
 		}
@@ -71,6 +77,8 @@ func (a *Agent) bootstrap(ctx context.Context) error {
 		// A wrong CA, mount or role: the config, not the grant, needs fixing.
 		return fmt.Errorf("bootstrap login: %w", err)
 	}
+	// A new token generation: a lease grant kept under the previous one was superseded with it
+	// (storeToken forgets it).
 	if err := a.storeToken(tok, sourceBootstrap, addr); err != nil {
 		return err
 	}
@@ -88,32 +96,137 @@ func roleMissing(err error) bool {
 	return strings.Contains(msg, "role") && strings.Contains(msg, "could not be found")
 }
 
-// storeToken makes tok, minted by the OpenBao at addr, the agent's token: token file first,
-// then state, both atomic.
+// storeToken makes the bootstrap token tok, minted by the OpenBao at addr, the agent's token:
+// token file first, then state, both atomic. There is no token to replace (a kill between the
+// two writes leaves a token without a record, which the next apply swaps for a lease). Any kept
+// lease grant belonged to the token generation that ended and is forgotten.
 func (a *Agent) storeToken(tok bao.Token, source, addr string) error {
 	a.redact.Add(tok.Value.Reveal())
 	if err := state.WriteToken(a.cfg.TokenPath(), tok.Value); err != nil {
 		return err
 	}
 	a.token = tok.Value
-	a.st.Token = &state.TokenMeta{
+	a.st.Token = a.tokenMeta(tok, source, addr)
+	a.st.PendingLease = nil
+	if err := a.saveState(); err != nil {
+		return err
+	}
+	a.removeLeaseGrantFile()
+	return nil
+}
+
+func (a *Agent) tokenMeta(tok bao.Token, source, addr string) *state.TokenMeta {
+	return &state.TokenMeta{
 		Source:     source,
 		Accessor:   tok.Accessor,
 		ObtainedAt: a.deps.Now().UTC(),
 		TTLSec:     int64(tok.TTL.Seconds()),
 		Addr:       addr,
 	}
+}
+
+func (a *Agent) nextTokenPath() string { return a.cfg.TokenPath() + ".new" }
+
+// swapToken makes the lease token tok, logged in with g, the agent's token in place of the
+// current one, so that a kill between any two writes leaves something the next tick recovers
+// from (recoverTokenSwap) without a second lease and without revoking the token in use:
+//  1. the new token goes to bao.token.new (state still describes bao.token, and the grant that
+//     gave the new token is still kept: a kill here costs a login, not a lease);
+//  2. state records the new token, the previous one (previous_token: a swap under way) and
+//     no kept grant, in one write;
+//  3. bao.token.new is renamed over bao.token.
+//
+// The caller revokes the previous token, then clears previous_token (finishSwap).
+func (a *Agent) swapToken(tok bao.Token, g leaseGrant) error {
+	a.redact.Add(tok.Value.Reveal())
+	if err := state.WriteToken(a.nextTokenPath(), tok.Value); err != nil {
+		return err
+	}
+	if err := a.step("token-staged"); err != nil {
+		return err
+	}
+	prev := &state.TokenMeta{}
+	if a.st.Token != nil {
+		p := *a.st.Token
+		prev = &p
+	}
+	if prev.Addr == "" {
+		prev.Addr = a.tokenAddr()
+	}
+	a.st.PreviousToken = prev
+	a.st.Token = a.tokenMeta(tok, sourceLease, g.addr)
+	a.st.PendingLease = nil
+	a.st.LeaseBackoff = nil
+	if err := a.saveState(); err != nil {
+		return err
+	}
+	if err := a.step("token-recorded"); err != nil {
+		return err
+	}
+	if err := os.Rename(a.nextTokenPath(), a.cfg.TokenPath()); err != nil {
+		return fmt.Errorf("state: replace token: %w", err)
+	}
+	a.token = tok.Value
+	return a.step("token-swapped")
+}
+
+// finishSwap ends a swap once the previous token was revoked (or could not be): previous_token
+// is cleared, and the used grant's file deleted (left behind, it would be harmless: no state
+// names it, and the next tick deletes it).
+func (a *Agent) finishSwap() error {
+	a.st.PreviousToken = nil
+	if err := a.saveState(); err != nil {
+		return err
+	}
+	a.removeLeaseGrantFile()
+	return nil
+}
+
+// recoverTokenSwap, at the start of a tick, finishes a swap a killed tick left half done. It
+// looks at local files only.
+func (a *Agent) recoverTokenSwap() error {
+	_, err := os.Lstat(a.nextTokenPath())
+	staged := err == nil
+	switch {
+	case staged && a.st.PreviousToken != nil:
+		// State already names the new token: put it in place. The previous token's value is
+		// gone with the rename; it was not revoked and expires on its own.
+		if err := os.Rename(a.nextTokenPath(), a.cfg.TokenPath()); err != nil {
+			return fmt.Errorf("state: finish an interrupted token swap: %w", err)
+		}
+		a.log.Warn("an interrupted token swap was finished; the previous token was not revoked and expires on its own", "previous_source", a.st.PreviousToken.Source)
+	case staged:
+		// The new token never reached state: bao.token and state agree on the current token,
+		// and the grant that gave the new one is still kept for the next login.
+		if err := state.RemoveToken(a.nextTokenPath()); err != nil {
+			return err
+		}
+		a.log.Warn("an interrupted token swap was undone; the kept lease grant logs in again at the next apply")
+		return nil
+	case a.st.PreviousToken != nil:
+		a.log.Warn("an interrupted token swap left the previous token possibly unrevoked; it expires on its own", "previous_source", a.st.PreviousToken.Source)
+	default:
+		return nil
+	}
+	a.st.PreviousToken = nil
 	return a.saveState()
 }
 
-// dropToken forgets a token tenancy refused.
+// dropToken forgets a token tenancy refused, and any lease grant kept under it: the kit
+// re-reveal that superseded the token superseded that grant too, and OpenBao's jwt mount,
+// which keeps no replay state, would still log in with it.
 func (a *Agent) dropToken() error {
 	a.token = secret.Value{}
 	a.st.Token = nil
+	a.st.PendingLease = nil
 	if err := state.RemoveToken(a.cfg.TokenPath()); err != nil {
 		return err
 	}
-	return a.saveState()
+	if err := a.saveState(); err != nil {
+		return err
+	}
+	a.removeLeaseGrantFile()
+	return nil
 }
 
 // withAuth runs call with the current token. On 401 AGENT_UNAUTHENTICATED (the grant behind the
@@ -136,7 +249,7 @@ func (a *Agent) authCall(ctx context.Context, what string, call func(secret.Valu
 			a.log.Error("AGENT_UNAUTHENTICATED: no bootstrap grant on disk: re-run the install kit", "bootstrap_file", a.cfg.BootstrapFile)
 			return fmt.Errorf("%s: bearer refused and no bootstrap grant at %s: %w", what, a.cfg.BootstrapFile, ErrNeedsKit)
 		}
-		if berr := a.bootstrap(ctx); berr != nil {
+		if berr := a.bootstrap(ctx, false); berr != nil {
 			return berr
 		}
 		err = call(a.token)
@@ -182,6 +295,33 @@ func (a *Agent) tokenAddr() string {
 	return a.baoAddr
 }
 
+// leaseBackoff is how long no new lease is taken after OpenBao refused a lease login for good:
+// tenancy's window of 5 leases.
+const leaseBackoff = time.Hour
+
+// heldOff marks a lease not taken, or a lease login just refused, while new leases are held off
+// (state's lease_backoff). It adds nothing to the message.
+type heldOff struct{ err error }
+
+func (e *heldOff) Error() string { return e.err.Error() }
+func (e *heldOff) Unwrap() error { return e.err }
+
+// refusedLogin marks a lease login that failed for a reason retrying does not cure.
+type refusedLogin struct{ err error }
+
+func (e *refusedLogin) Error() string { return e.err.Error() }
+func (e *refusedLogin) Unwrap() error { return e.err }
+
+func isHeldOff(err error) bool {
+	var h *heldOff
+	return errors.As(err, &h)
+}
+
+func isRefusedLogin(err error) bool {
+	var r *refusedLogin
+	return errors.As(err, &r)
+}
+
 // tokenForApply returns the token to read this bundle's secrets with. Whatever its source, a
 // token on disk is first looked up: an OpenBao that cannot be reached ends the tick (exit 75)
 // before any lease is spent, since the login with it would fail the same way. A lease-derived
@@ -190,16 +330,13 @@ func (a *Agent) tokenAddr() string {
 // that needs secrets). Tenancy allows 5 leases an hour, and a failing deploy retried by the
 // timer used to burn them all and then fail on LEASE_RATE_LIMITED forever (env-qa-02 pilot,
 // seed 0.1.6): so a lease whose login fails for a temporary reason is kept for the next tick
-// (lease.jwt), and while the current token works the apply goes on with it, swap deferred.
+// (lease.jwt), one refused for good holds off new leases for an hour, and while the current
+// token works the apply goes on with it, swap deferred.
 func (a *Agent) tokenForApply(ctx context.Context) (secret.Value, error) {
 	// working: OpenBao confirmed the current token is valid this tick.
 	working := false
 	if !a.token.Empty() {
-		client, err := a.deps.NewBao(a.tokenAddr())
-		if err != nil {
-			return secret.Value{}, err
-		}
-		info, err := client.LookupSelf(ctx, a.token)
+		client, info, err := a.lookupToken(ctx)
 		switch {
 		case err != nil && !errors.Is(err, bao.ErrForbidden):
 			// OpenBao unreachable, unmapped or invisible: no lease now.
@@ -241,14 +378,63 @@ func (a *Agent) tokenForApply(ctx context.Context) (secret.Value, error) {
 	case errors.Is(err, ErrTemporary) && working:
 		a.log.Warn("new token not obtained; applying with the current token, swap deferred", "token_source", a.tokenSource())
 		return a.token, nil
+	case isHeldOff(err) && working:
+		a.log.Warn("no new lease while OpenBao refuses lease logins; applying with the current token, swap deferred", "token_source", a.tokenSource(), "until", a.st.LeaseBackoff.Until.Format(time.RFC3339))
+		return a.token, nil
 	}
 	return secret.Value{}, err
 }
 
+// lookupToken asks the OpenBao that minted the current token about it. When that OpenBao does
+// not answer (unreachable, unmapped, not visible) and the tick's OpenBao is another address —
+// the check-in or the config moved on, and the old address may be gone for good — the tick's
+// is asked too: a token valid there is recorded as living there; one it refuses (403) is
+// replaced by a lease. Otherwise every apply would end at the dead address, no lease taken,
+// until the token's TTL ran out and only an install kit could help.
+func (a *Agent) lookupToken(ctx context.Context) (Bao, bao.TokenInfo, error) {
+	addr := a.tokenAddr()
+	client, info, err := a.lookupAt(ctx, addr)
+	if err == nil || errors.Is(err, bao.ErrForbidden) || addr == a.baoAddr {
+		return client, info, err
+	}
+	alt, altInfo, altErr := a.lookupAt(ctx, a.baoAddr)
+	if altErr != nil && !errors.Is(altErr, bao.ErrForbidden) {
+		return client, info, err // neither answers: the token's own OpenBao is the one to fix
+	}
+	a.log.Warn("the OpenBao that minted the token does not answer; using the tick's OpenBao", "token_addr", addr, "addr", a.baoAddr, "error", a.redact.Redact(err.Error()))
+	if altErr == nil && a.st.Token != nil {
+		a.st.Token.Addr = a.baoAddr
+		if serr := a.saveState(); serr != nil {
+			return nil, bao.TokenInfo{}, serr
+		}
+	}
+	return alt, altInfo, altErr
+}
+
+func (a *Agent) lookupAt(ctx context.Context, addr string) (Bao, bao.TokenInfo, error) {
+	client, err := a.deps.NewBao(addr)
+	if err != nil {
+		return nil, bao.TokenInfo{}, err
+	}
+	info, err := client.LookupSelf(ctx, a.token)
+	return client, info, err
+}
+
+// renewBelow is the TTL under which a lease token is renewed or replaced: renew_below_s, or half
+// the token's TTL as obtained when that is less (a 1 h token under the default 3600 s would
+// otherwise be replaced on every apply, even right after a renewal).
+func (a *Agent) renewBelow() float64 {
+	t := float64(a.cfg.Bao.RenewBelowS)
+	if a.st.Token != nil && a.st.Token.TTLSec > 0 {
+		t = min(t, float64(a.st.Token.TTLSec)/2)
+	}
+	return t
+}
+
 // keepLeaseToken decides about a valid lease-derived token: reused as it is while it has more
-// than renew_below_s left, else renewed if OpenBao allows. ok false means a new lease is due.
+// than renewBelow left, else renewed if OpenBao allows. ok false means a new lease is due.
 func (a *Agent) keepLeaseToken(ctx context.Context, client Bao, info bao.TokenInfo) (tok secret.Value, ok bool, err error) {
-	if info.TTL.Seconds() > float64(a.cfg.Bao.RenewBelowS) {
+	if info.TTL.Seconds() > a.renewBelow() {
 		a.log.Debug("reusing lease token", "ttl_s", int64(info.TTL.Seconds()))
 		return a.token, true, nil
 	}
@@ -257,7 +443,7 @@ func (a *Agent) keepLeaseToken(ctx context.Context, client Bao, info bao.TokenIn
 	}
 	renewed, err := client.RenewSelf(ctx, a.token)
 	switch {
-	case err == nil && renewed.TTL.Seconds() > float64(a.cfg.Bao.RenewBelowS):
+	case err == nil && renewed.TTL.Seconds() > a.renewBelow():
 		a.log.Info("lease token renewed", "ttl_s", int64(renewed.TTL.Seconds()))
 		a.st.Token.ObtainedAt = a.deps.Now().UTC()
 		a.st.Token.TTLSec = int64(renewed.TTL.Seconds())
@@ -277,42 +463,74 @@ func (a *Agent) tokenSource() string {
 	return a.st.Token.Source
 }
 
+func (a *Agent) tokenAccessor() string {
+	if a.st.Token == nil {
+		return ""
+	}
+	return a.st.Token.Accessor
+}
+
 // leaseGrant is a login grant from tenancy and where it logs in.
 type leaseGrant struct {
 	jwt               secret.Value
 	addr, mount, role string
 	expiresAt         time.Time
+	// bearer is the accessor of the token that leased it.
+	bearer string
 }
 
 // lease turns a login grant from tenancy into the agent's token and revokes the previous one.
 // The grant is the one kept from an earlier tick whose login failed, while it lasts; else a new
-// one is leased.
+// one is leased — unless OpenBao refused a lease login within the last hour.
 func (a *Agent) lease(ctx context.Context, reason string) (secret.Value, error) {
-	g, ok := a.pendingGrant()
-	if ok {
+	if g, ok := a.pendingGrant(); ok {
+		a.log.Info("logging in with the lease grant kept from an earlier tick", "expires_at", g.expiresAt.Format(time.RFC3339))
 		tok, err := a.loginWithGrant(ctx, g)
 		if err == nil {
 			a.log.Info("leased a new OpenBao token", "reason", reason, "ttl_s", a.st.Token.TTLSec, "grant", "kept")
 		}
-		if err == nil || errors.Is(err, ErrTemporary) {
+		if err == nil || !isRefusedLogin(err) {
 			return tok, err
 		}
-		// Refused (expired early, superseded): it will never log in. Lease anew.
+		// Refused (expired early, superseded): it will never log in. Lease anew, once.
 		a.log.Info("kept lease grant refused by OpenBao; leasing again", "error", a.redact.Redact(err.Error()))
 		a.dropPendingGrant()
+	}
+	if b := a.st.LeaseBackoff; b != nil && a.deps.Now().Before(b.Until) {
+		return secret.Value{}, &heldOff{err: fmt.Errorf("no new lease until %s: OpenBao refused the last lease login: %s", b.Until.Format(time.RFC3339), b.Reason)}
 	}
 	g, err := a.newGrant(ctx, reason)
 	if err != nil {
 		return secret.Value{}, err
 	}
-	tok, err := a.loginWithGrant(ctx, g)
-	if err != nil && errors.Is(err, ErrTemporary) {
-		a.keepGrant(g)
+	// Kept before its first login: a tick killed from here on logs in with it next time.
+	kept := a.keepGrant(g)
+	if err := a.step("grant-kept"); err != nil {
+		return secret.Value{}, err
 	}
-	if err == nil {
-		a.log.Info("leased a new OpenBao token", "reason", reason, "ttl_s", int64(a.st.Token.TTLSec))
+	tok, err := a.loginWithGrant(ctx, g)
+	switch {
+	case err == nil:
+		a.log.Info("leased a new OpenBao token", "reason", reason, "ttl_s", a.st.Token.TTLSec)
+	case errors.Is(err, ErrTemporary) && kept:
+		a.log.Warn("lease login failed; the grant is kept for the next tick, no new lease until it expires", "expires_at", g.expiresAt.Format(time.RFC3339))
+	case isRefusedLogin(err):
+		a.dropPendingGrant()
+		return secret.Value{}, a.backOff(err)
 	}
 	return tok, err
+}
+
+// backOff records that OpenBao refused a lease login for good: no new lease for leaseBackoff.
+func (a *Agent) backOff(err error) error {
+	until := a.deps.Now().UTC().Add(leaseBackoff)
+	reason := a.redact.Redact(err.Error())
+	a.st.LeaseBackoff = &state.LeaseBackoff{Until: until, Reason: reason}
+	if serr := a.saveState(); serr != nil {
+		a.log.Warn("state not saved", "error", serr.Error())
+	}
+	a.log.Warn("lease login refused by OpenBao; no new lease until the back-off ends", "until", until.Format(time.RFC3339), "error", reason)
+	return &heldOff{err: err}
 }
 
 // newGrant asks tenancy for a login grant.
@@ -326,7 +544,8 @@ func (a *Agent) newGrant(ctx context.Context, reason string) (leaseGrant, error)
 	if err != nil {
 		return leaseGrant{}, err
 	}
-	g := leaseGrant{jwt: secret.New(resp.LoginJWT), addr: resp.Addr, mount: resp.Mount, role: resp.Role}
+	// The bearer after withAuth: a 401 may have re-bootstrapped on the way.
+	g := leaseGrant{jwt: secret.New(resp.LoginJWT), addr: resp.Addr, mount: resp.Mount, role: resp.Role, bearer: a.tokenAccessor()}
 	a.redact.Add(g.jwt.Reveal())
 	if g.addr == "" && resp.Vault != nil {
 		g.addr = resp.Vault.Addr // the shape before tenancy's AgentLeaseOut
@@ -348,38 +567,60 @@ func (a *Agent) newGrant(ctx context.Context, reason string) (leaseGrant, error)
 	return g, nil
 }
 
-// loginWithGrant logs in with g, makes the new token the agent's, forgets any kept grant and
-// revokes the previous token at the OpenBao that minted it.
+// loginWithGrant logs in with g, makes the new token the agent's (swapToken, which also forgets
+// the kept grant) and revokes the previous token at the OpenBao that minted it. A login that
+// fails for a reason retrying does not cure is a *refusedLogin.
 func (a *Agent) loginWithGrant(ctx context.Context, g leaseGrant) (secret.Value, error) {
 	client, err := a.deps.NewBao(g.addr)
 	if err != nil {
-		return secret.Value{}, err
+		return secret.Value{}, &refusedLogin{err: fmt.Errorf("lease login: %w", err)}
 	}
 	tok, err := client.Login(ctx, g.mount, g.role, g.jwt)
 	if err != nil {
-		return secret.Value{}, a.classify("bao: lease login", err)
-	}
-	old, oldAddr := a.token, a.tokenAddr()
-	a.dropPendingGrant()
-	if err := a.storeToken(tok, sourceLease, g.addr); err != nil {
+		err = a.classify("bao: lease login", err)
+		if !errors.Is(err, ErrTemporary) {
+			err = &refusedLogin{err: fmt.Errorf("lease login: %w", err)}
+		}
 		return secret.Value{}, err
 	}
+	old, oldAddr := a.token, a.tokenAddr()
+	if err := a.swapToken(tok, g); err != nil {
+		return secret.Value{}, err
+	}
+	if tok.TTL.Seconds() <= float64(a.cfg.Bao.RenewBelowS) {
+		a.log.Warn("lease token TTL is not above bao.renew_below_s; it is renewed or replaced when half of it is left", "ttl_s", int64(tok.TTL.Seconds()), "renew_below_s", a.cfg.Bao.RenewBelowS)
+	}
 	if !old.Empty() && old.Reveal() != tok.Value.Reveal() {
-		oldClient := client
-		if oldAddr != g.addr {
-			if oldClient, err = a.deps.NewBao(oldAddr); err != nil {
-				a.log.Warn("previous token could not be revoked", "error", err.Error())
-				return tok.Value, nil
-			}
-		}
-		if rerr := oldClient.RevokeSelf(ctx, old); rerr != nil {
-			a.log.Warn("previous token could not be revoked", "error", a.redact.Redact(rerr.Error()))
+		a.revoke(ctx, client, g.addr, old, oldAddr)
+	}
+	if err := a.step("token-revoked"); err != nil {
+		return secret.Value{}, err
+	}
+	return tok.Value, a.finishSwap()
+}
+
+// revoke revokes old, minted at oldAddr, reusing client when that is where it points. A failure
+// is a warning: the token expires on its own.
+func (a *Agent) revoke(ctx context.Context, client Bao, addr string, old secret.Value, oldAddr string) {
+	if oldAddr != addr {
+		var err error
+		if client, err = a.deps.NewBao(oldAddr); err != nil {
+			a.log.Warn("previous token could not be revoked", "error", err.Error())
+			return
 		}
 	}
-	return tok.Value, nil
+	if err := client.RevokeSelf(ctx, old); err != nil {
+		a.log.Warn("previous token could not be revoked", "error", a.redact.Redact(err.Error()))
+	}
 }
 
 func (a *Agent) leaseGrantPath() string { return filepath.Join(a.cfg.StateDir, "lease.jwt") }
+
+// grantUsable tells whether the kept grant p may still log in: not expired, and leased under
+// the current token (a grant of a dropped token generation was superseded with it).
+func (a *Agent) grantUsable(p *state.PendingLease) bool {
+	return a.deps.Now().Before(p.ExpiresAt) && p.BearerAccessor == a.tokenAccessor() && a.st.Token != nil
+}
 
 // pendingGrant is the grant an earlier tick leased and could not log in with, while it lasts.
 func (a *Agent) pendingGrant() (leaseGrant, bool) {
@@ -388,26 +629,26 @@ func (a *Agent) pendingGrant() (leaseGrant, bool) {
 		return leaseGrant{}, false
 	}
 	jwt, err := state.ReadToken(a.leaseGrantPath())
-	if err != nil || jwt.Empty() || !a.deps.Now().Before(p.ExpiresAt) {
+	if err != nil || jwt.Empty() || !a.grantUsable(p) {
 		a.dropPendingGrant()
 		return leaseGrant{}, false
 	}
 	a.redact.Add(jwt.Reveal())
-	a.log.Info("logging in with the lease grant kept from an earlier tick", "expires_at", p.ExpiresAt.Format(time.RFC3339))
-	return leaseGrant{jwt: jwt, addr: p.Addr, mount: p.Mount, role: p.Role, expiresAt: p.ExpiresAt}, true
+	return leaseGrant{jwt: jwt, addr: p.Addr, mount: p.Mount, role: p.Role, expiresAt: p.ExpiresAt, bearer: p.BearerAccessor}, true
 }
 
-// keepGrant stores g for the next tick (0600, like the token beside it).
-func (a *Agent) keepGrant(g leaseGrant) {
+// keepGrant stores g for a later login (0600, like the token beside it); false if it could not.
+func (a *Agent) keepGrant(g leaseGrant) bool {
 	if err := state.WriteToken(a.leaseGrantPath(), g.jwt); err != nil {
 		a.log.Warn("lease grant could not be kept for the next tick", "error", err.Error())
-		return
+		return false
 	}
-	a.st.PendingLease = &state.PendingLease{Addr: g.addr, Mount: g.mount, Role: g.role, ExpiresAt: g.expiresAt}
+	a.st.PendingLease = &state.PendingLease{Addr: g.addr, Mount: g.mount, Role: g.role, ExpiresAt: g.expiresAt, BearerAccessor: g.bearer}
 	if err := a.saveState(); err != nil {
-		a.log.Warn("state not saved", "error", err.Error())
+		a.log.Warn("lease grant could not be kept for the next tick", "error", err.Error())
+		return false
 	}
-	a.log.Warn("lease login failed; the grant is kept for the next tick, no new lease until it expires", "expires_at", g.expiresAt.Format(time.RFC3339))
+	return true
 }
 
 func (a *Agent) dropPendingGrant() {
@@ -415,10 +656,43 @@ func (a *Agent) dropPendingGrant() {
 		return
 	}
 	a.st.PendingLease = nil
+	if err := a.saveState(); err != nil {
+		a.log.Warn("state not saved", "error", err.Error())
+	}
+	a.removeLeaseGrantFile()
+}
+
+func (a *Agent) removeLeaseGrantFile() {
 	if err := state.RemoveToken(a.leaseGrantPath()); err != nil {
 		a.log.Warn("kept lease grant could not be deleted", "path", a.leaseGrantPath(), "error", err.Error())
 	}
-	if err := a.saveState(); err != nil {
-		a.log.Warn("state not saved", "error", err.Error())
+}
+
+// tidyLeaseState, at the start of a tick, forgets a kept grant that can no longer log in
+// (expired, its file gone, or leased under a token since dropped), deletes a lease.jwt no state
+// names (a tick killed between writing it and recording it), and ends a lapsed lease back-off.
+// Local files only: a converged tick stays cheap.
+func (a *Agent) tidyLeaseState() {
+	changed := false
+	if p := a.st.PendingLease; p != nil {
+		if _, err := os.Lstat(a.leaseGrantPath()); err != nil || !a.grantUsable(p) {
+			a.log.Info("kept lease grant dropped: expired, missing, or leased under a token since replaced", "expires_at", p.ExpiresAt.Format(time.RFC3339))
+			a.st.PendingLease = nil
+			changed = true
+		}
+	}
+	if a.st.PendingLease == nil {
+		if _, err := os.Lstat(a.leaseGrantPath()); err == nil {
+			a.removeLeaseGrantFile()
+		}
+	}
+	if b := a.st.LeaseBackoff; b != nil && !a.deps.Now().Before(b.Until) {
+		a.st.LeaseBackoff = nil
+		changed = true
+	}
+	if changed {
+		if err := a.saveState(); err != nil {
+			a.log.Warn("state not saved", "error", err.Error())
+		}
 	}
 }

@@ -58,8 +58,21 @@ type State struct {
 	DockerInfoAt  *time.Time `json:"docker_info_at,omitempty"`
 	// PendingLease describes a lease grant tenancy handed out whose OpenBao login failed for a
 	// temporary reason; the grant itself is in <state_dir>/lease.jwt. The next tick logs in with
-	// it instead of leasing again: tenancy allows 5 leases an hour (seed 0.1.6).
+	// it instead of leasing again: tenancy allows 5 leases an hour (seed 0.1.6). It is recorded
+	// before the grant's first login and cleared in the same write that records the token the
+	// login gave, so a tick killed in between logs in with it again rather than leasing anew.
 	PendingLease *PendingLease `json:"pending_lease,omitempty"`
+	// PreviousToken is set while bao.token is being replaced by a lease token: the new token
+	// waits in bao.token.new and Token already describes it. A tick that finds it set finishes
+	// (or, without bao.token.new, forgets) the interrupted swap.
+	PreviousToken *TokenMeta `json:"previous_token,omitempty"`
+	// LeaseBackoff holds off new leases after OpenBao refused the login of a leased grant for a
+	// reason retrying does not cure (400, 403, TLS, an address the transport does not route):
+	// every tick would otherwise spend one of tenancy's 5 leases an hour on the same refusal.
+	LeaseBackoff *LeaseBackoff `json:"lease_backoff,omitempty"`
+	// DockerInfoFailedAt is when the last `docker info` a tick ran before its check-in failed;
+	// the next try waits an hour.
+	DockerInfoFailedAt *time.Time `json:"docker_info_failed_at,omitempty"`
 
 	// extra keeps fields this version does not know, so a downgrade or a newer writer loses
 	// nothing when this version saves.
@@ -85,6 +98,17 @@ type PendingLease struct {
 	Mount     string    `json:"mount"`
 	Role      string    `json:"role"`
 	ExpiresAt time.Time `json:"expires_at"`
+	// BearerAccessor is the accessor of the token that leased the grant. The grant belongs to
+	// that token's generation: once the token is dropped (a 401 after a kit re-reveal, which
+	// supersedes every grant signed before it) the grant is never logged in with.
+	BearerAccessor string `json:"bearer_accessor,omitempty"`
+}
+
+// LeaseBackoff is a hold on new leases until Until, after OpenBao refused a lease login.
+type LeaseBackoff struct {
+	Until time.Time `json:"until"`
+	// Reason is the refused login's error (never a token or grant).
+	Reason string `json:"reason,omitempty"`
 }
 
 // CorruptError is a state file that exists but cannot be read as a state: the caller decides
@@ -227,7 +251,8 @@ func appendUnique(list []string, sha string) []string {
 var stateKeys = []string{
 	"env_id", "applied_sha", "history", "last_result", "last_detail", "last_sha", "token",
 	"agent_version", "pending_upgrade_from", "last_checkin_at", "last_apply_at",
-	"docker_root_dir", "docker_version", "docker_info_at", "pending_lease",
+	"docker_root_dir", "docker_version", "docker_info_at", "pending_lease", "previous_token",
+	"lease_backoff", "docker_info_failed_at",
 }
 
 // legacyLastError is the Python agent's name for LastDetail; read, never written back (a stale
@@ -278,16 +303,30 @@ func (s *State) UnmarshalJSON(data []byte) error {
 	if n.DockerInfoAt, err = decodeTimePtr(raw, "docker_info_at"); err != nil {
 		return err
 	}
+	if n.DockerInfoFailedAt, err = decodeTimePtr(raw, "docker_info_failed_at"); err != nil {
+		return err
+	}
 	if v, ok := raw["pending_lease"]; ok && !isNull(v) {
 		n.PendingLease = &PendingLease{}
 		if err := json.Unmarshal(v, n.PendingLease); err != nil {
 			return fmt.Errorf("pending_lease: %w", err)
 		}
 	}
-	if v, ok := raw["token"]; ok && !isNull(v) {
-		n.Token = &TokenMeta{}
-		if err := json.Unmarshal(v, n.Token); err != nil {
-			return fmt.Errorf("token: %w", err)
+	if v, ok := raw["lease_backoff"]; ok && !isNull(v) {
+		n.LeaseBackoff = &LeaseBackoff{}
+		if err := json.Unmarshal(v, n.LeaseBackoff); err != nil {
+			return fmt.Errorf("lease_backoff: %w", err)
+		}
+	}
+	for _, f := range []struct {
+		key string
+		dst **TokenMeta
+	}{{"token", &n.Token}, {"previous_token", &n.PreviousToken}} {
+		if v, ok := raw[f.key]; ok && !isNull(v) {
+			*f.dst = &TokenMeta{}
+			if err := json.Unmarshal(v, *f.dst); err != nil {
+				return fmt.Errorf("%s: %w", f.key, err)
+			}
 		}
 	}
 	for _, k := range append(stateKeys, legacyLastError) {

@@ -41,6 +41,9 @@ func TestLoadCorrupt(t *testing.T) {
 		"bad time":            `{"last_apply_at": "yesterday"}`,
 		"absurd unix time":    `{"last_apply_at": 1e300}`,
 		"last_error not text": `{"last_error": {"x": 1}}`,
+		"previous_token bad":  `{"previous_token": {"source": 1}}`,
+		"lease_backoff bad":   `{"lease_backoff": {"until": "soon"}}`,
+		"docker failure time": `{"docker_info_failed_at": "yesterday"}`,
 	}
 	for name, content := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -132,8 +135,11 @@ func TestSaveModeAndRoundTrip(t *testing.T) {
 	at := time.Date(2026, 12, 2, 10, 1, 0, 0, time.UTC)
 	s := &State{EnvID: "env-qa-02", LastResult: "applied", LastSha: shaB, AgentVersion: "0.2.0",
 		PendingUpgradeFrom: "0.1.9", LastCheckinAt: &at, DockerRootDir: "/var/lib/docker", DockerVersion: "29.0.1",
-		DockerInfoAt: &at, PendingLease: &PendingLease{Addr: "https://bao:8200", Mount: "jwt-tenancy", Role: "see-env", ExpiresAt: at},
-		Token: &TokenMeta{Source: SourceBootstrap, Accessor: "acc", ObtainedAt: at, TTLSec: 3600, Addr: "https://bao:8200"}}
+		DockerInfoAt: &at, DockerInfoFailedAt: &at,
+		PendingLease:  &PendingLease{Addr: "https://bao:8200", Mount: "jwt-tenancy", Role: "see-env", ExpiresAt: at, BearerAccessor: "acc"},
+		LeaseBackoff:  &LeaseBackoff{Until: at, Reason: "bao: login refused"},
+		PreviousToken: &TokenMeta{Source: SourceBootstrap, Accessor: "old", Addr: "https://bao-old:8200"},
+		Token:         &TokenMeta{Source: SourceBootstrap, Accessor: "acc", ObtainedAt: at, TTLSec: 3600, Addr: "https://bao:8200"}}
 	s.RecordApplied(shaB, at)
 	if err := Save(p, s); err != nil {
 		t.Fatal(err)

@@ -45,8 +45,9 @@ var showProps = []string{"LoadState", "UnitFileState", "ActiveState", "NextElaps
 // fails, or its answer lacks the property. Enabled means UnitFileState enabled or
 // enabled-runtime (static, indirect, linked, masked are not: none of them starts the timer at
 // boot); Active means ActiveState active; NextElapse is RFC 3339 UTC. A unit systemd does not
-// know (LoadState not-found, or an empty UnitFileState) leaves every field nil: `systemctl show`
-// answers "inactive" for any name at all, which is no observation of the agent's timer.
+// know (LoadState not-found) leaves every field nil: `systemctl show` answers "inactive" for any
+// name at all, which is no observation of the agent's timer. An empty UnitFileState leaves
+// Enabled nil (unknown, never a guessed false); ActiveState and the next elapse are still read.
 func (p Probe) TimerState(ctx context.Context, unit string, now time.Time) *protocol.Timer {
 	observed := now.UTC().Format(time.RFC3339)
 	t := &protocol.Timer{Unit: unit, ObservedAt: &observed}
