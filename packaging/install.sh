@@ -24,6 +24,9 @@
 #   --bao-ca FILE             CA certificate of OpenBao, installed as openbao-ca.pem
 #   --source gitlab|gitea     download from the GitLab package registry (primary) or the Gitea
 #                             mirror (no token needed)                          [gitlab]
+#   --enable-timer            enable the timer even on a box switched off on purpose (one that
+#                             carries /etc/monky-deployd/timer.disabled-by-operator), and remove
+#                             that file; without it such a box keeps its timer (and proxy) as is
 # Agent config the kit carries (fleetctl onboard passes tenancy's values):
 #   --tenancy-service NAME    ziti service of tenancy's agent API        [monky.tenancy.deploy]
 #   --tenancy-port PORT       its intercept port                         [443]
@@ -49,6 +52,7 @@ AGENT=monky-deployd
 ETC=/etc/monky-deployd
 STATE=/var/lib/monky-deployd
 CONFIG=$ETC/config.yaml
+OPT_OUT=$ETC/timer.disabled-by-operator
 IDENTITY_DIR=/opt/openziti/etc/identities
 
 ACTIONS=()
@@ -68,7 +72,7 @@ usage() {
 }
 
 ENV_ID="" SITE="" TOKEN="" TOKEN_FILE="" BOOTSTRAP_FILE="" ENROL_JWT="" TRANSPORT=sdk
-VERSION="" DOCKER_DATA_ROOT="" LAPTOP=false BAO_CA="" SOURCE=gitlab
+VERSION="" DOCKER_DATA_ROOT="" LAPTOP=false BAO_CA="" SOURCE=gitlab ENABLE_TIMER=false
 TENANCY_SERVICE=monky.tenancy.deploy TENANCY_PORT=443
 BAO_ADDR=https://bao.cbs.tikali.net:8200 BAO_AUTH_MOUNT=jwt-tenancy BAO_ROLE=see-env
 
@@ -87,6 +91,7 @@ while [ $# -gt 0 ]; do
     --version) value "$1" $#; VERSION=$2; shift 2 ;;
     --docker-data-root) value "$1" $#; DOCKER_DATA_ROOT=$2; shift 2 ;;
     --laptop) LAPTOP=true; shift ;;
+    --enable-timer) ENABLE_TIMER=true; shift ;;
     --bao-ca) value "$1" $#; BAO_CA=$2; shift 2 ;;
     --source) value "$1" $#; SOURCE=$2; shift 2 ;;
     --tenancy-service) value "$1" $#; TENANCY_SERVICE=$2; shift 2 ;;
@@ -155,7 +160,8 @@ SYSTEMD=false
 if [ -d /run/systemd/system ]; then SYSTEMD=true; fi
 
 WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
+STAGE="" # a root-only directory next to $ETC, made in step 5
+trap 'rm -rf "$WORK" ${STAGE:+"$STAGE"}' EXIT
 
 # --- 2. the package -------------------------------------------------------------------------------
 DEB="${AGENT}_${VERSION}_amd64.deb"
@@ -348,6 +354,17 @@ fi
 # --- 5. config, OpenBao CA, bootstrap grant -------------------------------------------------------
 install -d -m 0770 -o root -g "$AGENT" "$ETC"
 install -d -m 0700 -o "$AGENT" -g "$AGENT" "$STATE"
+# $ETC is writable by the agent's group (the agent deletes bootstrap.jwt), so the agent's account
+# can plant a symlink, or swap one in for a temp file, at any name in it. Root therefore never
+# opens a path in $ETC for writing: each file is made complete (content, owner, mode) in STAGE,
+# a root-only directory in /etc (root-owned, so nothing else can touch it; the same filesystem as
+# $ETC), and renamed into place with mv -T: rename(2) replaces whatever sits at the name, a
+# symlink included, and follows nothing.
+STAGE=$(mktemp -d /etc/.monky-deployd-install.XXXXXX)
+# place FILE NAME: move the staged FILE to $ETC/NAME.
+place() {
+  mv -fT "$1" "$ETC/$2" || die "could not move $2 into $ETC"
+}
 cat >"$WORK/config.yaml" <<EOF
 # Written by install.sh for $ENV_ID; re-running the install kit rewrites it.
 # Every key and its default: /usr/share/doc/monky-deployd/config.example.yaml
@@ -371,24 +388,42 @@ if [ -f "$CONFIG" ] && cmp -s "$WORK/config.yaml" "$CONFIG"; then
   say "$CONFIG unchanged"
 else
   if [ -f "$CONFIG" ]; then
-    cp -p "$CONFIG" "$CONFIG.prev"
+    # -P: a symlink is copied as a symlink, never read through; -p keeps owner and mode.
+    cp -P -p "$CONFIG" "$STAGE/config.yaml.prev"
+    place "$STAGE/config.yaml.prev" config.yaml.prev
     did "kept the previous config as $CONFIG.prev"
   fi
-  install -m 0640 -o root -g "$AGENT" "$WORK/config.yaml" "$CONFIG.new"
-  mv -f "$CONFIG.new" "$CONFIG"
+  install -m 0640 -o root -g "$AGENT" "$WORK/config.yaml" "$STAGE/config.yaml"
+  place "$STAGE/config.yaml" config.yaml
   did "wrote $CONFIG (env $ENV_ID, site $SITE, transport $TRANSPORT)"
 fi
 if [ -n "$BAO_CA" ]; then
-  install -m 0644 -o root -g root "$BAO_CA" "$ETC/openbao-ca.pem"
+  install -m 0644 -o root -g root "$BAO_CA" "$STAGE/openbao-ca.pem"
+  place "$STAGE/openbao-ca.pem" openbao-ca.pem
   did "installed the OpenBao CA as $ETC/openbao-ca.pem"
 fi
 if [ -n "$BOOTSTRAP_FILE" ]; then
-  install -m 0600 -o "$AGENT" -g "$AGENT" "$BOOTSTRAP_FILE" "$ETC/bootstrap.jwt"
+  install -m 0600 -o "$AGENT" -g "$AGENT" "$BOOTSTRAP_FILE" "$STAGE/bootstrap.jwt"
+  place "$STAGE/bootstrap.jwt" bootstrap.jwt
   did "staged the bootstrap grant at $ETC/bootstrap.jwt (0600; the agent deletes it after its first login)"
 fi
 
 # --- 6. start -------------------------------------------------------------------------------------
-if $SYSTEMD; then
+# A box switched off on purpose carries $OPT_OUT: the package's upgrade repair leaves its timer
+# alone, and so does this script unless --enable-timer says otherwise.
+OPTED_OUT=false
+if [ -e "$OPT_OUT" ] || [ -L "$OPT_OUT" ]; then
+  if $ENABLE_TIMER; then
+    rm -f "$OPT_OUT"
+    did "removed $OPT_OUT (--enable-timer): this box is no longer marked as switched off on purpose"
+  else
+    did "NOT enabling monky-deployd.timer (nor the proxy unit): $OPT_OUT exists, this box was switched off on purpose; to run the agent, re-run with --enable-timer (or remove that file and run: systemctl enable --now monky-deployd.timer)"
+    OPTED_OUT=true
+  fi
+fi
+if $OPTED_OUT; then
+  : # left as they are
+elif $SYSTEMD; then
   systemctl daemon-reload
   if [ "$TRANSPORT" = proxy ]; then
     systemctl enable --now monky-deployd-proxy.service

@@ -15,6 +15,12 @@ import (
 // role's defaults and the given extra variables, and returns ansible's output.
 func roleTasks(t *testing.T, tasks string, vars map[string]any) (string, error) {
 	t.Helper()
+	return roleTasksThen(t, tasks, vars, "")
+}
+
+// roleTasksThen is roleTasks followed by more tasks of the play (YAML, indented as a task list).
+func roleTasksThen(t *testing.T, tasks string, vars map[string]any, then string) (string, error) {
+	t.Helper()
 	playbookBin := need(t, "ansible-playbook")
 	root := repoRoot(t)
 	dir := t.TempDir()
@@ -27,7 +33,7 @@ func roleTasks(t *testing.T, tasks string, vars map[string]any) (string, error) 
       ansible.builtin.include_role:
         name: monky_deployd
         tasks_from: %s
-`, tasks, tasks)
+%s`, tasks, tasks, then)
 	if err := os.WriteFile(filepath.Join(dir, "play.yml"), []byte(play), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -141,5 +147,64 @@ func TestAnsibleDockerDataRootMatchesInstallScript(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestAnsibleHonoursTheOptOut: the role leaves the timer alone on a box that carries the opt-out
+// file, with a warning, unless monky_deployd_force_enable_timer is true (then the file goes).
+func TestAnsibleHonoursTheOptOut(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		file, force   bool
+		wantOptedOut  bool
+		wantFileAfter bool
+	}{
+		{"no opt-out file", false, false, false, false},
+		{"opt-out file", true, false, true, true},
+		{"opt-out file, forced", true, true, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			optOutFile := filepath.Join(t.TempDir(), "timer.disabled-by-operator")
+			if tc.file {
+				if err := os.WriteFile(optOutFile, nil, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			out, err := roleTasksThen(t, "timer_opt_out.yml", map[string]any{
+				"monky_deployd_timer_opt_out_file": optOutFile, "monky_deployd_force_enable_timer": tc.force,
+			}, `    - name: Show the decision
+      ansible.builtin.debug:
+        msg: "opted-out={{ monky_deployd_timer_opted_out | bool }}"
+`)
+			if err != nil {
+				t.Fatalf("ansible: %v\n%s", err, out)
+			}
+			want := fmt.Sprintf("opted-out=%v", tc.wantOptedOut)
+			if !strings.Contains(strings.ToLower(out), strings.ToLower(want)) {
+				t.Errorf("want %s:\n%s", want, out)
+			}
+			warned := strings.Contains(out, "WARNING: NOT enabling monky-deployd.timer") && strings.Contains(out, "monky_deployd_force_enable_timer=true")
+			if warned != tc.wantOptedOut {
+				t.Errorf("warning shown = %v, want %v:\n%s", warned, tc.wantOptedOut, out)
+			}
+			if _, err := os.Stat(optOutFile); (err == nil) != tc.wantFileAfter {
+				t.Errorf("opt-out file present after the play = %v, want %v", err == nil, tc.wantFileAfter)
+			}
+		})
+	}
+	// The start tasks are guarded by the decision (they cannot run here: no systemd).
+	main := readAll(t, filepath.Join(repoRoot(t), "ansible", "roles", "monky_deployd", "tasks", "main.yml"))
+	for _, task := range []string{"- name: Run the proxy transport unit", "- name: Enable and start the timer"} {
+		i := strings.Index(main, task)
+		if i < 0 {
+			t.Fatalf("main.yml has no task %q", task)
+		}
+		block := main[i:]
+		if j := strings.Index(block[len(task):], "\n- name:"); j >= 0 {
+			block = block[:len(task)+j]
+		}
+		if !strings.Contains(block, "when: not (monky_deployd_timer_opted_out | bool)") {
+			t.Errorf("task %q is not guarded by the opt-out:\n%s", task, block)
+		}
 	}
 }

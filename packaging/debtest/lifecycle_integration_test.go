@@ -11,6 +11,9 @@ import (
 const (
 	timer = "monky-deployd.timer"
 	proxy = "monky-deployd-proxy.service"
+	// upgradeMarker is preinst's record of an upgrade, in a root-owned directory.
+	upgradeMarker = "/var/lib/monky-deployd-package/upgrade-from"
+	optOut        = "/etc/monky-deployd/timer.disabled-by-operator"
 )
 
 func assertMode(t *testing.T, b *box, p string, mode os.FileMode, uid, gid int) {
@@ -183,6 +186,12 @@ func TestUpgradeFromBrokenPrerm(t *testing.T) {
 					t.Errorf("timer enabled through %q", b.enablementTarget(timer))
 				}
 			}
+			if !tc.configured {
+				const say = "upgrade from 0.1.8 on an unconfigured box: timer left off"
+				if logged := strings.Join(b.calls("logger"), "\n"); !strings.Contains(logged, say) || !strings.Contains(out, say) {
+					t.Errorf("the unconfigured box's message did not reach dpkg's output and the journal (logger calls %q)\n%s", logged, out)
+				}
+			}
 			if tc.configured {
 				if got := b.read("/etc/monky-deployd/config.yaml"); got != cfg {
 					t.Errorf("config changed by the upgrade: %q", got)
@@ -191,7 +200,7 @@ func TestUpgradeFromBrokenPrerm(t *testing.T) {
 			if b.exists("/opt/monky-deployd/venv/bin/monky-deployd") {
 				t.Error("the Python package's files survived the upgrade")
 			}
-			if b.exists("/var/lib/monky-deployd/.dpkg-upgrade-from") {
+			if b.exists(upgradeMarker) {
 				t.Error("the preinst's upgrade marker was left behind")
 			}
 		})
@@ -225,7 +234,7 @@ func TestHealOnlyAfterARecordedUpgrade(t *testing.T) {
 			if got := b.enabled(timer); got != tc.wantTimer {
 				t.Errorf("timer enabled = %v, want %v; calls %q\n%s", got, tc.wantTimer, b.calls("systemctl"), out)
 			}
-			if b.exists("/var/lib/monky-deployd/.dpkg-upgrade-from") {
+			if b.exists(upgradeMarker) {
 				t.Error("postinst left the upgrade marker behind")
 			}
 		})
@@ -298,7 +307,7 @@ func TestRemoveAndPurge(t *testing.T) {
 	}
 
 	b.dpkg("-P", "monky-deployd")
-	for _, p := range []string{"/etc/monky-deployd", "/var/lib/monky-deployd"} {
+	for _, p := range []string{"/etc/monky-deployd", "/var/lib/monky-deployd", "/var/lib/monky-deployd-package"} {
 		if b.exists(p) {
 			t.Errorf("purge left %s", p)
 		}
@@ -340,6 +349,14 @@ func TestMaintainerScriptArguments(t *testing.T) {
 		{"postrm", "abort-install", 0, false},
 		{"postrm", "disappear other 1.0", 0, false},
 		{"preinst", "abort-upgrade 0.3.0", 0, false},
+		// rpm's numeric arguments (the package is built as a .deb only; see prerm.sh).
+		{"preinst", "1", 0, false},
+		{"preinst", "2", 0, false},
+		{"postinst", "1", 0, false},
+		{"postinst", "2", 0, false},
+		{"postrm", "1", 0, false},
+		{"postrm", "bogus", 1, false},
+		{"preinst", "bogus", 1, false},
 		{"prerm", "0", 0, true},
 		{"prerm", "remove", 0, true},
 	} {
@@ -393,7 +410,7 @@ func TestProxyFailureDoesNotKeepTheTimerOff(t *testing.T) {
 	if logged := strings.Join(b.calls("logger"), "\n"); !strings.Contains(logged, proxy+" did not start") {
 		t.Errorf("the proxy failure did not reach the journal (logger calls %q)", logged)
 	}
-	if b.exists("/var/lib/monky-deployd/.dpkg-upgrade-from") {
+	if b.exists(upgradeMarker) {
 		t.Error("the upgrade marker was left behind")
 	}
 }
@@ -413,8 +430,12 @@ func TestInterruptedConfigureStillHeals(t *testing.T) {
 	if got := b.packageStatus("monky-deployd"); strings.HasPrefix(got, "ii ") {
 		t.Fatalf("status %q: the test needs a half-configured package", got)
 	}
-	if !b.exists("/var/lib/monky-deployd/.dpkg-upgrade-from") {
+	if !b.exists(upgradeMarker) {
 		t.Error("the failed configure dropped the upgrade record")
+	}
+	if logged := strings.Join(b.calls("logger"), "\n"); !strings.Contains(logged, "error: upgrade from 0.1.8") ||
+		!strings.Contains(logged, "could not re-enable "+timer) {
+		t.Errorf("the failed repair left no error line in the journal (logger calls %q)", logged)
 	}
 	b.remove("/etc/standin-systemctl-fail")
 	out := b.dpkg("--configure", "-a")
@@ -427,7 +448,7 @@ func TestInterruptedConfigureStillHeals(t *testing.T) {
 	if !strings.Contains(out, "re-enabled and started "+timer) {
 		t.Errorf("the re-run does not say it re-enabled the timer:\n%s", out)
 	}
-	if b.exists("/var/lib/monky-deployd/.dpkg-upgrade-from") {
+	if b.exists(upgradeMarker) {
 		t.Error("the upgrade marker was left behind after the successful re-run")
 	}
 }
@@ -454,6 +475,13 @@ func TestHurtBoxHealsOnUpgradeFrom019(t *testing.T) {
 		{"masked", "sdk", "systemctl disable --now " + timer + " && systemctl mask " + timer, false,
 			timer + " is masked; left as it is", true},
 		{"healthy box", "sdk", "true", true, "", true},
+		// A runtime enablement (gone at the next reboot), made for the unit file the upgrade installs.
+		{"enabled for this boot only", "sdk", "systemctl disable --now " + timer + " && mkdir -p /run/systemd/system/timers.target.wants && ln -s /usr/lib/systemd/system/" +
+			timer + " /run/systemd/system/timers.target.wants/" + timer, true,
+			"re-enabled and started " + timer + " (is-enabled said 'enabled-runtime')", false},
+		{"linked, not enabled", "sdk", "systemctl disable --now " + timer + " && mkdir -p /opt/units && cp /lib/systemd/system/" + timer +
+			" /opt/units/ && ln -s /opt/units/" + timer + " /etc/systemd/system/" + timer, true,
+			"re-enabled and started " + timer + " (is-enabled said 'linked')", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := newBox(t, boxOptions{groups: []string{"docker"}})

@@ -1,7 +1,13 @@
 #!/bin/sh
 # postinst of monky-deployd. dpkg calls it as
-#   configure [<old-version>]         after a fresh install (no old version) or an upgrade
-#   abort-upgrade|abort-remove|abort-deconfigure ...   to roll back a failed operation
+#   configure [<old-version>]   after a fresh install (no old version) or an upgrade; <old-version>
+#                               is the last version SUCCESSFULLY CONFIGURED (Config-Version), which
+#                               after a failed configure is not the version preinst was told about
+#   abort-upgrade <new>         we are the old package and the new one failed: our prerm did nothing
+#   abort-remove [in-favour <pkg> <version>]   a removal was rolled back: our prerm had disabled the
+#                               units and recorded which were enabled; they are switched back on
+#   abort-deconfigure ...       our prerm did nothing for `deconfigure`: nothing to undo
+#   rpm: 1 (install) / >= 2 (upgrade): user and directories only. Built as a .deb only; see prerm.
 # It never enables the timer on a fresh install: install.sh / the ansible role do that once
 # /etc/monky-deployd/config.yaml exists. It never disables anything.
 set -e
@@ -10,12 +16,19 @@ AGENT=monky-deployd
 ETC=/etc/monky-deployd
 STATE=/var/lib/monky-deployd
 CONFIG=$ETC/config.yaml
-UPGRADE_MARKER=$STATE/.dpkg-upgrade-from   # written by preinst on `upgrade` only
+# Root-owned 0755 (made by preinst or here, removed on purge). Root writes nothing in the
+# agent-owned $STATE except upgraded-from, which is built here and renamed into place (a rename
+# replaces a planted symlink instead of following it).
+PKG_STATE=/var/lib/monky-deployd-package
+UPGRADE_MARKER=$PKG_STATE/upgrade-from       # written by preinst on `upgrade` only
+LEGACY_MARKER=$STATE/.dpkg-upgrade-from       # where 0.2.0 pre-releases kept it
+RUN_STATE=/run/monky-deployd-package
+REMOVE_RECORD=$RUN_STATE/enabled-before-remove   # written by prerm `remove`
 # The old version of the last upgrade, one line ("0.1.9\n"), root 0644, for the agent to report
 # as upgraded_from: the Python agent's state.json records no version of its own.
 UPGRADED_FROM=$STATE/upgraded-from
 # An operator who switched the timer off on purpose creates this file; the repair below then
-# leaves the timer alone.
+# leaves the timer alone (so do install.sh and the ansible role).
 OPT_OUT=$ETC/timer.disabled-by-operator
 TIMER=monky-deployd.timer
 PROXY=monky-deployd-proxy.service
@@ -32,6 +45,13 @@ say() { echo "monky-deployd: $*"; }
 record() {
   say "$*"
   if command -v logger >/dev/null 2>&1; then logger -t monky-deployd-postinst -- "$*" || true; fi
+}
+
+# loud: a line an operator must not miss (the timer switched back on): a warning in the journal,
+# framed with NOTICE on dpkg's output.
+loud() {
+  say "NOTICE: $*"
+  if command -v logger >/dev/null 2>&1; then logger -t monky-deployd-postinst -p daemon.warning -- "NOTICE: $*" || true; fi
 }
 
 ensure_user() {
@@ -65,6 +85,9 @@ ensure_dirs() {
     chown "root:$AGENT" "$ETC"
     chmod 0770 "$ETC"
   fi
+  mkdir -p "$PKG_STATE"
+  chown root:root "$PKG_STATE"
+  chmod 0755 "$PKG_STATE"
   mkdir -p "$STATE"
   # Only the directory itself: a state tree written by an older agent keeps its owners.
   chown "$AGENT:$AGENT" "$STATE"
@@ -73,18 +96,38 @@ ensure_dirs() {
 
 # record_upgraded_from OLD: leave the old version where the agent reads it (see UPGRADED_FROM).
 # Not on a reinstall of the same version. A failure is a warning: it is telemetry.
+# $STATE belongs to the agent's account, which could plant a symlink at any name in it. So the
+# file is made in the root-owned $PKG_STATE (mktemp: O_EXCL, never through a symlink) and renamed
+# over the target: rename(2) replaces whatever sits at that name and follows nothing. A rename
+# needs one filesystem; across two the file is not written (mv would fall back to a copy).
 record_upgraded_from() {
   new=$(dpkg-query -W -f='${Version}' "$AGENT" 2>/dev/null || true)
   [ "$1" != "$new" ] || return 0
-  if printf '%s\n' "$1" >"$UPGRADED_FROM.new" && chown root:root "$UPGRADED_FROM.new" &&
-    chmod 0644 "$UPGRADED_FROM.new" && mv -f "$UPGRADED_FROM.new" "$UPGRADED_FROM"; then
+  if [ "$(stat -c %d "$PKG_STATE" 2>/dev/null)" != "$(stat -c %d "$STATE" 2>/dev/null)" ]; then
+    say "warning: $UPGRADED_FROM not written: $STATE and $PKG_STATE are on different filesystems"
     return 0
   fi
-  rm -f "$UPGRADED_FROM.new"
+  if tmp=$(mktemp "$PKG_STATE/.upgraded-from.XXXXXX"); then
+    if printf '%s\n' "$1" >"$tmp" && chown root:root "$tmp" && chmod 0644 "$tmp" &&
+      mv -fT "$tmp" "$UPGRADED_FROM"; then
+      return 0
+    fi
+    rm -f "$tmp"
+  fi
   say "warning: could not write $UPGRADED_FROM"
 }
 
 systemd_running() { [ -d /run/systemd/system ]; }
+have_systemctl() { command -v systemctl >/dev/null 2>&1; }
+
+# enable_unit UNIT: enable and start it; where systemd is not running (a chroot, an image
+# build) only enable it, so the next boot starts it.
+enable_unit() {
+  if systemd_running; then systemctl enable --now "$1"; else systemctl enable "$1"; fi
+}
+enabled_how() {
+  if systemd_running; then echo "re-enabled and started"; else echo "re-enabled (systemd is not running here: it starts at the next boot)"; fi
+}
 
 # A unit file that moved (the Python package's path differed) leaves the enablement symlink
 # dangling: the timer would look enabled on disk yet never load after the next reboot. Failing
@@ -111,12 +154,24 @@ unit_state() {
   systemctl is-enabled "$1" 2>/dev/null || true
 }
 
+# needs_enabling STATE: whether a unit in this `is-enabled` state must be enabled to run at boot.
+# enabled-runtime (gone at the next reboot), linked, disabled, "" and anything unknown do;
+# masked is the operator's explicit "never" and is handled by the caller.
+needs_enabling() {
+  case "$1" in
+    enabled | static | indirect | generated | alias | masked | masked-runtime) return 1 ;;
+    *) return 0 ;;
+  esac
+}
+
 # Versions <= 0.1.8 ran `systemctl disable --now` in their prerm on an UPGRADE too, and dpkg runs
 # the OLD prerm before this script: by now the timer of a configured box has been switched off by
 # this very upgrade. And a box that went 0.1.8 -> 0.1.9 lost its timer on THAT upgrade and is
 # still off now. So, on an upgrade from any version before the Go agent, turn a disabled timer
-# back on; without this the box goes silent while looking healthy. The timer comes first; a
-# proxy that will not start is a warning, never the reason the timer stays off.
+# back on; without this the box goes silent while looking healthy. A box switched off ON PURPOSE
+# must carry $OPT_OUT before the upgrade (docs/OPERATIONS.md); the repair line says so, loudly.
+# The timer comes first; a proxy that will not start is a warning, never the reason the timer
+# stays off.
 heal_broken_prerm() {
   old=$1
   [ -n "$old" ] || return 0
@@ -125,11 +180,15 @@ heal_broken_prerm() {
   [ "$upgraded_from" = "$old" ] || return 0
   dpkg --compare-versions "$old" lt "$FIRST_GO_VERSION" || return 0
   if [ ! -e "$CONFIG" ]; then
-    say "upgrade from $old on an unconfigured box: timer left off (install.sh enables it)"
+    record "upgrade from $old on an unconfigured box: timer left off (install.sh enables it)"
     return 0
   fi
   if [ -e "$OPT_OUT" ]; then
     record "upgrade from $old: $TIMER left as it is ($OPT_OUT exists)"
+    return 0
+  fi
+  if ! have_systemctl; then
+    record "warning: upgrade from $old: no systemctl here; $TIMER not checked (enable it where systemd runs)"
     return 0
   fi
   if dpkg --compare-versions "$old" le "$LAST_BROKEN_PRERM"; then
@@ -137,31 +196,46 @@ heal_broken_prerm() {
   else
     why="the timer was disabled, most likely by the 0.1.8 prerm of an earlier upgrade"
   fi
-  case "$(unit_state "$TIMER")" in
-    enabled | enabled-runtime | static | indirect | generated | alias | linked | linked-runtime) ;;
+  state=$(unit_state "$TIMER")
+  case "$state" in
     masked | masked-runtime)
       record "upgrade from $old: $TIMER is masked; left as it is (systemctl unmask $TIMER to run the agent)"
       return 0
       ;;
-    *)
-      systemctl enable --now "$TIMER"
-      record "upgrade from $old ($why): re-enabled and started $TIMER"
-      ;;
   esac
+  if needs_enabling "$state"; then
+    if ! enable_unit "$TIMER"; then
+      record "error: upgrade from $old ($why): could not re-enable $TIMER (systemctl enable failed, is-enabled said '${state:-nothing}'); the agent stays off; fix it, then run: dpkg --configure -a"
+      exit 1
+    fi
+    loud "upgrade from $old ($why): $(enabled_how) $TIMER (is-enabled said '${state:-nothing}'). If this box is switched off ON PURPOSE, switch it off again: systemctl disable --now $TIMER && touch $OPT_OUT — upgrades, install.sh and the ansible role then leave it off"
+  fi
   # Those prerms disabled the proxy unit as well; a proxy-transport box needs it for every tick.
   # (A grep, not a YAML parser: install.sh and the ansible role write this key at top level.)
   if grep -Eq '^transport:[[:space:]]*"?proxy"?[[:space:]]*(#.*)?$' "$CONFIG"; then
-    case "$(unit_state "$PROXY")" in
-      enabled | enabled-runtime | masked | masked-runtime) ;;
-      *)
-        if systemctl enable --now "$PROXY"; then
-          record "upgrade from $old: re-enabled and started $PROXY"
-        else
-          record "warning: upgrade from $old: $PROXY did not start; the timer runs regardless, see: journalctl -u $PROXY"
-        fi
-        ;;
-    esac
+    if needs_enabling "$(unit_state "$PROXY")"; then
+      if enable_unit "$PROXY"; then
+        record "upgrade from $old: $(enabled_how) $PROXY"
+      else
+        record "warning: upgrade from $old: $PROXY did not start; the timer runs regardless, see: journalctl -u $PROXY"
+      fi
+    fi
   fi
+}
+
+# abort-remove: prerm `remove` disabled the units after recording which were enabled; the
+# removal was rolled back and the package stays installed, so they go back on.
+restore_after_aborted_remove() {
+  [ -f "$REMOVE_RECORD" ] || return 0
+  while read -r unit; do
+    case "$unit" in "$TIMER" | "$PROXY") ;; *) continue ;; esac
+    if enable_unit "$unit"; then
+      record "removal rolled back: $(enabled_how) $unit"
+    else
+      record "error: removal rolled back but $unit could not be re-enabled; run: systemctl enable --now $unit"
+    fi
+  done <"$REMOVE_RECORD"
+  rm -f "$REMOVE_RECORD"
 }
 
 case "$1" in
@@ -175,14 +249,14 @@ case "$1" in
     ensure_dirs
     if systemd_running; then
       systemctl daemon-reload || say "warning: systemctl daemon-reload failed"
-      if [ -n "$old" ]; then
-        repair_dangling_enablement
-        heal_broken_prerm "$old"
-      fi
+    fi
+    if [ -n "$old" ]; then
+      if have_systemctl; then repair_dangling_enablement; fi
+      heal_broken_prerm "$old"
     fi
     # The marker goes only once the repair is done: a configure that failed before this point
     # is re-run by `dpkg --configure -a`, which must still know that this was an upgrade.
-    rm -f "$UPGRADE_MARKER"
+    rm -f "$UPGRADE_MARKER" "$LEGACY_MARKER" "$REMOVE_RECORD"
     if [ -n "$old" ]; then
       record_upgraded_from "$old"
       if systemd_running; then
@@ -191,8 +265,17 @@ case "$1" in
       fi
     fi
     ;;
-  abort-upgrade | abort-remove | abort-deconfigure)
-    # Our prerm changed nothing on the paths that lead here, so there is nothing to undo.
+  abort-remove)
+    restore_after_aborted_remove
+    ;;
+  abort-upgrade | abort-deconfigure)
+    # Our prerm does nothing for `upgrade`, `failed-upgrade` and `deconfigure`: nothing to undo.
+    ;;
+  [0-9]*)
+    # rpm: no old version is passed, so no repair (there never was a Python-era rpm).
+    ensure_user
+    ensure_dirs
+    if systemd_running; then systemctl daemon-reload || say "warning: systemctl daemon-reload failed"; fi
     ;;
   *)
     echo "postinst called with unknown argument '$1'" >&2

@@ -2,20 +2,97 @@
 # postrm of monky-deployd:
 #   remove | purge | upgrade <new> | failed-upgrade <old> <new> | abort-install [<old>] |
 #   abort-upgrade <old> | disappear <overwriter> <version>
+#   rpm: 0 on erase (as remove), >= 1 on upgrade (nothing). Built as a .deb only; see prerm.
 # purge deletes the agent's configuration and state. It does NOT stop the application's
 # containers (`docker compose -p monky-<env> down` does that) and keeps the system user, whose
 # uid may still own files elsewhere.
 set -e
 
+ETC=/etc/monky-deployd
+CONFIG=$ETC/config.yaml
+OPT_OUT=$ETC/timer.disabled-by-operator
+PKG_STATE=/var/lib/monky-deployd-package
+UPGRADE_MARKER=$PKG_STATE/upgrade-from
+RUN_STATE=/run/monky-deployd-package
+TIMER=monky-deployd.timer
+PROXY=monky-deployd-proxy.service
+LAST_BROKEN_PRERM=0.1.8
+
+say() { echo "monky-deployd: $*"; }
+record() {
+  say "$*"
+  if command -v logger >/dev/null 2>&1; then logger -t monky-deployd-postrm -p daemon.warning -- "$*" || true; fi
+}
+systemd_running() { [ -d /run/systemd/system ]; }
+unit_state() { systemctl is-enabled "$1" 2>/dev/null || true; }
+
+# enable_unit UNIT: enable, and start when systemd runs (else it starts at the next boot).
+enable_unit() {
+  if systemd_running; then systemctl enable --now "$1"; else systemctl enable "$1"; fi
+}
+how() {
+  if systemd_running; then echo "re-enabled and started"; else echo "re-enabled (systemd is not running: it starts at the next boot)"; fi
+}
+
+# abort-upgrade <old>: this package's unpack (or preinst) failed and dpkg is putting <old> back.
+# When <old> is 0.1.8 or older its prerm has ALREADY disabled the timer and its own postinst
+# (run next, `abort-upgrade`) does not switch it back on: without this the box stays on the old
+# version with the agent off — the 0.1.8 outage again. Nothing here may fail the rollback.
+abort_upgrade() {
+  old=$1
+  # Keep the upgrade record only when the package dpkg returns to is still half-configured (its
+  # postinst will run `configure <Config-Version>` and needs it); otherwise it is stale.
+  cfgv=$(dpkg-query -W -f='${Config-Version}' monky-deployd 2>/dev/null || true)
+  if [ -z "$cfgv" ] || [ "$cfgv" = "$old" ]; then rm -f "$UPGRADE_MARKER"; fi
+  [ -n "$old" ] || return 0
+  dpkg --compare-versions "$old" le "$LAST_BROKEN_PRERM" || return 0
+  [ -e "$CONFIG" ] || return 0
+  if [ -e "$OPT_OUT" ]; then
+    record "failed upgrade from $old rolled back: $TIMER left as it is ($OPT_OUT exists)"
+    return 0
+  fi
+  if ! command -v systemctl >/dev/null 2>&1; then
+    record "warning: failed upgrade from $old rolled back: no systemctl here, $TIMER not checked"
+    return 0
+  fi
+  case "$(unit_state "$TIMER")" in
+    enabled | static | indirect | generated | alias | masked | masked-runtime) ;;
+    *)
+      if enable_unit "$TIMER"; then
+        record "failed upgrade from $old rolled back (its prerm had disabled the timer): $(how) $TIMER; if this box is switched off on purpose: systemctl disable --now $TIMER && touch $OPT_OUT"
+      else
+        record "error: failed upgrade from $old rolled back and $TIMER could not be re-enabled: the agent is OFF; run: systemctl enable --now $TIMER"
+      fi
+      ;;
+  esac
+  if grep -Eq '^transport:[[:space:]]*"?proxy"?[[:space:]]*(#.*)?$' "$CONFIG"; then
+    case "$(unit_state "$PROXY")" in
+      enabled | static | indirect | generated | alias | masked | masked-runtime) ;;
+      *)
+        if enable_unit "$PROXY"; then
+          record "failed upgrade from $old rolled back: $(how) $PROXY"
+        else
+          record "warning: failed upgrade from $old rolled back: $PROXY could not be re-enabled; run: systemctl enable --now $PROXY"
+        fi
+        ;;
+    esac
+  fi
+}
+
 case "${1:-}" in
   purge)
-    rm -rf /var/lib/monky-deployd /etc/monky-deployd
-    if [ -d /run/systemd/system ]; then systemctl daemon-reload || true; fi
+    rm -rf /var/lib/monky-deployd "$ETC" "$PKG_STATE" "$RUN_STATE"
+    if systemd_running; then systemctl daemon-reload || true; fi
     ;;
-  remove)
-    if [ -d /run/systemd/system ]; then systemctl daemon-reload || true; fi
+  remove | 0)
+    # The removal went through: prerm's record of the enabled units is no longer needed.
+    rm -rf "$RUN_STATE"
+    if systemd_running; then systemctl daemon-reload || true; fi
     ;;
-  upgrade | failed-upgrade | abort-install | abort-upgrade | disappear)
+  abort-upgrade)
+    abort_upgrade "${2:-}"
+    ;;
+  upgrade | failed-upgrade | abort-install | disappear | [1-9]*)
     ;;
   *)
     echo "postrm called with unknown argument '${1:-}'" >&2

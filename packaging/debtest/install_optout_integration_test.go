@@ -1,0 +1,132 @@
+//go:build integration
+
+package debtest
+
+import (
+	"os"
+	"strings"
+	"testing"
+)
+
+// firstInstall runs install.sh once on a fresh installBox, as the kit does.
+func firstInstall(t *testing.T) (*box, []string) {
+	t.Helper()
+	a := build(t)
+	b := installBox(t)
+	reg := newRegistry(t, a.version, a.deb)
+	env := []string{"MONKY_DEPLOYD_BASE_URL=" + reg.base(), "MONKY_DEPLOYD_TOKEN=" + deployToken}
+	out, err := b.installSh(env, "--env", envID, "--site", "cbs", "--bootstrap-file", "/root/kit/bootstrap.jwt",
+		"--enrol-jwt", "/root/kit/monky-host."+envID+".jwt")
+	if err != nil {
+		t.Fatalf("install.sh: %v\n%s", err, out)
+	}
+	if !b.enabled(timer) {
+		t.Fatal("the first install did not enable the timer")
+	}
+	return b, env
+}
+
+// TestInstallScriptHonoursTheOptOut: on a box switched off on purpose (the opt-out file),
+// install.sh — a --version upgrade included — leaves the timer and the proxy unit off and says
+// so; --enable-timer overrides it and removes the file.
+func TestInstallScriptHonoursTheOptOut(t *testing.T) {
+	a := build(t)
+	b, env := firstInstall(t)
+	b.mustSh("systemctl disable --now " + timer + " && touch " + optOut)
+	b.clearCalls()
+	out, err := b.installSh(env, "--env", envID, "--site", "cbs", "--transport", "proxy", "--version", a.version)
+	if err != nil {
+		t.Fatalf("install.sh: %v\n%s", err, out)
+	}
+	if b.enabled(timer) || b.active(timer) || b.enabled(proxy) || b.active(proxy) {
+		t.Errorf("install.sh switched units on despite %s; calls %q\n%s", optOut, b.calls("systemctl"), out)
+	}
+	if want := "NOT enabling monky-deployd.timer (nor the proxy unit): " + optOut + " exists"; !strings.Contains(out, want) {
+		t.Errorf("install.sh did not say %q:\n%s", want, out)
+	}
+	if !strings.Contains(out, "--enable-timer") {
+		t.Errorf("install.sh did not name the override:\n%s", out)
+	}
+	if !b.exists(optOut) {
+		t.Error("install.sh removed the opt-out file without --enable-timer")
+	}
+
+	b.clearCalls()
+	out, err = b.installSh(env, "--env", envID, "--site", "cbs", "--transport", "proxy", "--version", a.version, "--enable-timer")
+	if err != nil {
+		t.Fatalf("install.sh --enable-timer: %v\n%s", err, out)
+	}
+	if !b.enabled(timer) || !b.active(timer) || !b.enabled(proxy) {
+		t.Errorf("--enable-timer: timer %v/%v proxy %v; calls %q\n%s", b.enabled(timer), b.active(timer), b.enabled(proxy), b.calls("systemctl"), out)
+	}
+	if b.exists(optOut) {
+		t.Error("--enable-timer kept the opt-out file")
+	}
+	if !strings.Contains(out, "removed "+optOut+" (--enable-timer)") {
+		t.Errorf("install.sh did not report removing the opt-out file:\n%s", out)
+	}
+}
+
+// TestInstallScriptReplacesPlantedSymlinks: /etc/monky-deployd is writable by the agent's group;
+// symlinks planted at every name install.sh writes there are replaced, never written through.
+func TestInstallScriptReplacesPlantedSymlinks(t *testing.T) {
+	a := build(t)
+	b, env := firstInstall(t)
+	before := b.read("/etc/monky-deployd/config.yaml")
+	names := []string{"config.yaml.prev", "config.yaml.new", "openbao-ca.pem", "bootstrap.jwt"}
+	for i, name := range names {
+		v := "/etc/victim" + string(rune('1'+i))
+		b.write(v, "secret "+name+"\n", 0o600)
+		b.mustSh("rm -f /etc/monky-deployd/" + name + " && ln -s " + v + " /etc/monky-deployd/" + name)
+	}
+	out, err := b.installSh(env, "--env", envID, "--site", "cbs", "--transport", "proxy", "--version", a.version,
+		"--bao-ca", "/root/kit/openbao-ca.pem", "--bootstrap-file", "/root/kit/bootstrap.jwt")
+	if err != nil {
+		t.Fatalf("install.sh: %v\n%s", err, out)
+	}
+	for i, name := range names {
+		v := "/etc/victim" + string(rune('1'+i))
+		if got := b.read(v); got != "secret "+name+"\n" {
+			t.Errorf("install.sh wrote through the symlink at %s into %s: %q", name, v, got)
+		}
+		if st, err := os.Stat(b.path(v)); err != nil || st.Mode().Perm() != 0o600 {
+			t.Errorf("%s: mode changed (%v)", v, err)
+		}
+	}
+	for _, name := range []string{"config.yaml.prev", "openbao-ca.pem", "bootstrap.jwt", "config.yaml"} {
+		st, err := os.Lstat(b.path("/etc/monky-deployd/" + name))
+		if err != nil || !st.Mode().IsRegular() {
+			t.Errorf("/etc/monky-deployd/%s is not a regular file: %v", name, err)
+		}
+	}
+	if got := b.read("/etc/monky-deployd/config.yaml.prev"); got != before {
+		t.Errorf("config.yaml.prev = %q, want the previous config", got)
+	}
+	gid, uid := b.id("group", "monky-deployd"), b.id("passwd", "monky-deployd")
+	assertMode(t, b, "/etc/monky-deployd/config.yaml", 0o640, 0, gid)
+	assertMode(t, b, "/etc/monky-deployd/config.yaml.prev", 0o640, 0, gid)
+	assertMode(t, b, "/etc/monky-deployd/bootstrap.jwt", 0o600, uid, gid)
+	assertMode(t, b, "/etc/monky-deployd/openbao-ca.pem", 0o644, 0, 0)
+
+	// config.yaml itself a symlink: the backup is the symlink, the target is neither read into
+	// a file the agent can read nor written.
+	b.write("/etc/victim9", "secret config\n", 0o600)
+	b.mustSh("rm -f /etc/monky-deployd/config.yaml && ln -s /etc/victim9 /etc/monky-deployd/config.yaml")
+	out, err = b.installSh(env, "--env", envID, "--site", "cbs", "--version", a.version)
+	if err != nil {
+		t.Fatalf("install.sh: %v\n%s", err, out)
+	}
+	if got := b.read("/etc/victim9"); got != "secret config\n" {
+		t.Errorf("install.sh wrote through config.yaml into its target: %q", got)
+	}
+	if st, err := os.Lstat(b.path("/etc/monky-deployd/config.yaml.prev")); err != nil || st.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("the backup of a symlinked config is not the symlink itself: %v", err)
+	}
+	if left, _ := os.ReadDir(b.path("/etc")); true {
+		for _, e := range left {
+			if strings.HasPrefix(e.Name(), ".monky-deployd-install.") {
+				t.Errorf("install.sh left its staging directory /etc/%s", e.Name())
+			}
+		}
+	}
+}
