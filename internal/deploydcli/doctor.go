@@ -91,7 +91,8 @@ func runDoctor(ctx context.Context, opts doctorOptions, g *globals, d doctorDeps
 	if cfgErr == nil {
 		closeFn := fillDoctorEnv(env, opts, d)
 		defer closeFn()
-		// The docker CLI doctor runs connects where DOCKER_HOST says; the socket check looks there.
+		// doctor runs docker as a tick does, without DOCKER_HOST; its own is only mentioned when
+		// it names another endpoint than the ticks'.
 		env.DockerHost = g.getenv("DOCKER_HOST")
 	}
 	results, _ := doctor.Run(ctx, doctor.Checks(env))

@@ -19,6 +19,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/diskspace"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/doctor"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/runner"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/runner/runnertest"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/tenancy/tenancytest"
 )
@@ -43,8 +44,10 @@ func TestDoctorConfigThatDoesNotLoadExits78(t *testing.T) {
 type doctorBox struct {
 	cfgPath string
 	token   string
-	// dockerHost is the DOCKER_HOST doctor sees: a real socket of the test's, owned by its user.
+	// dockerHost is the endpoint the agent's docker CLI resolves (`docker context inspect`): a
+	// real socket of the test's, owned by its user. doctorHost is doctor's own DOCKER_HOST.
 	dockerHost string
+	doctorHost string
 	run        *runnertest.Fake
 	timer      *protocol.Timer
 	deps       doctorDeps
@@ -88,6 +91,10 @@ bootstrap_file: %s/bootstrap.jwt
 containerd_root: %s/containerd
 `, ten.URL, b.URL, dir, state, dir, dir))
 
+	box.run.Expect("docker", []string{"context", "inspect", "--format", "{{.Endpoints.docker.Host}}"}).AnyTimes().
+		Do(func(context.Context, runner.Cmd) (runner.Result, error) {
+			return runner.Result{Stdout: []byte(box.dockerHost + "\n")}, nil
+		})
 	box.run.Expect("docker", []string{"info", "--format", "{{json .}}"}).Returns(`{"DockerRootDir":"/var/lib/docker","ServerVersion":"29.0.1"}`, "", 0)
 	box.run.Expect("docker", []string{"compose", "version", "--short"}).Returns("2.40.3\n", "", 0)
 	enabled := true
@@ -137,7 +144,7 @@ func (b *doctorBox) run1(t *testing.T, args ...string) (code int, stdout, stderr
 	var out, errb bytes.Buffer
 	g := &globals{configPath: b.cfgPath, stdout: &out, stderr: &errb, getenv: func(k string) string {
 		if k == "DOCKER_HOST" {
-			return b.dockerHost
+			return b.doctorHost
 		}
 		return ""
 	}}
@@ -246,17 +253,24 @@ func TestDoctorIsRegistered(t *testing.T) {
 	}
 }
 
-func TestDoctorLooksWhereDockerHostPoints(t *testing.T) {
+// doctor judges the endpoint the ticks reach — asked of the docker CLI without doctor's
+// DOCKER_HOST — and only notes its own DOCKER_HOST when that names another one.
+func TestDoctorJudgesTheTicksEndpoint(t *testing.T) {
 	box := newDoctorBox(t)
-	box.dockerHost = "tcp://127.0.0.1:2375"
+	box.doctorHost = "tcp://127.0.0.1:2375"
 	code, stdout, _ := box.run1(t)
-	if code != 0 || !strings.Contains(stdout, "DOCKER_HOST=tcp://127.0.0.1:2375 is a tcp endpoint") {
+	if code != 0 || !strings.Contains(stdout, "doctor's DOCKER_HOST (tcp://127.0.0.1:2375) was set aside: the unit sets none, so ticks connect to "+box.dockerHost) {
 		t.Errorf("exit %d\n%s", code, stdout)
+	}
+	for _, c := range box.run.Calls() {
+		if v, ok := c.Getenv("DOCKER_HOST"); !ok || v != "" {
+			t.Errorf("%s ran with DOCKER_HOST %q (set %t), not as a tick", c.Cmd, v, ok)
+		}
 	}
 	box = newDoctorBox(t)
 	box.dockerHost = "unix://" + filepath.Join(t.TempDir(), "none.sock")
 	code, stdout, _ = box.run1(t)
-	if code != 1 || !strings.Contains(stdout, "none.sock does not exist") {
+	if code != 1 || !strings.Contains(stdout, "none.sock, where the agent's docker connects, does not exist") {
 		t.Errorf("exit %d\n%s", code, stdout)
 	}
 }

@@ -108,10 +108,17 @@ func TestIdentityChecks(t *testing.T) {
 			want{status: Fail, detail: []string{"group ziti has no read"}, fix: []string{"chmod g+r"}}},
 		{"root runs doctor, read only through an ACL", "", func(f *fixture) {
 			f.asRoot()
-			f.fs.stat[f.cfg().Identity] = FileInfo{Mode: 0o640, UID: zitiUID, GID: zitiGID, ACL: true}
+			f.fs.stat[f.cfg().Identity] = FileInfo{Mode: 0o640, UID: zitiUID, GID: zitiGID, ACL: true, ACLEntries: aclOf(6, userEntry(agentUID, 4), 4, 4, 0)}
 			f.env.Agent.GIDs = []uint32{agentGID, dockerGID}
 		},
-			want{status: OK, detail: []string{"only an ACL can grant it"}},
+			want{status: OK, detail: []string{"only an ACL grants it"}},
+			want{status: Fail, detail: []string{"monky-deployd is not in group ziti", "rests on an ACL"}, fix: []string{"usermod -a -G ziti monky-deployd"}}},
+		{"root runs doctor, an ACL for someone else", "", func(f *fixture) {
+			f.asRoot()
+			f.fs.stat[f.cfg().Identity] = FileInfo{Mode: 0o640, UID: zitiUID, GID: zitiGID, ACL: true, ACLEntries: aclOf(6, userEntry(4242, 4), 4, 4, 0)}
+			f.env.Agent.GIDs = []uint32{agentGID, dockerGID}
+		},
+			want{status: Fail, detail: []string{"monky-deployd cannot read", "+acl"}, fix: []string{"usermod -a -G ziti monky-deployd"}},
 			want{status: Fail, detail: []string{"monky-deployd is not in group ziti", "rests on an ACL"}, fix: []string{"usermod -a -G ziti monky-deployd"}}},
 		{"root runs doctor, directory closed", "", func(f *fixture) {
 			f.asRoot()
@@ -338,12 +345,18 @@ func TestDiskCheck(t *testing.T) {
 			f.env.Meter = failingMeter{}
 		}, want{status: Fail, detail: []string{"cannot measure"}}},
 		{"state_dir is measured too", func(f *fixture) { f.expectInfo() },
-			want{status: OK, detail: []string{"state_dir STATE 80.0 GiB free", "tightest 50.0 GiB (containerd_root)"}}},
-		{"state_dir's disk is the full one", func(f *fixture) {
+			want{status: OK, detail: []string{"state_dir STATE 80.0 GiB free", "tightest image storage 50.0 GiB (containerd_root)"}}},
+		// A tick never measures state_dir: on its own filesystem it is held to StateDirFloor,
+		// not to the image headroom, and it is never the "tightest" a tick would report.
+		{"state_dir on its own disk under the headroom but over its floor", func(f *fixture) {
 			f.expectInfo()
 			f.free[f.cfg().StateDir] = 512 << 20
-		}, want{status: Fail, detail: []string{"under the headroom", "state_dir STATE 512.0 MiB free", "tightest 512.0 MiB (state_dir)"},
-			fix: []string{"at least 2.0 GiB on the filesystem of STATE"}}},
+		}, want{status: OK, detail: []string{"state_dir STATE 512.0 MiB free", "tightest image storage 50.0 GiB (containerd_root)"}}},
+		{"state_dir's disk is the full one", func(f *fixture) {
+			f.expectInfo()
+			f.free[f.cfg().StateDir] = 100 << 20
+		}, want{status: Fail, detail: []string{"state_dir under 256.0 MiB", "state_dir STATE 100.0 MiB free"},
+			fix: []string{"at least 256.0 MiB on the filesystem of STATE", "a tick does not measure it"}}},
 		{"state_dir not made yet: its parent is measured", func(f *fixture) {
 			f.expectInfo()
 			os.RemoveAll(f.cfg().StateDir)
@@ -554,6 +567,16 @@ func TestOpenBaoCheck(t *testing.T) {
 			r.bao.SetTTL(r.token, 0)
 			write(f.t, f.cfg().BootstrapFile, "eyJhbGciOi.grant.sig", 0o600)
 		}, want{status: Fail, fix: []string{"monky-deployd tick"}}},
+		{"token minted by another OpenBao than bao.addr", func(f *fixture, r *remote) {
+			// bao.addr does not know the token (revoked here stands for unknown): not a verdict
+			// on a token that lives at the lease's address.
+			r.bao.Revoke(r.token)
+			write(f.t, f.cfg().StatePath(), `{"token": {"source": "lease", "addr": "https://bao-lease.example:8200"}}`, 0o600)
+		}, want{status: OK, detail: []string{"verified against CA", "minted by the OpenBao at https://bao-lease.example:8200"}}},
+		{"token minted at bao.addr", func(f *fixture, r *remote) {
+			r.bao.Revoke(r.token)
+			write(f.t, f.cfg().StatePath(), `{"token": {"source": "lease", "addr": "`+f.cfg().Bao.Addr+`"}}`, 0o600)
+		}, want{status: Fail, detail: []string{"refuses the token"}}},
 		{"token of another env", func(f *fixture, r *remote) {
 			write(f.t, f.cfg().TokenPath(), r.bao.IssueToken("env-other", "jti-2"), 0o600)
 		}, want{status: Fail, detail: []string{"belongs to env env-other"}}},

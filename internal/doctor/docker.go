@@ -37,20 +37,21 @@ func (c *checker) dockerFailure(err error) Result {
 	return fail(err.Error(), fmt.Sprintf("run `DOCKER_CONFIG=%s %s info` as %s to see the whole error", cfg.DockerConfigDir(), cfg.DockerBin, c.agentName()))
 }
 
-// docker: the engine answers `docker info`, and the agent's ticks may use the socket it answers
-// on. The second half is judged from the socket's owner, group and mode: doctor typically runs
-// as root, whose reach proves nothing about the agent's.
+// docker: the engine answers `docker info`, and the agent's ticks may use the endpoint they
+// connect to. Both are asked of the docker CLI as a tick runs it (the agent's DOCKER_CONFIG, no
+// DOCKER_HOST: see tickEnv). The second half is judged from the socket's owner, group, mode and
+// ACL: doctor typically runs as root, whose reach proves nothing about the agent's.
 func (c *checker) docker(ctx context.Context) Result {
 	info, err := c.dockerInfo(ctx)
 	if err != nil {
 		return c.dockerFailure(err)
 	}
 	detail := fmt.Sprintf("engine %s reachable as %s, data-root %s", orDash(info.ServerVersion), c.userName(c.env.Self.UID), orDash(info.DockerRootDir))
-	note, failed := c.dockerSocket()
+	notes, failed := c.dockerSocket(ctx)
 	if failed != nil {
 		return *failed
 	}
-	return ok("%s; %s", detail, note)
+	return ok("%s; %s", detail, strings.Join(notes, "; "))
 }
 
 // composeMajor reads the major version of `docker compose version --short` output ("2.40.3",
@@ -175,12 +176,19 @@ func (c *checker) dockerConfig(context.Context) Result {
 	return ok("%s is 0700, owned by %s; %s", dir, a.Name, credNote)
 }
 
-// disk: every filesystem the agent fills must clear disk.headroom_bytes, the floor a bundle that
-// declares no size is held to — docker's data-root AND containerd's root, which docker 29 fills
-// with image layers and which may be another disk (env-dev-08: 93 GiB free where the Python agent
-// looked, 2.8 GiB where the pull wrote), and state_dir, where each release's files and .env are
-// written. Paths on one filesystem are reported together, and the tightest is named, as the
-// free space a tick reports is the tightest of its roots.
+// StateDirFloor is the free space doctor wants on state_dir's filesystem when it holds no image
+// storage: each release's compose files, its .env and the agent's state are kilobytes, so a
+// floor far under disk.headroom_bytes leaves room for years of releases.
+const StateDirFloor = int64(256) << 20
+
+// disk: the filesystems the agent pulls images to must clear disk.headroom_bytes, the floor a
+// bundle that declares no size is held to — docker's data-root AND containerd's root, which
+// docker 29 fills with image layers and which may be another disk (env-dev-08: 93 GiB free where
+// the Python agent looked, 2.8 GiB where the pull wrote). These are what a tick measures and
+// refuses a bundle over (DISK_INSUFFICIENT), and the tightest of them is named. state_dir, where
+// each release's files and .env are written, is measured too, but a tick never measures it: on
+// a filesystem of its own it is held to StateDirFloor, and a full one fails the tick's writes
+// instead of refusing the bundle. Paths on one filesystem are reported together.
 func (c *checker) disk(ctx context.Context) Result {
 	cfg := c.cfg()
 	headroom := cfg.Disk.HeadroomBytes
@@ -216,28 +224,41 @@ func (c *checker) disk(ctx context.Context) Result {
 	what = append(what, "state_dir")
 
 	groups := c.byFilesystem(measures, what)
-	var parts, low []string
-	tightest := groups[0]
-	for _, g := range groups {
+	var parts, low, lowState []string
+	var tightest *fsGroup
+	for i := range groups {
+		g := &groups[i]
 		parts = append(parts, g.text)
-		if g.free < tightest.free {
+		images := !(len(g.names) == 1 && g.names[0] == "state_dir")
+		if images && (tightest == nil || g.free < tightest.free) {
 			tightest = g
 		}
-		if g.free < headroom {
+		switch {
+		case images && g.free < headroom:
 			low = append(low, strings.Join(g.paths, " and "))
+		case !images && g.free < StateDirFloor:
+			lowState = append(lowState, strings.Join(g.paths, " and "))
 		}
 	}
 	detail := strings.Join(parts, ", ")
-	if len(groups) > 1 {
-		detail += fmt.Sprintf("; tightest %s (%s)", bytesText(tightest.free), strings.Join(tightest.names, ", "))
+	if len(groups) > 1 && tightest != nil {
+		detail += fmt.Sprintf("; tightest image storage %s (%s)", bytesText(tightest.free), strings.Join(tightest.names, ", "))
 	}
 	detail += fmt.Sprintf("; headroom %s", bytesText(headroom))
 	if len(notes) > 0 {
 		detail += "; " + strings.Join(notes, "; ")
 	}
+	var problems, fixes []string
 	if len(low) > 0 {
-		return fail("under the headroom: "+detail,
-			fmt.Sprintf("free at least %s on the filesystem of %s: `docker image prune -a` removes images no container uses; until then every bundle is refused with DISK_INSUFFICIENT", bytesText(headroom), strings.Join(low, " and ")))
+		problems = append(problems, "under the headroom")
+		fixes = append(fixes, fmt.Sprintf("free at least %s on the filesystem of %s: `docker image prune -a` removes images no container uses; until then every bundle is refused with DISK_INSUFFICIENT", bytesText(headroom), strings.Join(low, " and ")))
+	}
+	if len(lowState) > 0 {
+		problems = append(problems, fmt.Sprintf("state_dir under %s", bytesText(StateDirFloor)))
+		fixes = append(fixes, fmt.Sprintf("free at least %s on the filesystem of %s: each release's files, its .env and the agent's state are written there, and a tick does not measure it, so a full disk fails the tick's writes rather than refusing the bundle", bytesText(StateDirFloor), strings.Join(lowState, " and ")))
+	}
+	if len(problems) > 0 {
+		return fail(strings.Join(problems, ", ")+": "+detail, strings.Join(fixes, "; "))
 	}
 	return ok("%s", detail)
 }

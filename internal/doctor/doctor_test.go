@@ -208,11 +208,14 @@ func TestJudgePath(t *testing.T) {
 	tree := map[string]FileInfo{
 		"/":                      {Mode: fs.ModeDir | 0o755},
 		"/opt":                   {Mode: fs.ModeDir | 0o755},
-		"/opt/openziti":          {Mode: fs.ModeDir | 0o750, ACL: true},
+		"/opt/openziti":          {Mode: fs.ModeDir | 0o750, ACL: true, ACLEntries: aclOf(7, userEntry(998, 5), 5, 5, 0)},
+		"/opt/sealed":            {Mode: fs.ModeDir | 0o750, ACL: true, ACLErr: errors.New("system.posix_acl_access: version 3, want 2")},
+		"/opt/sealed/x":          {Mode: 0o644},
 		"/opt/openziti/etc":      {Mode: fs.ModeDir | 0o755},
 		"/opt/openziti/etc/id":   {Mode: fs.ModeDir | 0o770, GID: 990},
 		"/opt/openziti/etc/id/a": {Mode: 0o640, UID: 997, GID: 990},
-		"/opt/openziti/etc/id/b": {Mode: 0o600, UID: 997, GID: 990, ACL: true},
+		"/opt/openziti/etc/id/b": {Mode: 0o640, UID: 997, GID: 991, ACL: true, ACLEntries: aclOf(6, userEntry(998, 4), 0, 4, 0)},
+		"/opt/openziti/etc/id/d": {Mode: 0o600, UID: 997, GID: 990, ACL: true, ACLEntries: aclOf(6, userEntry(4242, 4), 0, 0, 0)},
 		"/opt/openziti/etc/id/c": {Mode: 0o600, UID: 997, GID: 990},
 		"/srv":                   {Mode: fs.ModeDir | 0o700},
 		"/srv/x":                 {Mode: 0o644},
@@ -233,6 +236,10 @@ func TestJudgePath(t *testing.T) {
 		{"/opt/openziti/etc/id/a", "", "/opt/openziti", false},
 		{"/opt/openziti/etc/id/b", "", "/opt/openziti /opt/openziti/etc/id/b", false},
 		{"/opt/openziti/etc/id/c", "cannot read /opt/openziti/etc/id/c", "/opt/openziti", false},
+		// An ACL is read, not taken on trust: one for another user grants nothing, and one that
+		// cannot be read stops the walk.
+		{"/opt/openziti/etc/id/d", "cannot read /opt/openziti/etc/id/d", "/opt/openziti", false},
+		{"/opt/sealed/x", "may not be able to enter /opt/sealed", "", false},
 		{"/srv/x", "cannot enter /srv", "", false},
 		{"/opt/openziti/etc/id/missing", "", "", true},
 	} {

@@ -56,8 +56,11 @@ type FileInfo struct {
 	UID  uint32
 	GID  uint32
 	// ACL is true when the file carries a POSIX access ACL, which may grant what the mode bits
-	// do not.
-	ACL bool
+	// do not. ACLEntries is that ACL, parsed; when it could not be read or parsed, ACLErr says
+	// why and the access it governs cannot be judged.
+	ACL        bool
+	ACLEntries []ACLEntry
+	ACLErr     error
 	// Dev is the device of the filesystem holding the file (st_dev); 0 when unknown. Two paths
 	// with the same non-zero Dev share their free space.
 	Dev uint64
@@ -109,15 +112,17 @@ type Env struct {
 	Stat     func(path string) (FileInfo, error)
 	ReadFile func(path string) ([]byte, error)
 
-	// Runner runs docker (as compose.Docker, with DOCKER_CONFIG set).
+	// Runner runs docker (as compose.Docker, with DOCKER_CONFIG set; Checks adds the tick's
+	// environment, see tickEnv).
 	Runner runner.Runner
 	Meter  Meter
 	// Timer reads TimerUnit's state; Enabled is nil where systemd is absent or unreadable.
 	Timer func(ctx context.Context) *protocol.Timer
 	// PluginDirs are where a system-wide compose plugin may live (nil: DefaultPluginDirs).
 	PluginDirs []string
-	// DockerHost is DOCKER_HOST as the docker CLI doctor runs sees it; "" means the default
-	// socket, DefaultDockerHost, which is also what the unit (it sets no DOCKER_HOST) uses.
+	// DockerHost is doctor's own DOCKER_HOST ("" when unset). The checks do not use it: they run
+	// docker as a tick does, without it (the unit sets none); when it names another endpoint,
+	// the docker line says it was set aside.
 	DockerHost string
 
 	// Tenancy and TenancyHTTP (for the anonymous reachability probe) go through the tick's
@@ -136,6 +141,12 @@ type Env struct {
 // Checks returns the checks for env, in the order they are printed. With a config that does not
 // load, that is the config check alone: every other check reads its paths from the config.
 func Checks(env *Env) []Check {
+	if env.Runner != nil {
+		// Every docker call runs as a tick's would (tickEnv); env itself is left as given.
+		e := *env
+		e.Runner = tickRunner{env.Runner}
+		env = &e
+	}
 	c := &checker{env: env, red: &secret.Redactor{}}
 	if env.ConfigErr != nil || env.Config == nil {
 		return []Check{c.wrap(Check{Name: "config", Run: c.config})}

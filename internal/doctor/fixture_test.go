@@ -28,6 +28,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/config"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/diskspace"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/runner"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/runner/runnertest"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/tenancy"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/tenancy/tenancytest"
@@ -57,7 +58,11 @@ type fixture struct {
 	fs   *fakeFS
 	free map[string]int64
 	tm   *protocol.Timer
-	sock string // the docker socket DockerHost names
+	sock string // the docker socket the agent's docker connects to
+	// endpoint is what `docker context inspect` prints for the agent ("" is unix://<sock>);
+	// endpointRes, when set, is its whole answer instead.
+	endpoint    string
+	endpointRes *runner.Result
 }
 
 // fakeFS is the real filesystem under the test's temp dir, with owners rewritten (everything the
@@ -169,10 +174,18 @@ func newFixture(t *testing.T, extraYAML string) *fixture {
 		Meter:       diskspace.Meter{Stat: f.statfs},
 		Timer:       func(context.Context) *protocol.Timer { return f.tm },
 		PluginDirs:  []string{filepath.Join(dir, "no-such-plugins"), plugins},
-		DockerHost:  "unix://" + f.sock,
 		Hostname:    "qa-02",
 		Now:         func() time.Time { return time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC) },
 	}
+	f.run.Expect("docker", contextInspectArgs).AnyTimes().Do(func(context.Context, runner.Cmd) (runner.Result, error) {
+		if f.endpointRes != nil {
+			return *f.endpointRes, nil
+		}
+		if f.endpoint != "" {
+			return runner.Result{Stdout: []byte(f.endpoint + "\n")}, nil
+		}
+		return runner.Result{Stdout: []byte("unix://" + f.sock + "\n")}, nil
+	})
 	return f
 }
 
@@ -258,6 +271,8 @@ type want struct {
 	status Status
 	detail []string // substrings of Detail
 	fix    []string // substrings of Fix
+	// notDetail are substrings Detail must not have (checked where a test asks for it).
+	notDetail []string
 }
 
 func (w want) assert(t *testing.T, r Result) {

@@ -113,7 +113,7 @@ func (c *checker) identity(context.Context) Result {
 	}
 	detail := fmt.Sprintf("%s is readable by %s and is a ziti identity with a usable certificate and key", path, who)
 	if len(viaACL) > 0 {
-		detail += "; the mode bits deny " + strings.Join(viaACL, ", ") + " and only an ACL can grant it (see identity-group)"
+		detail += "; the mode bits deny " + strings.Join(viaACL, ", ") + " and only an ACL grants it (see identity-group)"
 	}
 	return ok("%s", detail)
 }

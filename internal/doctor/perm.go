@@ -18,7 +18,7 @@ const (
 // modeAllows reports whether a may access a file of fi for want (a mix of permR, permW, permX)
 // by the mode bits alone, with POSIX's precedence: the owner class when a owns the file (even if
 // it denies and the group would allow), else the group class when a is in the file's group, else
-// other. Root is allowed everything. ACLs are not read; see FileInfo.ACL.
+// other. Root is allowed everything. ACLs are not read here; see access.
 func modeAllows(a Account, fi FileInfo, want fs.FileMode) bool {
 	if a.UID == 0 {
 		return true
@@ -36,19 +36,39 @@ func modeAllows(a Account, fi FileInfo, want fs.FileMode) bool {
 	return bits&7&want == want
 }
 
-// pathVerdict is what the mode bits say about a reaching one file.
+// pathVerdict is what the mode bits and ACLs say about a reaching one file.
 type pathVerdict struct {
 	// Denied names the first path that stops a ("" when none does) and why; DeniedAt is that
 	// path.
 	Denied   string
 	DeniedAt string
-	// ViaACL lists paths the mode bits deny but an ACL may open: readable now, perhaps.
+	// ViaACL lists paths the mode bits alone deny and a named entry of their ACL grants.
 	ViaACL []string
 }
 
+// access judges a's access to one file: by its ACL when it carries one (which is then the whole
+// truth: the mode's group bits are only its mask), else by the mode bits. An ACL that could not
+// be read or parsed cannot be judged: unjudged says why.
+func access(a Account, fi FileInfo, want fs.FileMode) (ok, viaACL bool, unjudged error) {
+	if !fi.ACL {
+		return modeAllows(a, fi, want), false, nil
+	}
+	if fi.ACLErr != nil || fi.ACLEntries == nil {
+		err := fi.ACLErr
+		if err == nil {
+			err = fmt.Errorf("%s: not read", aclXattr)
+		}
+		if modeAllows(a, fi, want) && (a.UID == 0 || fi.UID == a.UID) {
+			return true, false, nil // the owner class is the mode's, ACL or not
+		}
+		return false, false, err
+	}
+	ok, byName := aclAllows(a, fi, fi.ACLEntries, want)
+	return ok, ok && byName && !modeAllows(a, fi, want), nil
+}
+
 // judgePath walks from / down to path: a needs search (x) on every directory and want on the
-// file itself. Where the mode bits deny but the path carries an ACL, the ACL is given the
-// benefit of the doubt and the path is listed in ViaACL.
+// file itself. A path whose ACL cannot be judged stops a too: nothing says it lets a through.
 func judgePath(a Account, path string, want fs.FileMode, stat func(string) (FileInfo, error), describe func(FileInfo) string) (pathVerdict, error) {
 	var v pathVerdict
 	clean := filepath.Clean(path)
@@ -59,34 +79,33 @@ func judgePath(a Account, path string, want fs.FileMode, stat func(string) (File
 			break
 		}
 	}
-	for i := len(dirs) - 1; i >= 0; i-- {
-		fi, err := stat(dirs[i])
+	step := func(p string, want fs.FileMode, denied string) (stop bool, err error) {
+		fi, err := stat(p)
 		if err != nil {
+			return true, err
+		}
+		ok, viaACL, unjudged := access(a, fi, want)
+		switch {
+		case unjudged != nil:
+			v.Denied = fmt.Sprintf("may not be able to %s %s (%s): its ACL cannot be judged (%v)", denied, p, describe(fi), unjudged)
+			v.DeniedAt = p
+			return true, nil
+		case !ok:
+			v.Denied = fmt.Sprintf("cannot %s %s (%s)", denied, p, describe(fi))
+			v.DeniedAt = p
+			return true, nil
+		case viaACL:
+			v.ViaACL = append(v.ViaACL, p)
+		}
+		return false, nil
+	}
+	for i := len(dirs) - 1; i >= 0; i-- {
+		if stop, err := step(dirs[i], permX, "enter"); stop {
 			return v, err
 		}
-		if !modeAllows(a, fi, permX) {
-			if fi.ACL {
-				v.ViaACL = append(v.ViaACL, dirs[i])
-				continue
-			}
-			v.Denied = fmt.Sprintf("cannot enter %s (%s)", dirs[i], describe(fi))
-			v.DeniedAt = dirs[i]
-			return v, nil
-		}
 	}
-	fi, err := stat(clean)
-	if err != nil {
-		return v, err
-	}
-	if !modeAllows(a, fi, want) {
-		if fi.ACL {
-			v.ViaACL = append(v.ViaACL, clean)
-			return v, nil
-		}
-		v.Denied = fmt.Sprintf("cannot %s %s (%s)", verb(want), clean, describe(fi))
-		v.DeniedAt = clean
-	}
-	return v, nil
+	_, err := step(clean, want, verb(want))
+	return v, err
 }
 
 func verb(want fs.FileMode) string {

@@ -15,6 +15,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/bao"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/config"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/state"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/tenancy"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/transport"
@@ -224,6 +225,16 @@ func (c *checker) openbao(ctx context.Context) Result {
 		ca = "the system roots (" + cfg.Bao.CAFile + " does not exist)"
 	}
 	tok, _ := c.readToken()
+	// A token minted by another OpenBao than bao.addr (a lease's addr) lives there, where
+	// doctor's client does not reach: judged here, a good token would be called dead. The path
+	// and the CA are still checked, without the token.
+	elsewhere := c.tokenAddr()
+	if tok.Empty() || elsewhere == addr {
+		elsewhere = ""
+	}
+	if elsewhere != "" {
+		tok = secret.Value{}
+	}
 	info, err := c.env.Bao.LookupSelf(ctx, tok)
 	switch {
 	case err == nil && tok.Empty():
@@ -244,7 +255,10 @@ func (c *checker) openbao(ctx context.Context) Result {
 		return fail(fmt.Sprintf("%s presents a certificate that does not verify against %s: %v", addr, ca, err), caFix)
 	case errors.Is(err, bao.ErrForbidden) && tok.Empty():
 		note := "no token yet: the first tick logs in with " + cfg.BootstrapFile
-		if !c.bootstrapPresent() {
+		switch {
+		case elsewhere != "":
+			note = "the token was minted by the OpenBao at " + elsewhere + ", where the tick looks it up; doctor reaches only bao.addr and does not check it there"
+		case !c.bootstrapPresent():
 			note = "no token and no bootstrap grant (see tenancy)"
 		}
 		return ok("%s verified against %s; %s", addr, ca, note)
@@ -260,4 +274,13 @@ func (c *checker) openbao(ctx context.Context) Result {
 		return fail(fmt.Sprintf("OpenBao at %s is unreachable: %v", addr, err), c.unreachableFix(err, cfg.Bao.Service, hostPort))
 	}
 	return fail(fmt.Sprintf("OpenBao at %s: %v", addr, err), "")
+}
+
+// tokenAddr is the OpenBao address state.json records for the token ("" when none is recorded).
+func (c *checker) tokenAddr() string {
+	st, err := state.Load(c.cfg().StatePath())
+	if err != nil || st.Token == nil {
+		return ""
+	}
+	return st.Token.Addr
 }

@@ -1,20 +1,28 @@
 package doctor
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strings"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/compose"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/runner"
 )
 
-// DefaultDockerHost is where the docker CLI connects without DOCKER_HOST, and so where every
-// tick connects: the unit sets no DOCKER_HOST.
+// DefaultDockerHost is where the docker CLI connects without DOCKER_HOST or a docker context:
+// the engine's socket.
 const DefaultDockerHost = "unix:///var/run/docker.sock"
 
-// dockerEndpoint is what DOCKER_HOST names: a unix socket (Socket, a clean absolute path) or
-// another kind of endpoint (Scheme, e.g. tcp or ssh), which file modes do not govern.
+// defaultDockerSocket is DefaultDockerHost's path.
+const defaultDockerSocket = "/var/run/docker.sock"
+
+// dockerEndpoint is a docker endpoint: a unix socket (Socket, a clean absolute path) or another
+// kind of endpoint (Scheme, e.g. tcp or ssh), which file modes do not govern.
 type dockerEndpoint struct {
 	Socket string
 	Scheme string
@@ -22,10 +30,11 @@ type dockerEndpoint struct {
 	Shown string
 }
 
-// parseDockerHost reads DOCKER_HOST as the docker CLI does: "" is DefaultDockerHost, and an
-// address without a scheme is tcp. A unix address without an absolute path is an error naming
-// DOCKER_HOST.
-func parseDockerHost(host string) (dockerEndpoint, error) {
+// parseDockerHost reads a docker endpoint as the docker CLI does (opts.ParseHost): "" is
+// DefaultDockerHost, an address without a scheme is tcp, "unix://" alone is the default socket,
+// and the schemes are tcp, unix, npipe, fd and ssh, lower case. A unix address with a relative
+// path, or another scheme, is an error naming field (where the endpoint was read).
+func parseDockerHost(field, host string) (dockerEndpoint, error) {
 	if host == "" {
 		host = DefaultDockerHost
 	}
@@ -33,17 +42,89 @@ func parseDockerHost(host string) (dockerEndpoint, error) {
 	if !found {
 		return dockerEndpoint{Scheme: "tcp", Shown: host}, nil
 	}
-	if scheme == "unix" {
-		if rest == "" || !filepath.IsAbs(rest) {
-			return dockerEndpoint{}, fmt.Errorf("DOCKER_HOST %q: a unix socket needs an absolute path, as in %s", host, DefaultDockerHost)
-		}
-		return dockerEndpoint{Socket: filepath.Clean(rest), Scheme: scheme, Shown: "unix://" + filepath.Clean(rest)}, nil
-	}
 	shown := host
-	if u, err := url.Parse(host); err == nil {
+	u, uerr := url.Parse(host)
+	switch {
+	case uerr != nil:
+		shown = scheme + "://…" // unparsable: nothing of it is printed, a password may be in it
+	case u.User != nil:
 		shown = u.Redacted()
 	}
-	return dockerEndpoint{Scheme: scheme, Shown: shown}, nil
+	switch scheme {
+	case "unix":
+		if rest == "" {
+			rest = defaultDockerSocket
+		}
+		if !filepath.IsAbs(rest) {
+			return dockerEndpoint{}, fmt.Errorf("%s %q: a unix socket needs an absolute path, as in %s", field, shown, DefaultDockerHost)
+		}
+		return dockerEndpoint{Socket: filepath.Clean(rest), Scheme: scheme, Shown: "unix://" + filepath.Clean(rest)}, nil
+	case "tcp", "npipe", "fd", "ssh":
+		if uerr != nil {
+			return dockerEndpoint{}, fmt.Errorf("%s %q: not a %s address", field, shown, scheme)
+		}
+		return dockerEndpoint{Scheme: scheme, Shown: shown}, nil
+	}
+	return dockerEndpoint{}, fmt.Errorf("%s %q: scheme %q is not one docker knows (tcp, unix, npipe, fd, ssh)", field, shown, scheme)
+}
+
+// contextInspectArgs print the docker endpoint the CLI resolves: the current context's, which
+// is the default context (DOCKER_HOST, else the engine's socket) unless DOCKER_CONFIG's
+// config.json names another.
+var contextInspectArgs = []string{"context", "inspect", "--format", "{{.Endpoints.docker.Host}}"}
+
+// tickEnv is what every docker call of doctor gets on top of DOCKER_CONFIG: the environment of a
+// tick, which the unit starts without DOCKER_HOST or DOCKER_CONTEXT. An empty value is unset to
+// the docker CLI. Whatever doctor's shell exports, it looks at the engine the ticks reach.
+var tickEnv = []string{"DOCKER_HOST=", "DOCKER_CONTEXT="}
+
+// tickRunner runs docker as a tick would: without doctor's DOCKER_HOST and DOCKER_CONTEXT.
+type tickRunner struct{ runner.Runner }
+
+func (r tickRunner) Run(ctx context.Context, c runner.Cmd) (runner.Result, error) {
+	c.Env = append(slices.Clone(c.Env), tickEnv...)
+	return r.Runner.Run(ctx, c)
+}
+
+// tickEndpoint asks the agent's docker CLI where it connects: `docker context inspect` with the
+// agent's DOCKER_CONFIG and the tick's environment. A context named in config.json that does
+// not exist fails every tick, so a failure here is a failure of the check.
+func (c *checker) tickEndpoint(ctx context.Context) (dockerEndpoint, *Result) {
+	cfg := c.cfg()
+	d := c.dockerCLI()
+	res, err := c.env.Runner.Run(ctx, runner.Cmd{Name: cfg.DockerBin, Args: contextInspectArgs, Env: d.Env()})
+	if err == nil && res.ExitCode != 0 {
+		err = fmt.Errorf("exit %d: %s", res.ExitCode, compose.Tail(string(res.Stderr)+string(res.Stdout), 300))
+	}
+	if err != nil {
+		r := fail(fmt.Sprintf("the agent's docker CLI cannot say which engine it connects to (`docker context inspect` with DOCKER_CONFIG=%s): %v", cfg.DockerConfigDir(), err),
+			fmt.Sprintf("check currentContext in %s/config.json (remove it to use %s), or `docker context ls` with DOCKER_CONFIG=%s", cfg.DockerConfigDir(), DefaultDockerHost, cfg.DockerConfigDir()))
+		return dockerEndpoint{}, &r
+	}
+	host := strings.TrimSpace(string(res.Stdout))
+	ep, perr := parseDockerHost("the agent's docker endpoint (docker context inspect)", host)
+	if perr != nil {
+		r := fail(perr.Error(), fmt.Sprintf("correct the current context in %s/config.json (`docker context ls` with DOCKER_CONFIG=%s), or remove currentContext to use %s", cfg.DockerConfigDir(), cfg.DockerConfigDir(), DefaultDockerHost))
+		return dockerEndpoint{}, &r
+	}
+	return ep, nil
+}
+
+// doctorHostNote says that doctor's own DOCKER_HOST, when it names another endpoint than the
+// ticks', was set aside; "" when it names the same one or none.
+func (c *checker) doctorHostNote(tick dockerEndpoint) string {
+	if c.env.DockerHost == "" {
+		return ""
+	}
+	mine, err := parseDockerHost("DOCKER_HOST", c.env.DockerHost)
+	if err == nil && mine.Shown == tick.Shown {
+		return ""
+	}
+	shown := mine.Shown
+	if err != nil {
+		shown = err.Error()
+	}
+	return fmt.Sprintf("doctor's DOCKER_HOST (%s) was set aside: the unit sets none, so ticks connect to %s, which is what was checked", shown, tick.Shown)
 }
 
 // tickAccount is the agent as its ticks run: the groups the group database gives it, plus group
@@ -68,48 +149,53 @@ func (c *checker) tickAccount() (a Account, unitGID uint32, failed *Result) {
 	return a, gid, nil
 }
 
-// dockerSocket judges whether the agent's ticks can use the engine's socket, from its owner,
-// group and mode and the agent's groups (root reaching the engine proves nothing about the
-// agent, and neither does a shell's group list). It returns a failure, or a note for the OK line.
-func (c *checker) dockerSocket() (note string, failed *Result) {
+// dockerSocket judges whether the agent's ticks can use the engine's endpoint — the one the
+// agent's docker CLI resolves, not doctor's — from the socket's owner, group, mode and ACL and
+// the agent's groups (root reaching the engine proves nothing about the agent, and neither does
+// a shell's group list). It returns a failure, or notes for the OK line.
+func (c *checker) dockerSocket(ctx context.Context) (notes []string, failed *Result) {
 	self := c.userName(c.env.Self.UID)
+	ep, res := c.tickEndpoint(ctx)
+	if res != nil {
+		return nil, res
+	}
+	if n := c.doctorHostNote(ep); n != "" {
+		notes = append(notes, n)
+	}
 	if c.env.Agent == nil {
-		return "the agent's access is not judged without its user (see user)", nil
+		return append(notes, "the agent's access is not judged without its user (see user)"), nil
 	}
 	a, unitGID, res := c.tickAccount()
 	if res != nil {
-		return "", res
-	}
-	ep, err := parseDockerHost(c.env.DockerHost)
-	if err != nil {
-		r := fail(err.Error(), "unset DOCKER_HOST (the engine's socket is "+DefaultDockerHost+") or set it to unix:///ABSOLUTE/PATH")
-		return "", &r
+		return nil, res
 	}
 	if ep.Socket == "" {
-		// A network endpoint: access is TLS or ssh keys, not file modes, and the unit's ticks do
-		// not even see this DOCKER_HOST.
-		return fmt.Sprintf("DOCKER_HOST=%s is a %s endpoint, not a socket file, so %s's access to it cannot be judged by file modes: what was checked is that docker info answered as %s; the unit sets no DOCKER_HOST, so ticks use %s unless a drop-in sets Environment=DOCKER_HOST",
-			ep.Shown, ep.Scheme, a.Name, self, DefaultDockerHost), nil
+		// A network endpoint: access is TLS or ssh keys, not file modes.
+		n := fmt.Sprintf("the agent's docker connects to %s, a %s endpoint, not a socket file, so %s's access to it cannot be judged by file modes: what was checked is that docker info answered there as %s", ep.Shown, ep.Scheme, a.Name, self)
+		if c.judgedByMode() {
+			n += fmt.Sprintf(" (run doctor as %s to check with its keys)", a.Name)
+		}
+		return append(notes, n), nil
 	}
 	sock := ep.Socket
 	fi, err := c.env.Stat(sock)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		r := fail(fmt.Sprintf("docker info answered as %s, but the socket %s does not exist: %s's docker has nothing to connect to (doctor's docker reached an engine some other way, e.g. a docker context, which the agent's DOCKER_CONFIG=%s hides)", self, sock, a.Name, c.cfg().DockerConfigDir()),
+		r := fail(fmt.Sprintf("docker info answered as %s, but the socket %s, where the agent's docker connects, does not exist", self, sock),
 			"systemctl enable --now docker.socket docker (the engine's socket is "+DefaultDockerHost+")")
-		return "", &r
+		return nil, &r
 	case err != nil:
 		r := fail(fmt.Sprintf("cannot look at the docker socket %s: %v", sock, err), "")
-		return "", &r
+		return nil, &r
 	case fi.Mode.Type() != fs.ModeSocket:
 		r := fail(fmt.Sprintf("%s is not a socket (%s %s)", sock, fileType(fi.Mode), c.describe(fi)),
 			fmt.Sprintf("rm -r %s && systemctl restart docker.socket docker (a directory there is what a bind mount of a missing socket leaves)", sock))
-		return "", &r
+		return nil, &r
 	}
 	v, err := judgePath(a, sock, permW, c.env.Stat, c.describe) // connect(2) needs write on the socket, nothing else
 	if err != nil {
 		r := fail(fmt.Sprintf("cannot look at the docker socket %s: %v", sock, err), "")
-		return "", &r
+		return nil, &r
 	}
 	if v.Denied != "" {
 		detail := fmt.Sprintf("docker info answered as %s, but %s %s", self, a.Name, v.Denied)
@@ -117,11 +203,15 @@ func (c *checker) dockerSocket() (note string, failed *Result) {
 			detail += " by the groups its ticks get (this session's reach rests on a group or ACL the timer's runs do not have)"
 		}
 		r := fail(detail, c.socketFix(a, unitGID, sock, fi, v.DeniedAt))
-		return "", &r
+		return nil, &r
 	}
 	desc := c.describe(fi)
 	if len(v.ViaACL) > 0 {
-		return fmt.Sprintf("socket %s is %s: the mode bits deny %s on %s and only an ACL can grant it", sock, desc, a.Name, strings.Join(v.ViaACL, ", ")), nil
+		n := fmt.Sprintf("socket %s is %s: the mode bits deny %s on %s and only an ACL grants it", sock, desc, a.Name, strings.Join(v.ViaACL, ", "))
+		if slices.Contains(v.ViaACL, sock) {
+			n += "; an ACL on the socket vanishes when dockerd (or docker.socket) recreates it at its next start, unless something re-applies it: SocketGroup=docker and SocketMode=0660 in docker.socket last"
+		}
+		return append(notes, n), nil
 	}
 	var via string
 	switch {
@@ -138,7 +228,7 @@ func (c *checker) dockerSocket() (note string, failed *Result) {
 	default:
 		via = "through its bits for others"
 	}
-	return fmt.Sprintf("socket %s is %s: %s reaches it %s", sock, desc, a.Name, via), nil
+	return append(notes, fmt.Sprintf("socket %s is %s: %s reaches it %s", sock, desc, a.Name, via)), nil
 }
 
 // socketFix says how to let a use the socket: search on the directory that stops it, else the

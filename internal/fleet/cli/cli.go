@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -54,7 +55,11 @@ type SourceError struct {
 }
 
 func (e *SourceError) Error() string {
-	return fmt.Sprintf("cannot read the %s at %s: %v", e.Source, e.Addr, e.Err)
+	addr := e.Addr
+	if u, err := url.Parse(addr); err == nil && u.User != nil {
+		addr = u.Redacted() // settings refuse credentials in a URL; this is the last guard
+	}
+	return fmt.Sprintf("cannot read the %s at %s: %v", e.Source, addr, e.Err)
 }
 
 func (e *SourceError) Unwrap() error { return e.Err }

@@ -137,7 +137,8 @@ func runOnboard(ctx context.Context, opts onboardOptions, g *globalOptions, w io
 	if err != nil {
 		return err
 	}
-	if err := s.CheckZiti(); err != nil {
+	zs, err := g.zitiSetup(s)
+	if err != nil {
 		return err
 	}
 	ac, err := g.adminClient(s)
@@ -159,7 +160,7 @@ func runOnboard(ctx context.Context, opts onboardOptions, g *globalOptions, w io
 	}()
 	ctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
-	zc, err := g.zitiClient(ctx, s)
+	zc, err := g.dialZiti(ctx, zs)
 	if err != nil {
 		return err
 	}

@@ -118,12 +118,13 @@ func runRepairAttrs(ctx context.Context, opts repairOptions, g *globalOptions, w
 	if err != nil {
 		return err
 	}
-	if err := s.CheckZiti(); err != nil {
+	zs, err := g.zitiSetup(s)
+	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
-	zc, err := g.zitiClient(ctx, s)
+	zc, err := g.dialZiti(ctx, zs)
 	if err != nil {
 		return err
 	}

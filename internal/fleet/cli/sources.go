@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"path"
 	"sync"
 	"time"
 
@@ -21,17 +22,27 @@ const (
 	sourceTenancy = "tenancy"
 )
 
-// zitiClient authenticates to the controller. Problems with local files (CA bundle, identity
-// file) are configuration errors; anything the controller answers is a source error.
+// zitiSetup is everything reaching the controller needs, read from the settings and local files
+// before any request is made.
+type zitiSetup struct {
+	cfg    ziti.Config
+	method string
+	// fromIdentity: ziti.url was not set and the controller is the one the identity file names.
+	fromIdentity bool
+}
+
+// zitiSetup checks the controller settings and reads the local files they name (CA bundle,
+// identity file). Every problem is a configuration error (exit 2), found before any network:
+// a command fails the same way whatever the sources would have answered.
 //
 // Under certificate auth without ziti.url, the controller is the one the identity file names
-// (ztAPI, or the first of ztAPIs): the management API lives under /edge/management/v1 on the
-// same host and port. The URL so found is recorded in s, with its origin for -v.
-func (g *globalOptions) zitiClient(ctx context.Context, s *config.Settings) (*ziti.Client, error) {
+// (ztAPI, or the first of ztAPIs): the management API is looked for under /edge/management/v1
+// beside the client API the file names. The URL so found is recorded in s, with its origin for -v.
+func (g *globalOptions) zitiSetup(s *config.Settings) (*zitiSetup, error) {
 	if err := s.CheckZiti(); err != nil {
 		return nil, err
 	}
-	cfg := ziti.Config{URL: s.ZitiURL, Concurrency: g.zitiConcurrency}
+	zs := &zitiSetup{cfg: ziti.Config{Concurrency: g.zitiConcurrency}, method: config.AuthPassword}
 	if s.ZitiCAFile != "" {
 		pem, err := g.w.ReadFile(s.ZitiCAFile)
 		if err != nil {
@@ -41,16 +52,15 @@ func (g *globalOptions) zitiClient(ctx context.Context, s *config.Settings) (*zi
 		if !pool.AppendCertsFromPEM(pem) {
 			return nil, fmt.Errorf("%w: ziti.ca_file %s: no PEM certificate in it", config.ErrInvalid, s.ZitiCAFile)
 		}
-		cfg.CAPool = pool
+		zs.cfg.CAPool = pool
 	}
-	method := config.AuthPassword
 	if s.ZitiIdentity != "" {
 		id, err := ziti.LoadIdentityFile(s.ZitiIdentity)
 		if err != nil {
 			return nil, fmt.Errorf("%w: ziti.identity: %v", config.ErrInvalid, err)
 		}
-		cfg.Identity = id
-		method = config.AuthCert
+		zs.cfg.Identity = id
+		zs.method = config.AuthCert
 		if s.ZitiURL == "" {
 			if id.ControllerURL == "" {
 				return nil, fmt.Errorf("%w: ziti.url is not set, and the identity file %s names no controller (ztAPI, ztAPIs); set ziti.url, %s or --ziti-url",
@@ -58,18 +68,33 @@ func (g *globalOptions) zitiClient(ctx context.Context, s *config.Settings) (*zi
 			}
 			s.ZitiURL = id.ControllerURL
 			s.Origin["ziti.url"] = "identity file " + s.ZitiIdentity + " (" + id.ControllerField + ")"
+			zs.fromIdentity = true
 			g.log.Debug("setting", "key", "ziti.url", "from", s.Origin["ziti.url"])
 		}
-		cfg.URL = s.ZitiURL
 	} else {
-		cfg.Username, cfg.Password = s.ZitiUsername, s.ZitiPassword
+		zs.cfg.Username, zs.cfg.Password = s.ZitiUsername, s.ZitiPassword
 	}
-	start := g.w.Now()
-	c, err := ziti.Dial(ctx, cfg)
+	u, err := ziti.ParseManagementURL("ziti.url", s.ZitiURL)
 	if err != nil {
-		return nil, &SourceError{Source: sourceZiti, Addr: cfg.URL, Err: err}
+		return nil, fmt.Errorf("%w: %v (from %s)", config.ErrInvalid, err, s.Origin["ziti.url"])
 	}
-	g.log.Debug("ziti: authenticated", "url", cfg.URL, "method", method, "took", g.w.Now().Sub(start).Round(time.Millisecond))
+	s.ZitiURL, zs.cfg.URL = u, u
+	return zs, nil
+}
+
+// dialZiti authenticates to the controller; any failure is a source error.
+func (g *globalOptions) dialZiti(ctx context.Context, zs *zitiSetup) (*ziti.Client, error) {
+	start := g.w.Now()
+	c, err := ziti.Dial(ctx, zs.cfg)
+	if err != nil {
+		if zs.fromIdentity && errors.Is(err, ziti.ErrNotFound) {
+			// The identity file names the client API; a controller may serve the management API
+			// on another listener or prefix.
+			err = fmt.Errorf("%w (the management API is not at the identity file's controller address; set ziti.url)", err)
+		}
+		return nil, &SourceError{Source: sourceZiti, Addr: zs.cfg.URL, Err: err}
+	}
+	g.log.Debug("ziti: authenticated", "url", zs.cfg.URL, "method", zs.method, "took", g.w.Now().Sub(start).Round(time.Millisecond))
 	return c, nil
 }
 
@@ -95,21 +120,26 @@ type sources struct {
 type reader struct {
 	g  *globalOptions
 	s  *config.Settings
+	zs *zitiSetup
 	ac *admin.Client
 
 	mu sync.Mutex
 	zc *ziti.Client
 }
 
+// newReader checks both sources' settings and reads their local files once, before any
+// reading: a configuration error ends the command (exit 2) before any network, rather than
+// racing a source error or repeating every --watch round.
 func (g *globalOptions) newReader(s *config.Settings) (*reader, error) {
-	if err := s.CheckZiti(); err != nil {
+	zs, err := g.zitiSetup(s)
+	if err != nil {
 		return nil, err
 	}
 	ac, err := g.adminClient(s)
 	if err != nil {
 		return nil, err
 	}
-	return &reader{g: g, s: s, ac: ac}, nil
+	return &reader{g: g, s: s, zs: zs, ac: ac}, nil
 }
 
 // zitiSession returns the session kept between readings, or opens one; fresh says it was
@@ -118,7 +148,7 @@ func (r *reader) zitiSession(ctx context.Context) (zc *ziti.Client, fresh bool, 
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.zc == nil {
-		zc, err := r.g.zitiClient(ctx, r.s)
+		zc, err := r.g.dialZiti(ctx, r.zs)
 		if err != nil {
 			return nil, false, err
 		}
@@ -169,7 +199,7 @@ func (r *reader) identities(ctx context.Context, progress func(done, total int))
 // read fetches tenancy's agents and the controller's host identities at the same time. When
 // one fails the other is abandoned and the failure is returned as a *SourceError naming it: a
 // verdict is never made from one source alone.
-func (r *reader) read(ctx context.Context, site string) (*sources, error) {
+func (r *reader) read(ctx context.Context, site, envGlob string) (*sources, error) {
 	g := r.g
 	ctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
@@ -202,5 +232,99 @@ func (r *reader) read(ctx context.Context, site string) (*sources, error) {
 	if err := eg.Wait(); err != nil {
 		return nil, err
 	}
+	ids, err := r.confirmMissing(ctx, out, envGlob)
+	if err != nil {
+		return nil, err
+	}
+	out.identities = ids
+	return out, nil
+}
+
+// maxConfirm bounds the exact lookups one reading makes for envs the listing lacks; beyond it
+// the whole list is read once more instead.
+const maxConfirm = 50
+
+// confirmMissing checks, before any verdict, every env (of those envGlob keeps) whose identity
+// the listing lacks. Offset paging over a list that changes meanwhile can drop a live identity
+// without a trace (a create and a delete on either side of a page boundary keep totalCount and
+// the distinct count right), and a dropped one would read as NO_IDENTITY, whose next step
+// (onboard) supersedes a working box's grant. Each such env is looked up by its exact name; when
+// more than maxConfirm are missing (a fleet not onboarded yet, say), the list is read a second
+// time and an identity found in either reading counts. It returns the listing with the
+// identities so found added.
+func (r *reader) confirmMissing(ctx context.Context, src *sources, envGlob string) ([]ziti.Identity, error) {
+	have := make(map[string]bool, len(src.identities))
+	for _, id := range src.identities {
+		have[id.Name] = true
+	}
+	var missing []string
+	for _, a := range src.agents.Agents {
+		if envGlob != "" {
+			if ok, _ := path.Match(envGlob, a.EnvID); !ok {
+				continue
+			}
+		}
+		name := a.Identity
+		if name == "" {
+			name = ziti.IdentityName(a.EnvID)
+		}
+		if !have[name] {
+			have[name] = true
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) == 0 {
+		return src.identities, nil
+	}
+	zc, _, err := r.zitiSession(ctx)
+	if err != nil {
+		return nil, err
+	}
+	srcErr := func(err error) error { return &SourceError{Source: sourceZiti, Addr: r.s.ZitiURL, Err: err} }
+	out := src.identities
+	if len(missing) > maxConfirm {
+		r.g.log.Debug("ziti: identities missing from the listing; reading it again", "missing", len(missing))
+		again, err := zc.ListHostIdentities(ctx, nil)
+		if err != nil {
+			return nil, srcErr(err)
+		}
+		want := make(map[string]bool, len(missing))
+		for _, n := range missing {
+			want[n] = true
+		}
+		for _, id := range again {
+			if want[id.Name] {
+				out = append(out, id)
+			}
+		}
+		return out, nil
+	}
+	found := make([]*ziti.Identity, len(missing))
+	eg, ectx := errgroup.WithContext(ctx)
+	eg.SetLimit(max(r.g.zitiConcurrency, 1))
+	for i, name := range missing {
+		eg.Go(func() error {
+			id, err := zc.FindIdentity(ectx, name)
+			switch {
+			case errors.Is(err, ziti.ErrNotFound):
+				return nil
+			case err != nil:
+				return err
+			}
+			found[i] = id
+			return nil
+		})
+	}
+	if err := eg.Wait(); err != nil {
+		return nil, srcErr(err)
+	}
+	n := 0
+	for _, id := range found {
+		if id != nil {
+			out = append(out, *id)
+			n++
+		}
+	}
+	r.g.log.Debug("ziti: looked up identities missing from the listing", "missing", len(missing), "found", n)
 	return out, nil
 }

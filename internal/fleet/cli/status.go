@@ -130,7 +130,7 @@ func notOK(b bool) error {
 
 // document reads both sources and judges every env.
 func (r *reader) document(ctx context.Context, site string, ro report.Options) (*report.Document, error) {
-	src, err := r.read(ctx, site)
+	src, err := r.read(ctx, site, ro.EnvGlob)
 	if err != nil {
 		return nil, err
 	}

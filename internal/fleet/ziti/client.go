@@ -43,7 +43,8 @@ const (
 // Config says how to reach and authenticate to the controller. Exactly one of Identity
 // (certificate auth) or Username+Password (updb auth) is used; Identity wins when both are set.
 type Config struct {
-	// URL is the controller's address, https://host:port; the management base path is added.
+	// URL is the controller's address, https://host:port[/prefix]; the management base path is
+	// added (see ParseManagementURL).
 	URL string
 	// CAPool verifies the controller's certificate; nil means the identity's CA when there is
 	// one, else the system roots.
@@ -98,17 +99,15 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
 	}
-	u, err := url.Parse(cfg.URL)
-	if err != nil || u.Host == "" {
-		return nil, fmt.Errorf("ziti: controller URL %q is not a URL", cfg.URL)
+	base, err := ParseManagementURL("controller URL", cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("ziti: %w", err)
 	}
-	if u.Scheme != "https" {
-		return nil, fmt.Errorf("ziti: controller URL %q: the management API is served over https only", cfg.URL)
+	u, err := url.Parse(base)
+	if err != nil {
+		return nil, fmt.Errorf("ziti: controller URL: %w", err)
 	}
-	path := strings.TrimSuffix(u.Path, "/")
-	if !strings.HasSuffix(path, basePath) {
-		path += basePath
-	}
+	path := u.Path + basePath
 
 	tlsConf := &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: cfg.CAPool}
 	method := "password"
@@ -166,8 +165,13 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 // identity would read as NO_IDENTITY, whose next step (onboard) supersedes a working box's
 // grant. So a listing counts as read only when every page reports the first page's totalCount
 // and the distinct identities received number exactly that. Otherwise the list is read once
-// more; when that reading is torn too, the error matches ErrListChanged. (A create and a delete
-// that cancel out between two pages escape both checks; offset paging offers nothing better.)
+// more; when that reading is torn too, the error matches ErrListChanged. A create and a delete
+// that cancel out between two pages escape both checks: offset paging offers nothing better, so
+// a caller that judges an identity missing confirms it first (FindIdentity).
+//
+// A controller that serves fewer identities than asked for without saying so (in
+// meta.pagination.limit) is followed when its first page shows it; a short page in the middle
+// with totalCount unchanged is an error matching ErrPaging, not a changed list.
 func (c *Client) ListHostIdentities(ctx context.Context, progress func(done, total int)) ([]Identity, error) {
 	ids, err := c.listOnce(ctx, progress)
 	if !errors.Is(err, ErrListChanged) {
@@ -188,6 +192,11 @@ func (c *Client) listOnce(ctx context.Context, progress func(done, total int)) (
 	}
 	if total > maxIdentities {
 		return nil, fmt.Errorf("ziti: list identities: totalCount %d is beyond any fleet", total)
+	}
+	if n := int64(len(first)); n > 0 && n < stride && n < total {
+		// The controller served fewer than asked for without saying so in
+		// meta.pagination.limit: page by what it serves.
+		stride = n
 	}
 	pages := 1
 	if total > int64(len(first)) && stride > 0 {
@@ -233,6 +242,14 @@ func (c *Client) listOnce(ctx context.Context, progress func(done, total int)) (
 		if n != total {
 			return nil, fmt.Errorf("ziti: list identities: %w: totalCount %d on the first page, %d on the page at offset %d",
 				ErrListChanged, total, n, int64(i)*stride)
+		}
+	}
+	for i, page := range results[:pages-1] {
+		if int64(len(page)) != stride {
+			// totalCount held on every page, so nothing was created or deleted: the controller
+			// served a short page in the middle.
+			return nil, fmt.Errorf("ziti: list identities: %w: the page at offset %d holds %d identities where %d were asked for, with totalCount %d on every page",
+				ErrPaging, int64(i)*stride, len(page), stride, total)
 		}
 	}
 	seen := make(map[string]bool, total)

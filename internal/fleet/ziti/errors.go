@@ -21,6 +21,9 @@ var (
 	// ErrListChanged: the identity list changed while it was paged through, twice in a row, so
 	// what was received is not the whole list.
 	ErrListChanged = errors.New("the identity list changed while it was read")
+	// ErrPaging: the controller served a short page in the middle of an unchanged list: it
+	// pages differently from what it was asked and said.
+	ErrPaging = errors.New("the controller paged differently from what it was asked and said")
 )
 
 // StatusError is an HTTP error answer of the controller, with the code and message of its

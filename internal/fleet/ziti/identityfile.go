@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,9 +18,11 @@ type ClientIdentity struct {
 	Certificate tls.Certificate
 	// CA holds the controller CA bundle the file carries (id.ca); nil when it carries none.
 	CA *x509.CertPool
-	// ControllerURL is scheme://host[:port] of the file's ztAPI (else of the first entry of
-	// ztAPIs), "" when it names none. The management API lives under /edge/management/v1 on the
-	// same listener as the client API the file names.
+	// ControllerURL is https://host[:port][/prefix] of the file's ztAPI (else of the first entry
+	// of ztAPIs), the client API's path /edge/client/v1 cut off; "" when it names none. The
+	// management API is looked for at <ControllerURL>/edge/management/v1: on the same listener
+	// and under the same prefix as the client API, which a controller need not do (then set
+	// ziti.url).
 	ControllerURL string
 	// ControllerField is the field ControllerURL was read from: "ztAPI" or "ztAPIs[i]".
 	ControllerField string
@@ -100,11 +101,11 @@ func ParseIdentity(data []byte, baseDir string) (*ClientIdentity, error) {
 		field, api = fmt.Sprintf("ztAPIs[%d]", i), a
 	}
 	if api != "" {
-		u, err := url.Parse(api)
-		if err != nil || u.Scheme != "https" || u.Host == "" {
-			return nil, fmt.Errorf("%s: %q is not an https URL", field, api)
+		base, err := parseClientAPI(field, api)
+		if err != nil {
+			return nil, err
 		}
-		out.ControllerURL, out.ControllerField = u.Scheme+"://"+u.Host, field
+		out.ControllerURL, out.ControllerField = base, field
 	}
 	return out, nil
 }

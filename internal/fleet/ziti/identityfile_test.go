@@ -102,6 +102,14 @@ func TestParseIdentity(t *testing.T) {
 			wantURL: "https://main.example", wantAt: "ztAPI"},
 		{name: "bad ztAPIs entry", body: docAPIs(t, inline, "", "", "ctrl.example:8441"), wantErr: `ztAPIs[1]: "ctrl.example:8441" is not an https URL`},
 		{name: "no controller named", body: docAPIs(t, inline, ""), wantURL: ""},
+		// The controller address is checked as the URL it is (review fd-6, fd-7).
+		{name: "empty host", body: doc(t, inline, "https://:1280/edge/client/v1"), wantErr: `ztAPI: "https://:1280/edge/client/v1" has no host`},
+		{name: "port out of range", body: doc(t, inline, "https://ctrl.example:99999"), wantErr: "ztAPI: \"https://ctrl.example:99999\": port 99999 is not 1-65535"},
+		{name: "password in ztAPI", body: doc(t, inline, "https://user:s3cret@ctrl.example:1280/edge/client/v1"), wantErr: "ztAPI: \"https://user:xxxxx@ctrl.example:1280/edge/client/v1\" carries a user or password"},
+		{name: "query and fragment", body: doc(t, inline, "https://ctrl.example:1280?x=1#f"), wantErr: "ztAPI: \"https://ctrl.example:1280?x=1#f\" has a query or fragment"},
+		{name: "a prefix is kept", body: doc(t, inline, "https://gw.example/prefix/edge/client/v1"), wantURL: "https://gw.example/prefix", wantAt: "ztAPI"},
+		{name: "not the client API", body: doc(t, inline, "https://ctrl.example:1280/edge/management/v1"), wantErr: "ztAPI: \"https://ctrl.example:1280/edge/management/v1\": path \"/edge/management/v1\" is not the client API"},
+		{name: "upper-case scheme", body: doc(t, inline, "HTTPS://ctrl.example"), wantURL: "https://ctrl.example", wantAt: "ztAPI"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			id, err := ParseIdentity(tc.body, tc.baseDir)
@@ -109,8 +117,8 @@ func TestParseIdentity(t *testing.T) {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("got %v, want %q", err, tc.wantErr)
 				}
-				if strings.Contains(err.Error(), "PRIVATE KEY") {
-					t.Fatalf("error quotes the key: %v", err)
+				if strings.Contains(err.Error(), "PRIVATE KEY") || strings.Contains(err.Error(), "s3cret") {
+					t.Fatalf("error quotes a secret: %v", err)
 				}
 				return
 			}

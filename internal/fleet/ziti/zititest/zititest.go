@@ -126,6 +126,7 @@ type Server struct {
 	barrierCh  chan struct{}
 	barrierMet bool
 	maxLimit   int64
+	silentCap  int64
 	onList     func(offset int64)
 }
 
@@ -299,6 +300,16 @@ func (s *Server) SetMaxLimit(n int64) {
 	s.pages = nil
 }
 
+// SetSilentLimit makes the fake serve at most n identities a page while its
+// meta.pagination.limit still reports what was asked for, as a controller that pages
+// differently from its API would (0 restores normal service).
+func (s *Server) SetSilentLimit(n int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.silentCap = n
+	s.pages = nil
+}
+
 // OnList runs fn with the requested offset whenever a list request arrives, before it is
 // answered; nil removes it. fn may change the identities (AddIdentity, RemoveIdentity) to
 // make the set change in the middle of a client's paging. Pages are fetched concurrently, so
@@ -354,9 +365,9 @@ func (s *Server) changedLocked() {
 // pageKey names a list answer; answers are kept until an identity changes, so that a benchmark
 // paging through 10,000 identities measures its client and not the fake's JSON encoder.
 type pageKey struct {
-	filter        string
-	offset, limit int64
-	version       int
+	filter               string
+	offset, limit, serve int64
+	version              int
 }
 
 // sortedPtrsLocked lists the stored identities by name. The list is kept between requests: a
@@ -621,7 +632,11 @@ func (s *Server) list(p identity.ListIdentitiesParams) middleware.Responder {
 		raw = *p.Filter
 	}
 	s.mu.Lock()
-	key := pageKey{filter: raw, offset: offset, limit: limit, version: s.version}
+	serve := limit
+	if s.silentCap > 0 {
+		serve = min(limit, s.silentCap)
+	}
+	key := pageKey{filter: raw, offset: offset, limit: limit, serve: serve, version: s.version}
 	if b, ok := s.pages[key]; ok {
 		s.mu.Unlock()
 		return rawJSON(b)
@@ -632,7 +647,7 @@ func (s *Server) list(p identity.ListIdentitiesParams) middleware.Responder {
 		if !f.match(id) {
 			continue
 		}
-		if total >= offset && total < offset+limit {
+		if total >= offset && total < offset+serve {
 			data = append(data, toDetail(*id))
 		}
 		total++
