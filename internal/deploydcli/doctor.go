@@ -152,5 +152,6 @@ func fillDoctorEnv(env *doctor.Env, opts doctorOptions, d doctorDeps) (closeFn f
 	} else {
 		env.Bao = b
 	}
+	env.BaoAt = func(addr string) (doctor.BaoClient, error) { return newBaoClient(cfg, tr, addr) }
 	return func() { _ = tr.Close() }
 }

@@ -567,12 +567,26 @@ func TestOpenBaoCheck(t *testing.T) {
 			r.bao.SetTTL(r.token, 0)
 			write(f.t, f.cfg().BootstrapFile, "eyJhbGciOi.grant.sig", 0o600)
 		}, want{status: Fail, fix: []string{"monky-deployd tick"}}},
-		{"token minted by another OpenBao than bao.addr", func(f *fixture, r *remote) {
-			// bao.addr does not know the token (revoked here stands for unknown): not a verdict
-			// on a token that lives at the lease's address.
+		// A lease's addr minted the token: the tick looks it up there, and at bao.addr only when
+		// that one does not answer; doctor does the same. 127.0.0.1:1 answers nothing.
+		{"token minted by a lease's OpenBao, valid there", func(f *fixture, r *remote) {
+			write(f.t, f.cfg().StatePath(), `{"token": {"source": "lease", "addr": "`+r.bao.URL+`"}}`, 0o600)
+			f.cfg().Bao.Addr = "https://127.0.0.1:1"
+			f.setBao(f.cfg().Bao.Addr)
+		}, want{status: OK, detail: []string{"token valid for 24h0m0s there", "a lease's addr minted it", "not bao.addr https://127.0.0.1:1"}}},
+		{"token minted by a lease's OpenBao, refused there", func(f *fixture, r *remote) {
 			r.bao.Revoke(r.token)
-			write(f.t, f.cfg().StatePath(), `{"token": {"source": "lease", "addr": "https://bao-lease.example:8200"}}`, 0o600)
-		}, want{status: OK, detail: []string{"verified against CA", "minted by the OpenBao at https://bao-lease.example:8200"}}},
+			write(f.t, f.cfg().StatePath(), `{"token": {"source": "lease", "addr": "`+r.bao.URL+`"}}`, 0o600)
+			f.cfg().Bao.Addr = "https://127.0.0.1:1"
+			f.setBao(f.cfg().Bao.Addr)
+		}, want{status: Fail, detail: []string{"that minted the token refuses it"}, fix: []string{"re-run the install kit"}}},
+		{"the lease's OpenBao is gone, bao.addr knows the token", func(f *fixture, r *remote) {
+			write(f.t, f.cfg().StatePath(), `{"token": {"source": "lease", "addr": "https://127.0.0.1:1"}}`, 0o600)
+		}, want{status: OK, detail: []string{"token valid for 24h0m0s", "https://127.0.0.1:1 that minted the token does not answer", "the next apply records it at"}}},
+		{"the lease's OpenBao is gone, bao.addr does not know the token", func(f *fixture, r *remote) {
+			r.bao.Revoke(r.token)
+			write(f.t, f.cfg().StatePath(), `{"token": {"source": "lease", "addr": "https://127.0.0.1:1"}}`, 0o600)
+		}, want{status: Fail, detail: []string{"refuses the token", "https://127.0.0.1:1 that minted the token does not answer"}}},
 		{"token minted at bao.addr", func(f *fixture, r *remote) {
 			r.bao.Revoke(r.token)
 			write(f.t, f.cfg().StatePath(), `{"token": {"source": "lease", "addr": "`+f.cfg().Bao.Addr+`"}}`, 0o600)

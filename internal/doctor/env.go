@@ -131,6 +131,9 @@ type Env struct {
 	Tenancy      TenancyClient
 	TenancyHTTP  *http.Client
 	Bao          BaoClient
+	// BaoAt returns a client for the OpenBao at addr through the same transport: where a
+	// lease's addr minted the token, the tick looks it up there (nil: only bao.addr is reached).
+	BaoAt        func(addr string) (BaoClient, error)
 	TransportErr error
 	BaoErr       error
 

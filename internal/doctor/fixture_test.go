@@ -250,8 +250,13 @@ func (f *fixture) remote() *remote {
 }
 
 func (f *fixture) setBao(addr string) {
-	c, err := bao.New(bao.Options{Addr: addr, CAFile: f.cfg().Bao.CAFile, ServerName: "127.0.0.1", Timeout: 10 * time.Second})
+	c, err := f.baoAt(addr)
 	f.env.Bao, f.env.BaoErr = c, err
+	f.env.BaoAt = func(addr string) (BaoClient, error) { return f.baoAt(addr) }
+}
+
+func (f *fixture) baoAt(addr string) (*bao.Client, error) {
+	return bao.New(bao.Options{Addr: addr, CAFile: f.cfg().Bao.CAFile, ServerName: "127.0.0.1", Timeout: 10 * time.Second})
 }
 
 // check runs the named check through Run, as the command does.

@@ -225,15 +225,15 @@ func (c *checker) openbao(ctx context.Context) Result {
 		ca = "the system roots (" + cfg.Bao.CAFile + " does not exist)"
 	}
 	tok, _ := c.readToken()
-	// A token minted by another OpenBao than bao.addr (a lease's addr) lives there, where
-	// doctor's client does not reach: judged here, a good token would be called dead. The path
-	// and the CA are still checked, without the token.
-	elsewhere := c.tokenAddr()
-	if tok.Empty() || elsewhere == addr {
-		elsewhere = ""
-	}
-	if elsewhere != "" {
-		tok = secret.Value{}
+	// A token minted by another OpenBao than bao.addr (a lease's addr) lives there: the tick
+	// looks it up there first, and at bao.addr only when that one does not answer.
+	var moved string
+	if elsewhere := c.tokenAddr(); !tok.Empty() && elsewhere != "" && elsewhere != addr {
+		r, done := c.tokenAt(ctx, elsewhere, tok, ca)
+		if done {
+			return r
+		}
+		moved = r.Detail
 	}
 	info, err := c.env.Bao.LookupSelf(ctx, tok)
 	switch {
@@ -250,14 +250,15 @@ func (c *checker) openbao(ctx context.Context) Result {
 		if info.Renewable {
 			renew = "renewable"
 		}
+		if moved != "" {
+			return ok("%s verified against %s; token valid for %s, %s (%s; the next apply records it at %s)", addr, ca, info.TTL.Round(time.Minute), renew, moved, addr)
+		}
 		return ok("%s verified against %s; token valid for %s, %s", addr, ca, info.TTL.Round(time.Minute), renew)
 	case errors.Is(err, bao.ErrTLS):
 		return fail(fmt.Sprintf("%s presents a certificate that does not verify against %s: %v", addr, ca, err), caFix)
 	case errors.Is(err, bao.ErrForbidden) && tok.Empty():
 		note := "no token yet: the first tick logs in with " + cfg.BootstrapFile
 		switch {
-		case elsewhere != "":
-			note = "the token was minted by the OpenBao at " + elsewhere + ", where the tick looks it up; doctor reaches only bao.addr and does not check it there"
 		case !c.bootstrapPresent():
 			note = "no token and no bootstrap grant (see tenancy)"
 		}
@@ -267,13 +268,50 @@ func (c *checker) openbao(ctx context.Context) Result {
 		if c.bootstrapPresent() {
 			fix = fmt.Sprintf("run `monky-deployd tick`: tenancy refuses the dead token and the tick logs in again with %s", cfg.BootstrapFile)
 		}
-		return fail(fmt.Sprintf("%s is reachable (TLS verified against %s) but refuses the token at %s: expired or revoked", addr, ca, cfg.TokenPath()), fix)
+		detail := fmt.Sprintf("%s is reachable (TLS verified against %s) but refuses the token at %s: expired or revoked", addr, ca, cfg.TokenPath())
+		if moved != "" {
+			detail += "; " + moved
+		}
+		return fail(detail, fix)
 	}
 	var re interface{ Timeout() bool }
 	if errors.Is(err, bao.ErrTemporary) || errors.As(err, &re) {
 		return fail(fmt.Sprintf("OpenBao at %s is unreachable: %v", addr, err), c.unreachableFix(err, cfg.Bao.Service, hostPort))
 	}
 	return fail(fmt.Sprintf("OpenBao at %s: %v", addr, err), "")
+}
+
+// tokenAt looks the token up at addr, the OpenBao that minted it, as the tick does. done is
+// false when that OpenBao does not answer (or cannot be reached from here): the tick then tries
+// bao.addr, and so does the caller, with r.Detail saying why.
+func (c *checker) tokenAt(ctx context.Context, addr string, tok secret.Value, ca string) (r Result, done bool) {
+	cfg := c.cfg()
+	if c.env.BaoAt == nil {
+		return Result{Detail: "doctor cannot reach the OpenBao at " + addr + " that minted the token"}, false
+	}
+	client, err := c.env.BaoAt(addr)
+	if err != nil {
+		return Result{Detail: fmt.Sprintf("the OpenBao at %s that minted the token: %v", addr, err)}, false
+	}
+	info, err := client.LookupSelf(ctx, tok)
+	switch {
+	case err == nil:
+		if env := info.Meta["env_id"]; env != "" && env != cfg.EnvID {
+			return fail(fmt.Sprintf("the token at %s belongs to env %s, but env_id is %s", cfg.TokenPath(), env, cfg.EnvID),
+				fmt.Sprintf("correct env_id in %s, or re-run the install kit for this box", cfg.Path)), true
+		}
+		return ok("%s verified against %s; token valid for %s there: a lease's addr minted it, not bao.addr %s", addr, ca, info.TTL.Round(time.Minute), cfg.Bao.Addr), true
+	case errors.Is(err, bao.ErrTLS):
+		return fail(fmt.Sprintf("the OpenBao at %s that minted the token presents a certificate that does not verify against %s: %v", addr, ca, err),
+			fmt.Sprintf("put OpenBao's CA certificate (the kit's openbao-ca.pem) at %s", cfg.Bao.CAFile)), true
+	case errors.Is(err, bao.ErrForbidden):
+		fix := c.needsKitFix()
+		if c.bootstrapPresent() {
+			fix = fmt.Sprintf("run `monky-deployd tick`: tenancy refuses the dead token and the tick logs in again with %s", cfg.BootstrapFile)
+		}
+		return fail(fmt.Sprintf("the OpenBao at %s that minted the token refuses it (%s): expired or revoked", addr, cfg.TokenPath()), fix), true
+	}
+	return Result{Detail: fmt.Sprintf("the OpenBao at %s that minted the token does not answer (%v)", addr, err)}, false
 }
 
 // tokenAddr is the OpenBao address state.json records for the token ("" when none is recorded).
