@@ -25,6 +25,13 @@ record() {
 }
 systemd_running() { [ -d /run/systemd/system ]; }
 unit_state() { systemctl is-enabled "$1" 2>/dev/null || true; }
+# is_on UNIT: enabled in a way that survives a reboot, or masked (then left alone).
+is_on() {
+  case "$(unit_state "$1")" in
+    enabled | static | indirect | generated | alias | masked | masked-runtime) return 0 ;;
+  esac
+  return 1
+}
 
 # enable_unit UNIT: enable, and start when systemd runs (else it starts at the next boot).
 enable_unit() {
@@ -55,27 +62,19 @@ abort_upgrade() {
     record "warning: failed upgrade from $old rolled back: no systemctl here, $TIMER not checked"
     return 0
   fi
-  case "$(unit_state "$TIMER")" in
-    enabled | static | indirect | generated | alias | masked | masked-runtime) ;;
-    *)
-      if enable_unit "$TIMER"; then
-        record "failed upgrade from $old rolled back (its prerm had disabled the timer): $(how) $TIMER; if this box is switched off on purpose: systemctl disable --now $TIMER && touch $OPT_OUT"
-      else
-        record "error: failed upgrade from $old rolled back and $TIMER could not be re-enabled: the agent is OFF; run: systemctl enable --now $TIMER"
-      fi
-      ;;
-  esac
-  if grep -Eq '^transport:[[:space:]]*"?proxy"?[[:space:]]*(#.*)?$' "$CONFIG"; then
-    case "$(unit_state "$PROXY")" in
-      enabled | static | indirect | generated | alias | masked | masked-runtime) ;;
-      *)
-        if enable_unit "$PROXY"; then
-          record "failed upgrade from $old rolled back: $(how) $PROXY"
-        else
-          record "warning: failed upgrade from $old rolled back: $PROXY could not be re-enabled; run: systemctl enable --now $PROXY"
-        fi
-        ;;
-    esac
+  if ! is_on "$TIMER"; then
+    if enable_unit "$TIMER"; then
+      record "failed upgrade from $old rolled back (its prerm had disabled the timer): $(how) $TIMER; if this box is switched off on purpose: systemctl disable --now $TIMER && touch $OPT_OUT"
+    else
+      record "error: failed upgrade from $old rolled back and $TIMER could not be re-enabled: the agent is OFF; run: systemctl enable --now $TIMER"
+    fi
+  fi
+  if grep -Eq '^transport:[[:space:]]*"?proxy"?[[:space:]]*(#.*)?$' "$CONFIG" && ! is_on "$PROXY"; then
+    if enable_unit "$PROXY"; then
+      record "failed upgrade from $old rolled back: $(how) $PROXY"
+    else
+      record "warning: failed upgrade from $old rolled back: $PROXY could not be re-enabled; run: systemctl enable --now $PROXY"
+    fi
   fi
 }
 
