@@ -61,6 +61,7 @@ func (a *Agent) bootstrap(ctx context.Context, offMeshQuiet bool) error {
 	if err != nil {
 		return err
 	}
+	asked := a.deps.Now().UTC()
 	tok, err := client.Login(ctx, a.vault.AuthMount, a.vault.AuthRole, grant)
 	if err != nil {
 		if offMeshQuiet && isTemporary(err) {
@@ -79,7 +80,7 @@ func (a *Agent) bootstrap(ctx context.Context, offMeshQuiet bool) error {
 	}
 	// A new token generation: a lease grant kept under the previous one was superseded with it
 	// (storeToken forgets it).
-	if err := a.storeToken(tok, sourceBootstrap, addr); err != nil {
+	if err := a.storeToken(tok, sourceBootstrap, addr, asked); err != nil {
 		return err
 	}
 	if err := os.Remove(a.cfg.BootstrapFile); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -100,13 +101,13 @@ func roleMissing(err error) bool {
 // token file first, then state, both atomic. There is no token to replace (a kill between the
 // two writes leaves a token without a record, which the next apply swaps for a lease). Any kept
 // lease grant belonged to the token generation that ended and is forgotten.
-func (a *Agent) storeToken(tok bao.Token, source, addr string) error {
+func (a *Agent) storeToken(tok bao.Token, source, addr string, asked time.Time) error {
 	a.redact.Add(tok.Value.Reveal())
 	if err := state.WriteToken(a.cfg.TokenPath(), tok.Value); err != nil {
 		return err
 	}
 	a.token = tok.Value
-	a.st.Token = a.tokenMeta(tok, source, addr)
+	a.st.Token = a.tokenMeta(tok, source, addr, asked)
 	a.st.PendingLease = nil
 	if err := a.saveState(); err != nil {
 		return err
@@ -115,11 +116,13 @@ func (a *Agent) storeToken(tok bao.Token, source, addr string) error {
 	return nil
 }
 
-func (a *Agent) tokenMeta(tok bao.Token, source, addr string) *state.TokenMeta {
+// tokenMeta is the record of tok. Its TTL counts from asked, when the login was sent: OpenBao
+// minted the token after that, so the TTL the check-in reports is never more than it has left.
+func (a *Agent) tokenMeta(tok bao.Token, source, addr string, asked time.Time) *state.TokenMeta {
 	return &state.TokenMeta{
 		Source:     source,
 		Accessor:   tok.Accessor,
-		ObtainedAt: a.deps.Now().UTC(),
+		ObtainedAt: asked,
 		TTLSec:     int64(tok.TTL.Seconds()),
 		Addr:       addr,
 	}
@@ -137,7 +140,7 @@ func (a *Agent) nextTokenPath() string { return a.cfg.TokenPath() + ".new" }
 //  3. bao.token.new is renamed over bao.token.
 //
 // The caller revokes the previous token, then clears previous_token (finishSwap).
-func (a *Agent) swapToken(tok bao.Token, g leaseGrant) error {
+func (a *Agent) swapToken(tok bao.Token, g leaseGrant, asked time.Time) error {
 	a.redact.Add(tok.Value.Reveal())
 	if err := state.WriteToken(a.nextTokenPath(), tok.Value); err != nil {
 		return err
@@ -154,7 +157,7 @@ func (a *Agent) swapToken(tok bao.Token, g leaseGrant) error {
 		prev.Addr = a.tokenAddr()
 	}
 	a.st.PreviousToken = prev
-	a.st.Token = a.tokenMeta(tok, sourceLease, g.addr)
+	a.st.Token = a.tokenMeta(tok, sourceLease, g.addr, asked)
 	a.st.PendingLease = nil
 	a.st.LeaseBackoff = nil
 	if err := a.saveState(); err != nil {
@@ -420,13 +423,13 @@ func (a *Agent) lookupAt(ctx context.Context, addr string) (Bao, bao.TokenInfo, 
 	return client, info, err
 }
 
-// renewBelow is the TTL under which a lease token is renewed or replaced: renew_below_s, or half
-// the token's TTL as obtained when that is less (a 1 h token under the default 3600 s would
-// otherwise be replaced on every apply, even right after a renewal).
+// renewBelow is the TTL under which a lease token is renewed or replaced: renew_below_s, unless
+// the token as obtained lives no longer than that — then half its TTL (a 1 h token under the
+// default 3600 s would otherwise be replaced on every apply, even right after a renewal).
 func (a *Agent) renewBelow() float64 {
 	t := float64(a.cfg.Bao.RenewBelowS)
-	if a.st.Token != nil && a.st.Token.TTLSec > 0 {
-		t = min(t, float64(a.st.Token.TTLSec)/2)
+	if a.st.Token != nil && a.st.Token.TTLSec > 0 && t >= float64(a.st.Token.TTLSec) {
+		t = float64(a.st.Token.TTLSec) / 2
 	}
 	return t
 }
@@ -441,11 +444,12 @@ func (a *Agent) keepLeaseToken(ctx context.Context, client Bao, info bao.TokenIn
 	if !info.Renewable {
 		return secret.Value{}, false, nil
 	}
+	asked := a.deps.Now().UTC()
 	renewed, err := client.RenewSelf(ctx, a.token)
 	switch {
 	case err == nil && renewed.TTL.Seconds() > a.renewBelow():
 		a.log.Info("lease token renewed", "ttl_s", int64(renewed.TTL.Seconds()))
-		a.st.Token.ObtainedAt = a.deps.Now().UTC()
+		a.st.Token.ObtainedAt = asked
 		a.st.Token.TTLSec = int64(renewed.TTL.Seconds())
 		return a.token, true, a.saveState()
 	case err != nil && !errors.Is(err, bao.ErrForbidden):
@@ -575,6 +579,7 @@ func (a *Agent) loginWithGrant(ctx context.Context, g leaseGrant) (secret.Value,
 	if err != nil {
 		return secret.Value{}, &refusedLogin{err: fmt.Errorf("lease login: %w", err)}
 	}
+	asked := a.deps.Now().UTC()
 	tok, err := client.Login(ctx, g.mount, g.role, g.jwt)
 	if err != nil {
 		err = a.classify("bao: lease login", err)
@@ -584,7 +589,7 @@ func (a *Agent) loginWithGrant(ctx context.Context, g leaseGrant) (secret.Value,
 		return secret.Value{}, err
 	}
 	old, oldAddr := a.token, a.tokenAddr()
-	if err := a.swapToken(tok, g); err != nil {
+	if err := a.swapToken(tok, g, asked); err != nil {
 		return secret.Value{}, err
 	}
 	if tok.TTL.Seconds() <= float64(a.cfg.Bao.RenewBelowS) {

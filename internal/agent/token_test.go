@@ -394,6 +394,26 @@ func TestShortLivedLeaseTokenIsReusedAndRenewed(t *testing.T) {
 	}
 }
 
+// A token that lives longer than renew_below_s is renewed at renew_below_s, as configured: half
+// its TTL is the threshold only for tokens that live no longer than renew_below_s.
+func TestRenewBelowIsHonouredForTokensThatOutliveIt(t *testing.T) {
+	h := newHarnessOpts(t, harnessOptions{secondBao: &baotest.Options{TokenTTL: 90 * time.Minute}})
+	h.bao2.Put(env, "gemini_api_key", "value", geminiKey)
+	h.bao2.Put(env, "db_password", "value", dbPassword)
+	h.bao2.Put(env, "registry", "value", "robot:"+registryPwd)
+	h.desire(bundleSpec{})
+	h.expectExit(agent.ExitOK)
+	h.clock.Advance(40 * time.Minute) // 50 min left: under renew_below_s (60 min), over half the TTL (45)
+	h.desire(bundleSpec{template: defaultTemplate + "V=2\n"})
+	h.expectExit(agent.ExitOK)
+	if n, r := h.ten.LeasesGranted(env), h.bao2.Renews(); n != 1 || r != 1 {
+		t.Errorf("leases %d renews %d, want 1 and 1", n, r)
+	}
+	if strings.Contains(h.logs.String(), "not above bao.renew_below_s") {
+		t.Error("warned about a token that outlives renew_below_s")
+	}
+}
+
 // A 401 on the lease drops the token looked up before; when the re-bootstrap in the same tick
 // brings a fresh one and the retried lease is rate-limited, the apply goes on with the fresh
 // token (it works: it just passed tenancy), even though the dropped one had been refused.
