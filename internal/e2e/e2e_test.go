@@ -132,7 +132,9 @@ func checkFacts(t *testing.T, f *fleet, env string, e statusEnv, st *state.State
 		}
 		baoTTL := tokenTTL(t, f.w.Stack.Bao.Addr(), stateDir)
 		sinceCheckin := int64(time.Since(last.At) / time.Second)
-		if got := int64(baoTTL / time.Second); got > ttl+2 || got < ttl-sinceCheckin-2 {
+		// The agent counts the TTL from when it sent the login, so it may say a little less than
+		// OpenBao (the login's round trip), never more; 5 s of slack covers a loaded machine.
+		if got := int64(baoTTL / time.Second); got > ttl+5 || got < ttl-sinceCheckin-2 {
 			t.Errorf("OpenBao says the token has %d s left; the check-in %d s ago said %d s", got, sinceCheckin, ttl)
 		}
 	}
