@@ -128,9 +128,9 @@ type Env struct {
 	// Tenancy and TenancyHTTP (for the anonymous reachability probe) go through the tick's
 	// transport; Bao likewise. TransportErr is set when that transport could not be built (a
 	// broken identity in sdk mode) and BaoErr when the OpenBao client could not (its CA file).
-	Tenancy      TenancyClient
-	TenancyHTTP  *http.Client
-	Bao          BaoClient
+	Tenancy     TenancyClient
+	TenancyHTTP *http.Client
+	Bao         BaoClient
 	// BaoAt returns a client for the OpenBao at addr through the same transport: where a
 	// lease's addr minted the token, the tick looks it up there (nil: only bao.addr is reached).
 	BaoAt        func(addr string) (BaoClient, error)
