@@ -94,7 +94,6 @@ type Agent struct {
 	// dockerInfoFresh: `docker info` already ran this tick (the cache in st is current).
 	dockerInfoFresh bool
 	redact          *secret.Redactor
-	baoAddr         string
 	vault           protocol.Vault
 }
 
@@ -292,5 +291,4 @@ func (a *Agent) adoptVault(v protocol.Vault) {
 	adopt("prefix", &a.vault.Prefix, v.Prefix)
 	adopt("auth_mount", &a.vault.AuthMount, v.AuthMount)
 	adopt("auth_role", &a.vault.AuthRole, v.AuthRole)
-	a.baoAddr = a.vault.Addr
 }

@@ -86,6 +86,11 @@ func (a *Agent) refreshDockerFacts(ctx context.Context) {
 		return
 	}
 	a.noteDockerInfo(info)
+	// Saved now, not with the check-in: a check-in that fails (tenancy down, a laptop off the
+	// mesh) would otherwise leave the cache empty and run `docker info` again on every tick.
+	if err := a.saveState(); err != nil {
+		a.log.Warn("state not saved", "error", err.Error())
+	}
 }
 
 // noteDockerInfo caches what `docker info` said, for check-ins.

@@ -890,6 +890,27 @@ func TestForbiddenReadNamesThePath(t *testing.T) {
 	}
 }
 
+// A `docker info` that succeeded is kept even when the check-in after it fails: a box cut off
+// from tenancy runs it once, not on every tick of the outage.
+func TestDockerFactsSurviveAFailedCheckin(t *testing.T) {
+	h := newHarness(t)
+	h.desire(bundleSpec{})
+	h.expectExit(agent.ExitOK)
+	st := h.state()
+	st.DockerRootDir, st.DockerVersion, st.DockerInfoAt = "", "", nil
+	saveState(t, h, st)
+	h.ten.FailNext(tenancytest.Checkin, http.StatusServiceUnavailable, "", 2)
+	calls := len(h.docker.Calls())
+	h.expectExit(agent.ExitTemporary)
+	h.expectExit(agent.ExitTemporary)
+	if got := h.docker.Subcommands()[calls:]; !slices.Equal(got, []string{"info --format {{json .}}"}) {
+		t.Errorf("two ticks against a failing tenancy ran %q, want one docker info", got)
+	}
+	if st := h.state(); st.DockerVersion != "29.0.1" || st.DockerInfoAt == nil {
+		t.Errorf("state after the failed check-ins: docker_version %q docker_info_at %v", st.DockerVersion, st.DockerInfoAt)
+	}
+}
+
 // A box migrated from the Python agent keeps its applied sha and may never apply again: its
 // heartbeat ticks fill the empty docker cache once, and refresh it only when it grows old.
 func TestHeartbeatFillsAnEmptyDockerCache(t *testing.T) {

@@ -295,7 +295,7 @@ func (a *Agent) tokenAddr() string {
 	if a.st.Token != nil && a.st.Token.Addr != "" {
 		return a.st.Token.Addr
 	}
-	return a.baoAddr
+	return a.vault.Addr
 }
 
 // leaseBackoff is how long no new lease is taken after OpenBao refused a lease login for good:
@@ -397,16 +397,16 @@ func (a *Agent) tokenForApply(ctx context.Context) (secret.Value, error) {
 func (a *Agent) lookupToken(ctx context.Context) (Bao, bao.TokenInfo, error) {
 	addr := a.tokenAddr()
 	client, info, err := a.lookupAt(ctx, addr)
-	if err == nil || errors.Is(err, bao.ErrForbidden) || addr == a.baoAddr {
+	if err == nil || errors.Is(err, bao.ErrForbidden) || addr == a.vault.Addr {
 		return client, info, err
 	}
-	alt, altInfo, altErr := a.lookupAt(ctx, a.baoAddr)
+	alt, altInfo, altErr := a.lookupAt(ctx, a.vault.Addr)
 	if altErr != nil && !errors.Is(altErr, bao.ErrForbidden) {
 		return client, info, err // neither answers: the token's own OpenBao is the one to fix
 	}
-	a.log.Warn("the OpenBao that minted the token does not answer; using the tick's OpenBao", "token_addr", addr, "addr", a.baoAddr, "error", a.redact.Redact(err.Error()))
+	a.log.Warn("the OpenBao that minted the token does not answer; using the tick's OpenBao", "token_addr", addr, "addr", a.vault.Addr, "error", a.redact.Redact(err.Error()))
 	if altErr == nil && a.st.Token != nil {
-		a.st.Token.Addr = a.baoAddr
+		a.st.Token.Addr = a.vault.Addr
 		if serr := a.saveState(); serr != nil {
 			return nil, bao.TokenInfo{}, serr
 		}
@@ -555,7 +555,7 @@ func (a *Agent) newGrant(ctx context.Context, reason string) (leaseGrant, error)
 		g.addr = resp.Vault.Addr // the shape before tenancy's AgentLeaseOut
 	}
 	if g.addr == "" {
-		g.addr = a.baoAddr
+		g.addr = a.vault.Addr
 	}
 	if g.mount == "" {
 		g.mount = a.vault.AuthMount
