@@ -185,6 +185,9 @@ type checker struct {
 	tokenOnce sync.Once
 	token     secret.Value
 	tokenErr  error
+
+	stateOnce sync.Once
+	st        *state.State
 }
 
 func (c *checker) wrap(ch Check) Check {
@@ -235,6 +238,19 @@ func (c *checker) readToken() (secret.Value, error) {
 		c.red.Add(c.token.Reveal())
 	})
 	return c.token, c.tokenErr
+}
+
+// agentState is the agent's state.json, read once; an unreadable or missing one is an empty
+// state (the tick would start from one too).
+func (c *checker) agentState() *state.State {
+	c.stateOnce.Do(func() {
+		st, err := state.Load(c.cfg().StatePath())
+		if err != nil || st == nil {
+			st = &state.State{}
+		}
+		c.st = st
+	})
+	return c.st
 }
 
 func (c *checker) now() time.Time {

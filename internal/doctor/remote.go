@@ -16,7 +16,6 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/config"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/state"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/tenancy"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/transport"
 )
@@ -191,10 +190,7 @@ func (c *checker) probeTenancy(ctx context.Context, base string) (status int, co
 // sends it; the tick still clears it after its own first check-in.
 func (c *checker) checkinRequest(ctx context.Context) protocol.CheckinRequest {
 	cfg := c.cfg()
-	st, err := state.Load(cfg.StatePath())
-	if err != nil {
-		st = &state.State{}
-	}
+	st := c.agentState()
 	tel := agent.Telemetry{Now: c.now(), Hostname: c.env.Hostname, Timer: c.timerState(ctx)}
 	if c.env.Meter != nil {
 		tel.Disk = c.env.Meter
@@ -210,7 +206,7 @@ func (c *checker) openbao(ctx context.Context) Result {
 	addr := cfg.Bao.Addr
 	_, host, port := cfg.BaoEndpoint()
 	hostPort := fmt.Sprintf("%s:%d", host, port)
-	caFix := fmt.Sprintf("put OpenBao's CA certificate (the kit's openbao-ca.pem) at %s", cfg.Bao.CAFile)
+	caFix := c.caFix()
 	if c.env.TransportErr != nil {
 		return fail("cannot dial OpenBao: "+c.env.TransportErr.Error(), c.unreachableFix(c.env.TransportErr, cfg.Bao.Service, hostPort))
 	}
@@ -242,9 +238,8 @@ func (c *checker) openbao(ctx context.Context) Result {
 		// not one the agent should trust with its token.
 		return fail(fmt.Sprintf("%s answered lookup-self without a token", addr), "check that bao.addr points at OpenBao")
 	case err == nil:
-		if env := info.Meta["env_id"]; env != "" && env != cfg.EnvID {
-			return fail(fmt.Sprintf("the token at %s belongs to env %s, but env_id is %s", cfg.TokenPath(), env, cfg.EnvID),
-				fmt.Sprintf("correct env_id in %s, or re-run the install kit for this box", cfg.Path))
+		if r := c.otherEnv(info); r != nil {
+			return *r
 		}
 		renew := "not renewable"
 		if info.Renewable {
@@ -258,16 +253,12 @@ func (c *checker) openbao(ctx context.Context) Result {
 		return fail(fmt.Sprintf("%s presents a certificate that does not verify against %s: %v", addr, ca, err), caFix)
 	case errors.Is(err, bao.ErrForbidden) && tok.Empty():
 		note := "no token yet: the first tick logs in with " + cfg.BootstrapFile
-		switch {
-		case !c.bootstrapPresent():
+		if !c.bootstrapPresent() {
 			note = "no token and no bootstrap grant (see tenancy)"
 		}
 		return ok("%s verified against %s; %s", addr, ca, note)
 	case errors.Is(err, bao.ErrForbidden):
-		fix := c.needsKitFix()
-		if c.bootstrapPresent() {
-			fix = fmt.Sprintf("run `monky-deployd tick`: tenancy refuses the dead token and the tick logs in again with %s", cfg.BootstrapFile)
-		}
+		fix := c.deadTokenFix()
 		detail := fmt.Sprintf("%s is reachable (TLS verified against %s) but refuses the token at %s: expired or revoked", addr, ca, cfg.TokenPath())
 		if moved != "" {
 			detail += "; " + moved
@@ -279,6 +270,31 @@ func (c *checker) openbao(ctx context.Context) Result {
 		return fail(fmt.Sprintf("OpenBao at %s is unreachable: %v", addr, err), c.unreachableFix(err, cfg.Bao.Service, hostPort))
 	}
 	return fail(fmt.Sprintf("OpenBao at %s: %v", addr, err), "")
+}
+
+// caFix is the fix for a certificate OpenBao presents that bao.ca_file does not verify.
+func (c *checker) caFix() string {
+	return fmt.Sprintf("put OpenBao's CA certificate (the kit's openbao-ca.pem) at %s", c.cfg().Bao.CAFile)
+}
+
+// deadTokenFix is the fix for a token OpenBao refuses: a tick, when a grant is on disk to log in
+// with again, else the kit.
+func (c *checker) deadTokenFix() string {
+	if c.bootstrapPresent() {
+		return fmt.Sprintf("run `monky-deployd tick`: tenancy refuses the dead token and the tick logs in again with %s", c.cfg().BootstrapFile)
+	}
+	return c.needsKitFix()
+}
+
+// otherEnv fails a valid token that belongs to another env than env_id (nil when it is this one's).
+func (c *checker) otherEnv(info bao.TokenInfo) *Result {
+	cfg := c.cfg()
+	if env := info.Meta["env_id"]; env != "" && env != cfg.EnvID {
+		r := fail(fmt.Sprintf("the token at %s belongs to env %s, but env_id is %s", cfg.TokenPath(), env, cfg.EnvID),
+			fmt.Sprintf("correct env_id in %s, or re-run the install kit for this box", cfg.Path))
+		return &r
+	}
+	return nil
 }
 
 // tokenAt looks the token up at addr, the OpenBao that minted it, as the tick does. done is
@@ -296,19 +312,14 @@ func (c *checker) tokenAt(ctx context.Context, addr string, tok secret.Value, ca
 	info, err := client.LookupSelf(ctx, tok)
 	switch {
 	case err == nil:
-		if env := info.Meta["env_id"]; env != "" && env != cfg.EnvID {
-			return fail(fmt.Sprintf("the token at %s belongs to env %s, but env_id is %s", cfg.TokenPath(), env, cfg.EnvID),
-				fmt.Sprintf("correct env_id in %s, or re-run the install kit for this box", cfg.Path)), true
+		if r := c.otherEnv(info); r != nil {
+			return *r, true
 		}
 		return ok("%s verified against %s; token valid for %s there: a lease's addr minted it, not bao.addr %s", addr, ca, info.TTL.Round(time.Minute), cfg.Bao.Addr), true
 	case errors.Is(err, bao.ErrTLS):
-		return fail(fmt.Sprintf("the OpenBao at %s that minted the token presents a certificate that does not verify against %s: %v", addr, ca, err),
-			fmt.Sprintf("put OpenBao's CA certificate (the kit's openbao-ca.pem) at %s", cfg.Bao.CAFile)), true
+		return fail(fmt.Sprintf("the OpenBao at %s that minted the token presents a certificate that does not verify against %s: %v", addr, ca, err), c.caFix()), true
 	case errors.Is(err, bao.ErrForbidden):
-		fix := c.needsKitFix()
-		if c.bootstrapPresent() {
-			fix = fmt.Sprintf("run `monky-deployd tick`: tenancy refuses the dead token and the tick logs in again with %s", cfg.BootstrapFile)
-		}
+		fix := c.deadTokenFix()
 		return fail(fmt.Sprintf("the OpenBao at %s that minted the token refuses it (%s): expired or revoked", addr, cfg.TokenPath()), fix), true
 	}
 	return Result{Detail: fmt.Sprintf("the OpenBao at %s that minted the token does not answer (%v)", addr, err)}, false
@@ -316,9 +327,8 @@ func (c *checker) tokenAt(ctx context.Context, addr string, tok secret.Value, ca
 
 // tokenAddr is the OpenBao address state.json records for the token ("" when none is recorded).
 func (c *checker) tokenAddr() string {
-	st, err := state.Load(c.cfg().StatePath())
-	if err != nil || st.Token == nil {
-		return ""
+	if st := c.agentState(); st.Token != nil {
+		return st.Token.Addr
 	}
-	return st.Token.Addr
+	return ""
 }
