@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -14,14 +14,10 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 )
 
-var (
-	// nameRE is what an env id, site, auth mount or role may look like: they end up in file
-	// names, ansible variables and the install command an operator pastes into a root shell.
-	nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
-	// versionRE accepts a release version (0.2.0, 0.2.0-rc.1, 0.2.0+deb12) and nothing that could
-	// break out of the install URL or command line.
-	versionRE = regexp.MustCompile(`^[0-9]+\.[0-9]+\.[0-9]+([-+~][0-9A-Za-z.+~-]{1,40})?$`)
-)
+// nameRE is what an env id may look like in a listing or on the command line, and what the kit's
+// tenancy service, auth mount and role may look like: they end up in file names, ansible variables
+// and the install command an operator pastes into a root shell.
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
 func checkName(field, v string) error {
 	if !nameRE.MatchString(v) {
@@ -32,6 +28,16 @@ func checkName(field, v string) error {
 
 // CheckEnvID reports whether envID is a well-formed env id.
 func CheckEnvID(envID string) error { return checkName("env_id", envID) }
+
+// CheckKitName reports whether v may be the env id or site of an install kit (field names it):
+// what install.sh's --env and --site take. onboard checks it before the reveal, which supersedes
+// the env's earlier grants, so a kit ParseKit would refuse is never paid for with a working one.
+func CheckKitName(field, v string) error {
+	if !kitNameRE.MatchString(v) {
+		return fmt.Errorf("%s: %q is not a valid kit name (lower-case letters, digits and '-', at most 63)", field, v)
+	}
+	return nil
+}
 
 // ParseAgentsPage reads one page of GET /v1/admin/agents and checks what fleetctl relies on:
 // `now` and every time are RFC 3339, every agent has a valid env_id, intervals are not negative,
@@ -83,19 +89,63 @@ type timeField struct {
 	v     *string
 }
 
-// ParseKit reads the answer to POST /v1/admin/backends/{env_id}/kit. Every value that reaches a
-// file, an ansible variable or the install command is checked here, because the operator runs
-// that command as root on the box.
+// The shapes of the kit's values, each the stricter of install.sh's check of the flag the value
+// becomes (packaging/install.sh, "0. arguments"; a test holds the two together) and what is safe in
+// a root shell command line and in YAML. A kit install.sh would refuse is refused here, before it
+// is written, naming tenancy's field.
+var (
+	// kitNameRE: env_id and site, as install.sh's --env and --site (and the ansible role).
+	kitNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+	// kitVersionRE: install.sh's --version, with the suffix limited to 40 characters after
+	// '-', '+' or '~' (0.2.0, 0.2.0-rc.1, 0.2.0+deb12, 0.2.0~rc1).
+	kitVersionRE = regexp.MustCompile(`^[0-9]+\.[0-9]+\.[0-9]+([~+-][0-9A-Za-z.~+-]{1,40})?$`)
+	// kitBaoAddrRE: install.sh's --bao-addr, https only: scheme, host and port, nothing after
+	// the host but an optional '/'.
+	kitBaoAddrRE = regexp.MustCompile(`^https://[A-Za-z0-9.-]+(:[1-9][0-9]{0,4})?/?$`)
+)
+
+type kitField struct {
+	name, value string
+	re          *regexp.Regexp
+	optional    bool
+	want        string
+}
+
+// ParseKit reads the answer to POST /v1/admin/backends/{env_id}/kit. It is the one check of the
+// kit: every value that reaches a file, an ansible variable or the install command is checked
+// here, because the operator runs that command as root on the box. An absent tenancy_port becomes
+// 443; the other optional values stay empty (install.sh and the role use their defaults).
 func ParseKit(b []byte) (*protocol.KitResponse, error) {
 	var k protocol.KitResponse
 	if err := decode(b, &k); err != nil {
 		return nil, err
 	}
-	if err := checkName("env_id", k.EnvID); err != nil {
-		return nil, err
+	for _, f := range []kitField{
+		{"env_id", k.EnvID, kitNameRE, false, "an env id like env-qa-02"},
+		{"site", k.Site, kitNameRE, false, "a site name like cbs"},
+		{"package_version", k.PackageVersion, kitVersionRE, false, "a release version like 0.2.0"},
+		{"tenancy_service", k.TenancyService, nameRE, true, "a ziti service name like monky.tenancy.deploy"},
+		{"bao_addr", k.BaoAddr, kitBaoAddrRE, true, "an https address like https://bao.cbs.tikali.net:8200"},
+		{"bao_auth_mount", k.BaoAuthMount, nameRE, true, "an auth mount like jwt-tenancy"},
+		{"bao_role", k.BaoRole, nameRE, true, "a role name like see-env"},
+	} {
+		if f.value == "" && f.optional {
+			continue
+		}
+		if !f.re.MatchString(f.value) {
+			return nil, fmt.Errorf("%s: %q is not %s", f.name, clip(f.value, 80), f.want)
+		}
 	}
-	if err := checkName("site", k.Site); err != nil {
-		return nil, err
+	if m := kitBaoAddrRE.FindStringSubmatch(k.BaoAddr); m != nil && m[1] != "" {
+		if p, _ := strconv.Atoi(m[1][1:]); p > 65535 {
+			return nil, fmt.Errorf("bao_addr: %q has a port beyond 65535", k.BaoAddr)
+		}
+	}
+	if k.TenancyPort == 0 {
+		k.TenancyPort = 443
+	}
+	if k.TenancyPort < 1 || k.TenancyPort > 65535 {
+		return nil, fmt.Errorf("tenancy_port: %d is not a port (1-65535)", k.TenancyPort)
 	}
 	if k.BootstrapGrant == "" {
 		return nil, errors.New(`field "bootstrap_grant" is missing`)
@@ -106,36 +156,8 @@ func ParseKit(b []byte) (*protocol.KitResponse, error) {
 	if _, err := parseTime("grant_expires_at", k.GrantExpiresAt); err != nil {
 		return nil, err
 	}
-	if !versionRE.MatchString(k.PackageVersion) {
-		return nil, fmt.Errorf("package_version: %q is not a release version", k.PackageVersion)
-	}
 	if k.Identity != "" && k.Identity != "monky-host."+k.EnvID {
 		return nil, fmt.Errorf("identity: %q is not monky-host.%s", k.Identity, k.EnvID)
-	}
-	if k.TenancyPort == 0 {
-		k.TenancyPort = 443
-	}
-	if k.TenancyPort < 1 || k.TenancyPort > 65535 {
-		return nil, fmt.Errorf("tenancy_port: %d is not a port", k.TenancyPort)
-	}
-	if k.TenancyService != "" {
-		if err := checkName("tenancy_service", k.TenancyService); err != nil {
-			return nil, err
-		}
-	}
-	if k.BaoAddr != "" {
-		u, err := url.Parse(k.BaoAddr)
-		if err != nil || u.Scheme != "https" || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
-			return nil, fmt.Errorf("bao_addr: %q is not an https URL", k.BaoAddr)
-		}
-	}
-	for _, f := range []struct{ name, v string }{{"bao_auth_mount", k.BaoAuthMount}, {"bao_role", k.BaoRole}} {
-		if f.v == "" {
-			continue
-		}
-		if err := checkName(f.name, f.v); err != nil {
-			return nil, err
-		}
 	}
 	return &k, nil
 }

@@ -1,8 +1,16 @@
 package admin
 
 import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 )
 
 func TestParseAgentsPage(t *testing.T) {
@@ -130,4 +138,156 @@ func FuzzParseKit(f *testing.F) {
 			}
 		}
 	})
+}
+
+// kitWith is goodKit with one field of tenancy's answer changed.
+func kitWith(t *testing.T, edit func(r *protocol.KitResponse)) []byte {
+	t.Helper()
+	var r protocol.KitResponse
+	if err := json.Unmarshal([]byte(goodKit), &r); err != nil {
+		t.Fatal(err)
+	}
+	edit(&r)
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestParseKitRefusesWhatInstallShRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		field string
+		edit  func(r *protocol.KitResponse)
+	}{
+		{"env_id", func(r *protocol.KitResponse) { r.EnvID = "env;reboot" }},
+		{"site", func(r *protocol.KitResponse) { r.Site = "" }},
+		{"package_version", func(r *protocol.KitResponse) { r.PackageVersion = "latest" }},
+		{"tenancy_service", func(r *protocol.KitResponse) { r.TenancyService = "monky tenancy" }},
+		{"tenancy_port", func(r *protocol.KitResponse) { r.TenancyPort = 70000 }},
+		{"bao_addr", func(r *protocol.KitResponse) { r.BaoAddr = "https://bao.example/$(id)" }},
+		{"bao_auth_mount", func(r *protocol.KitResponse) { r.BaoAuthMount = "jwt tenancy" }},
+		{"bao_role", func(r *protocol.KitResponse) { r.BaoRole = "see-env'" }},
+	} {
+		t.Run(tc.field, func(t *testing.T) {
+			_, err := ParseKit(kitWith(t, tc.edit))
+			if err == nil || !strings.Contains(err.Error(), tc.field) {
+				t.Errorf("err %v, want one naming %s", err, tc.field)
+			}
+		})
+	}
+	k, err := ParseKit(kitWith(t, func(r *protocol.KitResponse) {
+		r.TenancyService, r.TenancyPort, r.BaoAddr, r.BaoAuthMount, r.BaoRole = "", 0, "", "", ""
+	}))
+	if err != nil {
+		t.Fatalf("optional values left out: %v", err)
+	}
+	if k.TenancyPort != 443 || k.TenancyService != "" || k.BaoAddr != "" || k.BaoAuthMount != "" || k.BaoRole != "" {
+		t.Errorf("optional values left out became %+v", k)
+	}
+}
+
+// TestParseKitAgreesWithInstallSh runs install.sh's own checks of the flags the kit's values
+// become on sample values: whatever ParseKit accepts, install.sh accepts too (else the install
+// command fails on the box after the reveal superseded the old grant), and ParseKit is narrower
+// only where it means to be (http, a port beyond 65535, a '.' version suffix, long names, '/' in
+// an auth mount).
+func TestParseKitAgreesWithInstallSh(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash")
+	}
+	script, err := os.ReadFile(filepath.Join("..", "..", "..", "packaging", "install.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	patterns := map[string]string{}
+	for _, m := range regexp.MustCompile(`\[\[ \$([A-Z_]+) =~ (\S+) \]\]`).FindAllStringSubmatch(string(script), -1) {
+		patterns[m[1]] = m[2]
+	}
+	long := func(n int) string { return strings.Repeat("a", n) }
+	type sample struct {
+		v        string
+		goOK, sh bool
+	}
+	for _, f := range []struct {
+		field, shVar string
+		set          func(r *protocol.KitResponse, v string)
+		samples      []sample
+	}{
+		{"env_id", "ENV_ID", func(r *protocol.KitResponse, v string) { r.EnvID, r.Identity = v, "" }, []sample{
+			{"env-qa-02", true, true}, {long(63), true, true}, {long(64), false, false}, {"Env-QA", false, false},
+			{"env.qa", false, false}, {"env;reboot", false, false}, {"-env", false, false}, {"", false, false},
+		}},
+		{"site", "SITE", func(r *protocol.KitResponse, v string) { r.Site = v }, []sample{
+			{"cbs", true, true}, {"CBS", false, false}, {"cbs --evil", false, false}, {"", false, false},
+		}},
+		{"package_version", "VERSION", func(r *protocol.KitResponse, v string) { r.PackageVersion = v }, []sample{
+			{"0.2.0", true, true}, {"0.2.0-rc.1", true, true}, {"0.2.0+deb12", true, true}, {"0.2.0~rc1", true, true},
+			{"0.2.0-" + long(40), true, true}, {"0.2.0-" + long(41), false, true}, {"0.2.0.1", false, true},
+			{"latest", false, false}, {"0.2", false, false}, {"0.2.0/../../x; curl evil", false, false},
+		}},
+		{"tenancy_service", "TENANCY_SERVICE", func(r *protocol.KitResponse, v string) { r.TenancyService = v }, []sample{
+			{"monky.tenancy.deploy", true, true}, {long(64), true, true}, {long(65), false, true},
+			{"monky tenancy", false, false}, {"-x", false, false}, {"a;b", false, false},
+		}},
+		{"bao_addr", "BAO_ADDR", func(r *protocol.KitResponse, v string) { r.BaoAddr = v }, []sample{
+			{"https://bao.cbs.tikali.net:8200", true, true}, {"https://bao.cbs.tikali.net/", true, true}, {"https://bao", true, true},
+			{"https://bao:65535", true, true}, {"https://bao:70000", false, true}, {"http://bao:8200", false, true},
+			{"https://bao.example/$(id)", false, false}, {"https://bao/v1", false, false}, {"https://user@bao", false, false},
+			{"https://bao:0", false, false}, {"https://bao?x=1", false, false}, {"bao:8200", false, false},
+		}},
+		{"bao_auth_mount", "BAO_AUTH_MOUNT", func(r *protocol.KitResponse, v string) { r.BaoAuthMount = v }, []sample{
+			{"jwt-tenancy", true, true}, {"jwt_tenancy.2", true, true}, {"jwt/tenancy", false, true},
+			{"jwt-tenancy/", false, false}, {"jwt tenancy", false, false}, {"-jwt", false, false},
+		}},
+		{"bao_role", "BAO_ROLE", func(r *protocol.KitResponse, v string) { r.BaoRole = v }, []sample{
+			{"see-env", true, true}, {long(64), true, true}, {long(65), false, true}, {long(129), false, false}, {"see-env'", false, false},
+		}},
+		{"tenancy_port", "TENANCY_PORT", func(r *protocol.KitResponse, v string) { r.TenancyPort, _ = strconv.Atoi(v) }, []sample{
+			{"1", true, true}, {"443", true, true}, {"65535", true, true}, {"65536", false, false}, {"99999", false, false},
+			{"-1", false, false},
+		}},
+	} {
+		t.Run(f.field, func(t *testing.T) {
+			pat, ok := patterns[f.shVar]
+			if !ok {
+				t.Fatalf("install.sh has no [[ $%s =~ … ]] check", f.shVar)
+			}
+			args := []string{"-c", `p=$1; shift; for v; do if [[ $v =~ $p ]]; then echo 1; else echo 0; fi; done`, "-", pat}
+			for _, s := range f.samples {
+				args = append(args, s.v)
+			}
+			cmd := exec.Command(bash, args...)
+			cmd.Env = append(os.Environ(), "LC_ALL=C")
+			out, err := cmd.Output()
+			if err != nil {
+				t.Fatal(err)
+			}
+			sh := strings.Fields(string(out))
+			if len(sh) != len(f.samples) {
+				t.Fatalf("bash answered %q", out)
+			}
+			for i, s := range f.samples {
+				if s.goOK && !s.sh {
+					t.Fatalf("bad table: %q accepted by ParseKit but not install.sh", s.v)
+				}
+				shOK := sh[i] == "1"
+				if f.shVar == "TENANCY_PORT" && shOK { // install.sh adds [ "$TENANCY_PORT" -gt 65535 ]
+					n, _ := strconv.Atoi(s.v)
+					shOK = n <= 65535
+				}
+				if shOK != s.sh {
+					t.Errorf("install.sh %s %q: accepted %v, want %v (pattern %s)", f.shVar, s.v, shOK, s.sh, pat)
+				}
+				_, err := ParseKit(kitWith(t, func(r *protocol.KitResponse) { f.set(r, s.v) }))
+				if (err == nil) != s.goOK {
+					t.Errorf("ParseKit %s %q: err %v, want accepted %v", f.field, s.v, err, s.goOK)
+				}
+				if err != nil && !strings.Contains(err.Error(), f.field) {
+					t.Errorf("ParseKit %s %q: err %v does not name the field", f.field, s.v, err)
+				}
+			}
+		})
+	}
 }

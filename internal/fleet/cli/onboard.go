@@ -119,14 +119,14 @@ func (r *onboardResult) Table(bool) render.Table {
 }
 
 func runOnboard(ctx context.Context, opts onboardOptions, g *globalOptions, w io.Writer) error {
-	if err := admin.CheckEnvID(opts.env); err != nil {
+	if err := admin.CheckKitName("env_id", opts.env); err != nil {
 		return usagef("ENV: %v", err)
 	}
 	if opts.site == "" {
 		return usagef("--site is required")
 	}
-	if admin.CheckEnvID(opts.site) != nil {
-		return usagef("--site %q is not a site name (letters, digits, '.', '_', '-')", opts.site)
+	if err := admin.CheckKitName("site", opts.site); err != nil {
+		return usagef("--site: %v", err)
 	}
 	switch opts.transport {
 	case "sdk", "proxy", "system":
@@ -174,10 +174,7 @@ func runOnboard(ctx context.Context, opts onboardOptions, g *globalOptions, w io
 	}
 	g.secrets.add(resp.BootstrapGrant)
 	g.log.Debug("tenancy: kit revealed", "env", opts.env, "package", resp.PackageVersion, "grant_expires", resp.GrantExpiresAt)
-	k, err := kit.FromResponse(resp, opts.transport)
-	if err != nil {
-		return &SourceError{Source: sourceTenancy, Addr: s.TenancyURL, Err: err}
-	}
+	k := kit.FromResponse(resp, opts.transport)
 
 	afterReveal := func(err error) error {
 		return &SourceError{Source: sourceZiti, Addr: s.ZitiURL, Err: fmt.Errorf(

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"path"
 	"sync"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/admin"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/config"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/report"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/ziti"
 )
 
@@ -259,15 +259,12 @@ func (r *reader) confirmMissing(ctx context.Context, src *sources, envGlob strin
 	}
 	var missing []string
 	for _, a := range src.agents.Agents {
-		if envGlob != "" {
-			if ok, _ := path.Match(envGlob, a.EnvID); !ok {
-				continue
-			}
+		if !report.Keeps(envGlob, a.EnvID) {
+			continue
 		}
-		name := a.Identity
-		if name == "" {
-			name = ziti.IdentityName(a.EnvID)
-		}
+		// The env set and the names are the report's own, so what is confirmed here is what
+		// report.Build judges.
+		name := report.IdentityOf(a)
 		if !have[name] {
 			have[name] = true
 			missing = append(missing, name)
@@ -276,17 +273,12 @@ func (r *reader) confirmMissing(ctx context.Context, src *sources, envGlob strin
 	if len(missing) == 0 {
 		return src.identities, nil
 	}
-	zc, _, err := r.zitiSession(ctx)
-	if err != nil {
-		return nil, err
-	}
-	srcErr := func(err error) error { return &SourceError{Source: sourceZiti, Addr: r.s.ZitiURL, Err: err} }
 	out := src.identities
 	if len(missing) > maxConfirm {
 		r.g.log.Debug("ziti: identities missing from the listing; reading it again", "missing", len(missing))
-		again, err := zc.ListHostIdentities(ctx, nil)
+		again, err := r.identities(ctx, nil)
 		if err != nil {
-			return nil, srcErr(err)
+			return nil, err
 		}
 		want := make(map[string]bool, len(missing))
 		for _, n := range missing {
@@ -298,6 +290,10 @@ func (r *reader) confirmMissing(ctx context.Context, src *sources, envGlob strin
 			}
 		}
 		return out, nil
+	}
+	zc, _, err := r.zitiSession(ctx)
+	if err != nil {
+		return nil, err
 	}
 	found := make([]*ziti.Identity, len(missing))
 	eg, ectx := errgroup.WithContext(ctx)
@@ -316,7 +312,7 @@ func (r *reader) confirmMissing(ctx context.Context, src *sources, envGlob strin
 		})
 	}
 	if err := eg.Wait(); err != nil {
-		return nil, srcErr(err)
+		return nil, &SourceError{Source: sourceZiti, Addr: r.s.ZitiURL, Err: err}
 	}
 	n := 0
 	for _, id := range found {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/report"
@@ -116,6 +117,39 @@ func TestManyMissingIdentitiesReadTheListAgain(t *testing.T) {
 	}
 	if v := verdictOf(doc, "env-new-000"); v != "NO_IDENTITY" {
 		t.Errorf("env-new-000 is %s", v)
+	}
+	if v := verdictOf(doc, "env-dev-03"); v != "OK" {
+		t.Errorf("env-dev-03 is %s", v)
+	}
+}
+
+// The second reading of the list goes through the same re-login as the first: a controller that
+// drops the session between the two readings does not fail the round.
+func TestReadingTheListAgainLogsInAgainWhenTheSessionWasDropped(t *testing.T) {
+	h := newHarness(t)
+	for i := range maxConfirm + 1 {
+		a := h.f.a.Agents()[0]
+		a.EnvID, a.Identity = fmt.Sprintf("env-new-%03d", i), ""
+		h.f.a.PutAgent(a)
+	}
+	var once sync.Once
+	h.f.z.OnList(func(offset int64) {
+		if offset == 0 {
+			once.Do(h.f.z.ExpireSessions) // the first listing is answered; the second is refused
+		}
+	})
+	doc, _ := h.statusDoc()
+	listings, logins := 0, 0
+	for _, r := range h.f.z.Requests() {
+		if strings.HasPrefix(r.Query.Get("filter"), "name contains") {
+			listings++
+		}
+		if r.Path == "/edge/management/v1/authenticate" {
+			logins++
+		}
+	}
+	if logins != 2 || listings < 3 {
+		t.Errorf("%d logins and %d listings, want 2 logins and the second listing made again", logins, listings)
 	}
 	if v := verdictOf(doc, "env-dev-03"); v != "OK" {
 		t.Errorf("env-dev-03 is %s", v)

@@ -12,7 +12,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -58,55 +57,18 @@ type Kit struct {
 	Tool string
 }
 
-// The shapes install.sh accepts for the values the kit hands it: every value tenancy sends ends up
-// in a shell command line run as root and in config.yaml, so one that install.sh would refuse (or
-// that could change the command) is refused here, naming tenancy's field.
-var (
-	envRE       = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
-	versionRE   = regexp.MustCompile(`^[0-9]+\.[0-9]+\.[0-9]+([~.+-][0-9A-Za-z.~+-]+)?$`)
-	serviceRE   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$`)
-	baoAddrRE   = regexp.MustCompile(`^https?://[A-Za-z0-9.-]+(:[1-9][0-9]{0,4})?/?$`)
-	authMountRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._/-]{0,126}[A-Za-z0-9._-])?$`)
-	roleRE      = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
-)
-
-// FromResponse fills a Kit from tenancy's answer. Optional values (tenancy service and port, the
-// OpenBao settings) may be absent: install.sh and the role then use their defaults.
-func FromResponse(r *protocol.KitResponse, transport string) (Kit, error) {
-	exp, err := time.Parse(time.RFC3339, r.GrantExpiresAt)
-	if err != nil {
-		return Kit{}, fmt.Errorf("kit: grant_expires_at: %w", err)
-	}
-	for _, c := range []struct {
-		field, value string
-		re           *regexp.Regexp
-		optional     bool
-		want         string
-	}{
-		{"env_id", r.EnvID, envRE, false, "an env id like env-qa-02"},
-		{"site", r.Site, envRE, false, "a site name like cbs"},
-		{"package_version", r.PackageVersion, versionRE, false, "a version like 0.2.0"},
-		{"tenancy_service", r.TenancyService, serviceRE, true, "a ziti service name like monky.tenancy.deploy"},
-		{"bao_addr", r.BaoAddr, baoAddrRE, true, "an address like https://bao.cbs.tikali.net:8200"},
-		{"bao_auth_mount", r.BaoAuthMount, authMountRE, true, "an auth mount like jwt-tenancy"},
-		{"bao_role", r.BaoRole, roleRE, true, "a role name like see-env"},
-	} {
-		if c.value == "" && c.optional {
-			continue
-		}
-		if !c.re.MatchString(c.value) {
-			return Kit{}, fmt.Errorf("kit: %s %q is not %s", c.field, c.value, c.want)
-		}
-	}
-	if r.TenancyPort < 0 || r.TenancyPort > 65535 {
-		return Kit{}, fmt.Errorf("kit: tenancy_port %d is not a port (1-65535)", r.TenancyPort)
-	}
+// FromResponse fills a Kit from tenancy's answer as admin.ParseKit accepted it: ParseKit is the
+// one check of the values (they end up in the install command run as root and in YAML) and sets
+// an absent tenancy_port to 443. The other optional values (tenancy service, the OpenBao settings)
+// may be empty: install.sh and the role then use their defaults.
+func FromResponse(r *protocol.KitResponse, transport string) Kit {
+	exp, _ := time.Parse(time.RFC3339, r.GrantExpiresAt) // ParseKit checked it
 	return Kit{
 		EnvID: r.EnvID, Site: r.Site, Transport: transport, PackageVersion: r.PackageVersion,
 		TenancyService: r.TenancyService, TenancyPort: r.TenancyPort,
 		BaoAddr: r.BaoAddr, BaoAuthMount: r.BaoAuthMount, BaoRole: r.BaoRole,
 		Grant: secret.New(r.BootstrapGrant), GrantExpiresAt: exp.UTC(),
-	}, nil
+	}
 }
 
 // File is one file of the kit.
@@ -145,7 +107,7 @@ func InstallCommand(k Kit) string {
 	// Tenancy's values for this backend; install.sh's defaults apply to what tenancy left out.
 	for _, o := range []struct{ flag, value string }{
 		{"--tenancy-service", k.TenancyService},
-		{"--tenancy-port", portString(k.TenancyPort)},
+		{"--tenancy-port", strconv.Itoa(k.TenancyPort)},
 		{"--bao-addr", k.BaoAddr},
 		{"--bao-auth-mount", k.BaoAuthMount},
 		{"--bao-role", k.BaoRole},
@@ -156,13 +118,6 @@ func InstallCommand(k Kit) string {
 	}
 	return `printf 'DEPLOY-TOKEN: %s\n' "$` + TokenVar + `" | curl -sSfL --max-redirs 0 -H @- ` + PackageURL(k.PackageVersion) +
 		` | sudo --preserve-env=` + TokenVar + ` bash -s -- ` + strings.Join(args, " ")
-}
-
-func portString(p int) string {
-	if p == 0 {
-		return ""
-	}
-	return strconv.Itoa(p)
 }
 
 // Files renders the kit.
@@ -203,17 +158,13 @@ func hostVars(k Kit) []byte {
 	if !k.EnrollmentJWT.Empty() {
 		enrol = q("{{ vault_monky_deployd_enrol_jwt }}")
 	}
-	port := ""
-	if k.TenancyPort != 0 {
-		port = strconv.Itoa(k.TenancyPort)
-	}
 	vars := []struct{ k, v string }{
 		{"monky_deployd_version", q(k.PackageVersion)},
 		{"monky_deployd_env_id", q(k.EnvID)},
 		{"monky_deployd_site", q(k.Site)},
 		{"monky_deployd_transport", q(k.Transport)},
 		{"monky_deployd_tenancy_service", q(k.TenancyService)},
-		{"monky_deployd_tenancy_port", port},
+		{"monky_deployd_tenancy_port", strconv.Itoa(k.TenancyPort)},
 		{"monky_deployd_bao_addr", q(k.BaoAddr)},
 		{"monky_deployd_bao_auth_mount", q(k.BaoAuthMount)},
 		{"monky_deployd_bao_role", q(k.BaoRole)},

@@ -77,19 +77,31 @@ type Options struct {
 	Thresholds verdict.Thresholds
 }
 
+// Keeps reports whether the env glob (Options.EnvGlob) keeps env: "" keeps every env, any other
+// glob is a path.Match of the env id. Build checks the glob's syntax; a bad glob keeps nothing.
+func Keeps(glob, env string) bool {
+	if glob == "" {
+		return true
+	}
+	ok, _ := path.Match(glob, env)
+	return ok
+}
+
+// IdentityOf is the ziti identity an agent is judged by: the one tenancy names, else
+// monky-host.<env_id>.
+func IdentityOf(a protocol.AdminAgent) string {
+	if a.Identity != "" {
+		return a.Identity
+	}
+	return ziti.IdentityName(a.EnvID)
+}
+
 // Build joins both sources. Every age is measured against agents.Now, tenancy's clock.
 func Build(agents *admin.Agents, identities []ziti.Identity, opts Options) (*Document, error) {
 	if opts.EnvGlob != "" {
 		if _, err := path.Match(opts.EnvGlob, ""); err != nil {
 			return nil, fmt.Errorf("report: --env %q: %w", opts.EnvGlob, err)
 		}
-	}
-	keep := func(env string) bool {
-		if opts.EnvGlob == "" {
-			return true
-		}
-		ok, _ := path.Match(opts.EnvGlob, env)
-		return ok
 	}
 	byName := make(map[string]*ziti.Identity, len(identities))
 	for i := range identities {
@@ -102,12 +114,9 @@ func Build(agents *admin.Agents, identities []ziti.Identity, opts Options) (*Doc
 	}
 	claimed := map[string]bool{}
 	for _, a := range agents.Agents {
-		name := a.Identity
-		if name == "" {
-			name = ziti.IdentityName(a.EnvID)
-		}
+		name := IdentityOf(a)
 		claimed[name] = true
-		if !keep(a.EnvID) {
+		if !Keeps(opts.EnvGlob, a.EnvID) {
 			continue
 		}
 		va, err := agentInput(a)
@@ -136,7 +145,7 @@ func Build(agents *admin.Agents, identities []ziti.Identity, opts Options) (*Doc
 		for i := range identities {
 			id := &identities[i]
 			env, ok := ziti.EnvOf(id.Name)
-			if !ok || claimed[id.Name] || !keep(env) {
+			if !ok || claimed[id.Name] || !Keeps(opts.EnvGlob, env) {
 				continue
 			}
 			res := verdict.Evaluate(verdict.Input{Mesh: &verdict.Mesh{Name: id.Name, Online: id.Online}}, now, opts.Thresholds)

@@ -282,3 +282,25 @@ func TestWriteJSONMatchesTheEncoder(t *testing.T) {
 		})
 	}
 }
+
+// Keeps and IdentityOf are what fleetctl's confirmation of missing identities uses too, so the
+// envs it looks up are the ones Build judges, under the names Build judges them by.
+func TestKeepsAndIdentityOf(t *testing.T) {
+	for _, tc := range []struct {
+		glob, env string
+		want      bool
+	}{
+		{"", "env-dev-01", true}, {"env-dev-*", "env-dev-01", true}, {"env-dev-*", "env-prod-01", false},
+		{"env-dev-0[18]", "env-dev-08", true}, {"[", "env-dev-01", false},
+	} {
+		if got := Keeps(tc.glob, tc.env); got != tc.want {
+			t.Errorf("Keeps(%q, %q) = %v, want %v", tc.glob, tc.env, got, tc.want)
+		}
+	}
+	if got := IdentityOf(protocol.AdminAgent{EnvID: "env-dev-01"}); got != "monky-host.env-dev-01" {
+		t.Errorf("IdentityOf without identity = %q", got)
+	}
+	if got := IdentityOf(protocol.AdminAgent{EnvID: "env-dev-01", Identity: "monky-host.renamed"}); got != "monky-host.renamed" {
+		t.Errorf("IdentityOf with identity = %q", got)
+	}
+}
