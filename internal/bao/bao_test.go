@@ -23,6 +23,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/bao/baotest"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/grant"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/transport"
 )
 
 type clock struct {
@@ -805,6 +806,63 @@ func BenchmarkReadMany(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+		})
+	}
+}
+
+// serviceDialer routes ziti service names to loopback addresses, as the SDK context would to
+// their terminators.
+type serviceDialer map[string]string
+
+func (d serviceDialer) DialService(ctx context.Context, service string) (net.Conn, error) {
+	addr, ok := d[service]
+	if !ok {
+		return nil, errors.New("service '" + service + "' not found")
+	}
+	var nd net.Dialer
+	return nd.DialContext(ctx, "tcp", addr)
+}
+
+func (serviceDialer) Close() error { return nil }
+
+// TestTLSOverTheSDKTransport is OpenBao as the box reaches it in sdk mode, composed as the
+// command wires it: https://bao.cbs.tikali.net:8200 dialled as ziti service openbao, the
+// certificate checked against bao.ca_file and the given server name.
+func TestTLSOverTheSDKTransport(t *testing.T) {
+	fake := baotest.StartTLS(baotest.Options{})
+	defer fake.Close()
+	tok := fake.IssueToken("env-a", "j")
+	goodCA := writeFile(t, "ca.pem", fake.CAPEM())
+	wrongCA := writeFile(t, "wrong.pem", selfSignedPEM(t))
+	tr, err := transport.New(transport.Options{Mode: transport.ModeSDK, TenancyService: "monky.tenancy.deploy",
+		TenancyHostPort: "monky.tenancy.deploy:443", BaoService: "openbao", BaoHostPort: "bao.cbs.tikali.net:8200",
+		Dialer: serviceDialer{"openbao": strings.TrimPrefix(fake.URL, "https://")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	for _, tc := range []struct {
+		name, caFile, serverName string
+		ok                       bool
+	}{
+		{"right CA and name", goodCA, "example.com", true},
+		{"right CA, the intercept name the certificate lacks", goodCA, "bao.cbs.tikali.net", false},
+		{"another CA", wrongCA, "example.com", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := bao.New(bao.Options{Addr: "https://bao.cbs.tikali.net:8200", HTTPClient: &http.Client{Transport: tr.HTTPTransport()},
+				CAFile: tc.caFile, ServerName: tc.serverName})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = c.LookupSelf(context.Background(), secret.New(tok))
+			if tc.ok && err != nil {
+				t.Fatalf("lookup-self: %v", err)
+			}
+			if !tc.ok && !errors.Is(err, bao.ErrTLS) {
+				t.Fatalf("err = %v, want ErrTLS", err)
+			}
+			noLeak(t, err, tok)
 		})
 	}
 }
