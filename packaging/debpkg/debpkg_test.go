@@ -207,3 +207,28 @@ func ExampleFileName() {
 	fmt.Println(name)
 	// Output: monky-deployd_0.2.0_amd64.deb
 }
+
+// The maintainer scripts run standalone, so postinst (the upgrade heal) and postrm (the failed
+// unpack's heal) each spell which `systemctl is-enabled` states count as "on": they must agree,
+// or a timer one of them leaves off the other would turn on.
+func TestMaintainerScriptsAgreeOnWhatIsEnabled(t *testing.T) {
+	states := func(script string) string {
+		b, err := os.ReadFile(filepath.Join("..", "scripts", script))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var found []string
+		for _, line := range strings.Split(string(b), "\n") {
+			if l := strings.TrimSpace(line); strings.HasPrefix(l, "enabled |") {
+				found = append(found, strings.TrimSpace(l[:strings.Index(l, ")")]))
+			}
+		}
+		if len(found) != 1 {
+			t.Fatalf("%s: %d case patterns of enabled states, want 1: %q", script, len(found), found)
+		}
+		return found[0]
+	}
+	if a, b := states("postinst.sh"), states("postrm.sh"); a != b {
+		t.Errorf("postinst counts %q as on, postrm %q", a, b)
+	}
+}
