@@ -894,11 +894,7 @@ func TestForbiddenReadNamesThePath(t *testing.T) {
 // from tenancy runs it once, not on every tick of the outage.
 func TestDockerFactsSurviveAFailedCheckin(t *testing.T) {
 	h := newHarness(t)
-	h.desire(bundleSpec{})
-	h.expectExit(agent.ExitOK)
-	st := h.state()
-	st.DockerRootDir, st.DockerVersion, st.DockerInfoAt = "", "", nil
-	saveState(t, h, st)
+	applyThenForgetDockerFacts(t, h)
 	h.ten.FailNext(tenancytest.Checkin, http.StatusServiceUnavailable, "", 2)
 	calls := len(h.docker.Calls())
 	h.expectExit(agent.ExitTemporary)
@@ -915,11 +911,7 @@ func TestDockerFactsSurviveAFailedCheckin(t *testing.T) {
 // heartbeat ticks fill the empty docker cache once, and refresh it only when it grows old.
 func TestHeartbeatFillsAnEmptyDockerCache(t *testing.T) {
 	h := newHarness(t)
-	h.desire(bundleSpec{})
-	h.expectExit(agent.ExitOK)
-	st := h.state()
-	st.DockerRootDir, st.DockerVersion, st.DockerInfoAt = "", "", nil
-	saveState(t, h, st)
+	applyThenForgetDockerFacts(t, h)
 	calls := len(h.docker.Calls())
 
 	h.expectExit(agent.ExitOK)
@@ -971,11 +963,7 @@ func TestDockerInfoBeforeTheCheckinIsBoundedAndRetriedHourly(t *testing.T) {
 	for _, laptop := range []bool{false, true} {
 		t.Run(fmt.Sprintf("laptop_mode %v", laptop), func(t *testing.T) {
 			h := newHarness(t, fmt.Sprintf("laptop_mode: %v", laptop))
-			h.desire(bundleSpec{})
-			h.expectExit(agent.ExitOK)
-			st := h.state()
-			st.DockerRootDir, st.DockerVersion, st.DockerInfoAt = "", "", nil
-			saveState(t, h, st)
+			applyThenForgetDockerFacts(t, h)
 			info := &failingInfo{maxDeadline: -1}
 			h.wrap = func(d *agent.Deps) { info.Docker = d.Docker; d.Docker = info }
 			h.logs = &syncbuf.Buffer{}
@@ -1000,4 +988,15 @@ func TestDockerInfoBeforeTheCheckinIsBoundedAndRetriedHourly(t *testing.T) {
 			}
 		})
 	}
+}
+
+// applyThenForgetDockerFacts applies a bundle, then empties the state's `docker info` cache, as a
+// box migrated from the Python agent has it: the next ticks must fill it.
+func applyThenForgetDockerFacts(t *testing.T, h *harness) {
+	t.Helper()
+	h.desire(bundleSpec{})
+	h.expectExit(agent.ExitOK)
+	st := h.state()
+	st.DockerRootDir, st.DockerVersion, st.DockerInfoAt = "", "", nil
+	saveState(t, h, st)
 }

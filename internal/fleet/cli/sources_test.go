@@ -97,11 +97,7 @@ func TestAnIdentityTheListingMissedIsConfirmed(t *testing.T) {
 // instead, and an identity found in either reading counts.
 func TestManyMissingIdentitiesReadTheListAgain(t *testing.T) {
 	h := newHarness(t)
-	for i := range maxConfirm + 1 {
-		a := h.f.a.Agents()[0]
-		a.EnvID, a.Identity = fmt.Sprintf("env-new-%03d", i), ""
-		h.f.a.PutAgent(a)
-	}
+	addEnvsWithoutIdentity(h, maxConfirm+1)
 	doc, _ := h.statusDoc()
 	listings, lookups := 0, 0
 	for _, r := range h.f.z.Requests() {
@@ -127,11 +123,7 @@ func TestManyMissingIdentitiesReadTheListAgain(t *testing.T) {
 // drops the session between the two readings does not fail the round.
 func TestReadingTheListAgainLogsInAgainWhenTheSessionWasDropped(t *testing.T) {
 	h := newHarness(t)
-	for i := range maxConfirm + 1 {
-		a := h.f.a.Agents()[0]
-		a.EnvID, a.Identity = fmt.Sprintf("env-new-%03d", i), ""
-		h.f.a.PutAgent(a)
-	}
+	addEnvsWithoutIdentity(h, maxConfirm+1)
 	var once sync.Once
 	h.f.z.OnList(func(offset int64) {
 		if offset == 0 {
@@ -215,5 +207,15 @@ func TestTheIdentityFilesControllerPrefixAndItsHint(t *testing.T) {
 	h.env["FLEETCTL_ZITI_URL"] = h.f.z.URL + "/gw"
 	if code := h.run(context.Background(), "status"); code != 3 || strings.Contains(h.stderr.String(), "identity file's controller") {
 		t.Errorf("exit %d: %s", code, h.stderr.String())
+	}
+}
+
+// addEnvsWithoutIdentity adds n envs tenancy knows (env-new-000…) that have no ziti identity:
+// more than maxConfirm make fleetctl read the list again rather than look each one up.
+func addEnvsWithoutIdentity(h *harness, n int) {
+	for i := range n {
+		a := h.f.a.Agents()[0]
+		a.EnvID, a.Identity = fmt.Sprintf("env-new-%03d", i), ""
+		h.f.a.PutAgent(a)
 	}
 }
