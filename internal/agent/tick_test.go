@@ -767,18 +767,35 @@ func TestPruneKeepsTheNewestReleases(t *testing.T) {
 }
 
 // An OpenBao that cannot be reached must not cost a lease: tenancy allows 5 an hour, and the
-// login with it would fail the same way.
+// login with it would fail the same way. That holds for a lease token and for a bootstrap token
+// due its swap (it is looked up before the swap too).
 func TestOpenBaoDownDoesNotSpendALease(t *testing.T) {
-	h := newHarness(t)
-	h.desire(bundleSpec{})
-	h.expectExit(agent.ExitOK)
-	h.bao.FailNext("auth/token/lookup-self", http.StatusServiceUnavailable, 1)
-	h.desire(bundleSpec{template: defaultTemplate + "V=2\n"})
-	h.expectExit(agent.ExitTemporary)
-	if n := h.ten.LeasesGranted(env); n != 1 {
-		t.Errorf("leases = %d, want 1: a lease was spent while OpenBao was down", n)
-	}
-	h.expectExit(agent.ExitOK)
+	t.Run("lease token", func(t *testing.T) {
+		h := newHarness(t)
+		h.desire(bundleSpec{})
+		h.expectExit(agent.ExitOK)
+		h.bao.FailNext("auth/token/lookup-self", http.StatusServiceUnavailable, 1)
+		h.desire(bundleSpec{template: defaultTemplate + "V=2\n"})
+		h.expectExit(agent.ExitTemporary)
+		if n := h.ten.LeasesGranted(env); n != 1 {
+			t.Errorf("leases = %d, want 1: a lease was spent while OpenBao was down", n)
+		}
+		h.expectExit(agent.ExitOK)
+	})
+	t.Run("bootstrap token", func(t *testing.T) {
+		h := newHarness(t)
+		applyWithBootstrapToken(t, h)
+		h.bao.FailNext("auth/token/lookup-self", http.StatusServiceUnavailable, 1)
+		h.desire(bundleSpec{template: defaultTemplate + "V=2\n"})
+		h.expectExit(agent.ExitTemporary)
+		if n := h.ten.LeasesGranted(env); n != 0 {
+			t.Errorf("leases = %d while OpenBao was down, want 0", n)
+		}
+		h.expectExit(agent.ExitOK)
+		if n := h.ten.LeasesGranted(env); n != 1 || h.state().Token.Source != "lease" {
+			t.Errorf("after recovery: leases %d, token %+v; want the one swap", n, h.state().Token)
+		}
+	})
 }
 
 // A login refused because the configured role does not exist is the config's fault: the box is

@@ -99,23 +99,6 @@ func TestKeptGrantWithoutAWorkingToken(t *testing.T) {
 	}
 }
 
-// A bootstrap token is looked up before the swap: an OpenBao that cannot be reached costs no
-// lease (the login with it would fail the same way).
-func TestBootstrapTokenLookupFailureSpendsNoLease(t *testing.T) {
-	h := newHarness(t)
-	applyWithBootstrapToken(t, h)
-	h.bao.FailNext("auth/token/lookup-self", http.StatusServiceUnavailable, 1)
-	h.desire(bundleSpec{template: defaultTemplate + "V=2\n"})
-	h.expectExit(agent.ExitTemporary)
-	if n := h.ten.LeasesGranted(env); n != 0 {
-		t.Errorf("leases = %d while OpenBao was down, want 0", n)
-	}
-	h.expectExit(agent.ExitOK)
-	if n := h.ten.LeasesGranted(env); n != 1 || h.state().Token.Source != "lease" {
-		t.Errorf("after recovery: leases %d, token %+v; want the one swap", n, h.state().Token)
-	}
-}
-
 // A temporary failure after the token was settled (a KV read) does not make the next tick
 // lease again: the lease token is still valid and is reused.
 func TestTemporaryReadFailureDoesNotReLease(t *testing.T) {
