@@ -3,8 +3,12 @@
 package secret
 
 import (
+	"bytes"
+	"encoding/json"
 	"log/slog"
+	"net/url"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 )
@@ -43,7 +47,11 @@ type Redactor struct {
 const minLen = 3
 
 // Add registers values to be masked. Values with surrounding whitespace are also registered
-// trimmed, and multi-line values line by line, because tools echo them that way.
+// trimmed, and multi-line values line by line, because tools echo them that way. Each of these is
+// also registered in the escaped forms a value takes on its way into text: JSON (with and without
+// HTML escaping), Go's %q (and its ASCII-only %+q), and URL query and path escaping — a password
+// with a quote or a backslash reaches a log line or a report escaped, not raw. A form the caller
+// derives itself (a base64 `auth`) is not guessed here: the code that derives it registers it.
 func (r *Redactor) Add(values ...string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -59,13 +67,50 @@ func (r *Redactor) Add(values ...string) {
 }
 
 func variants(v string) []string {
-	out := []string{v, strings.TrimSpace(v)}
+	base := []string{v, strings.TrimSpace(v)}
 	if strings.ContainsAny(v, "\r\n") {
 		for _, line := range strings.FieldsFunc(v, func(c rune) bool { return c == '\n' || c == '\r' }) {
-			out = append(out, strings.TrimSpace(line))
+			base = append(base, strings.TrimSpace(line))
 		}
 	}
+	out := make([]string, 0, len(base)*7)
+	for _, b := range base {
+		// A value too short to mask is not masked escaped either: `\"a` is no secret.
+		if len(b) < minLen {
+			continue
+		}
+		out = append(out, b)
+		out = append(out, escapedForms(b)...)
+	}
 	return out
+}
+
+// escapedForms returns v as it appears inside a JSON string (HTML-escaped, as encoding/json
+// writes it, and not), inside %q and %+q, and URL query- and path-escaped.
+func escapedForms(v string) []string {
+	var forms []string
+	for _, html := range []bool{true, false} {
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(html)
+		if enc.Encode(v) == nil {
+			forms = append(forms, unquote(strings.TrimSuffix(buf.String(), "\n")))
+		}
+	}
+	return append(forms,
+		unquote(strconv.Quote(v)),
+		unquote(strconv.QuoteToASCII(v)),
+		url.QueryEscape(v),
+		url.PathEscape(v),
+	)
+}
+
+// unquote drops the quotes around a quoted string.
+func unquote(q string) string {
+	if len(q) >= 2 {
+		return q[1 : len(q)-1]
+	}
+	return q
 }
 
 func contains(list []string, s string) bool {
@@ -79,6 +124,12 @@ func contains(list []string, s string) bool {
 
 // Redact returns s with every registered value replaced by `***`.
 func (r *Redactor) Redact(s string) string {
+	return r.redactWith(s, mask)
+}
+
+// redactWith is Redact with another mask, so a test can tell a value that survived from one
+// that the mask and its neighbours happen to spell (`ab*` beside `***`).
+func (r *Redactor) redactWith(s, m string) string {
 	if r == nil {
 		return s
 	}
@@ -86,7 +137,7 @@ func (r *Redactor) Redact(s string) string {
 	defer r.mu.RUnlock()
 	for _, v := range r.values {
 		if strings.Contains(s, v) {
-			s = strings.ReplaceAll(s, v, mask)
+			s = strings.ReplaceAll(s, v, m)
 		}
 	}
 	return s
