@@ -26,13 +26,19 @@ integration-setup: ## install what the integration tests need (compose plugin, r
 test-integration: integration-setup ## tests against the real Docker engine, compose v2, registry and OpenBao
 	CI=$${CI:-true} $(GO) test -count=1 -tags integration -timeout 40m ./...
 
-fuzz: ## run every fuzz target for FUZZTIME each
-	@set -e; for f in $$(grep -rl --include='*_test.go' '^func Fuzz' . | sort); do \
+fuzz: ## run every fuzz target for FUZZTIME each (a duration or a count, e.g. 3000x); fails if any target fails
+	@targets=0; failed=""; \
+	for f in $$(grep -rl --include='*_test.go' '^func Fuzz' . | sort); do \
 	  dir=$$(dirname $$f); \
 	  for name in $$(grep -o '^func Fuzz[A-Za-z0-9_]*' $$f | sed 's/^func //'); do \
+	    targets=$$((targets+1)); \
 	    echo "fuzz $$dir $$name"; \
-	    $(GO) test -tags integration -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) $$dir; \
-	  done; done
+	    $(GO) test -tags integration -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) -timeout 15m $$dir \
+	      || failed="$$failed $$dir:$$name"; \
+	  done; done; \
+	if [ "$$targets" -eq 0 ]; then echo "fuzz: no fuzz target found" >&2; exit 1; fi; \
+	if [ -n "$$failed" ]; then echo "fuzz: FAILED (the failing input is under the package's testdata/fuzz):$$failed" >&2; exit 1; fi; \
+	echo "fuzz: $$targets target(s) passed"
 
 lint: ## go vet and staticcheck
 	$(GO) vet ./...
