@@ -87,6 +87,8 @@ type Agent struct {
 	deps Deps
 	log  *slog.Logger
 	opt  Options
+	// baseLog is deps.Log with the env; log is it behind the tick's redactor.
+	baseLog *slog.Logger
 
 	// per-tick
 	st    *state.State
@@ -99,7 +101,8 @@ type Agent struct {
 
 // New returns an Agent for cfg.
 func New(cfg *config.Config, deps Deps, opt Options) *Agent {
-	return &Agent{cfg: cfg, deps: deps, log: deps.Log.With("env", cfg.EnvID), opt: opt}
+	base := deps.Log.With("env", cfg.EnvID)
+	return &Agent{cfg: cfg, deps: deps, log: base, baseLog: base, opt: opt}
 }
 
 // Sentinel errors the exit code is decided from (see ExitCode).
@@ -158,6 +161,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	var err error
 	a.redact = &secret.Redactor{}
+	// Every journal line of the tick passes the redactor, whoever wrote it.
+	a.log = slog.New(secret.LogHandler(a.baseLog.Handler(), a.redact))
 	a.dockerInfoFresh = false
 	a.st, err = a.loadState()
 	if err != nil {
@@ -170,7 +175,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.tidyLeaseState()
 
-	err = a.run(ctx)
+	err = a.redacted(a.run(ctx))
 	var off *tenancyUnreachable
 	if errors.As(err, &off) {
 		// PROTOCOL step 2: a laptop off the mesh is not a fault. Only the check-in's transport
@@ -181,6 +186,23 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	return err
 }
+
+// redacted returns err with its text passed through the tick's redactor (the CLI prints it as
+// the tick's last journal line), keeping its chain for errors.Is/As and ExitCode.
+func (a *Agent) redacted(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &redactedError{err: err, msg: a.redact.Redact(err.Error())}
+}
+
+type redactedError struct {
+	err error
+	msg string
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }
 
 // tenancyUnreachable is a check-in that got no answer, or a 5xx, in laptop mode.
 type tenancyUnreachable struct{ err error }

@@ -245,7 +245,8 @@ func (a *Agent) writeRegistryAuth(cred secret.Value) error {
 		a.log.Warn("registry credential unusable; private images will not pull", "error", err.Error())
 		return nil
 	}
-	a.redact.Add(auth.Password.Reveal())
+	// The base64 form is the agent's own making: no redactor could guess it from the password.
+	a.redact.Add(auth.Password.Reveal(), auth.Encoded().Reveal())
 	if err := registryauth.WriteDockerConfig(a.cfg.DockerConfigDir(), auth); err != nil {
 		return err
 	}

@@ -2,13 +2,16 @@ package agent_test
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -388,4 +391,47 @@ func (b loginSpy) Login(ctx context.Context, mount, role string, jwt secret.Valu
 	tok, err := b.Bao.Login(ctx, mount, role, jwt)
 	*b.done = err == nil
 	return tok, err
+}
+
+// The forms a secret takes on its way into text are masked as well as the raw value: the
+// base64 `auth` the agent itself writes to DOCKER_CONFIG (docker echoes it), and the JSON-, %q-
+// and URL-escaped forms of a value with quotes and spaces, in the journal, the reports, the tick's
+// error and state.json.
+func TestEscapedAndDerivedSecretsNeverLeak(t *testing.T) {
+	h := newHarness(t)
+	h.desire(bundleSpec{})
+	h.expectExit(agent.ExitOK)
+
+	auth := base64.StdEncoding.EncodeToString([]byte("robot$pull:" + registryPwd))
+	js, _ := json.Marshal(geminiKey)
+	forms := map[string]string{
+		"registry auth (base64)": auth,
+		"gemini key as JSON":     string(js[1 : len(js)-1]),
+		"gemini key as %q":       strconv.Quote(geminiKey),
+		"gemini key URL-escaped": url.QueryEscape(geminiKey),
+	}
+	h.docker.PullFail = `error getting credentials: {"auths":{"harbor.tikali.net":{"auth":"` + auth + `"}}} ` +
+		`env {"GEMINI":` + string(js) + `} ` + fmt.Sprintf("%q", geminiKey) + " https://x/?k=" + url.QueryEscape(geminiKey)
+	h.docker.Logs = "api-1 | " + h.docker.PullFail + "\n"
+	h.desire(bundleSpec{template: defaultTemplate + "V=2\n"})
+	err := h.tickErr()
+	if agent.ExitCode(err) != agent.ExitFailed {
+		t.Fatalf("tick = %v, want a failed apply", err)
+	}
+	st, _ := os.ReadFile(h.cfg.StatePath())
+	r := h.lastReport()
+	haystacks := map[string]string{
+		"journal": h.logs.String(), "tick error": err.Error(), "state.json": string(st),
+		"report detail": r.Detail, "report log_tail": r.LogTail,
+	}
+	for where, text := range haystacks {
+		for what, form := range forms {
+			if strings.Contains(text, form) {
+				t.Errorf("%s leaked into %s", what, where)
+			}
+		}
+	}
+	if !strings.Contains(r.Detail, "***") {
+		t.Errorf("the failure's detail lost its masked text: %q", r.Detail)
+	}
 }

@@ -140,6 +140,13 @@ func checkRegistry(r string) error {
 	return nil
 }
 
+// Encoded is the credential as docker's config.json carries it, base64("<username>:<password>"):
+// a secret of its own, which docker echoes in its errors and which decodes to the password, so
+// the agent registers it with its redactor beside the password.
+func (a Auth) Encoded() secret.Value {
+	return secret.New(base64.StdEncoding.EncodeToString([]byte(a.Username + ":" + a.Password.Reveal())))
+}
+
 type dockerConfig struct {
 	Auths map[string]dockerAuth `json:"auths"`
 }
@@ -165,8 +172,7 @@ func WriteDockerConfig(dir string, a Auth) error {
 	if err := os.Chmod(dir, 0o700); err != nil {
 		return fmt.Errorf("registry-auth: chmod %q: %w", dir, err)
 	}
-	cred := base64.StdEncoding.EncodeToString([]byte(a.Username + ":" + a.Password.Reveal()))
-	doc, err := json.MarshalIndent(dockerConfig{Auths: map[string]dockerAuth{a.Registry: {Auth: cred}}}, "", "\t")
+	doc, err := json.MarshalIndent(dockerConfig{Auths: map[string]dockerAuth{a.Registry: {Auth: a.Encoded().Reveal()}}}, "", "\t")
 	if err != nil {
 		return fmt.Errorf("registry-auth: encode docker config: %w", err)
 	}

@@ -168,3 +168,27 @@ func TestTruncateHeadKeepsTheStart(t *testing.T) {
 		}
 	}
 }
+
+func TestLogHandlerRedactsEveryLine(t *testing.T) {
+	var r Redactor
+	var buf bytes.Buffer
+	log := slog.New(LogHandler(slog.NewTextHandler(&buf, nil), &r)).With("env", "env-qa-02")
+	r.Add(`pa"ss-word`) // registered after the logger was made: lines written later are masked
+	log.Info("login with pa\"ss-word failed",
+		"error", fmt.Errorf("bao: %q refused", `pa"ss-word`),
+		"detail", `{"p":"pa\"ss-word"}`,
+		"list", []string{"x", `pa"ss-word`},
+		"count", 3,
+		slog.Group("g", "url", "https://h/?p="+url.QueryEscape(`pa"ss-word`)))
+	out := buf.String()
+	for _, leak := range []string{`pa"ss-word`, `pa\"ss-word`, url.QueryEscape(`pa"ss-word`), "ss-word"} {
+		if strings.Contains(out, leak) {
+			t.Errorf("journal line holds %q: %s", leak, out)
+		}
+	}
+	for _, keep := range []string{"env=env-qa-02", "count=3", "g.url=", "error=", "failed"} {
+		if !strings.Contains(out, keep) {
+			t.Errorf("journal line lost %q: %s", keep, out)
+		}
+	}
+}
