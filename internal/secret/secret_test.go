@@ -136,8 +136,8 @@ func TestRedactorMasksEscapedForms(t *testing.T) {
 	var r Redactor
 	r.Add(`pa"ss\w<rd> &x`)
 	for _, in := range []string{
-		`{"k":"pa\"ss\\w\u003crd\u003e \u0026x"}`,    // encoding/json
-		`{"k":"pa\"ss\\w<rd> &x"}`,                   // JSON without HTML escaping
+		`{"k":"pa\"ss\\w\u003crd\u003e \u0026x"}`,           // encoding/json
+		`{"k":"pa\"ss\\w<rd> &x"}`,                          // JSON without HTML escaping
 		fmt.Sprintf("error: %q", `pa"ss\w<rd> &x`),          // %q
 		"https://h/?p=" + url.QueryEscape(`pa"ss\w<rd> &x`), // a query
 		"https://h/" + url.PathEscape(`pa"ss\w<rd> &x`),     // a path
