@@ -1,0 +1,122 @@
+// Package strictjson decodes JSON that someone else wrote the way its writer meant it.
+// encoding/json matches object keys to struct fields case-insensitively and keeps the last of
+// two equal keys, so `{"allow_privileged": false, "ALLOW_PRIVILEGED": true}` reads as true; here
+// keys match exactly (the second key is an unknown member, ignored) and a key given twice in one
+// object is an error. The decoding is encoding/json/v2's (github.com/go-json-experiment/json,
+// its mirror until Go 1.27), whose defaults are exactly these; unknown members are ignored, as
+// answers from a newer peer must be.
+package strictjson
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+)
+
+// ErrDuplicateKey is matched (errors.Is) by an *Error for a key given twice in one object.
+var ErrDuplicateKey = errors.New("duplicate key")
+
+// Error is a document that does not decode. Its text never quotes a value of the document (an
+// answer may hold a secret), only member names and JSON kinds.
+type Error struct {
+	// Field is the member at fault as a dotted path with array indexes left out
+	// ("agent.allow_privileged", "entries.var"): the form a caller keys its "want" text by.
+	// "" is the document itself.
+	Field string
+	// Pointer is the same place as a JSON pointer, indexes kept ("/entries/2/var").
+	Pointer string
+	// Got is the JSON kind found where another was wanted ("a string", "a number", "an object",
+	// "an array", "a boolean", "null"); "" when the error is not about a type.
+	Got string
+	// Duplicate: Field was given twice in one object.
+	Duplicate bool
+	// Offset is the byte offset of a syntax error, -1 for the other errors.
+	Offset int64
+}
+
+func (e *Error) Error() string {
+	at := ""
+	if e.Pointer != "" {
+		at = " at " + short(e.Field)
+	}
+	switch {
+	case e.Duplicate:
+		return fmt.Sprintf("key %s given twice in one object", short(e.Field))
+	case e.Got != "":
+		return fmt.Sprintf("unexpected %s%s", e.Got, at)
+	case e.Offset >= 0:
+		return fmt.Sprintf("not valid JSON at byte %d", e.Offset)
+	}
+	return "not valid JSON" + at
+}
+
+// Is matches ErrDuplicateKey.
+func (e *Error) Is(target error) bool { return target == ErrDuplicateKey && e.Duplicate }
+
+// Unmarshal decodes data into v: keys match struct fields exactly, a key given twice in one
+// object is an *Error with Duplicate set, unknown members are ignored, invalid UTF-8 and trailing
+// data are errors. Every error is an *Error.
+func Unmarshal(data []byte, v any) error {
+	err := jsonv2.Unmarshal(data, v)
+	if err == nil {
+		return nil
+	}
+	var syn *jsontext.SyntacticError
+	var sem *jsonv2.SemanticError
+	switch {
+	case errors.As(err, &syn):
+		e := &Error{Pointer: string(syn.JSONPointer), Offset: syn.ByteOffset}
+		if errors.Is(syn.Err, jsontext.ErrDuplicateName) {
+			e.Duplicate, e.Offset = true, -1
+		}
+		e.Field = dotted(syn.JSONPointer)
+		return e
+	case errors.As(err, &sem):
+		return &Error{Pointer: string(sem.JSONPointer), Field: dotted(sem.JSONPointer), Got: kindName(sem.JSONKind), Offset: -1}
+	}
+	return &Error{Offset: -1}
+}
+
+// dotted turns /agent/allow_privileged into agent.allow_privileged and /entries/2/var into
+// entries.var. A member name that is all digits is taken for an index: no field the agent
+// reads has such a name.
+func dotted(p jsontext.Pointer) string {
+	var parts []string
+	for tok := range p.Tokens() {
+		if tok != "" && strings.Trim(tok, "0123456789") == "" {
+			continue
+		}
+		parts = append(parts, tok)
+	}
+	return strings.Join(parts, ".")
+}
+
+// short quotes a member path for a message, cut at 64 bytes: names come from the document.
+func short(s string) string {
+	if len(s) > 64 {
+		return strconv.Quote(s[:64]) + "…"
+	}
+	return strconv.Quote(s)
+}
+
+func kindName(k jsontext.Kind) string {
+	switch k {
+	case '"':
+		return "a string"
+	case '0':
+		return "a number"
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	}
+	return ""
+}
