@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/strictjson"
 )
 
 // Limits on a bundle (PROTOCOL: at most 256 files and 8 MiB in all).
@@ -284,7 +285,7 @@ func parseMeta(files map[string]string) (Meta, error) {
 		return Meta{}, invalid("%s: missing", MetaFile)
 	}
 	var w metaWire
-	if err := json.Unmarshal([]byte(raw), &w); err != nil {
+	if err := strictjson.Unmarshal([]byte(raw), &w); err != nil {
 		return Meta{}, invalid("%s: %s", MetaFile, jsonProblem(err, metaWant))
 	}
 	m := Meta{
@@ -341,24 +342,26 @@ func looseString(raw json.RawMessage) string {
 	return string(raw)
 }
 
-// jsonProblem turns an encoding/json error into "field: want TYPE" or "not valid JSON: …".
+// jsonProblem turns a strictjson error into "field: want TYPE", "field: given twice" or
+// "not valid JSON: …".
 func jsonProblem(err error, want map[string]string) string {
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) {
-		w, ok := want[te.Field]
+	var se *strictjson.Error
+	switch {
+	case !errors.As(err, &se):
+		return "not valid JSON"
+	case se.Duplicate:
+		return fmt.Sprintf("%s: given twice", se.Path())
+	case se.Got != "":
+		w, ok := want[se.Field]
 		if !ok {
-			w = "a " + te.Type.String()
+			w = "another type"
 		}
-		if te.Field == "" {
-			return fmt.Sprintf("want %s, got %s", w, te.Value)
+		if se.Field == "" {
+			return fmt.Sprintf("want %s, got %s", w, se.Got)
 		}
-		return fmt.Sprintf("%s: want %s, got %s", te.Field, w, te.Value)
+		return fmt.Sprintf("%s: want %s, got %s", se.Field, w, se.Got)
 	}
-	var se *json.SyntaxError
-	if errors.As(err, &se) {
-		return fmt.Sprintf("not valid JSON at byte %d: %v", se.Offset, se)
-	}
-	return "not valid JSON: " + err.Error()
+	return "not valid JSON: " + se.Error()
 }
 
 // envName is what a POSIX shell and docker compose accept as a variable name.
@@ -390,7 +393,7 @@ func parseManifest(files map[string]string) ([]Entry, error) {
 	var doc struct {
 		Entries []json.RawMessage `json:"entries"`
 	}
-	if err := json.Unmarshal([]byte(raw), &doc); err != nil {
+	if err := strictjson.Unmarshal([]byte(raw), &doc); err != nil {
 		return nil, invalid("%s: %s", ManifestFile, jsonProblem(err, map[string]string{
 			"": "an object", "entries": "a list of objects",
 		}))
@@ -401,7 +404,7 @@ func parseManifest(files map[string]string) ([]Entry, error) {
 	for i, rawEntry := range doc.Entries {
 		at := fmt.Sprintf("%s: entries[%d]", ManifestFile, i)
 		var w entryWire
-		if err := json.Unmarshal(rawEntry, &w); err != nil {
+		if err := strictjson.Unmarshal(rawEntry, &w); err != nil {
 			return nil, invalid("%s%s", at, prefixed(jsonProblem(err, entryWant)))
 		}
 		e := Entry{Use: UseEnv, Key: DefaultKey}

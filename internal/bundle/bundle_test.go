@@ -177,6 +177,11 @@ func TestParseRefusals(t *testing.T) {
 		{"allow_privileged a string", with(goodFiles(), "bundle.json", `{"agent": {"allow_privileged": "yes"}}`), "", protocol.CodeBundleInvalid,
 			"bundle.json: agent.allow_privileged: want true or false"},
 		{"agent a list", with(goodFiles(), "bundle.json", `{"agent": []}`), "", protocol.CodeBundleInvalid, "bundle.json: agent: want an object"},
+		// encoding/json keeps the last of two keys: tenancy never writes two, so two is no bundle.
+		{"allow_privileged twice", with(goodFiles(), "bundle.json", `{"agent": {"allow_privileged": false, "allow_privileged": true}}`), "", protocol.CodeBundleInvalid,
+			"bundle.json: agent.allow_privileged: given twice"},
+		{"agent twice", with(goodFiles(), "bundle.json", `{"agent": {}, "agent": {"allow_rollback": true}}`), "", protocol.CodeBundleInvalid, "bundle.json: agent: given twice"},
+		{"a key twice in an informational field", with(goodFiles(), "bundle.json", `{"renderer": {"a": 1, "a": 2}}`), "", protocol.CodeBundleInvalid, "bundle.json: renderer.a: given twice"},
 		{"files not strings", with(goodFiles(), "bundle.json", `{"files": [1]}`), "", protocol.CodeBundleInvalid, "bundle.json: files: want a list of strings"},
 		{"pull unknown", with(goodFiles(), "bundle.json", `{"pull": "never"}`), "", protocol.CodeBundleInvalid, `bundle.json: pull: want "always" or "missing", got "never"`},
 		{"pull a number", with(goodFiles(), "bundle.json", `{"pull": 1}`), "", protocol.CodeBundleInvalid, "bundle.json: pull: want a string"},
@@ -196,6 +201,9 @@ func TestParseRefusals(t *testing.T) {
 		{"var duplicate", with(goodFiles(), "manifest.json", entry(`{"var":"A","path":"a"},{"var":"A","path":"b"}`)), "", protocol.CodeBundleInvalid,
 			`manifest.json: entries[1].var: "A" already declared by entries[0]`},
 		{"path missing", with(goodFiles(), "manifest.json", entry(`{"var": "A"}`)), "", protocol.CodeBundleInvalid, "manifest.json: entries[0].path: missing"},
+		{"path twice", with(goodFiles(), "manifest.json", entry(`{"var": "A", "path": "a", "path": "../../b"}`)), "", protocol.CodeBundleInvalid, "manifest.json: entries[0].path: given twice"},
+		{"entries twice", with(goodFiles(), "manifest.json", `{"entries": [], "entries": [{"var": "A", "path": "a"}]}`), "", protocol.CodeBundleInvalid, "manifest.json: entries: given twice"},
+		{"PATH in capitals only", with(goodFiles(), "manifest.json", entry(`{"var": "A", "PATH": "a"}`)), "", protocol.CodeBundleInvalid, "manifest.json: entries[0].path: missing"},
 		{"path a list", with(goodFiles(), "manifest.json", entry(`{"var": "A", "path": ["a"]}`)), "", protocol.CodeBundleInvalid, "manifest.json: entries[0].path: want a string"},
 		{"key a number", with(goodFiles(), "manifest.json", entry(`{"var": "A", "path": "a", "key": 7}`)), "", protocol.CodeBundleInvalid, "entries[0].key: want a string"},
 		{"use unknown", with(goodFiles(), "manifest.json", entry(`{"var": "A", "path": "a", "use": "file"}`)), "", protocol.CodeBundleInvalid,
@@ -225,6 +233,18 @@ func TestParseRefusals(t *testing.T) {
 			}
 			assertRefusal(t, err, tt.code, tt.want)
 		})
+	}
+}
+
+// Keys match exactly: a capitalised key is another, unknown, member, never the field.
+func TestMetaKeysMatchExactly(t *testing.T) {
+	files := with(goodFiles(), "bundle.json", `{"agent": {"ALLOW_PRIVILEGED": true, "Allow_Rollback": true}, "PULL": "never"}`)
+	b, err := Parse(files, Sha(files))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Meta.Agent.AllowPrivileged || b.Meta.Agent.AllowRollback || b.Meta.Pull != PullAlways {
+		t.Fatalf("meta = %+v: a key in another case was read as the field", b.Meta)
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/strictjson"
 )
 
 // Actions tenancy answers a check-in with.
@@ -164,7 +166,9 @@ type ErrorBody struct {
 var plainCode = regexp.MustCompile(`^([A-Z][A-Z0-9_]{2,}):\s*(.*)$`)
 
 // ParseErrorBody reads a tenancy error body in any of its three shapes; a plain-string detail
-// written as "CODE: message" gives its code back. An unreadable body gives
+// written as "CODE: message" gives its code back. Keys match exactly and a key given twice makes
+// the body unreadable (strictjson): a body tenancy did not write carries no code. An unreadable
+// body gives
 // an empty ErrorBody, never an error: the HTTP status still decides what happens.
 func ParseErrorBody(b []byte) ErrorBody {
 	var raw struct {
@@ -172,7 +176,7 @@ func ParseErrorBody(b []byte) ErrorBody {
 		Message string          `json:"message"`
 		Detail  json.RawMessage `json:"detail"`
 	}
-	if json.Unmarshal(b, &raw) != nil {
+	if strictjson.Unmarshal(b, &raw) != nil {
 		return ErrorBody{}
 	}
 	out := ErrorBody{Code: raw.Code, Message: raw.Message}
@@ -183,14 +187,14 @@ func ParseErrorBody(b []byte) ErrorBody {
 		}
 		var s string
 		switch {
-		case json.Unmarshal(raw.Detail, &nested) == nil:
+		case strictjson.Unmarshal(raw.Detail, &nested) == nil:
 			if out.Code == "" {
 				out.Code = nested.Code
 			}
 			if out.Message == "" {
 				out.Message = nested.Message
 			}
-		case json.Unmarshal(raw.Detail, &s) == nil:
+		case strictjson.Unmarshal(raw.Detail, &s) == nil:
 			if out.Message == "" {
 				out.Message = s
 			}

@@ -18,6 +18,10 @@ func TestParseErrorBody(t *testing.T) {
 		{``, ErrorBody{}},
 		{`{"code": 5}`, ErrorBody{}},
 		{`{"code": "X", "detail": {"code": "Y", "message": "m"}}`, ErrorBody{"X", "m"}},
+		// Not what tenancy writes: a key given twice, or in another case, carries no code.
+		{`{"code": "AGENT_ENV_MISMATCH", "code": "AGENT_UNAUTHENTICATED"}`, ErrorBody{}},
+		{`{"CODE": "AGENT_UNAUTHENTICATED"}`, ErrorBody{}},
+		{`{"detail": {"Code": "AGENT_ENV_MISMATCH"}}`, ErrorBody{}},
 	} {
 		if got := ParseErrorBody([]byte(tc.body)); got != tc.want {
 			t.Errorf("ParseErrorBody(%s) = %+v, want %+v", tc.body, got, tc.want)

@@ -21,6 +21,7 @@ import (
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/atomicfile"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/strictjson"
 )
 
 // Use is the manifest `use:` value that marks the registry pull credential.
@@ -96,13 +97,17 @@ func Parse(value secret.Value, defaultRegistry string) (Auth, error) {
 
 func parseJSON(text string) (Auth, string, error) {
 	var raw map[string]json.RawMessage
-	dec := json.NewDecoder(strings.NewReader(text))
-	// json's syntax errors quote the offending character: keep them out of the message.
-	if err := dec.Decode(&raw); err != nil {
+	// Keys match exactly and a key given twice is refused: which of two passwords is meant is
+	// no guess to make. The decoder's errors are not passed on: the message never quotes the value.
+	if err := strictjson.Unmarshal([]byte(text), &raw); err != nil {
+		var se *strictjson.Error
+		switch {
+		case errors.As(err, &se) && se.Trailing:
+			return Auth{}, "", invalid("the value has trailing data after the JSON object")
+		case errors.As(err, &se) && se.Duplicate && !strings.Contains(se.Pointer[1:], "/"):
+			return Auth{}, "", invalid(fmt.Sprintf("JSON field %q is given twice", clipName(se.Key)))
+		}
 		return Auth{}, "", invalid("the value starts with '{' but is not a JSON object")
-	}
-	if dec.More() {
-		return Auth{}, "", invalid("the value has trailing data after the JSON object")
 	}
 	field := func(name string) (string, error) {
 		v, ok := raw[name]
@@ -128,6 +133,14 @@ func parseJSON(text string) (Auth, string, error) {
 		return Auth{}, "", err
 	}
 	return a, password, nil
+}
+
+// clipName keeps a member name short in a message.
+func clipName(s string) string {
+	if len(s) > 32 {
+		return s[:32]
+	}
+	return s
 }
 
 // checkRegistry accepts what docker accepts as an auths key: a host[:port], optionally with a

@@ -60,6 +60,8 @@ func TestParseRefuses(t *testing.T) {
 		{"json without username", `{"password":"` + pw + `"}`, harbor, "username is empty"},
 		{"json without password", `{"username":"u"}`, harbor, "password is empty"},
 		{"broken json", `{"username":"u","password":"` + pw, harbor, "not a JSON object"},
+		{"password given twice", `{"username":"u","password":"x` + pw + `","password":"` + pw + `"}`, harbor, `"password" is given twice`},
+		{"PASSWORD in capitals only", `{"username":"u","PASSWORD":"` + pw + `"}`, harbor, "password is empty"},
 		{"json with trailing data", `{"username":"u","password":"` + pw + `"} x`, harbor, "trailing"},
 		{"json username not a string", `{"username":1,"password":"` + pw + `"}`, harbor, `"username" is not a string`},
 		{"json password not a string", `{"username":"u","password":["` + pw + `"]}`, harbor, `"password" is not a string`},

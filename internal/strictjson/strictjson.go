@@ -8,6 +8,7 @@
 package strictjson
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"strconv"
@@ -29,11 +30,16 @@ type Error struct {
 	Field string
 	// Pointer is the same place as a JSON pointer, indexes kept ("/entries/2/var").
 	Pointer string
-	// Got is the JSON kind found where another was wanted ("a string", "a number", "an object",
-	// "an array", "a boolean", "null"); "" when the error is not about a type.
+	// Key is the last member name of the place, unescaped (a file path of a bundle's files).
+	Key string
+	// Got is the JSON kind found where another was wanted, named as encoding/json names it
+	// ("string", "number", "object", "array", "bool", "null"); "" when the error is not about a
+	// type.
 	Got string
 	// Duplicate: Field was given twice in one object.
 	Duplicate bool
+	// Trailing: the document is one JSON value followed by more than white space.
+	Trailing bool
 	// Offset is the byte offset of a syntax error, -1 for the other errors.
 	Offset int64
 }
@@ -47,7 +53,9 @@ func (e *Error) Error() string {
 	case e.Duplicate:
 		return fmt.Sprintf("key %s given twice in one object", short(e.Field))
 	case e.Got != "":
-		return fmt.Sprintf("unexpected %s%s", e.Got, at)
+		return fmt.Sprintf("unexpected JSON %s%s", e.Got, at)
+	case e.Trailing:
+		return fmt.Sprintf("trailing data after the JSON value at byte %d", e.Offset)
 	case e.Offset >= 0:
 		return fmt.Sprintf("not valid JSON at byte %d", e.Offset)
 	}
@@ -72,13 +80,41 @@ func Unmarshal(data []byte, v any) error {
 		e := &Error{Pointer: string(syn.JSONPointer), Offset: syn.ByteOffset}
 		if errors.Is(syn.Err, jsontext.ErrDuplicateName) {
 			e.Duplicate, e.Offset = true, -1
+		} else {
+			e.Trailing = trailing(data)
 		}
-		e.Field = dotted(syn.JSONPointer)
+		e.Field, e.Key = dotted(syn.JSONPointer), syn.JSONPointer.LastToken()
 		return e
 	case errors.As(err, &sem):
-		return &Error{Pointer: string(sem.JSONPointer), Field: dotted(sem.JSONPointer), Got: kindName(sem.JSONKind), Offset: -1}
+		return &Error{Pointer: string(sem.JSONPointer), Field: dotted(sem.JSONPointer), Key: sem.JSONPointer.LastToken(), Got: kindName(sem.JSONKind), Offset: -1}
 	}
 	return &Error{Offset: -1}
+}
+
+// trailing tells whether data starts with one whole JSON value and goes on after it.
+func trailing(data []byte) bool {
+	dec := jsontext.NewDecoder(bytes.NewReader(data))
+	if _, err := dec.ReadValue(); err != nil {
+		return false
+	}
+	return len(bytes.TrimSpace(data[dec.InputOffset():])) > 0
+}
+
+// Path is the place as a reader writes it: entries[2].var. A member name that is all digits is
+// taken for an index, as in Field.
+func (e *Error) Path() string {
+	var b strings.Builder
+	for tok := range jsontext.Pointer(e.Pointer).Tokens() {
+		if tok != "" && strings.Trim(tok, "0123456789") == "" {
+			b.WriteString("[" + tok + "]")
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(tok)
+	}
+	return b.String()
 }
 
 // dotted turns /agent/allow_privileged into agent.allow_privileged and /entries/2/var into
@@ -106,15 +142,15 @@ func short(s string) string {
 func kindName(k jsontext.Kind) string {
 	switch k {
 	case '"':
-		return "a string"
+		return "string"
 	case '0':
-		return "a number"
+		return "number"
 	case '{':
-		return "an object"
+		return "object"
 	case '[':
-		return "an array"
+		return "array"
 	case 't', 'f':
-		return "a boolean"
+		return "bool"
 	case 'n':
 		return "null"
 	}

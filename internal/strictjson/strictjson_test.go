@@ -33,11 +33,11 @@ func TestUnmarshal(t *testing.T) {
 		{name: "duplicate inside a raw member", in: `{"raw": {"a": 1, "a": 2}}`, wantErr: "given twice", field: "raw.a", duplicate: true},
 		{name: "duplicate inside an ignored member", in: `{"other": [{"a": 1, "a": 2}]}`, wantErr: "given twice", field: "other.a", duplicate: true},
 		{name: "escaped duplicate", in: `{"files": [], "fil\u0065s": []}`, wantErr: "given twice", field: "files", duplicate: true},
-		{name: "wrong type", in: `{"agent": {"allow_privileged": "yes"}}`, wantErr: `unexpected a string at "agent.allow_privileged"`, field: "agent.allow_privileged"},
-		{name: "wrong element type", in: `{"files": ["a", 3]}`, wantErr: `unexpected a number at "files"`, field: "files"},
-		{name: "not an object", in: `[]`, wantErr: "unexpected an array"},
+		{name: "wrong type", in: `{"agent": {"allow_privileged": "yes"}}`, wantErr: `unexpected JSON string at "agent.allow_privileged"`, field: "agent.allow_privileged"},
+		{name: "wrong element type", in: `{"files": ["a", 3]}`, wantErr: `unexpected JSON number at "files"`, field: "files"},
+		{name: "not an object", in: `[]`, wantErr: "unexpected JSON array"},
 		{name: "syntax", in: `{"agent": `, wantErr: "not valid JSON at byte", field: "agent"},
-		{name: "trailing data", in: `{} {}`, wantErr: "not valid JSON at byte"},
+		{name: "trailing data", in: `{} {}`, wantErr: "trailing data after the JSON value at byte 3"},
 		{name: "invalid UTF-8", in: "{\"files\": [\"\xff\"]}", wantErr: "not valid JSON at byte", field: "files"},
 		{name: "empty", in: ``, wantErr: "not valid JSON"},
 	} {
@@ -179,5 +179,27 @@ func inspect(data []byte) (dup, loose bool) {
 		if top != nil && top.object {
 			top.wantKey = true
 		}
+	}
+}
+
+func TestKeyIsUnescaped(t *testing.T) {
+	var v struct {
+		Files map[string]string `json:"files"`
+	}
+	err := Unmarshal([]byte(`{"files": {"compose/a~b.yml": "x", "compose\/a~b.yml": "y"}}`), &v)
+	var e *Error
+	if !errors.As(err, &e) || !e.Duplicate || e.Key != "compose/a~b.yml" || e.Field != "files.compose/a~b.yml" || e.Path() != "files.compose/a~b.yml" {
+		t.Fatalf("Unmarshal = %#v", err)
+	}
+}
+
+func TestPath(t *testing.T) {
+	var v struct {
+		Entries []map[string]any `json:"entries"`
+	}
+	err := Unmarshal([]byte(`{"entries": [{}, {"var": "A", "var": "B"}]}`), &v)
+	var e *Error
+	if !errors.As(err, &e) || e.Path() != "entries[1].var" || e.Field != "entries.var" {
+		t.Fatalf("Unmarshal = %v, Path %q", err, e.Path())
 	}
 }

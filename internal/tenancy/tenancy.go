@@ -12,6 +12,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -19,6 +20,7 @@ import (
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/strictjson"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/transport"
 )
 
@@ -366,46 +368,85 @@ func (c *Client) retryAfter(h string) time.Duration {
 
 var hexSha = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
-// decodeJSON unmarshals body into v, turning the decoder's errors into a *ProtocolError that
-// names the field (json's type errors carry the dotted path, e.g. "vault.addr").
+// decodeJSON decodes body into v the way tenancy writes it (strictjson: keys match exactly, a
+// key given twice is refused), turning the decoder's errors into a *ProtocolError that names the
+// field (e.g. "vault.addr").
 func decodeJSON(op string, body []byte, v any) error {
-	err := json.Unmarshal(body, v)
+	err := strictjson.Unmarshal(body, v)
 	if err == nil {
 		return nil
 	}
-	var te *json.UnmarshalTypeError
-	var se *json.SyntaxError
+	var se *strictjson.Error
 	switch {
-	case errors.As(err, &te):
-		field := te.Field
-		want := jsonKindOf(te.Type.String())
-		if field == "" {
-			return &ProtocolError{Op: op, Problem: fmt.Sprintf("body is a JSON %s, want an object", te.Value)}
-		}
-		return &ProtocolError{Op: op, Field: field, Problem: fmt.Sprintf("JSON %s, want %s", te.Value, want)}
-	case errors.As(err, &se):
-		return &ProtocolError{Op: op, Problem: fmt.Sprintf("body is not JSON (offset %d)", se.Offset)}
 	case len(bytes.TrimSpace(body)) == 0:
 		return &ProtocolError{Op: op, Problem: "empty body"}
+	case !errors.As(err, &se):
+		return &ProtocolError{Op: op, Problem: "body is not JSON"}
+	case se.Duplicate:
+		return &ProtocolError{Op: op, Field: se.Field, Problem: "given twice"}
+	case se.Got != "" && se.Field == "":
+		return &ProtocolError{Op: op, Problem: fmt.Sprintf("body is a JSON %s, want an object", se.Got)}
+	case se.Got != "":
+		return &ProtocolError{Op: op, Field: se.Field, Problem: fmt.Sprintf("JSON %s, want %s", se.Got, fieldKind(v, se.Field))}
+	case se.Offset >= 0:
+		return &ProtocolError{Op: op, Problem: fmt.Sprintf("body is not JSON (offset %d)", se.Offset)}
 	default:
 		return &ProtocolError{Op: op, Problem: "body is not JSON"}
 	}
 }
 
-func jsonKindOf(goType string) string {
-	switch {
-	case goType == "string":
+// fieldKind names the JSON kind the Go field at the dotted path of v's type wants.
+func fieldKind(v any, path string) string {
+	t := reflect.TypeOf(v)
+	for _, name := range strings.Split(path, ".") {
+		for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Array {
+			t = t.Elem()
+		}
+		switch t.Kind() {
+		case reflect.Struct:
+			f, ok := jsonField(t, name)
+			if !ok {
+				return "another type"
+			}
+			t = f.Type
+		case reflect.Map:
+			t = t.Elem()
+		default:
+			return "another type"
+		}
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return jsonKindOf(t)
+}
+
+func jsonField(t reflect.Type, name string) (reflect.StructField, bool) {
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if tag == name || (tag == "" && f.Name == name) {
+			return f, true
+		}
+	}
+	return reflect.StructField{}, false
+}
+
+func jsonKindOf(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.String:
 		return "a string"
-	case goType == "bool":
+	case reflect.Bool:
 		return "a boolean"
-	case strings.HasPrefix(goType, "int"), strings.HasPrefix(goType, "uint"), strings.HasPrefix(goType, "float"):
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Float32, reflect.Float64:
 		return "a number"
-	case strings.HasPrefix(goType, "map"), strings.HasPrefix(goType, "protocol."), strings.HasPrefix(goType, "struct"):
+	case reflect.Map, reflect.Struct:
 		return "an object"
-	case strings.HasPrefix(goType, "[]"):
+	case reflect.Slice, reflect.Array:
 		return "an array"
 	}
-	return goType
+	return t.String()
 }
 
 func short(s string) string {
@@ -465,7 +506,7 @@ func decodeLease(body []byte, envID string) (*protocol.LeaseResponse, error) {
 	// Look for the AppRole-era keys before typing anything: whatever their type, their
 	// presence says which tenancy is answering.
 	var keys map[string]json.RawMessage
-	if json.Unmarshal(body, &keys) == nil {
+	if strictjson.Unmarshal(body, &keys) == nil {
 		var found []string
 		for _, k := range []string{"wrapping_token", "role_id"} {
 			if v, ok := keys[k]; ok && string(bytes.TrimSpace(v)) != "null" {
@@ -508,10 +549,15 @@ func decodeBundle(body []byte) (map[string]string, error) {
 	var b struct {
 		Files map[string]any `json:"files"`
 	}
-	if err := json.Unmarshal(body, &b); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) && te.Field != "" {
-			return nil, protocol.Refuse(protocol.CodeBundleInvalid, "bundle body: field %q is a JSON %s, want an object", te.Field, te.Value)
+	if err := strictjson.Unmarshal(body, &b); err != nil {
+		var se *strictjson.Error
+		switch {
+		case errors.As(err, &se) && se.Duplicate && strings.HasPrefix(se.Pointer, "/files/"):
+			return nil, protocol.Refuse(protocol.CodeBundleInvalid, "bundle body: files: %s given twice", short(se.Key))
+		case errors.As(err, &se) && se.Duplicate:
+			return nil, protocol.Refuse(protocol.CodeBundleInvalid, "bundle body: key %s given twice", short(se.Field))
+		case errors.As(err, &se) && se.Got != "" && se.Field != "":
+			return nil, protocol.Refuse(protocol.CodeBundleInvalid, "bundle body: field %q is a JSON %s, want an object", se.Field, se.Got)
 		}
 		return nil, protocol.Refuse(protocol.CodeBundleInvalid, "bundle body is not a JSON object")
 	}

@@ -204,6 +204,9 @@ func TestBundle(t *testing.T) {
 		{"files missing", `{}`},
 		{"files not an object", `{"files": ["a"]}`},
 		{"file not a string", `{"files": {"a": 1}}`},
+		{"a file given twice", `{"files": {"a": "x", "a": "y"}}`},
+		{"files given twice", `{"files": {"a": "x"}, "files": {"b": "y"}}`},
+		{"files in capitals only", `{"FILES": {"a": "x"}}`},
 	} {
 		t.Run("malformed: "+tc.name, func(t *testing.T) {
 			s.ten.MalformNext(tenancytest.Bundle, tc.body, 1)
@@ -295,6 +298,9 @@ func TestLeaseBodies(t *testing.T) {
 		{"negative ttl_s", `{"login_jwt":"x.y.z","ttl_s":-1}`, "", false, "ttl_s"},
 		{"addr not a URL", `{"login_jwt":"x.y.z","addr":"bao:8200"}`, "", false, "addr"},
 		{"lease for another env", `{"login_jwt":"x.y.z","env_id":"env-b"}`, "", false, "env_id"},
+		{"addr given twice", `{"login_jwt":"x.y.z","addr":"https://a:1","addr":"https://evil:1"}`, "", false, "addr"},
+		{"login_jwt given twice", `{"login_jwt":"x.y.z","login_jwt":"a.b.c"}`, "", false, "login_jwt"},
+		{"login_jwt in capitals only", `{"LOGIN_JWT":"x.y.z"}`, "", true, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s.ten.MalformNext(tenancytest.Lease, tc.body, 1)
@@ -625,6 +631,10 @@ func TestMalformedCheckinIsAProtocolError(t *testing.T) {
 		{"apply without desired_sha", `{"action": "apply", "bundle_url": "/x"}`, "desired_sha"},
 		{"answer for another env", `{"action": "none", "env_id": "env-b"}`, "env_id"},
 		{"negative interval", `{"action": "none", "checkin_interval_s": -5}`, "checkin_interval_s"},
+		// encoding/json would keep the last of two keys, and fold case: tenancy writes neither.
+		{"action given twice", `{"action": "none", "action": "down"}`, "action"},
+		{"vault.addr given twice", `{"action": "none", "vault": {"addr": "https://a:1", "addr": "https://b:1"}}`, "vault.addr"},
+		{"action in capitals only", `{"ACTION": "none"}`, "action"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s.ten.MalformNext(tenancytest.Checkin, tc.body, 1)
@@ -638,6 +648,13 @@ func TestMalformedCheckinIsAProtocolError(t *testing.T) {
 			}
 		})
 	}
+	t.Run("a key in another case is not the field", func(t *testing.T) {
+		s.ten.MalformNext(tenancytest.Checkin, `{"action": "none", "PURGE_VOLUMES": true, "Desired_Sha": "x"}`, 1)
+		r, err := s.c.Checkin(context.Background(), tok, protocol.CheckinRequest{EnvID: "env-a"})
+		if err != nil || r.PurgeVolumes || r.DesiredSha != "" {
+			t.Fatalf("%+v, %v", r, err)
+		}
+	})
 	t.Run("unknown fields are ignored", func(t *testing.T) {
 		s.ten.MalformNext(tenancytest.Checkin, `{"action": "none", "brand_new": {"x": [1]}, "vault": {"addr": "https://b:1", "future": true}}`, 1)
 		r, err := s.c.Checkin(context.Background(), tok, protocol.CheckinRequest{EnvID: "env-a"})

@@ -1,8 +1,6 @@
 package admin
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -12,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/strictjson"
 )
 
 // nameRE is what an env id may look like in a listing or on the command line, and what the kit's
@@ -162,20 +161,22 @@ func ParseKit(b []byte) (*protocol.KitResponse, error) {
 	return &k, nil
 }
 
-// decode reads one JSON object; a type mismatch names the field.
+// decode reads one JSON object the way tenancy writes it (strictjson: keys match exactly, a key
+// given twice is an error); a type mismatch names the field.
 func decode(b []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	if err := dec.Decode(v); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			return fmt.Errorf("field %q: %s where %s was expected", te.Field, te.Value, te.Type)
-		}
-		return fmt.Errorf("not a JSON object: %w", err)
-	}
-	if dec.More() {
+	err := strictjson.Unmarshal(b, v)
+	var se *strictjson.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &se) && se.Trailing:
 		return errors.New("trailing data after the JSON object")
+	case errors.As(err, &se) && se.Duplicate:
+		return fmt.Errorf("field %q: given twice", se.Field)
+	case errors.As(err, &se) && se.Got != "" && se.Field != "":
+		return fmt.Errorf("field %q: JSON %s where another type was expected", se.Field, se.Got)
 	}
-	return nil
+	return fmt.Errorf("not a JSON object: %w", err)
 }
 
 func parseTime(field, v string) (time.Time, error) {

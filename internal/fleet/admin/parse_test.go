@@ -37,6 +37,8 @@ func TestParseAgentsPage(t *testing.T) {
 		{"negative interval", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"a","checkin_interval_s":-1}]}`, `checkin_interval_s: -1`},
 		{"empty cursor", `{"now":"2026-12-02T10:00:00Z","agents":[],"next":""}`, `empty cursor`},
 		{"trailing", `{"now":"2026-12-02T10:00:00Z","agents":[]} {}`, `trailing data`},
+		{"applied_sha given twice", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"a","applied_sha":"7a10","applied_sha":"0bad"}]}`, `field "agents.applied_sha": given twice`},
+		{"ENV_ID in capitals only", `{"now":"2026-12-02T10:00:00Z","agents":[{"ENV_ID":"a"}]}`, `agents[0].env_id`},
 		{"not json", `<html>`, `not a JSON object`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
