@@ -23,6 +23,7 @@ import (
 	"github.com/openbao/openbao/api/v2"
 	"golang.org/x/sync/errgroup"
 
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/noredirect"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/transport"
 )
@@ -119,7 +120,8 @@ func New(opts Options) (*Client, error) {
 		Timeout:    timeout,
 		// The systemd timer is the retry loop; a retry inside a tick only stretches a tick
 		// that is already failing, and would double-count KV reads in the fakes.
-		MaxRetries: 0,
+		MaxRetries:       0,
+		DisableRedirects: true,
 	}
 	c, err := api.NewClient(cfg)
 	if err != nil {
@@ -181,8 +183,12 @@ func httpClient(opts Options) (*http.Client, error) {
 	}
 	tr.TLSClientConfig = tc
 	hc.Transport = tr
-	// The api library follows OpenBao's standby redirects itself, once, refusing a downgrade.
-	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	// Every call carries a token or a grant, and the api library would resend it (header and
+	// body) to wherever a 301/302/307 points, any host: a standby's redirect cannot be told from
+	// a hostile one, and through a ziti intercept the active node's own address is no route
+	// anyway. A redirect is an error naming where it pointed (the library's own following is off
+	// too, DisableRedirects, so it never sees one).
+	hc.CheckRedirect = noredirect.Refuse
 	return &hc, nil
 }
 
@@ -552,6 +558,12 @@ func classify(ctx context.Context, subject string, err error, secrets ...string)
 	}
 	if errors.Is(err, api.ErrSecretNotFound) {
 		return fmt.Errorf("%s: %w", subject, ErrNotFound)
+	}
+	var redirect *noredirect.Error
+	if errors.As(err, &redirect) {
+		// Not temporary (the same answer comes next minute), and only the target's scheme,
+		// host and path: the *url.Error around it quotes the whole URL.
+		return fmt.Errorf("%s: %w", subject, redirect)
 	}
 	if isTLS(err) {
 		return fmt.Errorf("%s: %w: %s", subject, ErrTLS, mask(err.Error(), secrets))

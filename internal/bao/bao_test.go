@@ -866,3 +866,48 @@ func TestTLSOverTheSDKTransport(t *testing.T) {
 		})
 	}
 }
+
+// OpenBao's api library resends the request, token header and login body included, to wherever
+// a 301/302/307 points: a redirect to the same host on another port gets nothing, and the
+// error names the target without its query.
+func TestNoCallFollowsARedirect(t *testing.T) {
+	var stolen atomic.Int32
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		stolen.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"auth": {"client_token": "s.fake", "lease_duration": 3600}, "data": {"data": {"value": "x"}}}`))
+	}))
+	defer target.Close()
+	for _, code := range []int{http.StatusMovedPermanently, http.StatusFound, http.StatusTemporaryRedirect, http.StatusPermanentRedirect} {
+		origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, target.URL+r.URL.Path+"?via=standby", code)
+		}))
+		c, err := bao.New(bao.Options{Addr: origin.URL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		tok := secret.New("s.agent-token-value")
+		grant := secret.New("eyJ.grant.sig")
+		for name, call := range map[string]func() error{
+			"login":  func() error { _, err := c.Login(ctx, "jwt-tenancy", "see-env", grant); return err },
+			"lookup": func() error { _, err := c.LookupSelf(ctx, tok); return err },
+			"read":   func() error { _, err := c.ReadKV(ctx, tok, "monky", "env-a/see/db", 0, "value"); return err },
+			"revoke": func() error { return c.RevokeSelf(ctx, tok) },
+		} {
+			err := call()
+			want := "refusing to send the token to " + target.URL + "/v1/"
+			if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "via=") {
+				t.Errorf("%d %s: err = %v, want it to say %q", code, name, err, want)
+			}
+			if errors.Is(err, bao.ErrTemporary) {
+				t.Errorf("%d %s: a redirect is not temporary: %v", code, name, err)
+			}
+			noLeak(t, err, tok.Reveal(), grant.Reveal())
+		}
+		origin.Close()
+	}
+	if n := stolen.Load(); n != 0 {
+		t.Fatalf("the redirect target was called %d times", n)
+	}
+}

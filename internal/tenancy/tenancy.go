@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/noredirect"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/strictjson"
@@ -142,11 +143,12 @@ type Client struct {
 // prefix), sending requests with hc (a default client when nil). A bad baseURL is reported by
 // every call.
 func New(baseURL string, hc *http.Client) *Client {
-	c := &Client{hc: hc}
-	if c.hc == nil {
+	if hc == nil {
 		// Not http.DefaultClient: its transport honours HTTP_PROXY from the environment.
-		c.hc = &http.Client{Transport: &http.Transport{}, Timeout: 30 * time.Second}
+		hc = &http.Client{Transport: &http.Transport{}, Timeout: 30 * time.Second}
 	}
+	// Every call carries the agent's token; tenancy redirects none of them.
+	c := &Client{hc: noredirect.Client(hc)}
 	u, err := url.Parse(baseURL)
 	switch {
 	case err != nil:
@@ -287,6 +289,12 @@ func (c *Client) do(ctx context.Context, op, method, path string, token secret.V
 }
 
 func (c *Client) transportError(ctx context.Context, op string, err error, token secret.Value) error {
+	var redirect *noredirect.Error
+	if errors.As(err, &redirect) {
+		// Not temporary: whatever answers with a redirect (an ingress, a login proxy) will
+		// answer the same next minute, and exit 1 keeps the box in `systemctl --failed`.
+		return &APIError{Op: op, Err: redirect}
+	}
 	temp := true
 	var ua x509.UnknownAuthorityError
 	var he x509.HostnameError

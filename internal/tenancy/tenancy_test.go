@@ -750,3 +750,40 @@ func TestManyAgentsAtOnce(t *testing.T) {
 		t.Fatal("records missing")
 	}
 }
+
+// A redirect to the same host on another port would get the token resent by Go's client: no
+// call follows one, and the error names where it pointed (not the query it carried).
+func TestNoCallFollowsARedirect(t *testing.T) {
+	var stolen sync.Map
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		stolen.Store(r.URL.Path, r.Header.Get("Authorization"))
+	}))
+	defer target.Close()
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, target.URL+"/login?next="+r.URL.Path, http.StatusTemporaryRedirect)
+	}))
+	defer origin.Close()
+	c := tenancy.New(origin.URL, nil)
+	tok := secret.New("s.agent-token-value")
+	ctx := context.Background()
+	calls := map[string]func() error{
+		"checkin": func() error { _, err := c.Checkin(ctx, tok, protocol.CheckinRequest{EnvID: "env-a"}); return err },
+		"bundle":  func() error { _, _, err := c.Bundle(ctx, tok, "/v1/agent/bundle/x"); return err },
+		"lease":   func() error { _, err := c.Lease(ctx, tok, "env-a", "apply"); return err },
+		"report":  func() error { return c.Report(ctx, tok, protocol.Report{EnvID: "env-a"}) },
+	}
+	for name, call := range calls {
+		err := call()
+		want := "refusing to send the token to " + target.URL + "/login"
+		if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "next=") {
+			t.Errorf("%s: err = %v, want it to say %q", name, err, want)
+		}
+		if errors.Is(err, tenancy.ErrTemporary) || errors.Is(err, tenancy.ErrUnauthenticated) {
+			t.Errorf("%s: a redirect is neither temporary nor unauthenticated: %v", name, err)
+		}
+	}
+	stolen.Range(func(k, v any) bool {
+		t.Errorf("the redirect target got %v with Authorization %q", k, v)
+		return true
+	})
+}

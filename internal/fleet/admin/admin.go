@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/noredirect"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/version"
@@ -88,7 +89,9 @@ func New(baseURL string, token secret.Value, hc *http.Client) (*Client, error) {
 		hc = &http.Client{Timeout: 30 * time.Second}
 	}
 	u.Path = strings.TrimSuffix(u.Path, "/")
-	return &Client{base: u, token: token, hc: hc}, nil
+	// Every call carries the admin token; Go's client would resend it on a redirect to the
+	// same host on another port or scheme.
+	return &Client{base: u, token: token, hc: noredirect.Client(hc)}, nil
 }
 
 // Agents is a complete listing: every page, and the server's clock.
@@ -248,6 +251,10 @@ func (c *Client) do(ctx context.Context, op, method, path string, q url.Values, 
 		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := c.hc.Do(req)
+	var redirect *noredirect.Error
+	if errors.As(err, &redirect) {
+		return nil, fmt.Errorf("tenancy: %s: %w", op, redirect) // not the *url.Error: it quotes the query
+	}
 	if err != nil {
 		return nil, fmt.Errorf("tenancy: %s: %w", op, err)
 	}

@@ -221,3 +221,29 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		}
 	}
 }
+
+// Go's client resends Authorization on a redirect to the same host on another port: the admin
+// token goes nowhere a redirect points, and the error names the target.
+func TestNoCallFollowsARedirect(t *testing.T) {
+	var stolen []string
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		stolen = append(stolen, r.Method+" "+r.URL.Path+" "+r.Header.Get("Authorization"))
+	}))
+	defer target.Close()
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, target.URL+r.URL.Path+"?sso=1", http.StatusTemporaryRedirect)
+	}))
+	defer origin.Close()
+	c := client(t, origin.URL, token)
+	ctx := context.Background()
+	_, errList := c.ListAgents(ctx, "", nil)
+	_, errKit := c.RevealKit(ctx, "env-a", protocol.KitRequest{})
+	for name, err := range map[string]error{"list": errList, "reveal": errKit} {
+		if err == nil || !strings.Contains(err.Error(), "refusing to send the token to "+target.URL+"/v1/admin/") || strings.Contains(err.Error(), "sso=") {
+			t.Errorf("%s: err = %v, want the redirect target named", name, err)
+		}
+	}
+	if len(stolen) != 0 {
+		t.Fatalf("the redirect target got %q", stolen)
+	}
+}

@@ -24,6 +24,7 @@ import (
 	"github.com/openziti/edge-api/rest_model"
 	"golang.org/x/sync/errgroup"
 
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/noredirect"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
 )
 
@@ -126,7 +127,11 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 		ForceAttemptHTTP2:   true,
 		MaxIdleConnsPerHost: cfg.Concurrency + 1,
 		TLSHandshakeTimeout: 10 * time.Second,
-	}}}
+	}},
+		// Go's client resends the zt-session header to any host a redirect names, and a
+		// 307's body (the password) with it: the controller redirects no management call.
+		CheckRedirect: noredirect.Refuse,
+	}
 	rt := openapiclient.NewWithClient(u.Host, path, []string{"https"}, hc)
 	// go-openapi turns on wire dumps when DEBUG or SWAGGER_DEBUG is set in the environment; a
 	// dump prints the password and the session token. An operator's shell with DEBUG=1 must not

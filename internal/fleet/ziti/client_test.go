@@ -2,12 +2,16 @@ package ziti_test
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -501,5 +505,29 @@ func TestUnreachable(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), password) {
 		t.Fatalf("leak: %v", err)
+	}
+}
+
+// Go's client resends a custom header (zt-session) to any host a redirect names, and a 307's
+// body (the password) with it: a controller that redirects gets an error naming the target.
+func TestNoCallFollowsARedirect(t *testing.T) {
+	var stolen atomic.Int32
+	target := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		stolen.Add(1)
+	}))
+	defer target.Close()
+	origin := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, target.URL+r.URL.Path+"?session=x", http.StatusTemporaryRedirect)
+	}))
+	defer origin.Close()
+	pool := x509.NewCertPool()
+	pool.AddCert(origin.Certificate())
+	_, err := ziti.Dial(context.Background(), ziti.Config{URL: origin.URL, CAPool: pool, Username: "admin", Password: secret.New(password)})
+	want := "refusing to send the token to " + target.URL + "/edge/management/v1/authenticate"
+	if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "session=") || strings.Contains(err.Error(), password) {
+		t.Fatalf("Dial = %v, want an error saying %q", err, want)
+	}
+	if n := stolen.Load(); n != 0 {
+		t.Fatalf("the redirect target got %d calls", n)
 	}
 }

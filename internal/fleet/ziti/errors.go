@@ -8,6 +8,8 @@ import (
 
 	"github.com/go-openapi/runtime"
 	"github.com/openziti/edge-api/rest_model"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/noredirect"
 )
 
 // Errors callers branch on.
@@ -82,6 +84,10 @@ func wrap(op string, err error) error {
 			se.Message = http.StatusText(status)
 		}
 		return se
+	}
+	var redirect *noredirect.Error
+	if errors.As(err, &redirect) {
+		return fmt.Errorf("ziti: %s: %w", op, redirect) // not the *url.Error: it quotes the query
 	}
 	var unknownCA x509.UnknownAuthorityError
 	if errors.As(err, &unknownCA) {
