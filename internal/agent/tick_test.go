@@ -474,19 +474,34 @@ func TestUnauthenticatedReBootstrapsWithAFreshGrant(t *testing.T) {
 	if r := h.lastReport(); r.Result != "healthy" {
 		t.Errorf("report after re-bootstrap = %+v", r)
 	}
-	h.expectLog("AGENT_UNAUTHENTICATED: bearer refused; token dropped")
+	h.expectLog("AGENT_UNAUTHENTICATED: tenancy refused the token; moved aside")
 }
 
 func TestUnauthenticatedWithoutAGrantAsksForTheKit(t *testing.T) {
 	h := newHarness(t)
 	h.desire(bundleSpec{})
 	h.expectExit(agent.ExitOK)
+	refused, _ := os.ReadFile(h.cfg.TokenPath())
+	revokes := h.bao.Revokes()
 	h.ten.Supersede(env) // retire or a re-reveal whose kit was not run
 	h.expectExit(agent.ExitFailed)
 	h.expectLog("re-run the install kit")
 	if _, err := os.Stat(h.cfg.TokenPath()); !os.IsNotExist(err) {
-		t.Error("the refused token was kept")
+		t.Error("the refused token is still the agent's token")
 	}
+	// Kept aside as evidence, 0600, and revoked at OpenBao.
+	kept, err := os.ReadFile(h.cfg.TokenPath() + ".superseded")
+	if err != nil || len(refused) == 0 || string(kept) != string(refused) {
+		t.Errorf("bao.token.superseded = %q, %v; want the refused token", kept, err)
+	}
+	if fi, err := os.Stat(h.cfg.TokenPath() + ".superseded"); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("bao.token.superseded: %v, %v; want mode 0600", fi, err)
+	}
+	if h.bao.Revokes() != revokes+1 {
+		t.Errorf("revocations = %d, want one more than %d", h.bao.Revokes(), revokes)
+	}
+	h.expectLog("AGENT_UNAUTHENTICATED: tenancy refused the token; moved aside")
+	h.expectLog("revoked=true")
 	if h.state().AppliedSha == "" {
 		t.Error("state lost the applied sha")
 	}

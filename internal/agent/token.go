@@ -215,27 +215,54 @@ func (a *Agent) recoverTokenSwap() error {
 	return a.saveState()
 }
 
-// dropToken forgets a token tenancy refused, and any lease grant kept under it: the kit
-// re-reveal that superseded the token superseded that grant too, and OpenBao's jwt mount,
-// which keeps no replay state, would still log in with it.
-func (a *Agent) dropToken() error {
+// supersedeToken puts aside the token tenancy refused with 401 AGENT_UNAUTHENTICATED, and
+// forgets any lease grant kept under it: the kit re-reveal that superseded the token superseded
+// that grant too, and OpenBao's jwt mount, which keeps no replay state, would still log in with
+// it. The token is first revoked at the OpenBao that minted it, while that still can be done
+// (tenancy no longer stands behind it, so no one should be able to use it), then kept, 0600, as
+// bao.token.superseded rather than deleted: status and doctor show it, and it is the evidence
+// should the refusal itself have been the fault.
+func (a *Agent) supersedeToken(ctx context.Context, what string) error {
+	old := a.token
+	revoked := false
+	if !old.Empty() {
+		revoked = a.revokeRefused(ctx, old, a.tokenAddr())
+	}
 	a.token = secret.Value{}
 	a.st.Token = nil
 	a.st.PendingLease = nil
-	if err := state.RemoveToken(a.cfg.TokenPath()); err != nil {
+	moved, err := state.SupersedeToken(a.cfg.TokenPath(), a.deps.Now())
+	if err != nil {
 		return err
 	}
 	if err := a.saveState(); err != nil {
 		return err
 	}
 	a.removeLeaseGrantFile()
+	a.log.Warn("AGENT_UNAUTHENTICATED: tenancy refused the token; moved aside", "call", what, "path", moved, "revoked", revoked)
 	return nil
 }
 
+// revokeRefused revokes tok at addr and says whether that worked. OpenBao refusing (the token
+// already revoked or expired) or not answering is logged and is no error: the token is put aside
+// either way.
+func (a *Agent) revokeRefused(ctx context.Context, tok secret.Value, addr string) bool {
+	client, err := a.deps.NewBao(addr)
+	if err == nil {
+		err = client.RevokeSelf(ctx, tok)
+	}
+	if err != nil {
+		a.log.Info("the refused token could not be revoked at OpenBao (already revoked or expired, or OpenBao unreachable); it is kept aside unrevoked and expires on its own", "addr", addr, "error", a.redact.Redact(err.Error()))
+		return false
+	}
+	return true
+}
+
 // withAuth runs call with the current token. On 401 AGENT_UNAUTHENTICATED (the grant behind the
-// token was superseded by a kit re-reveal or a retire) the token is dropped; with a fresh
+// token was superseded by a kit re-reveal or a retire) the token is put aside; with a fresh
 // bootstrap grant on disk the agent logs in again and retries once, otherwise it stops and asks
-// for the install kit. 403 AGENT_ENV_MISMATCH stops the tick at once with no further call.
+// for the install kit. 403 AGENT_ENV_MISMATCH stops the tick at once with no further call. A
+// 401 or 403 from something that is not tenancy is temporary and keeps the token.
 func (a *Agent) withAuth(ctx context.Context, what string, call func(secret.Value) error) error {
 	return a.classify(what, a.authCall(ctx, what, call))
 }
@@ -244,9 +271,8 @@ func (a *Agent) withAuth(ctx context.Context, what string, call func(secret.Valu
 func (a *Agent) authCall(ctx context.Context, what string, call func(secret.Value) error) error {
 	err := call(a.token)
 	if errors.Is(err, tenancy.ErrUnauthenticated) {
-		a.log.Warn("AGENT_UNAUTHENTICATED: bearer refused; token dropped", "call", what)
-		if derr := a.dropToken(); derr != nil {
-			return derr
+		if serr := a.supersedeToken(ctx, what); serr != nil {
+			return serr
 		}
 		if _, serr := os.Stat(a.cfg.BootstrapFile); serr != nil {
 			a.log.Error("AGENT_UNAUTHENTICATED: no bootstrap grant on disk: re-run the install kit", "bootstrap_file", a.cfg.BootstrapFile)
@@ -271,6 +297,14 @@ func (a *Agent) classify(what string, err error) error {
 	case errors.Is(err, tenancy.ErrEnvMismatch):
 		a.log.Error("AGENT_ENV_MISMATCH: the token belongs to another env than config env_id; fix the config or re-issue the identity", "env_id", a.cfg.EnvID)
 		return fmt.Errorf("%w: %w", err, ErrEnvMismatch)
+	case errors.Is(err, tenancy.ErrNotTenancy):
+		// An ingress or auth proxy answering for tenancy for a while: the token is not the
+		// question, and the next tick tries again.
+		var ae *tenancy.APIError
+		errors.As(err, &ae)
+		a.log.Warn("tenancy call refused by something that is not tenancy (no AGENT_* code); the token is kept and the next tick retries",
+			"call", what, "status", ae.Status, "body", ae.FirstLine)
+		return fmt.Errorf("%w: %w", err, ErrTemporary)
 	case isTemporary(err):
 		a.log.Warn("temporary network failure", "call", what, "error", a.redact.Redact(err.Error()))
 		return fmt.Errorf("%w: %w", err, ErrTemporary)

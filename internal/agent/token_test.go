@@ -172,7 +172,7 @@ func TestReBootstrapUsesTheAdoptedOpenBao(t *testing.T) {
 	h.ten.FailNext(tenancytest.Bundle, http.StatusUnauthorized, protocol.CodeUnauthenticated, 1)
 	h.desire(bundleSpec{template: defaultTemplate + "V=2\n"})
 	h.expectExit(agent.ExitOK)
-	h.expectLog("AGENT_UNAUTHENTICATED: bearer refused; token dropped")
+	h.expectLog("AGENT_UNAUTHENTICATED: tenancy refused the token; moved aside")
 	if h.bao2.Logins() != 3 { // lease, re-bootstrap, lease (the swap of the new bootstrap token)
 		t.Errorf("logins at the adopted OpenBao = %d, want 3", h.bao2.Logins())
 	}
@@ -208,7 +208,7 @@ func TestKeptGrantDiesWithItsTokenGeneration(t *testing.T) {
 	keepAGrant(t, h)
 	h.writeBootstrap() // the re-reveal: the token and the kept grant are superseded
 	h.expectExit(agent.ExitOK)
-	h.expectLog("AGENT_UNAUTHENTICATED: bearer refused; token dropped")
+	h.expectLog("AGENT_UNAUTHENTICATED: tenancy refused the token; moved aside")
 	if n := h.ten.LeasesGranted(env); n != 2 {
 		t.Errorf("leases = %d, want 2 (the superseded grant must not be used)", n)
 	}

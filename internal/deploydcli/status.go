@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -43,6 +44,14 @@ type statusDoc struct {
 	TokenTTLSec    *int64          `json:"token_ttl_s"`
 	History        []string        `json:"history"`
 	Timer          *protocol.Timer `json:"timer"`
+	// SupersededToken is the token tenancy refused (AGENT_UNAUTHENTICATED), kept aside; null
+	// when there is none.
+	SupersededToken *supersededToken `json:"superseded_token"`
+}
+
+type supersededToken struct {
+	Path    string    `json:"path"`
+	MovedAt time.Time `json:"moved_at"`
 }
 
 func newStatusCommand(g *globals) *cobra.Command {
@@ -102,12 +111,24 @@ func runStatus(ctx context.Context, opts statusOptions, g *globals, run runner.R
 			doc.TokenTTLSec = &left
 		}
 	}
+	doc.SupersededToken = findSupersededToken(cfg)
 	if opts.json {
 		enc := json.NewEncoder(g.stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(doc)
 	}
 	return printStatus(g.stdout, doc)
+}
+
+// findSupersededToken looks for the token a tick put aside on 401 AGENT_UNAUTHENTICATED; the
+// file's mtime is when (a rename keeps the mtime of the token's last write, so it is touched).
+func findSupersededToken(cfg *config.Config) *supersededToken {
+	p := cfg.TokenPath() + state.SupersededSuffix
+	fi, err := os.Lstat(p)
+	if err != nil {
+		return nil
+	}
+	return &supersededToken{Path: p, MovedAt: fi.ModTime().UTC()}
 }
 
 func printStatus(w io.Writer, d statusDoc) error {
@@ -153,6 +174,9 @@ func printStatus(w io.Writer, d statusDoc) error {
 		{"last apply", when(d.LastApplyAt)},
 		{"token", orDash(d.TokenSource) + ", ttl " + ttl},
 		{"timer", timer},
+	}
+	if t := d.SupersededToken; t != nil {
+		rows = append(rows, [2]string{"refused token", fmt.Sprintf("%s (tenancy refused it, AGENT_UNAUTHENTICATED, %s; kept as evidence, delete it when done)", t.Path, t.MovedAt.UTC().Format(time.RFC3339))})
 	}
 	for _, r := range rows {
 		if _, err := fmt.Fprintf(w, "%-16s %s\n", r[0]+":", r[1]); err != nil {

@@ -465,6 +465,9 @@ func TestTenancyCheck(t *testing.T) {
 		{"token of another env", func(f *fixture, r *remote) {
 			write(f.t, f.cfg().TokenPath(), r.bao.IssueToken("env-other", "jti-2"), 0o600)
 		}, want{status: Fail, detail: []string{"another env"}, fix: []string{"env_id"}}},
+		{"a proxy's 401 without the code", func(_ *fixture, r *remote) {
+			r.tenancy.FailNext(tenancytest.Checkin, http.StatusUnauthorized, "", 1)
+		}, want{status: Fail, detail: []string{"not tenancy", "HTTP 401"}, fix: []string{"ingress or auth proxy", "keeps its token"}}},
 		{"tenancy failing", func(_ *fixture, r *remote) {
 			r.tenancy.FailNext(tenancytest.Checkin, http.StatusServiceUnavailable, "", 1)
 		},
@@ -646,7 +649,17 @@ func TestEveryCheckPassesOnAHealthyBox(t *testing.T) {
 	for _, r := range rs {
 		names = append(names, r.Name)
 	}
-	if got := strings.Join(names, " "); got != "config user identity identity-group docker compose docker-config disk timer tenancy openbao" {
+	if got := strings.Join(names, " "); got != "config user identity identity-group docker compose docker-config disk timer tenancy openbao refused-token" {
 		t.Errorf("checks %s", got)
 	}
+}
+
+func TestRefusedToken(t *testing.T) {
+	f := newFixture(t, "")
+	want{status: OK, detail: []string{"no token was refused"}}.assert(t, f.check("refused-token"))
+	p := f.cfg().TokenPath() + ".superseded"
+	write(t, p, "s.refused", 0o600)
+	want{status: OK, detail: []string{p, "AGENT_UNAUTHENTICATED", "delete it"}}.assert(t, f.check("refused-token"))
+	write(t, p, "s.refused", 0o644)
+	want{status: Fail, detail: []string{"readable by others"}, fix: []string{"chmod 0600 " + p}}.assert(t, f.check("refused-token"))
 }

@@ -144,12 +144,15 @@ func (c *checker) tenancy(ctx context.Context) Result {
 	case errors.Is(err, tenancy.ErrUnauthenticated):
 		fix := c.needsKitFix()
 		if c.bootstrapPresent() {
-			fix = fmt.Sprintf("run `monky-deployd tick`: it drops the refused token and logs in again with %s", cfg.BootstrapFile)
+			fix = fmt.Sprintf("run `monky-deployd tick`: it puts the refused token aside and logs in again with %s", cfg.BootstrapFile)
 		}
 		return fail("tenancy refused the token (AGENT_UNAUTHENTICATED: its grant was superseded by a kit re-reveal or a retire, or it expired): "+err.Error(), fix)
 	case errors.Is(err, tenancy.ErrEnvMismatch):
 		return fail(fmt.Sprintf("the token belongs to another env than env_id %s: %v", cfg.EnvID, err),
 			fmt.Sprintf("correct env_id in %s, or re-run the install kit for this box", cfg.Path))
+	case errors.Is(err, tenancy.ErrNotTenancy):
+		return fail("something that is not tenancy refused the call (no AGENT_* code; the token is not in question): "+err.Error(),
+			"look at what answers for tenancy at "+url+" (an ingress or auth proxy); the agent keeps its token and the timer retries")
 	case errors.Is(err, tenancy.ErrProtocol):
 		return fail("tenancy's answer does not follow the protocol: "+err.Error(), "compare tenancy's version with the agent's (PROTOCOL.md); nothing to fix on this box")
 	}

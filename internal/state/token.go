@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"strings"
+	"time"
 	"unicode"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/atomicfile"
@@ -49,3 +50,29 @@ func RemoveToken(path string) error {
 	}
 	return nil
 }
+
+// SupersedeToken moves the token file at path aside to path+".superseded" (mode 0600, replacing
+// an earlier one, its mtime set to now: status shows it as the time of the refusal) and returns
+// where it went, "" when there was no token file. The token tenancy
+// refused is kept rather than deleted: it is the evidence of which token was refused (its
+// accessor, with `bao token lookup`), should the refusal itself turn out to be the fault.
+func SupersedeToken(path string, now time.Time) (string, error) {
+	dst := path + SupersededSuffix
+	if err := os.Rename(path, dst); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return "", nil
+		}
+		return "", fmt.Errorf("state: move the refused token aside: %w", err)
+	}
+	// The file was 0600 as written; a token put there by hand need not have been.
+	if err := os.Chmod(dst, 0o600); err != nil {
+		return dst, fmt.Errorf("state: chmod %s: %w", dst, err)
+	}
+	if err := os.Chtimes(dst, now, now); err != nil {
+		return dst, fmt.Errorf("state: touch %s: %w", dst, err)
+	}
+	return dst, nil
+}
+
+// SupersededSuffix names the file a refused token is kept in, beside the token file.
+const SupersededSuffix = ".superseded"

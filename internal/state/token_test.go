@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
 )
@@ -110,5 +111,31 @@ func TestRemoveToken(t *testing.T) {
 	v, err := ReadToken(p)
 	if err != nil || !v.Empty() {
 		t.Errorf("after removal: %v, empty=%v", err, v.Empty())
+	}
+}
+
+func TestSupersedeToken(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "bao.token")
+	now := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	if got, err := SupersedeToken(p, now); got != "" || err != nil {
+		t.Fatalf("no token: %q, %v", got, err)
+	}
+	for i, tok := range []string{"s.first", "s.second"} { // a second refusal replaces the first
+		if err := os.WriteFile(p, []byte(tok+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		got, err := SupersedeToken(p, now.Add(time.Duration(i)*time.Hour))
+		if err != nil || got != p+".superseded" {
+			t.Fatalf("SupersedeToken = %q, %v", got, err)
+		}
+		b, _ := os.ReadFile(got)
+		fi, _ := os.Stat(got)
+		if string(b) != tok+"\n" || fi.Mode().Perm() != 0o600 || !fi.ModTime().Equal(now.Add(time.Duration(i)*time.Hour)) {
+			t.Errorf("%s: %q mode %v mtime %v", got, b, fi.Mode(), fi.ModTime())
+		}
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Error("the token file is still there")
+		}
 	}
 }

@@ -4,8 +4,11 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"unicode"
+	"unicode/utf8"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
 )
 
 func FuzzDecodeCheckin(f *testing.F) {
@@ -90,6 +93,25 @@ func FuzzDecodeBundle(f *testing.F) {
 		}
 		if files == nil {
 			t.Fatal("nil files accepted")
+		}
+	})
+}
+
+// FuzzFirstLine: whatever answers in tenancy's place, the line the journal shows of its body is
+// short, printable, valid UTF-8 and never holds the bearer.
+func FuzzFirstLine(f *testing.F) {
+	f.Add([]byte("<html>\r\n<head><title>401 Authorization Required</title></head>\r\n"), "s.tok")
+	f.Add([]byte("\n\n  Bearer s.tok refused\n"), "s.tok")
+	f.Add([]byte("\xff\xfe<x>\x00"), "abc")
+	f.Add([]byte("a\x00bc"), "abc") // dropping the NUL after the mask would spell the token
+	f.Fuzz(func(t *testing.T, body []byte, tok string) {
+		line := firstLine(body, secret.New(tok))
+		if len(line) > 120+len("…") || !utf8.ValidString(line) || strings.ContainsFunc(line, func(r rune) bool { return !unicode.IsPrint(r) }) {
+			t.Fatalf("firstLine = %q", line)
+		}
+		// A bearer is printable, has no space and no '*' (which the mask could spell).
+		if len(tok) >= 3 && !strings.ContainsFunc(tok, func(r rune) bool { return !unicode.IsPrint(r) || unicode.IsSpace(r) || r == '*' }) && strings.Contains(line, tok) {
+			t.Fatalf("firstLine = %q holds the token %q", line, tok)
 		}
 	})
 }

@@ -17,6 +17,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/noredirect"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
@@ -28,15 +30,22 @@ import (
 // Sentinels an *APIError or *ProtocolError matches with errors.Is. Each maps to one line of
 // PROTOCOL's Authentication rules, decided by the caller.
 var (
-	// ErrUnauthenticated is any 401 (AGENT_UNAUTHENTICATED): the token is unknown, revoked, or
-	// minted from a grant a kit re-reveal or retire superseded. Delete it; bootstrap again.
+	// ErrUnauthenticated is tenancy's own 401 AGENT_UNAUTHENTICATED (the code in any body shape
+	// of PROTOCOL section 4): the token is unknown, revoked, or minted from a grant a kit
+	// re-reveal or retire superseded. Put it aside; bootstrap again. A 401 without that code
+	// (an ingress's HTML page, an auth proxy) is ErrTemporary: it says nothing about the token.
 	ErrUnauthenticated = errors.New("unauthenticated")
 	// ErrEnvMismatch is 403 AGENT_ENV_MISMATCH: the token belongs to another env. Never retried.
 	ErrEnvMismatch = errors.New("env mismatch")
 	// ErrRateLimited is any 429 (LEASE_RATE_LIMITED: 5 leases per hour per backend).
 	ErrRateLimited = errors.New("rate limited")
-	// ErrTemporary is a 5xx, a timeout, a refused or reset connection or a DNS failure.
+	// ErrTemporary is a 5xx, a timeout, a refused or reset connection or a DNS failure, and a
+	// 401 or 403 without tenancy's code for it (see ErrNotTenancy).
 	ErrTemporary = errors.New("temporary failure")
+	// ErrNotTenancy is a 401 or 403 that does not carry tenancy's code for it
+	// (AGENT_UNAUTHENTICATED, AGENT_ENV_MISMATCH): an ingress or an auth proxy in the path
+	// answered, not tenancy. It also matches ErrTemporary; the token is kept.
+	ErrNotTenancy = errors.New("refused by something that is not tenancy")
 	// ErrProtocol is a 2xx answer the agent cannot use (not JSON, a field of the wrong type or
 	// value). It is not temporary: tenancy will answer the same next tick.
 	ErrProtocol = errors.New("protocol error")
@@ -61,6 +70,9 @@ type APIError struct {
 	Message    string
 	RetryAfter time.Duration
 	Err        error
+	// FirstLine is the body's first non-blank line (collapsed, cut at 120 bytes, the token
+	// masked) when the body is no tenancy error: it names whatever answered instead.
+	FirstLine string
 
 	temporary bool
 }
@@ -81,6 +93,12 @@ func (e *APIError) Error() string {
 	if e.Message != "" {
 		b.WriteString(": " + e.Message)
 	}
+	if e.notTenancy() {
+		b.WriteString(" from something that is not tenancy (no " + e.expectedCode() + " code)")
+		if e.FirstLine != "" {
+			b.WriteString("; the body begins: " + strconv.Quote(e.FirstLine))
+		}
+	}
 	if e.RetryAfter > 0 {
 		fmt.Fprintf(&b, " (retry after %s)", e.RetryAfter)
 	}
@@ -93,17 +111,33 @@ func (e *APIError) Unwrap() error { return e.Err }
 func (e *APIError) Is(target error) bool {
 	switch target {
 	case ErrUnauthenticated:
-		return e.Status == http.StatusUnauthorized
+		// Only tenancy's code says "superseded": an nginx 401 page for a minute must not cost
+		// the box its token.
+		return e.Status == http.StatusUnauthorized && e.Code == protocol.CodeUnauthenticated
 	case ErrEnvMismatch:
 		// Only the code says "env mismatch": a bare 403 from anything else in the path (a
 		// proxy, a FastAPI auth dependency) must not make the agent give up with exit 78.
 		return e.Status == http.StatusForbidden && e.Code == protocol.CodeEnvMismatch
 	case ErrRateLimited:
 		return e.Status == http.StatusTooManyRequests
+	case ErrNotTenancy:
+		return e.notTenancy()
 	case ErrTemporary:
-		return e.Status >= 500 || (e.Status == 0 && e.temporary)
+		return e.Status >= 500 || (e.Status == 0 && e.temporary) || e.notTenancy()
 	}
 	return false
+}
+
+// notTenancy: a 401 or 403 without the code tenancy sends with it.
+func (e *APIError) notTenancy() bool {
+	return (e.Status == http.StatusUnauthorized || e.Status == http.StatusForbidden) && e.Code != e.expectedCode()
+}
+
+func (e *APIError) expectedCode() string {
+	if e.Status == http.StatusForbidden {
+		return protocol.CodeEnvMismatch
+	}
+	return protocol.CodeUnauthenticated
 }
 
 // ProtocolError is a 2xx answer that does not follow the protocol. Field names the JSON field
@@ -343,10 +377,62 @@ func (c *Client) statusError(op string, resp *http.Response, body []byte, token 
 		code = code[:64]
 	}
 	e := &APIError{Op: op, Status: resp.StatusCode, Code: code, Message: msg}
+	if code == "" {
+		e.FirstLine = firstLine(body, token)
+	}
 	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
 		e.RetryAfter = c.retryAfter(resp.Header.Get("Retry-After"))
 	}
 	return e
+}
+
+// markupOnly is a line of HTML tags and nothing else (`<html>`, `<!DOCTYPE html>`).
+var markupOnly = regexp.MustCompile(`^(\s*<[^<>]*>)+\s*$`)
+
+// firstLine is the first non-blank line of body that is not markup alone (so an nginx page
+// gives its `<head><title>401 Authorization Required</title></head>`, not `<html>`), collapsed
+// to single spaces, the token masked, cut at 120 bytes on a UTF-8 boundary and stripped of
+// anything unprintable.
+func firstLine(body []byte, token secret.Value) string {
+	// Unprintable runes go first: dropped after the mask, they could join two halves of the
+	// token into a whole one.
+	text := strings.Map(func(r rune) rune {
+		switch {
+		case r == '\n' || r == '\t':
+			return r
+		case r == utf8.RuneError || !unicode.IsPrint(r):
+			return -1
+		}
+		return r
+	}, string(body))
+	var line, first string
+	for _, l := range strings.Split(text, "\n") {
+		if l = strings.Join(strings.Fields(l), " "); l == "" {
+			continue
+		}
+		if first == "" {
+			first = l
+		}
+		if !markupOnly.MatchString(l) {
+			line = l
+			break
+		}
+	}
+	if line == "" {
+		line = first
+	}
+	if t := token.Reveal(); t != "" {
+		// A token that is not valid UTF-8 may match half a rune; what is left of it goes.
+		line = strings.ToValidUTF8(strings.ReplaceAll(line, t, "***"), "")
+	}
+	if len(line) > 120 {
+		cut := 120
+		for cut > 0 && !utf8.RuneStart(line[cut]) {
+			cut--
+		}
+		line = line[:cut] + "…"
+	}
+	return line
 }
 
 func (c *Client) retryAfter(h string) time.Duration {

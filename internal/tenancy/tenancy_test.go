@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -426,7 +427,8 @@ func TestErrorMapping(t *testing.T) {
 					_, err := s.c.Lease(ctx, a, "env-a", "apply")
 					return err
 				}, 429, protocol.CodeLeaseRateLimited, tenancy.ErrRateLimited},
-				{"403 with another code is no env mismatch", func() error { s.ten.FailNext(tenancytest.Checkin, 403, "FORBIDDEN", 1); return checkin(a, "env-a") }, 403, "FORBIDDEN", nil},
+				{"403 with another code is no env mismatch", func() error { s.ten.FailNext(tenancytest.Checkin, 403, "FORBIDDEN", 1); return checkin(a, "env-a") }, 403, "FORBIDDEN", tenancy.ErrTemporary},
+				{"401 with another code is not superseded", func() error { s.ten.FailNext(tenancytest.Checkin, 401, "SSO_REQUIRED", 1); return checkin(a, "env-a") }, 401, "SSO_REQUIRED", tenancy.ErrTemporary},
 				{"unknown backend", func() error {
 					// A token OpenBao knows for an env tenancy has no backend for.
 					return checkin(secret.New(s.bao.IssueToken("env-z", "jti-z")), "env-z")
@@ -474,9 +476,17 @@ func TestStatusErrorBodies(t *testing.T) {
 		msg    string
 		is     error
 	}{
-		{"plain detail without a code", 401, `{"detail": "Not authenticated"}`, "", "", "Not authenticated", tenancy.ErrUnauthenticated},
+		// Only tenancy's code says the token was superseded: anything else in the path that
+		// answers 401 or 403 is a temporary fault, and the token is kept.
+		{"plain detail without a code", 401, `{"detail": "Not authenticated"}`, "", "", "Not authenticated", tenancy.ErrTemporary},
+		{"plain detail with the code", 401, `{"detail": "AGENT_UNAUTHENTICATED: grant superseded"}`, "", protocol.CodeUnauthenticated, "grant superseded", tenancy.ErrUnauthenticated},
+		{"FastAPI detail with the code", 401, `{"detail": {"code": "AGENT_UNAUTHENTICATED", "message": "grant superseded"}}`, "", protocol.CodeUnauthenticated, "grant superseded", tenancy.ErrUnauthenticated},
+		{"the code in another case", 401, `{"CODE": "AGENT_UNAUTHENTICATED"}`, "", "", "", tenancy.ErrTemporary},
+		{"nginx 401 page", 401, "<html>\r\n<head><title>401 Authorization Required</title></head>\r\n<body></body></html>", "", "", "", tenancy.ErrTemporary},
+		{"empty 401", 401, ``, "", "", "", tenancy.ErrTemporary},
 		{"plain detail with a code", 403, `{"detail": "AGENT_ENV_MISMATCH: token belongs to env-b"}`, "", protocol.CodeEnvMismatch, "token belongs to env-b", tenancy.ErrEnvMismatch},
-		{"bare 403 is no env mismatch", 403, `{"detail": "Forbidden"}`, "", "", "Forbidden", nil},
+		{"bare 403 is no env mismatch", 403, `{"detail": "Forbidden"}`, "", "", "Forbidden", tenancy.ErrTemporary},
+		{"HTML 403 from a WAF", 403, `<!DOCTYPE html><title>Access denied</title>`, "", "", "", tenancy.ErrTemporary},
 		{"HTML from a proxy", 502, `<html>bad gateway</html>`, "", "", "", tenancy.ErrTemporary},
 		{"empty body", 504, ``, "", "", "", tenancy.ErrTemporary},
 		{"echoed bearer", 401, `{"code":"AGENT_UNAUTHENTICATED","message":"token ` + tok + ` refused"}`, "", protocol.CodeUnauthenticated, "token *** refused", tenancy.ErrUnauthenticated},
@@ -503,6 +513,19 @@ func TestStatusErrorBodies(t *testing.T) {
 			for _, sentinel := range []error{tenancy.ErrUnauthenticated, tenancy.ErrEnvMismatch, tenancy.ErrRateLimited, tenancy.ErrTemporary} {
 				if got := errors.Is(err, sentinel); got != (sentinel == tc.is) {
 					t.Fatalf("errors.Is(%v, %v) = %v", err, sentinel, got)
+				}
+			}
+			notTenancy := (tc.status == 401 || tc.status == 403) && tc.is == tenancy.ErrTemporary
+			if errors.Is(err, tenancy.ErrNotTenancy) != notTenancy {
+				t.Fatalf("errors.Is(%v, ErrNotTenancy) = %v", err, !notTenancy)
+			}
+			first, _, _ := strings.Cut(strings.TrimSpace(tc.body), "\r\n")
+			if first == "<html>" { // a line of markup alone says nothing: the next line is shown
+				first = "<head><title>401 Authorization Required</title></head>"
+			}
+			if notTenancy && first != "" && tc.code == "" {
+				if ae.FirstLine != first || !strings.Contains(err.Error(), fmt.Sprintf("HTTP %d", tc.status)) || !strings.Contains(err.Error(), strconv.Quote(first)) {
+					t.Fatalf("err = %v (first line %q), want the status and the body's first line %q", err, ae.FirstLine, first)
 				}
 			}
 			switch tc.retry {
