@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -749,20 +750,47 @@ func TestValuesSurviveOrAreRefusedByName(t *testing.T) {
 	}
 }
 
-func TestPruneKeepsTheNewestReleases(t *testing.T) {
-	h := newHarness(t)
-	h.prune = true
-	for i := 0; i < 7; i++ {
-		h.desire(bundleSpec{template: defaultTemplate + "N=" + string(rune('a'+i)) + "\n"})
-		h.expectExit(agent.ExitOK)
-		h.clock.Advance(time.Minute)
-	}
-	entries, _ := os.ReadDir(filepath.Join(h.cfg.EnvDir(), "releases"))
-	if len(entries) != 5 {
-		t.Errorf("%d releases kept, want 5", len(entries))
-	}
-	if h.docker.Count("image prune") != 7 {
-		t.Errorf("image prune ran %d times", h.docker.Count("image prune"))
+// Every successful apply keeps the running release and the one before it and removes the
+// rest: each .env holds the secrets of its day. Image prune stays opt-in.
+func TestAppliesKeepOnlyTheCurrentAndPreviousRelease(t *testing.T) {
+	for _, prune := range []bool{false, true} {
+		t.Run(fmt.Sprintf("prune=%v", prune), func(t *testing.T) {
+			h := newHarness(t)
+			h.prune = prune
+			var shas []string
+			for i := 0; i < 7; i++ {
+				shas = append(shas, h.desire(bundleSpec{template: defaultTemplate + "N=" + string(rune('a'+i)) + "\n"}))
+				h.expectExit(agent.ExitOK)
+				h.clock.Advance(time.Minute)
+			}
+			var left []string
+			entries, _ := os.ReadDir(filepath.Join(h.cfg.EnvDir(), "releases"))
+			for _, e := range entries {
+				left = append(left, e.Name())
+			}
+			want := []string{shas[5], shas[6]}
+			sort.Strings(want)
+			if !slices.Equal(left, want) {
+				t.Errorf("releases left %v, want the previous and the current %v", left, want)
+			}
+			wantImagePrunes := 0
+			if prune {
+				wantImagePrunes = 7
+			}
+			if n := h.docker.Count("image prune"); n != wantImagePrunes {
+				t.Errorf("image prune ran %d times, want %d", n, wantImagePrunes)
+			}
+
+			// A failed apply removes nothing: the previous and the current stay for a revert.
+			h.desire(bundleSpec{template: defaultTemplate + "N=broken\n"})
+			h.docker.PullFail = "manifest unknown"
+			h.expectExit(agent.ExitFailed)
+			for _, sha := range want {
+				if _, err := os.Stat(filepath.Join(h.cfg.EnvDir(), "releases", sha)); err != nil {
+					t.Errorf("a failed apply removed release %s: %v", sha, err)
+				}
+			}
+		})
 	}
 }
 

@@ -25,7 +25,7 @@ func newTickCommand(g *globals) *cobra.Command {
 			return exit(runTick(cmd.Context(), opts, g))
 		},
 	}
-	cmd.Flags().BoolVar(&opts.prune, "prune", false, "after a successful apply, prune dangling images and all but the newest 5 releases")
+	cmd.Flags().BoolVar(&opts.prune, "prune", false, "after a successful apply, also prune dangling images (old releases go after every successful apply)")
 	return cmd
 }
 
