@@ -291,9 +291,10 @@ func (a *Agent) runCompose(ctx context.Context, b *bundle.Bundle, dir string) er
 	a.st.LastDetail = ""
 	now := a.deps.Now().UTC()
 	a.st.LastApplyAt = &now
-	if err := a.saveState(); err != nil {
-		return err
-	}
+	// Not saved (a full disk): the report still says applied, naming the write error, and the
+	// tick exits 1. The next tick checks in with the old applied_sha and re-applies the same
+	// release, which is then saved: no rollback refusal, since history never recorded it.
+	_ = a.saveState()
 	if err := a.step("state"); err != nil {
 		return err
 	}

@@ -1045,3 +1045,69 @@ func applyThenForgetDockerFacts(t *testing.T, h *harness) {
 	st.DockerRootDir, st.DockerVersion, st.DockerInfoAt = "", "", nil
 	saveState(t, h, st)
 }
+
+// A state.json that cannot be saved (a full disk; here a directory renamed into its place after
+// the tick read it, so every write's rename fails) must not silence the box: the report goes
+// out naming the write error, the tick exits 1, and the next tick, with the disk fixed, is
+// whole again. The same for an apply: reported applied, then re-applied and recorded.
+func TestStateThatCannotBeSavedIsReportedAndRecovered(t *testing.T) {
+	h := newHarness(t)
+	first := h.desire(bundleSpec{})
+	h.expectExit(agent.ExitOK)
+	blockState := func(name string) error {
+		if name != "token" {
+			return nil
+		}
+		saved, err := os.ReadFile(h.cfg.StatePath())
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(h.cfg.StatePath()+".saved", saved, 0o600); err != nil {
+			return err
+		}
+		if err := os.Remove(h.cfg.StatePath()); err != nil {
+			return err
+		}
+		return os.MkdirAll(filepath.Join(h.cfg.StatePath(), "full"), 0o700)
+	}
+	unblock := func() {
+		t.Helper()
+		if err := os.RemoveAll(h.cfg.StatePath()); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(h.cfg.StatePath()+".saved", h.cfg.StatePath()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name       string
+		prepare    func() string // returns the sha the report should carry
+		wantResult string
+	}{
+		{"heartbeat", func() string { return first }, protocol.ResultHealthy},
+		{"apply", func() string { return h.desire(bundleSpec{template: defaultTemplate + "V=2\n"}) }, protocol.ResultApplied},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sha := tc.prepare()
+			h.step = blockState
+			err := h.tickErr()
+			h.step = nil
+			if agent.ExitCode(err) != agent.ExitFailed || err == nil || !strings.Contains(err.Error(), "state") {
+				t.Errorf("tick = %v (exit %d), want exit 1 naming the state write", err, agent.ExitCode(err))
+			}
+			r := h.lastReport()
+			if r.Sha != sha || r.Result != tc.wantResult || !strings.Contains(r.Detail, "state.json not saved") || !strings.Contains(r.Detail, "rename:") {
+				t.Errorf("report = %s %s %q; want %s %s naming the write error", r.Sha, r.Result, r.Detail, sha, tc.wantResult)
+			}
+			h.expectLog("state.json not saved; the report went out")
+			unblock()
+			h.expectExit(agent.ExitOK)
+			if st := h.state(); st.AppliedSha != sha || st.LastResult == "" {
+				t.Errorf("after recovery: applied %s, last result %q; want %s", st.AppliedSha, st.LastResult, sha)
+			}
+			if r := h.lastReport(); strings.Contains(r.Detail, "not saved") {
+				t.Errorf("the recovered tick still reports %q", r.Detail)
+			}
+		})
+	}
+}
