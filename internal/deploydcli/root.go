@@ -93,5 +93,9 @@ func exit(err error) error {
 	if err == nil {
 		return nil
 	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return err // decided already (the refusal of a root tick, exit 78)
+	}
 	return &exitError{code: agent.ExitCode(err), err: err}
 }
