@@ -216,3 +216,99 @@ func TestSudoTickRunsAsTheOwnerOfStateDir(t *testing.T) {
 		}
 	})
 }
+
+// TestFullDiskStillReports: with state_dir on a full filesystem (a 2 MiB tmpfs, filled), the
+// real binary's tick still checks in and reports, naming the write error, and exits 1; once
+// space is back, the next tick removes the temp files a killed tick left and is whole again.
+func TestFullDiskStillReports(t *testing.T) {
+	needRoot(t)
+	dir := t.TempDir()
+	agentBin, fakeDocker := buildBinaries(t, filepath.Join(dir, "bin"))
+	box := filepath.Join(dir, "box")
+	if err := os.Mkdir(box, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=2m,mode=0700", "i11b-full", box).CombinedOutput(); err != nil {
+		t.Fatalf("mount tmpfs: %v\n%s", err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", box).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v\n%s", box, err, out)
+		}
+	})
+	cfgPath, ts, cleanup := convergedBoxWithTenancy(t, box, fakeDocker)
+	defer cleanup()
+	stateDir := filepath.Join(box, "state")
+	if code, stderr := runAs(t, nil, agentBin, "--config", cfgPath, "tick"); code != 0 {
+		t.Fatalf("first tick: exit %d\n%s", code, stderr)
+	}
+
+	// Fill the filesystem to the last byte.
+	filler, err := os.Create(filepath.Join(box, "filler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, 4096)
+	for {
+		if _, err := filler.Write(chunk); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	filler.Close()
+	for _, small := range []int{512, 1} {
+		f, _ := os.OpenFile(filepath.Join(box, "filler"), os.O_WRONLY|os.O_APPEND, 0)
+		for f != nil {
+			if _, err := f.Write(chunk[:small]); err != nil {
+				break
+			}
+		}
+		f.Close()
+	}
+	stBefore, _ := os.ReadFile(filepath.Join(stateDir, "state.json"))
+	reports := len(ts.Reports(benchEnv))
+
+	code, stderr := runAs(t, nil, agentBin, "--config", cfgPath, "tick")
+	if code != 1 || !strings.Contains(stderr, "state.json not saved; the report went out") || !strings.Contains(stderr, "no space left on device") {
+		t.Errorf("tick on a full disk: exit %d, stderr:\n%s\nwant exit 1 naming the write error", code, stderr)
+	}
+	if n := len(ts.Reports(benchEnv)); n != reports+1 {
+		t.Fatalf("reports %d → %d: the box went silent on a full disk", reports, n)
+	}
+	r, _ := ts.LastReport(benchEnv)
+	if r.Result != "healthy" || !strings.Contains(r.Detail, "state.json not saved") || !strings.Contains(r.Detail, "no space left on device") {
+		t.Errorf("report on a full disk = %s %q, want healthy naming the write error", r.Result, r.Detail)
+	}
+	if after, _ := os.ReadFile(filepath.Join(stateDir, "state.json")); !bytes.Equal(stBefore, after) {
+		t.Error("state.json changed although no write could succeed")
+	}
+
+	// Space is back; a kill had left temp files of atomic writes.
+	if err := os.Remove(filepath.Join(box, "filler")); err != nil {
+		t.Fatal(err)
+	}
+	leftovers := []string{".state.json.tmp-0123456789abcdef", ".bao.token.tmp-fedcba9876543210"}
+	for _, n := range leftovers {
+		if err := os.WriteFile(filepath.Join(stateDir, n), []byte("s.half-written\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, stderr = runAs(t, nil, agentBin, "--config", cfgPath, "tick")
+	if code != 0 || !strings.Contains(stderr, "removed temp files a killed tick left") {
+		t.Errorf("tick after the disk was freed: exit %d, stderr:\n%s", code, stderr)
+	}
+	for _, n := range leftovers {
+		if _, err := os.Lstat(filepath.Join(stateDir, n)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s survived the tick: %v", n, err)
+		}
+	}
+	if r, _ := ts.LastReport(benchEnv); r.Result != "healthy" || r.Detail != "" {
+		t.Errorf("report after recovery = %s %q", r.Result, r.Detail)
+	}
+	st, err := state.Load(filepath.Join(stateDir, "state.json"))
+	if err != nil || st.LastCheckinAt == nil || st.LastResult != "healthy" {
+		t.Errorf("state after recovery = %+v, %v", st, err)
+	}
+}
