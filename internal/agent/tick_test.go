@@ -1111,3 +1111,47 @@ func TestStateThatCannotBeSavedIsReportedAndRecovered(t *testing.T) {
 		})
 	}
 }
+
+// A box whose docker cannot be used — the agent's account not (yet) in group docker, or a daemon
+// that is down — still checks in, and its report says docker is unusable and why, even with
+// nothing deployed yet: "healthy, nothing deployed" would hide it until the first apply.
+func TestNothingDeployedReportsAnUnusableDocker(t *testing.T) {
+	for _, tc := range []struct{ name, err, hint string }{
+		{"no docker group", "docker info failed (rc=1): permission denied while trying to connect to the Docker daemon socket at unix:///var/run/docker.sock", "usermod -a -G docker monky-deployd"},
+		{"daemon down", "docker info failed (rc=1): Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?", "systemctl start docker"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			info := &brokenDocker{err: errors.New(tc.err)}
+			h.wrap = func(d *agent.Deps) { info.Docker = d.Docker; d.Docker = info }
+			checkins := len(h.ten.Checkins(env))
+			h.expectExit(agent.ExitOK)
+			if n := len(h.ten.Checkins(env)); n != checkins+1 {
+				t.Errorf("check-ins %d → %d", checkins, n)
+			}
+			r := h.lastReport()
+			if r.Result != protocol.ResultUnhealthy || !strings.Contains(r.Detail, "docker is not usable") || !strings.Contains(r.Detail, tc.hint) {
+				t.Errorf("report = %s %q; want unhealthy naming docker and %q", r.Result, r.Detail, tc.hint)
+			}
+			h.expectLog("WARN unhealthy: nothing deployed; docker is not usable")
+			info.err = nil
+			h.expectExit(agent.ExitOK)
+			if r := h.lastReport(); r.Result != protocol.ResultHealthy || r.Detail != "nothing deployed" {
+				t.Errorf("with docker back: report = %s %q", r.Result, r.Detail)
+			}
+		})
+	}
+}
+
+// brokenDocker is a docker whose `docker info` fails with err while err is set.
+type brokenDocker struct {
+	agent.Docker
+	err error
+}
+
+func (b *brokenDocker) Info(ctx context.Context) (compose.Info, error) {
+	if b.err != nil {
+		return compose.Info{}, b.err
+	}
+	return b.Docker.Info(ctx)
+}

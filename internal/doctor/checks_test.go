@@ -175,12 +175,12 @@ func TestDockerCheck(t *testing.T) {
 		{"reachable", func(f *fixture) { f.expectInfo() },
 			want{status: OK, detail: []string{"engine 29.0.1", "docker-root"}}},
 		{"root: reachable, and the agent through group docker", func(f *fixture) { f.asRoot(); f.expectInfo() },
-			want{status: OK, detail: []string{"as root", "SupplementaryGroups=docker"}}},
-		{"root: no docker group for the unit", func(f *fixture) {
+			want{status: OK, detail: []string{"as root", "monky-deployd reaches it through group docker"}}},
+		{"root: the agent not in group docker (docker installed after the agent)", func(f *fixture) {
 			f.asRoot()
 			f.expectInfo()
-			f.env.LookupGroup = func(string) (uint32, error) { return 0, errors.New("unknown group") }
-		}, want{status: Fail, detail: []string{"no group docker"}, fix: []string{"groupadd docker"}}},
+			f.env.Agent.GIDs = []uint32{agentGID, zitiGID}
+		}, want{status: Fail, detail: []string{"monky-deployd cannot use"}, fix: []string{"usermod -a -G docker monky-deployd (the next tick picks it up"}}},
 		{"docker missing", func(f *fixture) {
 			f.run.ExpectPrefix("docker", nil).Fails(fmt.Errorf("runner: start docker: %w", runner.ErrNotFound))
 		}, want{status: Fail, detail: []string{`"docker" is not installed`}, fix: []string{"install docker", "docker_bin"}}},
