@@ -18,8 +18,11 @@ import (
 	"syscall"
 	"testing"
 
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/bao/baotest"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/grant"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/itest"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/state"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/tenancy/tenancytest"
 )
 
 // These tests run the real binary as root and as another real uid, and on a real full
@@ -310,5 +313,64 @@ func TestFullDiskStillReports(t *testing.T) {
 	st, err := state.Load(filepath.Join(stateDir, "state.json"))
 	if err != nil || st.LastCheckinAt == nil || st.LastResult != "healthy" {
 		t.Errorf("state after recovery = %+v, %v", st, err)
+	}
+}
+
+// TestTickWithoutTheDockerGroupChecksInAndReports: the real binary, run as an account outside
+// group docker (a box where docker came after the agent, now that the unit adds no group of its
+// own) with the real docker CLI, checks in and reports that docker is not usable and how to fix
+// it, with nothing deployed yet. It never reaches the engine (the socket refuses the account).
+func TestTickWithoutTheDockerGroupChecksInAndReports(t *testing.T) {
+	needRoot(t)
+	dockerCLI, err := exec.LookPath("docker")
+	if err != nil {
+		if itest.InCI(os.Getenv("CI")) {
+			t.Fatal("no docker CLI, and CI is set")
+		}
+		t.Skip("no docker CLI")
+	}
+	u, _ := throwawayAccount(t)
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	dir := t.TempDir()
+	agentBin, _ := buildBinaries(t, filepath.Join(dir, "bin"))
+	signer, err := grant.NewSigner("i11b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs := baotest.Start(baotest.Options{PublicKey: signer.PublicKey()})
+	defer bs.Close()
+	ts := tenancytest.Start(tenancytest.Options{Verifier: bs, Signer: signer, BaoAddr: bs.URL})
+	defer ts.Close()
+	const env = "env-nodock-01"
+	ts.AddEnv(env)
+	stateDir := filepath.Join(dir, "state")
+	if err := os.Mkdir(stateDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(stateDir, "bao.token"), []byte(bs.IssueToken(env, "jti-nodock")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	chownTree(t, stateDir, uid, gid)
+	cfgPath := filepath.Join(dir, "config.yaml")
+	cfg := fmt.Sprintf("env_id: %s\nsite: qa\ntransport: system\ntenancy:\n  base_url: %s\nbao:\n  addr: %s\nstate_dir: %s\nbootstrap_file: %s\ndocker_bin: %s\n",
+		env, ts.URL, bs.URL, stateDir, filepath.Join(dir, "bootstrap.jwt"), dockerCLI)
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	openDirs(t, filepath.Join(dir, "bin"))
+
+	cred := &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{uint32(gid)}}
+	code, stderr := runAs(t, cred, agentBin, "--config", cfgPath, "tick")
+	if code != 0 || !strings.Contains(stderr, "docker is not usable") {
+		t.Errorf("tick outside group docker: exit %d, stderr:\n%s", code, stderr)
+	}
+	if n := len(ts.Checkins(env)); n != 1 {
+		t.Errorf("%d check-ins, want 1", n)
+	}
+	r, ok := ts.LastReport(env)
+	if !ok || r.Result != "unhealthy" || !strings.Contains(r.Detail, "docker is not usable") || !strings.Contains(r.Detail, "permission denied") ||
+		!strings.Contains(r.Detail, "usermod -a -G docker") {
+		t.Errorf("report = %+v, want unhealthy naming docker, the socket's refusal and the usermod", r)
 	}
 }
