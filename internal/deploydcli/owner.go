@@ -41,7 +41,7 @@ type process struct {
 
 var realProcess = process{
 	euid:    os.Geteuid,
-	owner:   lstatOwner,
+	owner:   statOwner,
 	lookup:  lookupAccount,
 	become:  becomeAndExec,
 	environ: os.Environ,
@@ -85,16 +85,26 @@ func ownerError(cfg *config.Config, why, sudoUser string) error {
 	return &exitError{code: agent.ExitConfig, err: fmt.Errorf("%s; nothing was done. Run the tick as that user: sudo -u %s monky-deployd --config %s tick", why, sudoUser, cfg.Path)}
 }
 
-// withAccountEnv is env with HOME, USER and LOGNAME of a: sudo leaves root's, and the docker
-// CLI, for one, reads HOME.
+// keptEnv are the variables of root's environment the re-run keeps: what the timer's unit gives
+// a tick (a path and a locale) and the config's location. Anything else — root's DOCKER_HOST,
+// BAO_* or VAULT_* variables, a cloud credential in an admin's shell — would make the tick differ
+// from the timer's, or hand root's secrets to a process of the agent's account.
+func keptEnv(k string) bool {
+	switch k {
+	case "PATH", "LANG", "LANGUAGE", "TZ", "MONKY_DEPLOYD_CONFIG":
+		return true
+	}
+	return strings.HasPrefix(k, "LC_")
+}
+
+// withAccountEnv is the allowed part of env (keptEnv) with HOME, USER and LOGNAME of a: sudo
+// leaves root's, and the docker CLI, for one, reads HOME.
 func withAccountEnv(env []string, a account) []string {
-	out := make([]string, 0, len(env)+3)
+	out := make([]string, 0, 8)
 	for _, kv := range env {
-		k, _, _ := strings.Cut(kv, "=")
-		if k == "HOME" || k == "USER" || k == "LOGNAME" {
-			continue
+		if k, _, _ := strings.Cut(kv, "="); keptEnv(k) {
+			out = append(out, kv)
 		}
-		out = append(out, kv)
 	}
 	home := a.home
 	if home == "" {
@@ -103,8 +113,10 @@ func withAccountEnv(env []string, a account) []string {
 	return append(out, "HOME="+home, "USER="+a.name, "LOGNAME="+a.name)
 }
 
-func lstatOwner(path string) (uint32, error) {
-	fi, err := os.Lstat(path)
+// statOwner is the owner of the directory path names (a symlink is followed: the files land
+// where it points).
+func statOwner(path string) (uint32, error) {
+	fi, err := os.Stat(path)
 	if err != nil {
 		return 0, err
 	}
@@ -160,6 +172,11 @@ func groupName(gid uint32) string {
 // becomeAndExec sets the groups, then the gid, then the uid (in that order: after setuid there
 // is no right left to change the others) and executes /proc/self/exe, this very binary even if
 // the package was upgraded meanwhile under its path. Go applies each of these to every thread.
+//
+// The process keeps root's terminal on its standard streams, as `sudo -u monky-deployd …`
+// would: code running as the agent's account could reach that terminal. That account is in
+// group docker, which is root already; keeping the tick one process (its signals, its exit code,
+// its output as it happens) is worth more than a pipe between two.
 func becomeAndExec(a account, argv, env []string) error {
 	groups := make([]int, len(a.groups))
 	for i, g := range a.groups {
