@@ -313,7 +313,10 @@ func TestUpgradeGivesStateBackToTheAgent(t *testing.T) {
 	if err := os.Lchown(b.path(st+"/planted"), uid, gid); err != nil {
 		t.Fatal(err)
 	}
+	// What a container running as uid 999 wrote into a bind mount inside a release is its own.
+	b.mustSh("mkdir -p " + st + "/env-qa-02/releases/aa01/data && echo x >" + st + "/env-qa-02/releases/aa01/data/db && chown -R 999:999 " + st + "/env-qa-02/releases/aa01/data")
 	out := b.dpkg("-i", a.deb)
+	assertMode(t, b, st+"/env-qa-02/releases/aa01/data/db", 0o644, 999, 999)
 	for _, p := range []string{"state.json", "env-qa-02", "env-qa-02/releases", "env-qa-02/releases/aa01", "env-qa-02/releases/aa01/.env", "docker", "docker/config.json", "planted"} {
 		fi, err := os.Lstat(b.path(st + "/" + p))
 		if err != nil {
