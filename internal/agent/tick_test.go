@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -12,6 +13,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -1154,4 +1156,45 @@ func (b *brokenDocker) Info(ctx context.Context) (compose.Info, error) {
 		return compose.Info{}, b.err
 	}
 	return b.Docker.Info(ctx)
+}
+
+// A tick that finds files under state_dir it does not own (what a root tick of an older agent
+// left) changes nothing and takes no lock, but checks in and reports failed, naming each file
+// and the chown.
+func TestForeignFilesAreReportedAndLeftAlone(t *testing.T) {
+	h := newHarness(t)
+	sha := h.desire(bundleSpec{})
+	h.expectExit(agent.ExitOK)
+	before, err := os.ReadFile(h.cfg.StatePath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock, err := os.OpenFile(h.cfg.LockPath(), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	checkins := len(h.ten.Checkins(env))
+	f := agent.Foreign{User: "monky-deployd", Files: []state.ForeignFile{
+		{Path: h.cfg.StatePath(), UID: 0},
+		{Path: filepath.Join(h.cfg.DockerConfigDir(), "config.json"), UID: 0},
+	}}
+	err = agent.New(h.cfg, h.deps(), agent.Options{}).RunForeign(context.Background(), f)
+	if agent.ExitCode(err) != agent.ExitFailed {
+		t.Errorf("RunForeign = %v, want exit 1", err)
+	}
+	if n := len(h.ten.Checkins(env)); n != checkins+1 {
+		t.Errorf("check-ins %d → %d: the tick must check in although another holds the lock", checkins, n)
+	}
+	r := h.lastReport()
+	wantDetail := "state_dir " + h.cfg.StateDir + " holds files monky-deployd does not own, left by a tick run as another user: state.json (uid 0), docker/config.json (uid 0); fix: sudo chown -hR monky-deployd:monky-deployd " + h.cfg.StateDir
+	if r.Result != protocol.ResultFailed || r.Sha != sha || r.Detail != wantDetail {
+		t.Errorf("report = %s %s %q\nwant failed %s %q", r.Result, r.Sha, r.Detail, sha, wantDetail)
+	}
+	if after, _ := os.ReadFile(h.cfg.StatePath()); !bytes.Equal(before, after) {
+		t.Error("the tick wrote state.json")
+	}
 }
