@@ -300,6 +300,21 @@ if ! command -v ziti-edge-tunnel >/dev/null; then
   did "installed ziti-edge-tunnel"
 fi
 IDENTITY="$IDENTITY_DIR/monky-host.$ENV_ID.json"
+# The identity directory is writable by group ziti, and the agent's own account is a member: any
+# member can plant a symlink at the identity's name (or, where a parent is theirs, at the
+# directory's), and root's chown, chmod and setfacl below would act on what it points at
+# (/etc/shadow made readable by group ziti). A symlink there is refused, not followed; the
+# tunneller writes a regular file. A root-owned symlink on the directory path was put there by
+# root and is accepted.
+not_planted() {
+  if [ -L "$1" ] && [ "$(stat -c %u "$1")" != 0 ]; then
+    die "$1 is a symlink (owned by uid $(stat -c %u "$1")) where $2 belongs: a member of group ziti can plant one to make root change another file. Remove it (rm $1) and re-run"
+  fi
+}
+for d in /opt/openziti /opt/openziti/etc "$IDENTITY_DIR"; do not_planted "$d" "a directory"; done
+if [ -L "$IDENTITY" ]; then
+  die "$IDENTITY is a symlink: a member of group ziti can plant one to make root change another file. Remove it (rm $IDENTITY), re-enrol if needed (--enrol-jwt), and re-run"
+fi
 if [ -s "$IDENTITY" ]; then
   say "identity $IDENTITY already enrolled"
 elif [ -n "$ENROL_JWT" ]; then
@@ -321,13 +336,24 @@ fi
 # drops POSIX ACLs: the group is the grant that survives (env-dev-08 failed every tick six minutes
 # after such a refresh). The explicit ACLs cover a file of another group until the next rewrite;
 # the default ACL on the directory carries the grant onto a freshly written file.
+# Every change is made only where it is needed (a re-run on a configured box changes nothing),
+# without following a symlink where the tool can (chown -h, setfacl -P), and right after a
+# fresh look where it cannot (chmod on Linux always follows): the window a member of group ziti
+# could race is the one between that look and the chmod, on a first run only.
+if [ -L "$IDENTITY" ] || [ ! -f "$IDENTITY" ]; then
+  die "$IDENTITY is not a regular file; remove it and re-run with --enrol-jwt"
+fi
+chmod_unplanted() { # MODE PATH: PATH must not be a symlink by now
+  if [ -L "$2" ]; then die "$2 became a symlink while install.sh ran: someone in group ziti is planting them; stop and investigate"; fi
+  chmod "$1" "$2"
+}
 if getent group ziti >/dev/null; then
   owner=root
   if getent passwd ziti >/dev/null; then owner=ziti; fi
-  chown "$owner:ziti" "$IDENTITY"
-  chmod 0640 "$IDENTITY"
-  chgrp ziti "$IDENTITY_DIR"
-  chmod g+rx "$IDENTITY_DIR"
+  if [ "$(stat -c %U:%G "$IDENTITY")" != "$owner:ziti" ]; then chown -h "$owner:ziti" "$IDENTITY"; fi
+  if [ "$(stat -c %a "$IDENTITY")" != 640 ]; then chmod_unplanted 0640 "$IDENTITY"; fi
+  if [ "$(stat -c %G "$IDENTITY_DIR")" != ziti ]; then chgrp -h ziti "$IDENTITY_DIR"; fi
+  case "$(stat -c %A "$IDENTITY_DIR")" in ????r?x*) ;; *) chmod_unplanted g+rx "$IDENTITY_DIR" ;; esac
   usermod -a -G ziti "$AGENT"
   did "$AGENT is in group ziti; $IDENTITY is $owner:ziti 0640"
 else
@@ -338,11 +364,12 @@ if ! command -v setfacl >/dev/null; then
 fi
 if command -v setfacl >/dev/null; then
   acl_ok=true
-  setfacl -m "u:$AGENT:r" "$IDENTITY" || acl_ok=false
-  setfacl -m "u:$AGENT:rx" "$IDENTITY_DIR" || acl_ok=false
-  setfacl -d -m "u:$AGENT:r" "$IDENTITY_DIR" || acl_ok=false
+  # -P: a symlink argument is skipped, never followed.
+  setfacl -P -m "u:$AGENT:r" "$IDENTITY" || acl_ok=false
+  setfacl -P -m "u:$AGENT:rx" "$IDENTITY_DIR" || acl_ok=false
+  setfacl -P -d -m "u:$AGENT:r" "$IDENTITY_DIR" || acl_ok=false
   for d in /opt/openziti/etc /opt/openziti; do
-    if [ -d "$d" ]; then setfacl -m "u:$AGENT:x" "$d" || acl_ok=false; fi
+    if [ -d "$d" ]; then setfacl -P -m "u:$AGENT:x" "$d" || acl_ok=false; fi
   done
   if $acl_ok; then
     did "granted $AGENT read on $IDENTITY by ACL (explicit, and default on $IDENTITY_DIR)"

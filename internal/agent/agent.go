@@ -11,13 +11,16 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/atomicfile"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/bao"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/compose"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/config"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/diskspace"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/registryauth"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/state"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/version"
@@ -97,6 +100,9 @@ type Agent struct {
 	dockerInfoFresh bool
 	redact          *secret.Redactor
 	vault           protocol.Vault
+	// stateErr is the error of the last state.json write when it failed (a full disk): the
+	// tick goes on, its report names it, and the tick exits 1. Nil once a later write succeeds.
+	stateErr error
 }
 
 // New returns an Agent for cfg.
@@ -164,6 +170,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	// Every journal line of the tick passes the redactor, whoever wrote it.
 	a.log = slog.New(secret.LogHandler(a.baseLog.Handler(), a.redact))
 	a.dockerInfoFresh = false
+	a.stateErr = nil
+	a.removeLeftovers()
 	a.st, err = a.loadState()
 	if err != nil {
 		return err
@@ -182,7 +190,13 @@ func (a *Agent) Run(ctx context.Context) error {
 		// failure qualifies; any other temporary failure is a box that reached tenancy and
 		// still could not work, and keeps its exit 75.
 		a.log.Info("laptop mode: tenancy unreachable; nothing to do", "why", a.redact.Redact(off.err.Error()))
-		return nil
+		err = nil
+	}
+	if err == nil && a.stateErr != nil {
+		// The tick did its work and reported; only its memory of it is behind. The next tick
+		// starts from the state.json on disk, which the atomic write left whole.
+		a.log.Error("state.json not saved; the report went out, the next tick retries", "error", a.stateErr.Error())
+		return fmt.Errorf("%w: %w", ErrFailed, a.stateErr)
 	}
 	return err
 }
@@ -203,6 +217,21 @@ type redactedError struct {
 
 func (e *redactedError) Error() string { return e.msg }
 func (e *redactedError) Unwrap() error { return e.err }
+
+// removeLeftovers deletes the temp files of atomic writes a killed tick left in state_dir
+// (`.state.json.tmp-…`, `.bao.token.tmp-…`, …): each may hold a token or a grant, and a full
+// disk is made of such leftovers. The caller holds the tick lock, so no write is in flight.
+func (a *Agent) removeLeftovers() {
+	for _, p := range []string{a.cfg.StatePath(), a.cfg.TokenPath(), a.nextTokenPath(), a.leaseGrantPath(), filepath.Join(a.cfg.DockerConfigDir(), registryauth.ConfigFile)} {
+		removed, err := atomicfile.RemoveLeftovers(p)
+		if err != nil {
+			a.log.Warn("temp files of a killed tick could not be removed", "error", err.Error())
+		}
+		if len(removed) > 0 {
+			a.log.Info("removed temp files a killed tick left", "removed", strings.Join(removed, ","))
+		}
+	}
+}
 
 // tenancyUnreachable is a check-in that got no answer, or a 5xx, in laptop mode.
 type tenancyUnreachable struct{ err error }
@@ -288,8 +317,11 @@ func (a *Agent) noteVersion() {
 	a.st.NameUnknownPrior(prior)
 }
 
+// saveState writes state.json and remembers whether the write failed (stateErr), so that the
+// report and the exit code say so even where the caller goes on.
 func (a *Agent) saveState() error {
-	return state.Save(a.cfg.StatePath(), a.st)
+	a.stateErr = state.Save(a.cfg.StatePath(), a.st)
+	return a.stateErr
 }
 
 // adoptVault takes the check-in's OpenBao coordinates for this tick where they differ from the

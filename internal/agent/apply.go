@@ -23,9 +23,6 @@ import (
 // 20 secrets reads in two round trips, few enough not to flood OpenBao from every box at once.
 const kvReadLimit = 16
 
-// keepReleases is how many release directories --prune keeps.
-const keepReleases = 5
-
 // apply runs PROTOCOL step 5 to 7: every refusal check before anything is leased or read, then
 // secrets, then the release, then compose.
 func (a *Agent) apply(ctx context.Context, resp *protocol.CheckinResponse) error {
@@ -295,25 +292,33 @@ func (a *Agent) runCompose(ctx context.Context, b *bundle.Bundle, dir string) er
 	a.st.LastDetail = ""
 	now := a.deps.Now().UTC()
 	a.st.LastApplyAt = &now
-	if err := a.saveState(); err != nil {
-		return err
-	}
+	// Not saved (a full disk): the report still says applied, naming the write error, and the
+	// tick exits 1. The next tick checks in with the old applied_sha and re-applies the same
+	// release, which is then saved: no rollback refusal, since history never recorded it.
+	_ = a.saveState()
 	if err := a.step("state"); err != nil {
 		return err
 	}
 	a.log.Info("applied " + short(sha))
 	a.report(ctx, protocol.Report{Sha: sha, Result: protocol.ResultApplied, Containers: cs})
+	a.pruneReleases()
 	if a.opt.Prune {
-		a.prune(ctx)
+		if err := a.deps.Docker.ImagePrune(ctx); err != nil {
+			a.log.Warn("image prune failed", "error", a.redact.Redact(err.Error()))
+		}
 	}
 	return nil
 }
 
-func (a *Agent) prune(ctx context.Context) {
-	if err := a.deps.Docker.ImagePrune(ctx); err != nil {
-		a.log.Warn("image prune failed", "error", a.redact.Redact(err.Error()))
+// pruneReleases keeps the running release and the one applied before it (what an operator or a
+// revert returns to) and removes every older one: each release's .env holds the secrets of the
+// day it was applied, and 80 applies must not leave 80 copies of since-rotated secrets.
+func (a *Agent) pruneReleases() {
+	var keep []string
+	if n := len(a.st.History); n >= 2 {
+		keep = append(keep, a.st.History[n-2])
 	}
-	removed, err := release.Prune(a.cfg.EnvDir(), keepReleases)
+	removed, err := release.Prune(a.cfg.EnvDir(), append(keep, a.st.AppliedSha))
 	if err != nil {
 		a.log.Warn("release prune failed", "error", err.Error())
 	}

@@ -42,7 +42,10 @@ func (a *Agent) checkin(ctx context.Context) (*protocol.CheckinResponse, error) 
 		a.log.Info("first check-in since the upgrade", "upgraded_from", a.st.PendingUpgradeFrom, "version", version.Version)
 	}
 	a.st.CheckinSucceeded(a.deps.Now().UTC())
-	return resp, a.saveState()
+	// A state that cannot be saved (a full disk) must not silence the box: the tick goes on to
+	// its report, which names the write error (stateErr), and exits 1.
+	_ = a.saveState()
+	return resp, nil
 }
 
 // dockerFactsMaxAge is how old the cached `docker info` may grow before a tick refreshes it: a

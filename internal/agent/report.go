@@ -22,7 +22,16 @@ func (a *Agent) report(ctx context.Context, r protocol.Report) {
 	r.EnvID = a.cfg.EnvID
 	r.AgentVersion = version.Version
 	// A detail keeps its start (a refusal's `CODE:` and first findings), a log tail its end
-	// (the last lines explain a failure).
+	// (the last lines explain a failure). A state.json that could not be saved is said at the
+	// end, with room kept for it: tenancy must learn that this box's memory is behind.
+	if a.stateErr != nil {
+		note := a.redact.Redact("state.json not saved: " + a.stateErr.Error())
+		if r.Detail == "" {
+			r.Detail = a.cutDetail(note)
+		} else {
+			r.Detail = a.redact.TruncateHead(r.Detail, max(protocol.MaxDetail-len(note)-2, protocol.MaxDetail/2)) + "; " + note
+		}
+	}
 	r.Detail = a.cutDetail(r.Detail)
 	r.LogTail = a.redact.Truncate(r.LogTail, protocol.MaxLogTail)
 	if r.Containers == nil {
@@ -94,7 +103,18 @@ func (a *Agent) heartbeat(ctx context.Context, resp *protocol.CheckinResponse) e
 		return err
 	}
 	if sha == "" && a.st.AppliedSha == "" {
-		// Converged with nothing to run (no desired bundle yet).
+		// Converged with nothing to run (no desired bundle yet). A box whose docker cannot be
+		// used (no docker group for the agent's account yet, a daemon that is down) says so
+		// now, not at its first apply: there is no project to look at, so docker is asked.
+		if err := a.dockerUsable(ctx); err != nil {
+			detail := a.redact.Redact("nothing deployed; docker is not usable: " + err.Error() + dockerHint(err))
+			a.log.Warn("unhealthy: " + detail)
+			a.st.LastResult = protocol.ResultUnhealthy
+			a.st.LastDetail = a.cutDetail(detail)
+			_ = a.saveState()
+			a.report(ctx, protocol.Report{Sha: resp.DesiredSha, Result: protocol.ResultUnhealthy, Detail: detail})
+			return nil
+		}
 		a.report(ctx, protocol.Report{Sha: resp.DesiredSha, Result: protocol.ResultHealthy, Detail: "nothing deployed"})
 		a.log.Info("healthy; heartbeat reported", "containers", 0)
 		return nil
@@ -111,8 +131,9 @@ func (a *Agent) heartbeat(ctx context.Context, resp *protocol.CheckinResponse) e
 		a.log.Warn("unhealthy: " + detail)
 		a.st.LastResult = protocol.ResultUnhealthy
 		a.st.LastDetail = a.cutDetail(detail)
+		_ = a.saveState()
 		a.report(ctx, protocol.Report{Sha: a.st.AppliedSha, Result: protocol.ResultUnhealthy, Detail: detail})
-		return a.saveState()
+		return nil
 	}
 	if bad := compose.Unready(cs); len(bad) > 0 || len(cs) == 0 {
 		detail := "not running/healthy: " + strings.Join(bad, ", ")
@@ -122,14 +143,48 @@ func (a *Agent) heartbeat(ctx context.Context, resp *protocol.CheckinResponse) e
 		a.log.Warn("unhealthy: " + detail)
 		a.st.LastResult = protocol.ResultUnhealthy
 		a.st.LastDetail = a.cutDetail(detail)
+		_ = a.saveState()
 		a.report(ctx, protocol.Report{Sha: a.st.AppliedSha, Result: protocol.ResultUnhealthy, Detail: detail, Containers: cs})
-		return a.saveState()
+		return nil
 	}
 	a.st.LastResult = protocol.ResultHealthy
 	a.st.LastDetail = ""
+	// Saved before the report, so that a failed write (stateErr) is named in it; the tick's
+	// exit says it too (Run).
+	_ = a.saveState()
 	a.report(ctx, protocol.Report{Sha: a.st.AppliedSha, Result: protocol.ResultHealthy, Containers: cs})
 	a.log.Info("healthy; heartbeat reported", "containers", len(cs))
-	return a.saveState()
+	return nil
+}
+
+// dockerUsable is nil when `docker info` answered this tick, or answers now (bounded like the
+// one before a check-in).
+func (a *Agent) dockerUsable(ctx context.Context) error {
+	if a.dockerInfoFresh {
+		return nil
+	}
+	ictx, cancel := context.WithTimeout(ctx, dockerInfoTimeout)
+	defer cancel()
+	info, err := a.deps.Docker.Info(ictx)
+	if err != nil {
+		return err
+	}
+	a.noteDockerInfo(info)
+	return nil
+}
+
+// dockerHint names the usual fix of a docker CLI the agent cannot use.
+func dockerHint(err error) string {
+	msg := strings.ToLower(err.Error())
+	switch {
+	case strings.Contains(msg, "permission denied"):
+		return " (the agent's account is not in group docker: usermod -a -G docker monky-deployd; the next tick picks it up)"
+	case strings.Contains(msg, "cannot connect to the docker daemon") || strings.Contains(msg, "is the docker daemon running"):
+		return " (the docker daemon is not running: systemctl start docker)"
+	case strings.Contains(msg, "executable file not found") || strings.Contains(msg, "no such file or directory"):
+		return " (no docker CLI: install docker, or set docker_bin)"
+	}
+	return ""
 }
 
 // current is the promoted release. A `current` whose release directory is gone (removed by
@@ -179,9 +234,7 @@ func (a *Agent) down(ctx context.Context, resp *protocol.CheckinResponse) error 
 	a.st.LastResult = protocol.ResultDown
 	a.st.LastDetail = ""
 	a.st.AppliedSha = ""
-	if err := a.saveState(); err != nil {
-		return err
-	}
+	_ = a.saveState() // a failure is named in the report and the exit (stateErr)
 	a.log.Info("down: project removed", "volumes_removed", volumes)
 	a.report(ctx, protocol.Report{Sha: resp.DesiredSha, Result: protocol.ResultDown})
 	return nil

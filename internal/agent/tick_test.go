@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -10,7 +11,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -764,20 +767,47 @@ func TestValuesSurviveOrAreRefusedByName(t *testing.T) {
 	}
 }
 
-func TestPruneKeepsTheNewestReleases(t *testing.T) {
-	h := newHarness(t)
-	h.prune = true
-	for i := 0; i < 7; i++ {
-		h.desire(bundleSpec{template: defaultTemplate + "N=" + string(rune('a'+i)) + "\n"})
-		h.expectExit(agent.ExitOK)
-		h.clock.Advance(time.Minute)
-	}
-	entries, _ := os.ReadDir(filepath.Join(h.cfg.EnvDir(), "releases"))
-	if len(entries) != 5 {
-		t.Errorf("%d releases kept, want 5", len(entries))
-	}
-	if h.docker.Count("image prune") != 7 {
-		t.Errorf("image prune ran %d times", h.docker.Count("image prune"))
+// Every successful apply keeps the running release and the one before it and removes the
+// rest: each .env holds the secrets of its day. Image prune stays opt-in.
+func TestAppliesKeepOnlyTheCurrentAndPreviousRelease(t *testing.T) {
+	for _, prune := range []bool{false, true} {
+		t.Run(fmt.Sprintf("prune=%v", prune), func(t *testing.T) {
+			h := newHarness(t)
+			h.prune = prune
+			var shas []string
+			for i := 0; i < 7; i++ {
+				shas = append(shas, h.desire(bundleSpec{template: defaultTemplate + "N=" + string(rune('a'+i)) + "\n"}))
+				h.expectExit(agent.ExitOK)
+				h.clock.Advance(time.Minute)
+			}
+			var left []string
+			entries, _ := os.ReadDir(filepath.Join(h.cfg.EnvDir(), "releases"))
+			for _, e := range entries {
+				left = append(left, e.Name())
+			}
+			want := []string{shas[5], shas[6]}
+			sort.Strings(want)
+			if !slices.Equal(left, want) {
+				t.Errorf("releases left %v, want the previous and the current %v", left, want)
+			}
+			wantImagePrunes := 0
+			if prune {
+				wantImagePrunes = 7
+			}
+			if n := h.docker.Count("image prune"); n != wantImagePrunes {
+				t.Errorf("image prune ran %d times, want %d", n, wantImagePrunes)
+			}
+
+			// A failed apply removes nothing: the previous and the current stay for a revert.
+			h.desire(bundleSpec{template: defaultTemplate + "N=broken\n"})
+			h.docker.PullFail = "manifest unknown"
+			h.expectExit(agent.ExitFailed)
+			for _, sha := range want {
+				if _, err := os.Stat(filepath.Join(h.cfg.EnvDir(), "releases", sha)); err != nil {
+					t.Errorf("a failed apply removed release %s: %v", sha, err)
+				}
+			}
+		})
 	}
 }
 
@@ -1031,4 +1061,155 @@ func applyThenForgetDockerFacts(t *testing.T, h *harness) {
 	st := h.state()
 	st.DockerRootDir, st.DockerVersion, st.DockerInfoAt = "", "", nil
 	saveState(t, h, st)
+}
+
+// A state.json that cannot be saved (a full disk; here a directory renamed into its place after
+// the tick read it, so every write's rename fails) must not silence the box: the report goes
+// out naming the write error, the tick exits 1, and the next tick, with the disk fixed, is
+// whole again. The same for an apply: reported applied, then re-applied and recorded.
+func TestStateThatCannotBeSavedIsReportedAndRecovered(t *testing.T) {
+	h := newHarness(t)
+	first := h.desire(bundleSpec{})
+	h.expectExit(agent.ExitOK)
+	blockState := func(name string) error {
+		if name != "token" {
+			return nil
+		}
+		saved, err := os.ReadFile(h.cfg.StatePath())
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(h.cfg.StatePath()+".saved", saved, 0o600); err != nil {
+			return err
+		}
+		if err := os.Remove(h.cfg.StatePath()); err != nil {
+			return err
+		}
+		return os.MkdirAll(filepath.Join(h.cfg.StatePath(), "full"), 0o700)
+	}
+	unblock := func() {
+		t.Helper()
+		if err := os.RemoveAll(h.cfg.StatePath()); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(h.cfg.StatePath()+".saved", h.cfg.StatePath()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name       string
+		prepare    func() string // returns the sha the report should carry
+		wantResult string
+	}{
+		{"heartbeat", func() string { return first }, protocol.ResultHealthy},
+		{"apply", func() string { return h.desire(bundleSpec{template: defaultTemplate + "V=2\n"}) }, protocol.ResultApplied},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sha := tc.prepare()
+			h.step = blockState
+			err := h.tickErr()
+			h.step = nil
+			if agent.ExitCode(err) != agent.ExitFailed || err == nil || !strings.Contains(err.Error(), "state") {
+				t.Errorf("tick = %v (exit %d), want exit 1 naming the state write", err, agent.ExitCode(err))
+			}
+			r := h.lastReport()
+			if r.Sha != sha || r.Result != tc.wantResult || !strings.Contains(r.Detail, "state.json not saved") || !strings.Contains(r.Detail, "rename:") {
+				t.Errorf("report = %s %s %q; want %s %s naming the write error", r.Sha, r.Result, r.Detail, sha, tc.wantResult)
+			}
+			h.expectLog("state.json not saved; the report went out")
+			unblock()
+			h.expectExit(agent.ExitOK)
+			if st := h.state(); st.AppliedSha != sha || st.LastResult == "" {
+				t.Errorf("after recovery: applied %s, last result %q; want %s", st.AppliedSha, st.LastResult, sha)
+			}
+			if r := h.lastReport(); strings.Contains(r.Detail, "not saved") {
+				t.Errorf("the recovered tick still reports %q", r.Detail)
+			}
+		})
+	}
+}
+
+// A box whose docker cannot be used — the agent's account not (yet) in group docker, or a daemon
+// that is down — still checks in, and its report says docker is unusable and why, even with
+// nothing deployed yet: "healthy, nothing deployed" would hide it until the first apply.
+func TestNothingDeployedReportsAnUnusableDocker(t *testing.T) {
+	for _, tc := range []struct{ name, err, hint string }{
+		{"no docker group", "docker info failed (rc=1): permission denied while trying to connect to the Docker daemon socket at unix:///var/run/docker.sock", "usermod -a -G docker monky-deployd"},
+		{"daemon down", "docker info failed (rc=1): Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?", "systemctl start docker"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			info := &brokenDocker{err: errors.New(tc.err)}
+			h.wrap = func(d *agent.Deps) { info.Docker = d.Docker; d.Docker = info }
+			checkins := len(h.ten.Checkins(env))
+			h.expectExit(agent.ExitOK)
+			if n := len(h.ten.Checkins(env)); n != checkins+1 {
+				t.Errorf("check-ins %d → %d", checkins, n)
+			}
+			r := h.lastReport()
+			if r.Result != protocol.ResultUnhealthy || !strings.Contains(r.Detail, "docker is not usable") || !strings.Contains(r.Detail, tc.hint) {
+				t.Errorf("report = %s %q; want unhealthy naming docker and %q", r.Result, r.Detail, tc.hint)
+			}
+			h.expectLog("WARN unhealthy: nothing deployed; docker is not usable")
+			info.err = nil
+			h.expectExit(agent.ExitOK)
+			if r := h.lastReport(); r.Result != protocol.ResultHealthy || r.Detail != "nothing deployed" {
+				t.Errorf("with docker back: report = %s %q", r.Result, r.Detail)
+			}
+		})
+	}
+}
+
+// brokenDocker is a docker whose `docker info` fails with err while err is set.
+type brokenDocker struct {
+	agent.Docker
+	err error
+}
+
+func (b *brokenDocker) Info(ctx context.Context) (compose.Info, error) {
+	if b.err != nil {
+		return compose.Info{}, b.err
+	}
+	return b.Docker.Info(ctx)
+}
+
+// A tick that finds files under state_dir it does not own (what a root tick of an older agent
+// left) changes nothing and takes no lock, but checks in and reports failed, naming each file
+// and the chown.
+func TestForeignFilesAreReportedAndLeftAlone(t *testing.T) {
+	h := newHarness(t)
+	sha := h.desire(bundleSpec{})
+	h.expectExit(agent.ExitOK)
+	before, err := os.ReadFile(h.cfg.StatePath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock, err := os.OpenFile(h.cfg.LockPath(), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	checkins := len(h.ten.Checkins(env))
+	f := agent.Foreign{User: "monky-deployd", Files: []state.ForeignFile{
+		{Path: h.cfg.StatePath(), UID: 0},
+		{Path: filepath.Join(h.cfg.DockerConfigDir(), "config.json"), UID: 0},
+	}}
+	err = agent.New(h.cfg, h.deps(), agent.Options{}).RunForeign(context.Background(), f)
+	if agent.ExitCode(err) != agent.ExitFailed {
+		t.Errorf("RunForeign = %v, want exit 1", err)
+	}
+	if n := len(h.ten.Checkins(env)); n != checkins+1 {
+		t.Errorf("check-ins %d → %d: the tick must check in although another holds the lock", checkins, n)
+	}
+	r := h.lastReport()
+	wantDetail := "state_dir " + h.cfg.StateDir + " holds files monky-deployd does not own, left by a tick run as another user: state.json (uid 0), docker/config.json (uid 0); fix: sudo chown -hR monky-deployd:monky-deployd " + h.cfg.StateDir
+	if r.Result != protocol.ResultFailed || r.Sha != sha || r.Detail != wantDetail {
+		t.Errorf("report = %s %s %q\nwant failed %s %q", r.Result, r.Sha, r.Detail, sha, wantDetail)
+	}
+	if after, _ := os.ReadFile(h.cfg.StatePath()); !bytes.Equal(before, after) {
+		t.Error("the tick wrote state.json")
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // Hooks the tests use to inject a failure at each step; production code never changes them.
@@ -82,7 +83,7 @@ func createTemp(dir, base string, perm os.FileMode) (*os.File, string, error) {
 		if _, err := rand.Read(b[:]); err != nil {
 			return nil, "", err
 		}
-		name := filepath.Join(dir, "."+base+".tmp-"+hex.EncodeToString(b[:]))
+		name := filepath.Join(dir, "."+base+".tmp-"+hex.EncodeToString(b[:])) // see RemoveLeftovers
 		f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
 		if errors.Is(err, fs.ErrExist) {
 			continue
@@ -106,4 +107,61 @@ func syncDirectory(dir string) error {
 		return serr
 	}
 	return cerr
+}
+
+// tempSuffixLen is the length of the random hex part of a temp file's name (8 bytes).
+const tempSuffixLen = 16
+
+// RemoveLeftovers removes the temp files a WriteFile of path left behind when its process was
+// killed between creating and renaming one (`.<base>.tmp-<16 hex digits>` beside path). Only
+// names of exactly that shape are touched, and never a directory. The caller must hold whatever
+// lock serialises writers of path, or it may remove a write in flight. It returns the paths it
+// removed; a failure to remove one does not stop the others.
+func RemoveLeftovers(path string) ([]string, error) {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	if base == "" {
+		return nil, fmt.Errorf("atomicfile: leftovers of %q: not a file name", path)
+	}
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("atomicfile: leftovers of %q: %w", path, err)
+	}
+	prefix := "." + base + ".tmp-"
+	var removed []string
+	var errs []error
+	for _, e := range entries {
+		name := e.Name()
+		suffix, ok := strings.CutPrefix(name, prefix)
+		if !ok || e.IsDir() || !isLowerHex(suffix, tempSuffixLen) {
+			continue
+		}
+		p := filepath.Join(dir, name)
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+			continue
+		}
+		removed = append(removed, p)
+	}
+	if len(errs) > 0 {
+		return removed, fmt.Errorf("atomicfile: leftovers of %q: %w", path, errors.Join(errs...))
+	}
+	return removed, nil
+}
+
+func isLowerHex(s string, n int) bool {
+	if len(s) != n {
+		return false
+	}
+	for _, c := range s {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }

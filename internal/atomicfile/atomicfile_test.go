@@ -238,3 +238,57 @@ func TestConcurrentWritersLeaveOneWholeFile(t *testing.T) {
 	}
 	assertOnly(t, dir, "state.json")
 }
+
+// A kill between creating the temp file and renaming it leaves `.<base>.tmp-<hex>`; the next
+// writer's RemoveLeftovers takes exactly those, nothing else.
+func TestRemoveLeftovers(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(dir, "state.json")
+	if err := WriteFile(target, []byte("{}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// A real leftover, made the way WriteFile makes its temp file.
+	f, leftover, err := createTemp(dir, "state.json", 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	keep := []string{
+		"state.json",
+		".state.json.tmp-0123456789ABCDEF",  // not our hex
+		".state.json.tmp-0123456789abcde",   // too short
+		".state.json.tmp-0123456789abcdef0", // too long
+		".bao.token.tmp-0123456789abcdef",   // another target's
+		"state.json.tmp-0123456789abcdef",   // not hidden
+	}
+	for _, n := range keep[1:] {
+		if err := os.WriteFile(filepath.Join(dir, n), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(dir, ".state.json.tmp-fedcba9876543210"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	keep = append(keep, ".state.json.tmp-fedcba9876543210") // a directory is never ours
+	removed, err := RemoveLeftovers(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(removed) != 1 || removed[0] != leftover {
+		t.Errorf("removed %v, want only %s", removed, leftover)
+	}
+	for _, n := range keep {
+		if _, err := os.Lstat(filepath.Join(dir, n)); err != nil {
+			t.Errorf("%s: %v", n, err)
+		}
+	}
+	if _, err := os.Lstat(leftover); !os.IsNotExist(err) {
+		t.Errorf("the leftover is still there: %v", err)
+	}
+	if removed, err := RemoveLeftovers(filepath.Join(dir, "missing", "x")); err != nil || removed != nil {
+		t.Errorf("a missing directory: %v, %v", removed, err)
+	}
+	if _, err := RemoveLeftovers(dir + "/"); err == nil {
+		t.Error("a directory name was accepted as a file")
+	}
+}

@@ -38,13 +38,23 @@ func buildBinaries(tb testing.TB, dir string) (agentBin, dockerBin string) {
 // `compose ps` and a heartbeat report.
 func convergedBox(tb testing.TB, dir, dockerBin string) (cfgPath string, cleanup func()) {
 	tb.Helper()
-	const env = "env-bench-01"
+	cfgPath, _, cleanup = convergedBoxWithTenancy(tb, dir, dockerBin)
+	return cfgPath, cleanup
+}
+
+// benchEnv is the env of convergedBox.
+const benchEnv = "env-bench-01"
+
+// convergedBoxWithTenancy is convergedBox, and the fake tenancy it checks in with.
+func convergedBoxWithTenancy(tb testing.TB, dir, dockerBin string) (cfgPath string, ts *tenancytest.Server, cleanup func()) {
+	tb.Helper()
+	const env = benchEnv
 	signer, err := grant.NewSigner("bench")
 	if err != nil {
 		tb.Fatal(err)
 	}
 	bs := baotest.Start(baotest.Options{PublicKey: signer.PublicKey()})
-	ts := tenancytest.Start(tenancytest.Options{Verifier: bs, Signer: signer, BaoAddr: bs.URL})
+	ts = tenancytest.Start(tenancytest.Options{Verifier: bs, Signer: signer, BaoAddr: bs.URL})
 	ts.AddEnv(env)
 	files := map[string]string{
 		"bundle.json":        `{"compose_file": "docker-compose.yml"}`,
@@ -79,7 +89,7 @@ func convergedBox(tb testing.TB, dir, dockerBin string) (cfgPath string, cleanup
 		tb.Fatal(err)
 	}
 	os.Setenv("FAKEDOCKER_PS", psFile)
-	return cfgPath, func() { ts.Close(); bs.Close() }
+	return cfgPath, ts, func() { ts.Close(); bs.Close() }
 }
 
 type usage struct {

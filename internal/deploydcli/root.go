@@ -23,6 +23,10 @@ type globals struct {
 	stdout     io.Writer
 	stderr     io.Writer
 	getenv     func(string) string
+	// args are the command line as given (without the program name), for a re-run as the
+	// owner of state_dir; proc is the running process (realProcess outside tests).
+	args []string
+	proc process
 }
 
 // exitError carries an exit code decided by a command through cobra.
@@ -40,7 +44,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	g := &globals{stdout: stdout, stderr: stderr, getenv: getenv}
+	g := &globals{stdout: stdout, stderr: stderr, getenv: getenv, args: args, proc: realProcess}
 	root := newRootCommand(g)
 	root.SetArgs(args)
 	root.SetOut(stdout)
@@ -88,6 +92,10 @@ func newRootCommand(g *globals) *cobra.Command {
 func exit(err error) error {
 	if err == nil {
 		return nil
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return err // decided already (the refusal of a root tick, exit 78)
 	}
 	return &exitError{code: agent.ExitCode(err), err: err}
 }

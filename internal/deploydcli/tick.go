@@ -25,7 +25,7 @@ func newTickCommand(g *globals) *cobra.Command {
 			return exit(runTick(cmd.Context(), opts, g))
 		},
 	}
-	cmd.Flags().BoolVar(&opts.prune, "prune", false, "after a successful apply, prune dangling images and all but the newest 5 releases")
+	cmd.Flags().BoolVar(&opts.prune, "prune", false, "after a successful apply, also prune dangling images (old releases go after every successful apply)")
 	return cmd
 }
 
@@ -35,6 +35,20 @@ func runTick(ctx context.Context, opts tickOptions, g *globals) error {
 		return err
 	}
 	log := slog.New(journal.New(g.stderr, cfg.SlogLevel()))
+	if err := asStateOwner(g.proc, cfg, log, g.args); err != nil {
+		return err
+	}
+	if f, err := foreignFiles(g.proc, cfg); err != nil {
+		log.Warn("could not check who owns the files under state_dir", "error", err.Error())
+	} else if len(f.Files) > 0 {
+		deps, closeFn, err := wire(cfg, log)
+		if err != nil {
+			log.Error(err.Error())
+			return err
+		}
+		defer closeFn()
+		return agent.New(cfg, deps, agent.Options{}).RunForeign(ctx, f)
+	}
 	// The lock comes first: a tick that finds another running must do nothing at all, not even
 	// load a (possibly broken) ziti identity.
 	return agent.WithLock(cfg, log.With("env", cfg.EnvID), func() error {

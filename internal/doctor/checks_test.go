@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/state"
 	"strings"
 	"testing"
 	"time"
@@ -174,12 +175,12 @@ func TestDockerCheck(t *testing.T) {
 		{"reachable", func(f *fixture) { f.expectInfo() },
 			want{status: OK, detail: []string{"engine 29.0.1", "docker-root"}}},
 		{"root: reachable, and the agent through group docker", func(f *fixture) { f.asRoot(); f.expectInfo() },
-			want{status: OK, detail: []string{"as root", "SupplementaryGroups=docker"}}},
-		{"root: no docker group for the unit", func(f *fixture) {
+			want{status: OK, detail: []string{"as root", "monky-deployd reaches it through group docker"}}},
+		{"root: the agent not in group docker (docker installed after the agent)", func(f *fixture) {
 			f.asRoot()
 			f.expectInfo()
-			f.env.LookupGroup = func(string) (uint32, error) { return 0, errors.New("unknown group") }
-		}, want{status: Fail, detail: []string{"no group docker"}, fix: []string{"groupadd docker"}}},
+			f.env.Agent.GIDs = []uint32{agentGID, zitiGID}
+		}, want{status: Fail, detail: []string{"monky-deployd cannot use"}, fix: []string{"usermod -a -G docker monky-deployd (the next tick picks it up"}}},
 		{"docker missing", func(f *fixture) {
 			f.run.ExpectPrefix("docker", nil).Fails(fmt.Errorf("runner: start docker: %w", runner.ErrNotFound))
 		}, want{status: Fail, detail: []string{`"docker" is not installed`}, fix: []string{"install docker", "docker_bin"}}},
@@ -649,7 +650,7 @@ func TestEveryCheckPassesOnAHealthyBox(t *testing.T) {
 	for _, r := range rs {
 		names = append(names, r.Name)
 	}
-	if got := strings.Join(names, " "); got != "config user identity identity-group docker compose docker-config disk timer tenancy openbao refused-token" {
+	if got := strings.Join(names, " "); got != "config user identity identity-group docker compose docker-config state-owner disk timer tenancy openbao refused-token" {
 		t.Errorf("checks %s", got)
 	}
 }
@@ -662,4 +663,48 @@ func TestRefusedToken(t *testing.T) {
 	want{status: OK, detail: []string{p, "AGENT_UNAUTHENTICATED", "delete it"}}.assert(t, f.check("refused-token"))
 	write(t, p, "s.refused", 0o644)
 	want{status: Fail, detail: []string{"readable by others"}, fix: []string{"chmod 0600 " + p}}.assert(t, f.check("refused-token"))
+}
+
+func TestStateOwnerCheck(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		setup func(f *fixture, dir string)
+		list  func(dir string, uid uint32) ([]state.ForeignFile, bool, error)
+		want  want
+	}{
+		{"all the agent's", func(*fixture, string) {}, nil,
+			want{status: OK, detail: []string{"belongs to monky-deployd"}}},
+		{"what a root tick left", func(f *fixture, dir string) {
+			write(f.t, filepath.Join(dir, "state.json"), "{}", 0o600)
+			mkdir(f.t, filepath.Join(dir, "docker"), 0o700)
+			write(f.t, filepath.Join(dir, "docker", "config.json"), "{}", 0o600)
+			write(f.t, filepath.Join(dir, "upgraded-from"), "0.1.9\n", 0o644)
+			for _, p := range []string{"state.json", "docker/config.json", "upgraded-from"} {
+				f.fs.stat[filepath.Join(dir, p)] = FileInfo{Mode: 0o600}
+			}
+		}, nil, want{status: Fail,
+			detail: []string{"2 entries under DIR do not belong to monky-deployd", "state.json (root)", "docker/config.json (root)"},
+			fix:    []string{"chown -h monky-deployd: DIR/docker/config.json DIR/state.json"}}},
+		{"more than can be listed", func(*fixture, string) {}, func(dir string, uid uint32) ([]state.ForeignFile, bool, error) {
+			return []state.ForeignFile{{Path: dir + "/a b", UID: 0}}, true, nil
+		}, want{status: Fail, detail: []string{"more than 1 entries", "a b (root)"}, fix: []string{"chown -hR monky-deployd: DIR"}}},
+		{"unreadable", func(*fixture, string) {}, func(string, uint32) ([]state.ForeignFile, bool, error) {
+			return nil, false, fs.ErrPermission
+		}, want{status: Fail, detail: []string{"cannot look at everything under DIR"}, fix: []string{"sudo monky-deployd doctor"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, "")
+			dir := f.cfg().StateDir
+			tc.setup(f, dir)
+			if tc.list != nil {
+				f.env.ForeignFiles = tc.list
+			}
+			for _, l := range [][]string{tc.want.detail, tc.want.fix} {
+				for i, s := range l {
+					l[i] = strings.ReplaceAll(s, "DIR", dir)
+				}
+			}
+			tc.want.assert(t, f.check("state-owner"))
+		})
+	}
 }

@@ -28,7 +28,7 @@ func (c *checker) dockerFailure(err error) Result {
 			"install docker (docker-ce and docker-ce-cli, or docker.io), or set docker_bin in "+cfg.Path)
 	case errors.As(err, &ce) && strings.Contains(strings.ToLower(ce.Output), "permission denied"):
 		return fail(fmt.Sprintf("%s may not use the docker socket: %s", c.userName(c.env.Self.UID), compose.Tail(ce.Output, 300)),
-			fmt.Sprintf("usermod -a -G docker %s (the unit adds the group itself with SupplementaryGroups=docker; a shell needs a new login)", c.agentName()))
+			fmt.Sprintf("usermod -a -G docker %s (the next tick picks it up; a shell needs a new login)", c.agentName()))
 	case errors.As(err, &ce) && (strings.Contains(ce.Output, "Cannot connect to the Docker daemon") || strings.Contains(ce.Output, "Is the docker daemon running")):
 		return fail("the docker engine is not running: "+compose.Tail(ce.Output, 300), "systemctl enable --now docker")
 	case errors.Is(err, context.DeadlineExceeded):

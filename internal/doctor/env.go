@@ -109,8 +109,11 @@ type Env struct {
 	LookupGroup func(name string) (uint32, error)
 
 	// Stat follows symlinks and fails with an error matching fs.ErrNotExist for a missing path.
-	Stat     func(path string) (FileInfo, error)
-	ReadFile func(path string) ([]byte, error)
+	Stat func(path string) (FileInfo, error)
+	// ForeignFiles lists what under a directory uid does not own (state.ForeignFiles; nil is
+	// that).
+	ForeignFiles func(dir string, uid uint32) ([]state.ForeignFile, bool, error)
+	ReadFile     func(path string) ([]byte, error)
 
 	// Runner runs docker (as compose.Docker, with DOCKER_CONFIG set; Checks adds the tick's
 	// environment, see tickEnv).
@@ -162,6 +165,7 @@ func Checks(env *Env) []Check {
 		c.wrap(Check{Name: "docker", Run: c.docker, Timeout: DockerTimeout}),
 		c.wrap(Check{Name: "compose", Run: c.compose, Timeout: DockerTimeout}),
 		c.wrap(Check{Name: "docker-config", Run: c.dockerConfig}),
+		c.wrap(Check{Name: "state-owner", Run: c.stateOwner}),
 		c.wrap(Check{Name: "disk", Run: c.disk, Timeout: DockerTimeout}),
 		c.wrap(Check{Name: "timer", Run: c.timerCheck}),
 		c.wrap(Check{Name: "tenancy", Run: c.tenancy}),

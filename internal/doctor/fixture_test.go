@@ -30,6 +30,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/runner"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/runner/runnertest"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/state"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/tenancy"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/tenancy/tenancytest"
 )
@@ -103,6 +104,27 @@ func (f *fakeFS) Stat(p string) (FileInfo, error) {
 	return fi, nil
 }
 
+func (f *fakeFS) foreignFiles(dir string, uid uint32) ([]state.ForeignFile, bool, error) {
+	var out []state.ForeignFile
+	err := filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
+		if errors.Is(err, fs.ErrNotExist) && p == dir {
+			return fs.SkipAll
+		}
+		if err != nil {
+			return err
+		}
+		fi, err := f.Stat(p)
+		if err != nil {
+			return err
+		}
+		if fi.UID != uid && filepath.Base(p) != state.UpgradedFromFile {
+			out = append(out, state.ForeignFile{Path: p, UID: fi.UID})
+		}
+		return nil
+	})
+	return out, false, err
+}
+
 func (f *fakeFS) ReadFile(p string) ([]byte, error) {
 	if err, ok := f.readErr[filepath.Clean(p)]; ok {
 		return nil, err
@@ -170,12 +192,15 @@ func newFixture(t *testing.T, extraYAML string) *fixture {
 		LookupGroup: lookupGroup,
 		Stat:        f.fs.Stat,
 		ReadFile:    f.fs.ReadFile,
-		Runner:      f.run,
-		Meter:       diskspace.Meter{Stat: f.statfs},
-		Timer:       func(context.Context) *protocol.Timer { return f.tm },
-		PluginDirs:  []string{filepath.Join(dir, "no-such-plugins"), plugins},
-		Hostname:    "qa-02",
-		Now:         func() time.Time { return time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC) },
+		// The owners of fakeFS (the agent's unless a test says otherwise), walked like
+		// state.ForeignFiles walks the real ones.
+		ForeignFiles: f.fs.foreignFiles,
+		Runner:       f.run,
+		Meter:        diskspace.Meter{Stat: f.statfs},
+		Timer:        func(context.Context) *protocol.Timer { return f.tm },
+		PluginDirs:   []string{filepath.Join(dir, "no-such-plugins"), plugins},
+		Hostname:     "qa-02",
+		Now:          func() time.Time { return time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC) },
 	}
 	f.run.Expect("docker", contextInspectArgs).AnyTimes().Do(func(context.Context, runner.Cmd) (runner.Result, error) {
 		if f.endpointRes != nil {

@@ -127,26 +127,14 @@ func (c *checker) doctorHostNote(tick dockerEndpoint) string {
 	return fmt.Sprintf("doctor's DOCKER_HOST (%s) was set aside: the unit sets none, so ticks connect to %s, which is what was checked", shown, tick.Shown)
 }
 
-// tickAccount is the agent as its ticks run: the groups the group database gives it, plus group
-// docker when it is the unit's User= (the unit adds SupplementaryGroups=docker, which the group
-// database does not show). unitGID is the gid the unit adds (0 when none); a Result is returned
-// when the unit could not start at all.
-func (c *checker) tickAccount() (a Account, unitGID uint32, failed *Result) {
-	a = *c.env.Agent
+// tickAccount is the agent as its ticks run: exactly the groups the group database gives it.
+// The unit adds none (User= alone: systemd initialises the groups from the database); it used to
+// add SupplementaryGroups=docker, which kept the tick from starting at all (216/GROUP) on a box
+// without that group.
+func (c *checker) tickAccount() Account {
+	a := *c.env.Agent
 	a.GIDs = append([]uint32(nil), a.GIDs...)
-	if a.Name != AgentUser || c.env.LookupGroup == nil {
-		return a, 0, nil
-	}
-	gid, err := c.env.LookupGroup("docker")
-	if err != nil {
-		r := fail(fmt.Sprintf("there is no group docker, so the unit's SupplementaryGroups=docker cannot start the tick as %s", a.Name),
-			"groupadd docker && systemctl restart docker (the socket is then group docker)")
-		return a, 0, &r
-	}
-	if !a.InGroup(gid) {
-		a.GIDs = append(a.GIDs, gid)
-	}
-	return a, gid, nil
+	return a
 }
 
 // dockerSocket judges whether the agent's ticks can use the engine's endpoint — the one the
@@ -165,10 +153,7 @@ func (c *checker) dockerSocket(ctx context.Context) (notes []string, failed *Res
 	if c.env.Agent == nil {
 		return append(notes, "the agent's access is not judged without its user (see user)"), nil
 	}
-	a, unitGID, res := c.tickAccount()
-	if res != nil {
-		return nil, res
-	}
+	a := c.tickAccount()
 	if ep.Socket == "" {
 		// A network endpoint: access is TLS or ssh keys, not file modes.
 		n := fmt.Sprintf("the agent's docker connects to %s, a %s endpoint, not a socket file, so %s's access to it cannot be judged by file modes: what was checked is that docker info answered there as %s", ep.Shown, ep.Scheme, a.Name, self)
@@ -202,7 +187,7 @@ func (c *checker) dockerSocket(ctx context.Context) (notes []string, failed *Res
 		if !c.judgedByMode() {
 			detail += " by the groups its ticks get (this session's reach rests on a group or ACL the timer's runs do not have)"
 		}
-		r := fail(detail, c.socketFix(a, unitGID, sock, fi, v.DeniedAt))
+		r := fail(detail, c.socketFix(a, sock, fi, v.DeniedAt))
 		return nil, &r
 	}
 	desc := c.describe(fi)
@@ -219,10 +204,6 @@ func (c *checker) dockerSocket(ctx context.Context) (notes []string, failed *Res
 		via = "as root"
 	case fi.UID == a.UID:
 		via = "as its owner"
-	case a.InGroup(fi.GID) && fi.GID == unitGID && !c.env.Agent.InGroup(unitGID):
-		via = fmt.Sprintf("through group %s, which the unit adds (SupplementaryGroups=docker)", c.groupName(fi.GID))
-	case a.InGroup(fi.GID) && fi.GID == unitGID:
-		via = fmt.Sprintf("through group %s (the unit's SupplementaryGroups=docker adds it too)", c.groupName(fi.GID))
 	case a.InGroup(fi.GID):
 		via = "through group " + c.groupName(fi.GID)
 	default:
@@ -234,20 +215,18 @@ func (c *checker) dockerSocket(ctx context.Context) (notes []string, failed *Res
 // socketFix says how to let a use the socket: search on the directory that stops it, else the
 // socket's group and mode, made to last (dockerd, or systemd's docker.socket, recreates the
 // socket at every start).
-func (c *checker) socketFix(a Account, unitGID uint32, sock string, fi FileInfo, deniedAt string) string {
+func (c *checker) socketFix(a Account, sock string, fi FileInfo, deniedAt string) string {
 	if deniedAt != sock {
 		return fmt.Sprintf("chmod o+x %s (the directories above the docker socket must be searchable by %s)", deniedAt, a.Name)
 	}
 	lasting := "; dockerd recreates the socket at every start, so make it last: SocketMode=0660 and SocketGroup=docker in docker.socket (systemctl edit docker.socket), or \"group\": \"docker\" in /etc/docker/daemon.json"
-	usermod := fmt.Sprintf("usermod -a -G docker %s (a new login picks it up)", a.Name)
+	usermod := fmt.Sprintf("usermod -a -G docker %s (the next tick picks it up; a shell needs a new login)", a.Name)
 	switch {
 	case a.InGroup(fi.GID):
 		return "chmod g+rw " + sock + lasting
 	case c.groupName(fi.GID) == "docker":
-		// Only an account other than the unit's can lack the group: the unit adds it.
+		// The unit's account too: its groups come from the group database alone.
 		return usermod
-	case unitGID != 0:
-		return fmt.Sprintf("chgrp docker %s && chmod 0660 %s", sock, sock) + lasting
 	}
 	return fmt.Sprintf("chgrp docker %s && chmod 0660 %s && %s", sock, sock, usermod) + lasting
 }

@@ -23,11 +23,11 @@ func TestDockerSocket(t *testing.T) {
 		want  want
 	}{
 		{"root:docker 0660, the agent in group docker", func(f *fixture) { f.asRoot() },
-			want{status: OK, detail: []string{"as root", "socket SOCK is root:docker 0660", "monky-deployd reaches it through group docker", "SupplementaryGroups=docker"}}},
-		{"root:docker 0660, group docker only from the unit", func(f *fixture) {
+			want{status: OK, detail: []string{"as root", "socket SOCK is root:docker 0660", "monky-deployd reaches it through group docker"}}},
+		{"root:docker 0660, the agent not in group docker: the unit adds nothing", func(f *fixture) {
 			f.asRoot()
 			f.env.Agent.GIDs = []uint32{agentGID, zitiGID}
-		}, want{status: OK, detail: []string{"through group docker, which the unit adds (SupplementaryGroups=docker)"}}},
+		}, want{status: Fail, detail: []string{"monky-deployd cannot use SOCK (root:docker 0660)"}, fix: []string{"usermod -a -G docker monky-deployd"}}},
 		{"root:root 0660", func(f *fixture) {
 			f.asRoot()
 			f.fs.stat[f.sock] = sockInfo(0o660, 0, 0)

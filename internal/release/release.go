@@ -233,13 +233,16 @@ func Current(envDir string) (sha, dir string, err error) {
 	return sha, dir, nil
 }
 
-// Prune removes staged releases beyond the newest keep (by modification time, which Stage sets
-// when it writes a release), never the one `current` points to, and every staging leftover of an
-// interrupted Stage or Promote. Entries it does not recognise are left alone. It returns the
-// paths it removed; a failure to remove one does not stop the others.
-func Prune(envDir string, keep int) ([]string, error) {
-	if keep < 0 {
-		return nil, fmt.Errorf("release: prune: keep %d is negative", keep)
+// Prune removes every staged release but the ones named in keep and the one `current` points
+// to, and every staging leftover of an interrupted Stage or Promote. Each release's .env holds
+// the secrets of the day it was applied: a release kept after the secrets rotated keeps the old
+// values readable on disk, so nothing is kept "just in case". Entries it does not recognise are
+// left alone. It returns the paths it removed; a failure to remove one does not stop the others.
+func Prune(envDir string, keep []string) ([]string, error) {
+	for _, sha := range keep {
+		if err := checkSha(sha); err != nil {
+			return nil, fmt.Errorf("release: prune: keep: %w", err)
+		}
 	}
 	cur, _, err := Current(envDir)
 	if err != nil && !errors.Is(err, ErrDangling) {
@@ -253,34 +256,14 @@ func Prune(envDir string, keep int) ([]string, error) {
 		return nil, fmt.Errorf("release: prune: %w", err)
 	}
 
-	type rel struct {
-		name string
-		mod  int64
-	}
-	var rels []rel
 	var doomed []string
 	for _, e := range entries {
 		name := e.Name()
 		switch {
 		case strings.HasPrefix(name, ".") && (strings.Contains(name, ".tmp-") || strings.Contains(name, ".old-")):
 			doomed = append(doomed, filepath.Join(releases, name))
-		case checkSha(name) == nil && e.IsDir():
-			info, err := e.Info()
-			if err != nil {
-				continue // vanished meanwhile
-			}
-			rels = append(rels, rel{name, info.ModTime().UnixNano()})
-		}
-	}
-	sort.Slice(rels, func(i, j int) bool {
-		if rels[i].mod != rels[j].mod {
-			return rels[i].mod > rels[j].mod
-		}
-		return rels[i].name < rels[j].name
-	})
-	for i, r := range rels {
-		if i >= keep && r.name != cur {
-			doomed = append(doomed, filepath.Join(releases, r.name))
+		case checkSha(name) == nil && e.IsDir() && name != cur && !slices.Contains(keep, name):
+			doomed = append(doomed, filepath.Join(releases, name))
 		}
 	}
 	if links, err := filepath.Glob(filepath.Join(envDir, CurrentLink+".tmp-*")); err == nil {

@@ -10,7 +10,6 @@ import (
 	"sort"
 	"strings"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -247,29 +246,23 @@ func TestCurrentOddLinks(t *testing.T) {
 }
 
 func TestPrune(t *testing.T) {
-	base := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	shas := []string{shaA, shaB, shaC, "dd04", "ee05"} // oldest first
+	shas := []string{shaA, shaB, shaC, "dd04", "ee05"}
 	tests := []struct {
 		name    string
-		keep    int
+		keep    []string
 		current string
-		want    []string // releases left, sorted
+		want    []string // releases left
 	}{
-		{"keeps the newest", 2, "ee05", []string{"dd04", "ee05"}},
-		{"never the current one", 2, shaA, []string{shaA, "dd04", "ee05"}},
-		{"keep 0 leaves only current", 0, shaB, []string{shaB}},
-		{"keep more than there are", 10, shaA, shas},
+		{"keeps current and the named previous", []string{"dd04"}, "ee05", []string{"dd04", "ee05"}},
+		{"never the current one, even unnamed", []string{"ee05"}, shaA, []string{shaA, "ee05"}},
+		{"nothing named leaves only current", nil, shaB, []string{shaB}},
+		{"a named release that is gone is no error", []string{"ff06", shaC}, shaA, []string{shaA, shaC}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			env := t.TempDir()
-			for i, sha := range shas {
-				dir, err := Stage(env, sha, bundle(sha), "")
-				if err != nil {
-					t.Fatal(err)
-				}
-				mt := base.Add(time.Duration(i) * time.Hour)
-				if err := os.Chtimes(dir, mt, mt); err != nil {
+			for _, sha := range shas {
+				if _, err := Stage(env, sha, bundle(sha), "SECRET=old-"+sha+"\n"); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -317,13 +310,20 @@ func TestPrune(t *testing.T) {
 			}
 		})
 	}
-	t.Run("negative keep", func(t *testing.T) {
-		if _, err := Prune(t.TempDir(), -1); err == nil {
-			t.Error("Prune(-1) succeeded")
+	t.Run("a kept name that is no sha", func(t *testing.T) {
+		env := t.TempDir()
+		if _, err := Stage(env, shaA, bundle(shaA), ""); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Prune(env, []string{"../x"}); err == nil || !strings.Contains(err.Error(), "keep") {
+			t.Errorf("Prune(../x) = %v, want an error naming keep", err)
+		}
+		if _, err := os.Stat(Dir(env, shaA)); err != nil {
+			t.Errorf("a refused Prune removed a release: %v", err)
 		}
 	})
 	t.Run("nothing staged yet", func(t *testing.T) {
-		if removed, err := Prune(t.TempDir(), 5); err != nil || len(removed) != 0 {
+		if removed, err := Prune(t.TempDir(), nil); err != nil || len(removed) != 0 {
 			t.Errorf("Prune = %v, %v", removed, err)
 		}
 	})

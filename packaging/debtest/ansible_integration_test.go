@@ -208,3 +208,64 @@ func TestAnsibleHonoursTheOptOut(t *testing.T) {
 		}
 	}
 }
+
+// TestAnsibleRefusesPlantedIdentitySymlinks: like install.sh, the role stops before changing
+// the owner, mode or ACL of a symlink a member of group ziti planted at the identity (or on its
+// directory), and lets a regular identity and a root-owned directory symlink through.
+func TestAnsibleRefusesPlantedIdentitySymlinks(t *testing.T) {
+	needRoot(t)
+	base := t.TempDir()
+	real := filepath.Join(base, "opt", "openziti", "etc", "real-identities")
+	if err := os.MkdirAll(real, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	victim := filepath.Join(base, "victim")
+	if err := os.WriteFile(victim, []byte("root secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const zitiUID = 4243 // a member of group ziti: any uid but root
+	for _, tc := range []struct {
+		name    string
+		setup   func(dir, id string)
+		refused string // "" when the play must pass
+	}{
+		{"a regular identity", func(dir, id string) {
+			os.MkdirAll(dir, 0o750)
+			os.WriteFile(id, []byte("{}\n"), 0o640)
+		}, ""},
+		{"a symlink at the identity", func(dir, id string) {
+			os.MkdirAll(dir, 0o750)
+			os.Symlink(victim, id)
+			os.Lchown(id, zitiUID, zitiUID)
+		}, "monky-host.env-qa-02.json is a symlink (owned by uid 4243)"},
+		{"a planted symlink at the directory", func(dir, id string) {
+			os.Symlink(real, dir)
+			os.Lchown(dir, zitiUID, zitiUID)
+		}, "identities is a symlink (owned by uid 4243)"},
+		{"root's own symlink at the directory", func(dir, id string) {
+			os.Symlink(real, dir)
+			os.WriteFile(filepath.Join(real, filepath.Base(id)), []byte("{}\n"), 0o640)
+		}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			parent := filepath.Join(base, "opt", "openziti", "etc")
+			dir := filepath.Join(parent, "identities")
+			os.RemoveAll(dir)
+			id := filepath.Join(dir, "monky-host.env-qa-02.json")
+			tc.setup(dir, id)
+			out, err := roleTasks(t, "identity_links.yml", map[string]any{
+				"monky_deployd_identity_dir": dir, "monky_deployd_identity": id,
+			})
+			switch {
+			case tc.refused == "" && err != nil:
+				t.Errorf("the play failed: %v\n%s", err, out)
+			case tc.refused != "" && (err == nil || !strings.Contains(out, tc.refused)):
+				t.Errorf("the play did not refuse (%v), want %q:\n%s", err, tc.refused, out)
+			}
+			fi, err := os.Stat(victim)
+			if err != nil || fi.Mode().Perm() != 0o600 {
+				t.Errorf("the victim changed: %v %v", fi.Mode(), err)
+			}
+		})
+	}
+}

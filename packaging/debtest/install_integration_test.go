@@ -246,11 +246,11 @@ func TestInstallScript(t *testing.T) {
 			}
 		}
 		wantACL := []string{
-			"-m u:monky-deployd:r " + identityPath,
-			"-m u:monky-deployd:rx " + identityDir,
-			"-d -m u:monky-deployd:r " + identityDir,
-			"-m u:monky-deployd:x /opt/openziti/etc",
-			"-m u:monky-deployd:x /opt/openziti",
+			"-P -m u:monky-deployd:r " + identityPath,
+			"-P -m u:monky-deployd:rx " + identityDir,
+			"-P -d -m u:monky-deployd:r " + identityDir,
+			"-P -m u:monky-deployd:x /opt/openziti/etc",
+			"-P -m u:monky-deployd:x /opt/openziti",
 		}
 		if got := b.calls("setfacl"); strings.Join(got, "\n") != strings.Join(wantACL, "\n") {
 			t.Errorf("setfacl calls:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(wantACL, "\n"))

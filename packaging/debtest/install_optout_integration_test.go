@@ -130,3 +130,68 @@ func TestInstallScriptReplacesPlantedSymlinks(t *testing.T) {
 		}
 	}
 }
+
+// TestInstallScriptRefusesPlantedIdentitySymlinks: the identity directory is writable by group
+// ziti, which the agent's own account belongs to. A symlink planted at the identity's name (or
+// at the directory's, where its parent is ziti's) must make a re-run stop, not chown, chmod or
+// set ACLs on what it points at.
+func TestInstallScriptRefusesPlantedIdentitySymlinks(t *testing.T) {
+	b, env := firstInstall(t)
+	zitiUID, zitiGID := b.id("passwd", "ziti"), b.id("group", "ziti")
+	args := []string{"--env", envID, "--site", "cbs"}
+	victim := func(t *testing.T, b *box, p string) {
+		t.Helper()
+		assertMode(t, b, p, 0o600, 0, 0)
+		for _, c := range b.calls("setfacl") {
+			if strings.HasSuffix(c, " "+p) {
+				t.Errorf("setfacl ran on the symlink's target: %q", c)
+			}
+		}
+	}
+
+	t.Run("at the identity", func(t *testing.T) {
+		b := b.with(t)
+		b.write("/etc/victim-id", "root secret\n", 0o600)
+		b.mustSh("mv " + identityPath + " /root/identity.saved && ln -s /etc/victim-id " + identityPath)
+		if err := os.Lchown(b.path(identityPath), zitiUID, zitiGID); err != nil {
+			t.Fatal(err)
+		}
+		b.clearCalls()
+		out, err := b.installSh(env, args...)
+		if err == nil || !strings.Contains(out, identityPath+" is a symlink") || !strings.Contains(out, "rm "+identityPath) {
+			t.Errorf("install.sh over a planted identity symlink: %v\n%s", err, out)
+		}
+		victim(t, b, "/etc/victim-id")
+		b.mustSh("rm " + identityPath + " && mv /root/identity.saved " + identityPath)
+	})
+
+	t.Run("at the identity directory", func(t *testing.T) {
+		b := b.with(t)
+		if err := os.MkdirAll(b.path("/etc/victim-dir"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		b.write("/etc/victim-dir/monky-host."+envID+".json", "{}\n", 0o600)
+		b.mustSh("mv " + identityDir + " /root/identities.saved && ln -s /etc/victim-dir " + identityDir)
+		if err := os.Lchown(b.path(identityDir), zitiUID, zitiGID); err != nil {
+			t.Fatal(err)
+		}
+		b.clearCalls()
+		out, err := b.installSh(env, args...)
+		if err == nil || !strings.Contains(out, identityDir+" is a symlink (owned by uid") {
+			t.Errorf("install.sh over a planted directory symlink: %v\n%s", err, out)
+		}
+		assertMode(t, b, "/etc/victim-dir", 0o700, 0, 0)
+		victim(t, b, "/etc/victim-dir/monky-host."+envID+".json")
+		b.mustSh("rm " + identityDir + " && mv /root/identities.saved " + identityDir)
+	})
+
+	t.Run("a re-run on a clean box changes nothing there", func(t *testing.T) {
+		b := b.with(t)
+		b.clearCalls()
+		out, err := b.installSh(env, args...)
+		if err != nil {
+			t.Fatalf("install.sh: %v\n%s", err, out)
+		}
+		assertMode(t, b, identityPath, 0o640, zitiUID, zitiGID)
+	})
+}

@@ -292,3 +292,46 @@ func TestHealLineNamesTheOptOut(t *testing.T) {
 		t.Errorf("the repair was not logged at warning priority: %q", logged)
 	}
 }
+
+// TestUpgradeGivesStateBackToTheAgent: a tick run as root by an older agent left root's files in
+// /var/lib/monky-deployd; the upgrade gives the tree back to the agent without following a
+// symlink the agent's account planted, without touching a hard link to a file elsewhere, and
+// leaving the package's own upgraded-from root's.
+func TestUpgradeGivesStateBackToTheAgent(t *testing.T) {
+	a := build(t)
+	b := newBox(t, boxOptions{groups: []string{"docker"}})
+	b.dpkg("-i", a.prevDeb)
+	b.configure("sdk")
+	const st = "/var/lib/monky-deployd"
+	b.mustSh("mkdir -p " + st + "/env-qa-02/releases/aa01 " + st + "/docker && " +
+		"echo '{}' >" + st + "/state.json && echo S=1 >" + st + "/env-qa-02/releases/aa01/.env && " +
+		"echo '{}' >" + st + "/docker/config.json && chown -R root:root " + st + "/state.json " + st + "/env-qa-02 " + st + "/docker")
+	b.write("/etc/victim-link", "secret\n", 0o600)
+	b.write("/etc/victim-hard", "secret\n", 0o600)
+	uid, gid := b.id("passwd", "monky-deployd"), b.id("group", "monky-deployd")
+	b.mustSh("ln -s /etc/victim-link " + st + "/planted && ln /etc/victim-hard " + st + "/hard")
+	if err := os.Lchown(b.path(st+"/planted"), uid, gid); err != nil {
+		t.Fatal(err)
+	}
+	// What a container running as uid 999 wrote into a bind mount inside a release is its own.
+	b.mustSh("mkdir -p " + st + "/env-qa-02/releases/aa01/data && echo x >" + st + "/env-qa-02/releases/aa01/data/db && chown -R 999:999 " + st + "/env-qa-02/releases/aa01/data")
+	out := b.dpkg("-i", a.deb)
+	assertMode(t, b, st+"/env-qa-02/releases/aa01/data/db", 0o644, 999, 999)
+	for _, p := range []string{"state.json", "env-qa-02", "env-qa-02/releases", "env-qa-02/releases/aa01", "env-qa-02/releases/aa01/.env", "docker", "docker/config.json", "planted"} {
+		fi, err := os.Lstat(b.path(st + "/" + p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if u, g := owner(fi); u != uid || g != gid {
+			t.Errorf("%s/%s is %d:%d after the upgrade, want the agent's %d:%d\n%s", st, p, u, g, uid, gid, out)
+		}
+	}
+	assertMode(t, b, "/etc/victim-link", 0o600, 0, 0)
+	assertMode(t, b, "/etc/victim-hard", 0o600, 0, 0)
+	if !strings.Contains(out, "not re-owned (a file with more than one name): "+st+"/hard") {
+		t.Errorf("the hard link was not named:\n%s", out)
+	}
+	if b.exists(st + "/upgraded-from") {
+		assertMode(t, b, st+"/upgraded-from", 0o644, 0, 0)
+	}
+}

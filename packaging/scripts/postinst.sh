@@ -89,9 +89,27 @@ ensure_dirs() {
   chown root:root "$PKG_STATE"
   chmod 0755 "$PKG_STATE"
   mkdir -p "$STATE"
-  # Only the directory itself: a state tree written by an older agent keeps its owners.
   chown "$AGENT:$AGENT" "$STATE"
   chmod 0700 "$STATE"
+  reown_state
+}
+
+# A tick run by hand as root by an agent before 0.2.0 left root's state.json, releases and
+# docker/config.json in $STATE: every later tick of the agent failed on them. Give root's files
+# there back to the agent; files of any other owner stay as they are (a container running as
+# uid 999 owns what it wrote into a bind mount inside a release). find never follows a symlink
+# (-P is its default) and chown -h re-owns a planted symlink itself, never its target. A regular
+# file with a second name may be a hard link to a file elsewhere (where fs.protected_hardlinks
+# is off): it keeps its owner and is named instead. upgraded-from is root's by design. A failure
+# is a warning: it must not stop the timer repair.
+reown_state() {
+  find "$STATE" ! -path "$UPGRADED_FROM" -user root \( -type d -o -type l -o -links 1 \) \
+    -exec chown -h "$AGENT:$AGENT" {} + ||
+    record "warning: could not give everything under $STATE back to $AGENT; see: monky-deployd doctor (state-owner)"
+  linked=$(find "$STATE" ! -path "$UPGRADED_FROM" -user root -type f -links +1 2>/dev/null || true)
+  if [ -n "$linked" ]; then
+    record "warning: not re-owned (a file with more than one name): $(echo "$linked" | tr '\n' ' ')— if it is the agent's: chown $AGENT: <file>"
+  fi
 }
 
 # record_upgraded_from OLD: leave the old version where the agent reads it (see UPGRADED_FROM).

@@ -1,0 +1,76 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/state"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/version"
+)
+
+// Foreign is what a tick found under state_dir that its own account does not own
+// (state.ForeignFiles), and that account's name for the chown that fixes it.
+type Foreign struct {
+	Files     []state.ForeignFile
+	Truncated bool
+	User      string
+}
+
+// Detail names every foreign file with its owner, and the one command that gives them all back.
+func (f Foreign) Detail(stateDir string) string {
+	names := make([]string, len(f.Files))
+	for i, ff := range f.Files {
+		rel, err := filepath.Rel(stateDir, ff.Path)
+		if err != nil {
+			rel = ff.Path
+		}
+		names[i] = fmt.Sprintf("%s (uid %d)", rel, ff.UID)
+	}
+	more := ""
+	if f.Truncated {
+		more = " and more"
+	}
+	return fmt.Sprintf("state_dir %s holds files %s does not own, left by a tick run as another user: %s%s; fix: sudo chown -hR %s:%s %s",
+		stateDir, f.User, strings.Join(names, ", "), more, f.User, f.User, stateDir)
+}
+
+// RunForeign is the tick of an agent whose state_dir holds files it does not own (a tick run by
+// hand as root before 0.2.0 re-ran itself as the owner). It cannot repair them and does not
+// try: it takes no lock and writes nothing. It checks in with what it can read, so tenancy sees
+// the box alive, and reports `failed` naming every such file and the chown that fixes them; the
+// exit is 1. Without a readable token nothing can reach tenancy, and the journal alone says it.
+func (a *Agent) RunForeign(ctx context.Context, f Foreign) error {
+	a.redact = &secret.Redactor{}
+	detail := f.Detail(a.cfg.StateDir)
+	a.log.Error("failed: " + detail)
+	st, err := state.Load(a.cfg.StatePath())
+	if err != nil {
+		a.log.Warn("state unreadable; checking in without it", "error", err.Error())
+		st = &state.State{}
+	}
+	a.st = st
+	tok, err := state.ReadToken(a.cfg.TokenPath())
+	if err != nil || tok.Reveal() == "" {
+		why := "no token"
+		if err != nil {
+			why = err.Error()
+		}
+		return fmt.Errorf("%w: %s; tenancy cannot be told: %s", ErrFailed, detail, why)
+	}
+	a.redact.Add(tok.Reveal())
+	req := a.checkinRequest(ctx)
+	req.LastResult = protocol.ResultFailed
+	if _, err := a.deps.Tenancy.Checkin(ctx, tok, req); err != nil {
+		a.log.Warn("check-in failed", "error", a.redact.Redact(err.Error()))
+	}
+	r := protocol.Report{EnvID: a.cfg.EnvID, AgentVersion: version.Version, Sha: a.st.AppliedSha,
+		Result: protocol.ResultFailed, Detail: a.cutDetail(detail), Containers: []protocol.Container{}}
+	if err := a.deps.Tenancy.Report(ctx, tok, r); err != nil {
+		a.log.Warn("report not delivered", "result", r.Result, "error", a.redact.Redact(err.Error()))
+	}
+	return fmt.Errorf("%w: %s", ErrFailed, detail)
+}

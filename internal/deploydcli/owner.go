@@ -1,0 +1,216 @@
+package deploydcli
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"os/user"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/config"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/state"
+)
+
+// account is a user a root tick becomes: the owner of state_dir.
+type account struct {
+	name   string
+	uid    uint32
+	gid    uint32   // primary group
+	groups []uint32 // every group, the primary one included (docker and ziti among them)
+	home   string
+}
+
+// process is what the ownership guard asks of the running process; tests replace it.
+type process struct {
+	euid func() int
+	// owner returns the uid owning path, following no symlink.
+	owner func(path string) (uint32, error)
+	// lookup finds the account of uid with its groups (user.ErrUnknownUser-like error when the
+	// uid has no account).
+	lookup func(uid uint32) (account, error)
+	// become drops to a and executes this same binary with argv and env; it returns only on
+	// failure.
+	become  func(a account, argv, env []string) error
+	environ func() []string
+}
+
+var realProcess = process{
+	euid:    os.Geteuid,
+	owner:   statOwner,
+	lookup:  lookupAccount,
+	become:  becomeAndExec,
+	environ: os.Environ,
+}
+
+// asStateOwner keeps a tick run as root from writing the agent's state_dir as root: the
+// state.json, release and docker/config.json it would leave are root's 0600 files, and every
+// later tick of the agent's own account fails on them (before 0.2.0 it never checked in again).
+// A root process whose state_dir belongs to another user re-executes itself as that user, with
+// that user's groups (docker, ziti), the way the timer's unit runs it; it returns only when
+// that is not possible, with an exit-78 error that gives the exact command to run instead. A
+// process that is not root, or a state_dir root owns or that does not exist yet, is left alone
+// (nil).
+func asStateOwner(p process, cfg *config.Config, log *slog.Logger, args []string) error {
+	if p.euid() != 0 {
+		return nil
+	}
+	uid, err := p.owner(cfg.StateDir)
+	if errors.Is(err, fs.ErrNotExist) || err == nil && uid == 0 {
+		return nil
+	}
+	if err != nil {
+		return ownerError(cfg, fmt.Sprintf("cannot tell who owns state_dir %s: %v", cfg.StateDir, err), "the agent's user")
+	}
+	a, err := p.lookup(uid)
+	if err != nil {
+		return ownerError(cfg, fmt.Sprintf("state_dir %s belongs to uid %d, which has no account here (%v); a tick as root would leave files that uid cannot replace", cfg.StateDir, uid, err), "'#"+strconv.FormatUint(uint64(uid), 10)+"'")
+	}
+	names := make([]string, len(a.groups))
+	for i, g := range a.groups {
+		names[i] = groupName(g)
+	}
+	log.Info("running as root: re-running as the owner of state_dir, with its groups", "user", a.name, "uid", a.uid, "groups", strings.Join(names, ","), "state_dir", cfg.StateDir)
+	env := withAccountEnv(p.environ(), a)
+	err = p.become(a, append([]string{"monky-deployd"}, args...), env)
+	return ownerError(cfg, fmt.Sprintf("could not re-run as %s, the owner of state_dir %s: %v", a.name, cfg.StateDir, err), a.name)
+}
+
+// ownerError is the exit-78 refusal with the command that works.
+func ownerError(cfg *config.Config, why, sudoUser string) error {
+	return &exitError{code: agent.ExitConfig, err: fmt.Errorf("%s; nothing was done. Run the tick as that user: sudo -u %s monky-deployd --config %s tick", why, sudoUser, cfg.Path)}
+}
+
+// keptEnv are the variables of root's environment the re-run keeps: what the timer's unit gives
+// a tick (a path and a locale) and the config's location. Anything else — root's DOCKER_HOST,
+// BAO_* or VAULT_* variables, a cloud credential in an admin's shell — would make the tick differ
+// from the timer's, or hand root's secrets to a process of the agent's account.
+func keptEnv(k string) bool {
+	switch k {
+	case "PATH", "LANG", "LANGUAGE", "TZ", "MONKY_DEPLOYD_CONFIG":
+		return true
+	}
+	return strings.HasPrefix(k, "LC_")
+}
+
+// withAccountEnv is the allowed part of env (keptEnv) with HOME, USER and LOGNAME of a: sudo
+// leaves root's, and the docker CLI, for one, reads HOME.
+func withAccountEnv(env []string, a account) []string {
+	out := make([]string, 0, 8)
+	for _, kv := range env {
+		if k, _, _ := strings.Cut(kv, "="); keptEnv(k) {
+			out = append(out, kv)
+		}
+	}
+	home := a.home
+	if home == "" {
+		home = "/"
+	}
+	return append(out, "HOME="+home, "USER="+a.name, "LOGNAME="+a.name)
+}
+
+// statOwner is the owner of the directory path names (a symlink is followed: the files land
+// where it points).
+func statOwner(path string) (uint32, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0, err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, fmt.Errorf("%s: no owner in its stat", path)
+	}
+	return st.Uid, nil
+}
+
+// lookupAccount reads the user and group databases for uid: its name, home, primary group and
+// every group that lists it, as initgroups(3) would give a login of it.
+func lookupAccount(uid uint32) (account, error) {
+	u, err := user.LookupId(strconv.FormatUint(uint64(uid), 10))
+	if err != nil {
+		return account{}, err
+	}
+	gid, err := strconv.ParseUint(u.Gid, 10, 32)
+	if err != nil {
+		return account{}, fmt.Errorf("user %s: gid %q is not a number", u.Username, u.Gid)
+	}
+	a := account{name: u.Username, uid: uid, gid: uint32(gid), groups: []uint32{uint32(gid)}, home: u.HomeDir}
+	ids, err := u.GroupIds()
+	if err != nil {
+		return account{}, fmt.Errorf("user %s: groups: %w", u.Username, err)
+	}
+	for _, s := range ids {
+		g, err := strconv.ParseUint(s, 10, 32)
+		if err == nil && !containsGID(a.groups, uint32(g)) {
+			a.groups = append(a.groups, uint32(g))
+		}
+	}
+	return a, nil
+}
+
+func containsGID(list []uint32, g uint32) bool {
+	for _, x := range list {
+		if x == g {
+			return true
+		}
+	}
+	return false
+}
+
+func groupName(gid uint32) string {
+	s := strconv.FormatUint(uint64(gid), 10)
+	if g, err := user.LookupGroupId(s); err == nil {
+		return g.Name
+	}
+	return s
+}
+
+// becomeAndExec sets the groups, then the gid, then the uid (in that order: after setuid there
+// is no right left to change the others) and executes /proc/self/exe, this very binary even if
+// the package was upgraded meanwhile under its path. Go applies each of these to every thread.
+//
+// The process keeps root's terminal on its standard streams, as `sudo -u monky-deployd …`
+// would: code running as the agent's account could reach that terminal. That account is in
+// group docker, which is root already; keeping the tick one process (its signals, its exit code,
+// its output as it happens) is worth more than a pipe between two.
+func becomeAndExec(a account, argv, env []string) error {
+	groups := make([]int, len(a.groups))
+	for i, g := range a.groups {
+		groups[i] = int(g)
+	}
+	if err := syscall.Setgroups(groups); err != nil {
+		return fmt.Errorf("setgroups: %w", err)
+	}
+	if err := syscall.Setgid(int(a.gid)); err != nil {
+		return fmt.Errorf("setgid %d: %w", a.gid, err)
+	}
+	if err := syscall.Setuid(int(a.uid)); err != nil {
+		return fmt.Errorf("setuid %d: %w", a.uid, err)
+	}
+	if err := syscall.Exec("/proc/self/exe", argv, env); err != nil {
+		return fmt.Errorf("exec /proc/self/exe: %w", err)
+	}
+	return nil
+}
+
+// foreignFiles lists what under state_dir the running account does not own; root owns
+// everything it needs (a root-owned state_dir is a box set up to run the agent as root).
+func foreignFiles(p process, cfg *config.Config) (agent.Foreign, error) {
+	euid := p.euid()
+	if euid == 0 {
+		return agent.Foreign{}, nil
+	}
+	files, truncated, err := state.ForeignFiles(cfg.StateDir, uint32(euid))
+	if err != nil {
+		return agent.Foreign{}, err
+	}
+	name := strconv.Itoa(euid)
+	if u, err := user.LookupId(name); err == nil {
+		name = u.Username
+	}
+	return agent.Foreign{Files: files, Truncated: truncated, User: name}, nil
+}

@@ -1,0 +1,80 @@
+package state
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+)
+
+// ForeignFile is an entry under state_dir that another user owns.
+type ForeignFile struct {
+	// Path is the entry's path (state_dir joined with its relative name).
+	Path string
+	UID  uint32
+}
+
+// maxForeign bounds how many foreign entries ForeignFiles lists: a root-owned tree of many
+// releases is reported by its first entries, and the fix (a recursive chown) covers the rest.
+const maxForeign = 100
+
+// ForeignFiles walks dir, not following symlinks, and returns every entry the agent writes
+// itself, dir included, that uid does not own: a tick run as root by hand (`sudo monky-deployd
+// tick` before 0.2.0 re-ran itself as the owner) leaves state.json, a release or
+// docker/config.json that the agent can neither read nor replace. What the agent writes is
+// state_dir's own entries, those of docker/ and of each env directory, and each release directory
+// under <env>/releases: the walk does not descend into a release, where a container's bind mount
+// may well leave root's files that are none of the agent's business. The package's upgraded-from
+// is root's by design and never listed. A directory that cannot be read is listed when foreign
+// and not descended into. A dir that does not exist has no foreign files. At most maxForeign
+// entries are returned, with truncated set when there were more.
+func ForeignFiles(dir string, uid uint32) (files []ForeignFile, truncated bool, err error) {
+	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
+		return nil, false, nil
+	}
+	errStop := errors.New("stop")
+	upgradedFrom := filepath.Join(dir, UpgradedFromFile)
+	werr := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if d == nil {
+				return err // dir itself could not be looked at
+			}
+			// A directory that could not be read; it was looked at (and listed when foreign)
+			// on the call before this one.
+			return fs.SkipDir
+		}
+		rel, _ := filepath.Rel(dir, path)
+		depth := 0
+		if rel != "." {
+			depth = strings.Count(rel, string(filepath.Separator)) + 1
+		}
+		info, ierr := d.Info()
+		if ierr != nil {
+			if errors.Is(ierr, fs.ErrNotExist) {
+				return nil // removed meanwhile
+			}
+			return ierr
+		}
+		st, ok := info.Sys().(*syscall.Stat_t)
+		if ok && st.Uid != uid && path != upgradedFrom {
+			if len(files) == maxForeign {
+				truncated = true
+				return errStop
+			}
+			files = append(files, ForeignFile{Path: path, UID: st.Uid})
+		}
+		// Descend into state_dir and its directories (docker/, <env>/), and into <env>/releases;
+		// a release's content is listed by its directory alone.
+		if d.IsDir() && depth >= 2 && !(depth == 2 && d.Name() == "releases") {
+			return fs.SkipDir
+		}
+		return nil
+	})
+	if werr != nil && !errors.Is(werr, errStop) {
+		return files, truncated, fmt.Errorf("state: owners under %s: %w", dir, werr)
+	}
+	return files, truncated, nil
+}
