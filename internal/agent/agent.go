@@ -95,6 +95,8 @@ type Agent struct {
 	dockerInfoFresh bool
 	redact          *secret.Redactor
 	vault           protocol.Vault
+	// attempt is the apply under way, nil outside one (see revert.go).
+	attempt *applyAttempt
 }
 
 // New returns an Agent for cfg.
@@ -121,10 +123,20 @@ func (a *Agent) step(name string) error {
 		return nil
 	}
 	if err := a.deps.Step(name); err != nil {
-		return fmt.Errorf("step %s: %w", name, err)
+		return &stepStop{name: name, err: err}
 	}
 	return nil
 }
+
+// stepStop is a tick stopped by Deps.Step, as a crash would stop it: it passes through every
+// report and backoff unrecorded, since a crash records nothing.
+type stepStop struct {
+	name string
+	err  error
+}
+
+func (e *stepStop) Error() string { return "step " + e.name + ": " + e.err.Error() }
+func (e *stepStop) Unwrap() error { return e.err }
 
 // WithLock runs fn holding the tick lock of cfg. When another tick holds it, fn does not run
 // and the result is nil: the timer fires every minute, and a long apply must not be joined by a
@@ -159,6 +171,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	var err error
 	a.redact = &secret.Redactor{}
 	a.dockerInfoFresh = false
+	a.attempt = nil
 	a.st, err = a.loadState()
 	if err != nil {
 		return err
@@ -203,10 +216,19 @@ func (a *Agent) run(ctx context.Context) error {
 		return err
 	}
 	a.adoptVault(resp.Vault)
+	if bo := a.st.Backoff; bo != nil && bo.RevertPending && resp.Action != protocol.ActionDown {
+		if err := a.finishRevert(ctx); err != nil {
+			return err
+		}
+	}
+	a.forgetBackoff(resp)
 	switch resp.Action {
 	case protocol.ActionNone:
-		return a.heartbeat(ctx, resp)
+		return a.heartbeat(ctx, resp, "")
 	case protocol.ActionApply:
+		if a.holdBackoff(resp) {
+			return a.backingOff(ctx, resp)
+		}
 		return a.apply(ctx, resp)
 	case protocol.ActionDown:
 		return a.down(ctx, resp)

@@ -31,6 +31,9 @@ const keepReleases = 5
 func (a *Agent) apply(ctx context.Context, resp *protocol.CheckinResponse) error {
 	sha := resp.DesiredSha
 	log := a.log.With("sha", short(sha))
+	at := &applyAttempt{sha: sha}
+	a.attempt = at
+	defer func() { a.attempt = nil }()
 
 	var files map[string]string
 	var headerSha string
@@ -52,6 +55,7 @@ func (a *Agent) apply(ctx context.Context, resp *protocol.CheckinResponse) error
 	if err != nil {
 		return a.refuseOrFail(ctx, sha, err)
 	}
+	at.b = b
 	if headerSha != "" && headerSha != b.Sha {
 		log.Warn("bundle header sha disagrees with its content", "header", short(headerSha), "content", short(b.Sha))
 	}
@@ -78,6 +82,7 @@ func (a *Agent) apply(ctx context.Context, resp *protocol.CheckinResponse) error
 	if err := a.step("stage"); err != nil {
 		return err
 	}
+	at.promoted = true // a failed rename may still have swapped the link
 	if err := release.Promote(a.cfg.EnvDir(), sha); err != nil {
 		return a.fail(ctx, sha, err.Error(), "")
 	}
