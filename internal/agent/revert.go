@@ -204,6 +204,8 @@ func (a *Agent) revert(ctx context.Context) error {
 	}
 	bo.RevertPending = false
 	bo.RevertHealthy = &healthy
+	// The wait counts from the end of the failing tick, whose revert may have waited for health.
+	bo.NextAttemptAt = a.deps.Now().UTC().Add(state.BackoffDelay(bo.Attempts))
 	if err := a.saveState(); err != nil {
 		a.log.Warn("state not saved", "error", err.Error())
 	}
