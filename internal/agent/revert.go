@@ -72,7 +72,7 @@ func (a *Agent) forgetBackoff(resp *protocol.CheckinResponse) {
 func (a *Agent) backingOff(ctx context.Context, resp *protocol.CheckinResponse) error {
 	bo := a.st.Backoff
 	now := a.deps.Now().UTC()
-	note := backoffNote(bo, now)
+	note := BackoffNote(bo, now)
 	a.log.Warn("backoff: " + note)
 	if err := a.heartbeat(ctx, resp, note); err != nil {
 		return err
@@ -80,9 +80,10 @@ func (a *Agent) backingOff(ctx context.Context, resp *protocol.CheckinResponse) 
 	return fmt.Errorf("%w: %s", ErrFailed, note)
 }
 
-// backoffNote says what a backoff is: `9f3e21d07a1b failed 3×, reverted to 7a10c4e2 (healthy);
-// next try at 10:08:00Z (in 8m)`.
-func backoffNote(bo *state.DeployBackoff, now time.Time) string {
+// BackoffNote says what a backoff is at now, as the journal and `status` show it:
+// `9f3e21d07a1b failed 3×, reverted to 7a10c4e2d9b1 (healthy); next try at
+// 2026-12-02T10:08:00Z (in 8m0s)`.
+func BackoffNote(bo *state.DeployBackoff, now time.Time) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s failed %d×", short(bo.Sha), bo.Attempts)
 	switch {
@@ -132,7 +133,7 @@ func (a *Agent) failApply(ctx context.Context, at *applyAttempt, detail, logTail
 	} else if bo.NoRevert != "" {
 		a.log.Warn("not reverted: " + bo.NoRevert)
 	}
-	a.log.Warn("backoff: " + backoffNote(bo, a.deps.Now().UTC()))
+	a.log.Warn("backoff: " + BackoffNote(bo, a.deps.Now().UTC()))
 	r.Detail = withRevert(detail, bo)
 	a.st.LastDetail = a.cutDetail(r.Detail)
 	if err := a.saveState(); err != nil {
