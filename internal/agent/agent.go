@@ -97,6 +97,9 @@ type Agent struct {
 	vault           protocol.Vault
 	// attempt is the apply under way, nil outside one (see revert.go).
 	attempt *applyAttempt
+	// failedThisTick: this tick's apply failed and entered the backoff, which a re-bootstrap
+	// on a stray 401 later in the tick (its report) must not undo.
+	failedThisTick bool
 }
 
 // New returns an Agent for cfg.
@@ -172,6 +175,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.redact = &secret.Redactor{}
 	a.dockerInfoFresh = false
 	a.attempt = nil
+	a.failedThisTick = false
 	a.st, err = a.loadState()
 	if err != nil {
 		return err

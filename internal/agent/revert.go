@@ -44,19 +44,22 @@ func (a *Agent) holdBackoff(resp *protocol.CheckinResponse) bool {
 	return false
 }
 
-// forgetBackoff drops the backoff of a sha tenancy no longer wants: a new desired sha starts
-// afresh (and so does the old one if it comes back later), and a retire ends everything. A
-// revert still pending was finished before (run), or the tick stopped.
+// forgetBackoff drops the backoff of a sha tenancy no longer wants applied: a new desired sha
+// starts afresh (and so does the old one if it comes back later), a `none` says the box runs what
+// tenancy wants, and a retire ends everything. A revert still pending was finished before (run),
+// or the tick stopped.
 func (a *Agent) forgetBackoff(resp *protocol.CheckinResponse) {
 	bo := a.st.Backoff
 	if bo == nil {
 		return
 	}
 	switch {
+	case resp.Action == protocol.ActionApply && bo.Sha == resp.DesiredSha, bo.RevertPending && resp.Action != protocol.ActionDown:
+		return
 	case resp.Action == protocol.ActionDown:
 		a.log.Info(fmt.Sprintf("backoff of %s dropped: the env is retired", short(bo.Sha)))
-	case bo.Sha == resp.DesiredSha || bo.RevertPending:
-		return
+	case resp.Action == protocol.ActionNone:
+		a.log.Info(fmt.Sprintf("backoff of %s dropped: tenancy has nothing to apply", short(bo.Sha)))
 	default:
 		a.log.Info(fmt.Sprintf("backoff of %s dropped: desired is now %s", short(bo.Sha), short(resp.DesiredSha)))
 	}
@@ -112,6 +115,7 @@ func healthWord(ok bool) string {
 // tick killed during it leaves a record the next tick finishes the revert from.
 func (a *Agent) failApply(ctx context.Context, at *applyAttempt, detail, logTail string, cs []protocol.Container) error {
 	a.attempt = nil // what fails from here on is the revert, not another attempt
+	a.failedThisTick = true
 	bo := a.st.NoteDeployFailure(at.sha, a.deps.Now())
 	if at.promoted {
 		bo.RevertedTo, bo.NoRevert = a.revertTarget(at)

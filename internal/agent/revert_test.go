@@ -343,3 +343,51 @@ func TestNoRevertWhenThePreviousReleaseIsGone(t *testing.T) {
 		t.Errorf("report = %+v", r)
 	}
 }
+
+// A stray 401 on the failure's own report re-bootstraps (a kit was re-run meanwhile): the failure
+// just recorded is not forgotten, or the box would retry on the next tick.
+func TestARebootstrapDuringTheFailureReportKeepsTheBackoff(t *testing.T) {
+	h := newHarness(t)
+	_, v2 := failingV2(t, h, nil)
+	h.step = func(name string) error {
+		if name == "failed" {
+			h.writeBootstrap() // a re-reveal: the token is refused from now on
+		}
+		return nil
+	}
+	h.expectExit(agent.ExitFailed)
+	if n := strings.Count(h.logs.String(), "bootstrap login ok"); n != 2 {
+		t.Fatalf("%d bootstrap logins, want 2 (the first tick's, the report's re-bootstrap):\n%s", n, h.logs.String())
+	}
+	if strings.Contains(h.logs.String(), "kit re-run: backoff") {
+		t.Error("the backoff of this tick's own failure was reset")
+	}
+	if st := h.state(); st.Backoff == nil || st.Backoff.Sha != v2 || st.Backoff.Attempts != 1 {
+		t.Fatalf("backoff = %+v", st.Backoff)
+	}
+	if r := h.lastReport(); r.Result != "failed" || r.Sha != v2 {
+		t.Errorf("the failure report was not delivered after the re-bootstrap: %+v", r)
+	}
+	h.step = nil
+	ups := h.docker.Count("compose up")
+	h.expectExit(agent.ExitFailed)
+	if h.docker.Count("compose up") != ups {
+		t.Error("the next tick retried at once")
+	}
+}
+
+// A next try written far beyond the longest backoff (a clock set back, a hand edit) does not hold
+// the sha for longer than the schedule allows.
+func TestABackoffFromTheFutureIsDue(t *testing.T) {
+	h := newHarness(t)
+	failingV2(t, h, nil)
+	h.expectExit(agent.ExitFailed)
+	st := h.state()
+	st.Backoff.NextAttemptAt = h.clock.Now().Add(30 * 24 * time.Hour)
+	saveState(t, h, st)
+	h.expectExit(agent.ExitFailed)
+	h.expectLog("backoff over: trying")
+	if st := h.state(); st.Backoff.Attempts != 2 {
+		t.Errorf("backoff = %+v, want a second attempt", st.Backoff)
+	}
+}

@@ -80,7 +80,7 @@ func (a *Agent) bootstrap(ctx context.Context, offMeshQuiet bool) error {
 	}
 	// A kit re-run is an operator's fresh start: a failing sha gets its next try now (saved
 	// with the token below).
-	if bo := a.st.Backoff; bo != nil && !bo.RevertPending {
+	if bo := a.st.Backoff; bo != nil && !bo.RevertPending && !a.failedThisTick {
 		a.log.Info(fmt.Sprintf("kit re-run: backoff of %s reset; the next apply tries it at once", short(bo.Sha)))
 		a.st.Backoff = nil
 	}

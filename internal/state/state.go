@@ -161,9 +161,12 @@ func (s *State) NoteDeployFailure(sha string, now time.Time) *DeployBackoff {
 	return s.Backoff
 }
 
-// BackingOff reports whether sha failed and its next try is still ahead of now.
+// BackingOff reports whether sha failed and its next try is still ahead of now. A next try
+// more than MaxBackoff ahead was set by a clock since turned back (or written by hand): it is
+// due now rather than after a wait no schedule asked for.
 func (s *State) BackingOff(sha string, now time.Time) bool {
-	return s.Backoff != nil && s.Backoff.Sha == sha && now.Before(s.Backoff.NextAttemptAt)
+	b := s.Backoff
+	return b != nil && b.Sha == sha && now.Before(b.NextAttemptAt) && b.NextAttemptAt.Sub(now) <= MaxBackoff
 }
 
 // CorruptError is a state file that exists but cannot be read as a state: the caller decides

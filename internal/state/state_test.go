@@ -446,6 +446,10 @@ func TestNoteDeployFailureCountsPerSha(t *testing.T) {
 	if !s.BackingOff(shaB, now.Add(6*time.Minute)) || s.BackingOff(shaB, now.Add(7*time.Minute)) || s.BackingOff("ab12", now) {
 		t.Error("BackingOff does not follow NextAttemptAt and the sha")
 	}
+	s.Backoff.NextAttemptAt = now.Add(MaxBackoff + time.Minute) // the clock went back a day, say
+	if s.BackingOff(shaB, now) {
+		t.Error("a next try beyond the longest backoff holds the sha back")
+	}
 	if b := s.NoteDeployFailure("ab12", now); b.Attempts != 1 || b.Sha != "ab12" {
 		t.Errorf("another sha must start at 1: %+v", b)
 	}
