@@ -103,6 +103,11 @@ type Agent struct {
 	// stateErr is the error of the last state.json write when it failed (a full disk): the
 	// tick goes on, its report names it, and the tick exits 1. Nil once a later write succeeds.
 	stateErr error
+	// attempt is the apply under way, nil outside one (see revert.go).
+	attempt *applyAttempt
+	// failedThisTick: this tick's apply failed and entered the backoff, which a re-bootstrap
+	// on a stray 401 later in the tick (its report) must not undo.
+	failedThisTick bool
 }
 
 // New returns an Agent for cfg.
@@ -130,10 +135,20 @@ func (a *Agent) step(name string) error {
 		return nil
 	}
 	if err := a.deps.Step(name); err != nil {
-		return fmt.Errorf("step %s: %w", name, err)
+		return &stepStop{name: name, err: err}
 	}
 	return nil
 }
+
+// stepStop is a tick stopped by Deps.Step, as a crash would stop it: it passes through every
+// report and backoff unrecorded, since a crash records nothing.
+type stepStop struct {
+	name string
+	err  error
+}
+
+func (e *stepStop) Error() string { return "step " + e.name + ": " + e.err.Error() }
+func (e *stepStop) Unwrap() error { return e.err }
 
 // WithLock runs fn holding the tick lock of cfg. When another tick holds it, fn does not run
 // and the result is nil: the timer fires every minute, and a long apply must not be joined by a
@@ -172,6 +187,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.dockerInfoFresh = false
 	a.stateErr = nil
 	a.removeLeftovers()
+	a.attempt = nil
+	a.failedThisTick = false
 	a.st, err = a.loadState()
 	if err != nil {
 		return err
@@ -254,10 +271,19 @@ func (a *Agent) run(ctx context.Context) error {
 		return err
 	}
 	a.adoptVault(resp.Vault)
+	if bo := a.st.Backoff; bo != nil && bo.RevertPending && resp.Action != protocol.ActionDown {
+		if err := a.finishRevert(ctx); err != nil {
+			return err
+		}
+	}
+	a.forgetBackoff(resp)
 	switch resp.Action {
 	case protocol.ActionNone:
-		return a.heartbeat(ctx, resp)
+		return a.heartbeat(ctx, resp, "")
 	case protocol.ActionApply:
+		if a.holdBackoff(resp) {
+			return a.backingOff(ctx, resp)
+		}
 		return a.apply(ctx, resp)
 	case protocol.ActionDown:
 		return a.down(ctx, resp)

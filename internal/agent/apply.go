@@ -28,6 +28,9 @@ const kvReadLimit = 16
 func (a *Agent) apply(ctx context.Context, resp *protocol.CheckinResponse) error {
 	sha := resp.DesiredSha
 	log := a.log.With("sha", short(sha))
+	at := &applyAttempt{sha: sha}
+	a.attempt = at
+	defer func() { a.attempt = nil }()
 
 	var files map[string]string
 	var headerSha string
@@ -49,6 +52,7 @@ func (a *Agent) apply(ctx context.Context, resp *protocol.CheckinResponse) error
 	if err != nil {
 		return a.refuseOrFail(ctx, sha, err)
 	}
+	at.b = b
 	if headerSha != "" && headerSha != b.Sha {
 		log.Warn("bundle header sha disagrees with its content", "header", short(headerSha), "content", short(b.Sha))
 	}
@@ -75,6 +79,7 @@ func (a *Agent) apply(ctx context.Context, resp *protocol.CheckinResponse) error
 	if err := a.step("stage"); err != nil {
 		return err
 	}
+	at.promoted = true // a failed rename may still have swapped the link
 	if err := release.Promote(a.cfg.EnvDir(), sha); err != nil {
 		return a.fail(ctx, sha, err.Error(), "")
 	}

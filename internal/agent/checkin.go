@@ -145,6 +145,11 @@ func CheckinRequest(cfg *config.Config, st *state.State, t Telemetry) protocol.C
 		s := st.AppliedSha
 		req.AppliedSha = &s
 	}
+	if bo := st.Backoff; bo != nil {
+		req.FailedSha, req.Attempts = bo.Sha, bo.Attempts
+		req.NextAttemptAt = bo.NextAttemptAt.UTC().Format(time.RFC3339)
+		req.RevertedTo, req.RevertHealthy = bo.RevertedTo, bo.RevertHealthy
+	}
 	if tok := st.Token; tok != nil && tok.TTLSec > 0 {
 		left := max(tok.TTLSec-int64(t.Now.Sub(tok.ObtainedAt)/time.Second), 0)
 		req.TokenTTLSec = &left

@@ -50,8 +50,9 @@ func (a *Agent) report(ctx context.Context, r protocol.Report) {
 // mismatch, missing kit) pass through unreported.
 func (a *Agent) refuseOrFail(ctx context.Context, sha string, err error) error {
 	var r *protocol.Refusal
+	var stop *stepStop
 	switch {
-	case errors.Is(err, ErrTemporary), errors.Is(err, ErrEnvMismatch), errors.Is(err, ErrNeedsKit):
+	case errors.Is(err, ErrTemporary), errors.Is(err, ErrEnvMismatch), errors.Is(err, ErrNeedsKit), errors.As(err, &stop):
 		return err
 	case errors.As(err, &r) && r.Code == protocol.CodeLeaseShape:
 		return a.fail(ctx, sha, r.Error(), "")
@@ -71,9 +72,14 @@ func (a *Agent) fail(ctx context.Context, sha, detail, logTail string) error {
 	return a.failWith(ctx, sha, detail, logTail, nil)
 }
 
+// failWith reports `failed`; a failure of the apply under way also enters the backoff and
+// brings the previous release back (failApply).
 func (a *Agent) failWith(ctx context.Context, sha, detail, logTail string, cs []protocol.Container) error {
 	detail = a.redact.Redact(detail)
 	a.log.Error("failed: " + detail)
+	if at := a.attempt; at != nil && at.sha == sha {
+		return a.failApply(ctx, at, detail, logTail, cs)
+	}
 	a.record(sha, protocol.ResultFailed, detail)
 	a.report(ctx, protocol.Report{Sha: sha, Result: protocol.ResultFailed, Detail: detail, LogTail: logTail, Containers: cs})
 	return fmt.Errorf("%w: %s", ErrFailed, detail)
@@ -96,8 +102,18 @@ func (a *Agent) cutDetail(detail string) string {
 	return a.redact.TruncateHead(detail, protocol.MaxDetail)
 }
 
-// heartbeat looks at the running project and reports healthy or unhealthy.
-func (a *Agent) heartbeat(ctx context.Context, resp *protocol.CheckinResponse) error {
+// heartbeat looks at the running project and reports healthy or unhealthy. note, when set, is
+// added to the report's detail (a desired sha backing off).
+func (a *Agent) heartbeat(ctx context.Context, resp *protocol.CheckinResponse, note string) error {
+	withNote := func(detail string) string {
+		switch {
+		case note == "":
+			return detail
+		case detail == "":
+			return note
+		}
+		return detail + "; " + note
+	}
 	sha, dir, err := a.current()
 	if err != nil {
 		return err
@@ -127,7 +143,7 @@ func (a *Agent) heartbeat(ctx context.Context, resp *protocol.CheckinResponse) e
 	}
 	cs, err := a.deps.Docker.Ps(ctx, dir, file)
 	if err != nil {
-		detail := a.redact.Redact("compose ps: " + err.Error())
+		detail := withNote(a.redact.Redact("compose ps: " + err.Error()))
 		a.log.Warn("unhealthy: " + detail)
 		a.st.LastResult = protocol.ResultUnhealthy
 		a.st.LastDetail = a.cutDetail(detail)
@@ -140,6 +156,7 @@ func (a *Agent) heartbeat(ctx context.Context, resp *protocol.CheckinResponse) e
 		if len(cs) == 0 {
 			detail = "no containers running for project " + a.cfg.ComposeProject
 		}
+		detail = withNote(detail)
 		a.log.Warn("unhealthy: " + detail)
 		a.st.LastResult = protocol.ResultUnhealthy
 		a.st.LastDetail = a.cutDetail(detail)
@@ -148,11 +165,11 @@ func (a *Agent) heartbeat(ctx context.Context, resp *protocol.CheckinResponse) e
 		return nil
 	}
 	a.st.LastResult = protocol.ResultHealthy
-	a.st.LastDetail = ""
+	a.st.LastDetail = a.cutDetail(note)
 	// Saved before the report, so that a failed write (stateErr) is named in it; the tick's
 	// exit says it too (Run).
 	_ = a.saveState()
-	a.report(ctx, protocol.Report{Sha: a.st.AppliedSha, Result: protocol.ResultHealthy, Containers: cs})
+	a.report(ctx, protocol.Report{Sha: a.st.AppliedSha, Result: protocol.ResultHealthy, Detail: note, Containers: cs})
 	a.log.Info("healthy; heartbeat reported", "containers", len(cs))
 	return nil
 }

@@ -41,6 +41,7 @@ func TestRetriedDeployWithABootstrapTokenLeasesOnce(t *testing.T) {
 	h.docker.PullFail = "Error response from daemon: manifest unknown\n"
 	want := h.desire(bundleSpec{template: defaultTemplate + "V=2\n"})
 	for i := range failing {
+		h.endBackoff()
 		h.expectExit(agent.ExitFailed) // the pull fails; the secrets were read with the bootstrap token
 		if n := h.ten.LeasesGranted(env); n != 1 {
 			t.Fatalf("tick %d of a retried deploy: %d leases granted, want 1", i+1, n)
@@ -56,6 +57,7 @@ func TestRetriedDeployWithABootstrapTokenLeasesOnce(t *testing.T) {
 	h.expectLog("new token not obtained; applying with the current token, swap deferred")
 
 	h.docker.PullFail = ""
+	h.endBackoff()
 	h.expectExit(agent.ExitOK)
 	st := h.state()
 	if st.AppliedSha != want || st.Token.Source != "lease" || st.PendingLease != nil || h.ten.LeasesGranted(env) != 1 {
@@ -191,6 +193,7 @@ func keepAGrant(t *testing.T, h *harness) {
 		t.Fatalf("no kept grant: pending %+v, leases %d", st.PendingLease, h.ten.LeasesGranted(env))
 	}
 	h.docker.PullFail = ""
+	h.endBackoff()
 }
 
 func leaseGrantExists(t *testing.T, h *harness) bool {
@@ -275,6 +278,7 @@ func TestRefusedLeaseLoginBacksOff(t *testing.T) {
 		h.docker.PullFail = "Error response from daemon: manifest unknown\n"
 		h.desire(bundleSpec{template: defaultTemplate + "V=2\n"})
 		for i := range 3 {
+			h.endBackoff()
 			h.expectExit(agent.ExitFailed) // the pull; the secrets were read with the bootstrap token
 			if n := h.ten.LeasesGranted(env); n != 1 {
 				t.Fatalf("tick %d: %d leases, want 1", i+1, n)
@@ -299,6 +303,7 @@ func TestRefusedLeaseLoginBacksOff(t *testing.T) {
 		h.bao.FailNext("auth/jwt-tenancy/login", http.StatusBadRequest, 1)
 		h.desire(bundleSpec{template: defaultTemplate + "V=2\n"})
 		h.expectExit(agent.ExitFailed)
+		h.endBackoff()
 		err := h.tickErr()
 		if agent.ExitCode(err) != agent.ExitFailed || !strings.Contains(err.Error(), "no new lease until") {
 			t.Errorf("second tick: %v", err)

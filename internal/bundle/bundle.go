@@ -80,6 +80,10 @@ type Agent struct {
 	AllowRollback   bool
 	DiskNeedBytes   int64
 	HealthyTimeoutS int
+	// AutoRevert, when set, says whether a failed apply of this bundle brings the previous
+	// release back; nil leaves it to the config's auto_revert. A release whose migration cannot
+	// run backwards sets it false.
+	AutoRevert *bool
 }
 
 // Entry is one manifest.json entry with its defaults applied. Version 0 means the latest.
@@ -262,6 +266,7 @@ type metaWire struct {
 		AllowRollback   bool  `json:"allow_rollback"`
 		DiskNeedBytes   int64 `json:"disk_need_bytes"`
 		HealthyTimeoutS int   `json:"healthy_timeout_s"`
+		AutoRevert      *bool `json:"auto_revert"`
 	} `json:"agent"`
 	Files []string `json:"files"`
 }
@@ -276,6 +281,7 @@ var metaWant = map[string]string{
 	"agent.allow_rollback":    "true or false",
 	"agent.disk_need_bytes":   "an integer",
 	"agent.healthy_timeout_s": "an integer",
+	"agent.auto_revert":       "true or false",
 	"files":                   "a list of strings",
 }
 
@@ -300,6 +306,7 @@ func parseMeta(files map[string]string) (Meta, error) {
 			AllowRollback:   w.Agent.AllowRollback,
 			DiskNeedBytes:   w.Agent.DiskNeedBytes,
 			HealthyTimeoutS: w.Agent.HealthyTimeoutS,
+			AutoRevert:      w.Agent.AutoRevert,
 		},
 		Files: w.Files,
 	}

@@ -174,6 +174,8 @@ func TestParseRefusals(t *testing.T) {
 			"agent.disk_need_bytes: must not be negative"},
 		{"healthy_timeout_s negative", with(goodFiles(), "bundle.json", `{"agent": {"healthy_timeout_s": -5}}`), "", protocol.CodeBundleInvalid,
 			"agent.healthy_timeout_s: must not be negative"},
+		{"auto_revert a string", with(goodFiles(), "bundle.json", `{"agent": {"auto_revert": "no"}}`), "", protocol.CodeBundleInvalid,
+			"bundle.json: agent.auto_revert: want true or false"},
 		{"allow_privileged a string", with(goodFiles(), "bundle.json", `{"agent": {"allow_privileged": "yes"}}`), "", protocol.CodeBundleInvalid,
 			"bundle.json: agent.allow_privileged: want true or false"},
 		{"agent a list", with(goodFiles(), "bundle.json", `{"agent": []}`), "", protocol.CodeBundleInvalid, "bundle.json: agent: want an object"},
@@ -287,5 +289,27 @@ func assertRefusal(t *testing.T, err error, code, want string) {
 	}
 	if !strings.Contains(r.Detail, want) {
 		t.Errorf("detail = %q, want it to contain %q", r.Detail, want)
+	}
+}
+
+func TestAutoRevertIsUnsetUnlessWritten(t *testing.T) {
+	for _, tc := range []struct {
+		meta string
+		want *bool
+	}{
+		{`{}`, nil},
+		{`{"agent": {"auto_revert": null}}`, nil},
+		{`{"agent": {"auto_revert": false}}`, new(bool)},
+		{`{"agent": {"auto_revert": true}}`, func() *bool { v := true; return &v }()},
+	} {
+		files := with(goodFiles(), "bundle.json", tc.meta)
+		b, err := Parse(files, Sha(files))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.meta, err)
+		}
+		got := b.Meta.Agent.AutoRevert
+		if (got == nil) != (tc.want == nil) || (got != nil && *got != *tc.want) {
+			t.Errorf("%s: auto_revert = %v, want %v", tc.meta, got, tc.want)
+		}
 	}
 }

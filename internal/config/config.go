@@ -53,7 +53,10 @@ type Config struct {
 	BootstrapFile string `yaml:"bootstrap_file"`
 	Disk          Disk   `yaml:"disk"`
 
-	HealthyTimeoutS int    `yaml:"healthy_timeout_s"`
+	HealthyTimeoutS int `yaml:"healthy_timeout_s"`
+	// AutoRevert: a failed apply brings the release that ran before back (a bundle's
+	// agent.auto_revert wins).
+	AutoRevert      bool   `yaml:"auto_revert"`
 	VolumesOnAbsent string `yaml:"volumes_on_absent"`
 	ComposeProject  string `yaml:"compose_project"`
 	DockerBin       string `yaml:"docker_bin"`
@@ -132,6 +135,7 @@ func defaults() Config {
 		BootstrapFile:   "/etc/monky-deployd/bootstrap.jwt",
 		Disk:            Disk{Factor: 1.5, HeadroomBytes: 2 << 30},
 		HealthyTimeoutS: 300,
+		AutoRevert:      true,
 		VolumesOnAbsent: VolumesKeep,
 		DockerBin:       "docker",
 		RegistryHost:    "harbor.tikali.net",

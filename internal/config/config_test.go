@@ -48,6 +48,7 @@ func TestDefaults(t *testing.T) {
 		BootstrapFile:   "/etc/monky-deployd/bootstrap.jwt",
 		Disk:            Disk{Factor: 1.5, HeadroomBytes: 2147483648},
 		HealthyTimeoutS: 300,
+		AutoRevert:      true,
 		VolumesOnAbsent: "keep",
 		ComposeProject:  "monky-env-qa-02",
 		DockerBin:       "docker",
@@ -335,6 +336,7 @@ func TestBadTypes(t *testing.T) {
 		{"factor text", "env_id: e\ndisk:\n  factor: lots\n", "disk.factor", `want a number, got "lots"`},
 		{"factor infinite", "env_id: e\ndisk:\n  factor: .inf\n", "disk.factor", "want a number"},
 		{"laptop_mode", "env_id: e\nlaptop_mode: maybe\n", "laptop_mode", `want true or false, got "maybe"`},
+		{"auto_revert", "env_id: e\nauto_revert: 1h\n", "auto_revert", `want true or false, got "1h"`},
 		{"prod", "env_id: e\nprod: 1\n", "prod", "want true or false"},
 		{"env_id mapping", "env_id:\n  a: b\n", "env_id", "want a string, got a mapping"},
 		{"site list", "env_id: e\nsite:\n  - cbs\n", "site", "want a string, got a list"},
@@ -491,4 +493,13 @@ func FuzzParse(f *testing.F) {
 		_ = c.BaoURL()
 		_ = c.SlogLevel()
 	})
+}
+
+func TestAutoRevertOptOut(t *testing.T) {
+	if c := mustParse(t, "env_id: e\nauto_revert: false\n"); c.AutoRevert {
+		t.Error("auto_revert: false left AutoRevert on")
+	}
+	if c := mustParse(t, "env_id: e\n"); !c.AutoRevert {
+		t.Error("auto_revert is not on by default")
+	}
 }

@@ -134,6 +134,34 @@ func TestStatus(t *testing.T) {
 	if _, ok := doc["timer"]; !ok {
 		t.Error("status --json lacks timer")
 	}
+	if v, ok := doc["deploy_backoff"]; !ok || v != nil {
+		t.Errorf("status --json deploy_backoff = %v, want null", v)
+	}
+}
+
+func TestStatusShowsTheBackoff(t *testing.T) {
+	dir := t.TempDir()
+	os.MkdirAll(dir+"/state", 0o700)
+	os.WriteFile(dir+"/state/state.json", []byte(`{"env_id":"env-qa-02","applied_sha":"7a10aa","last_result":"healthy",
+		"deploy_backoff":{"sha":"9f3e21","attempts":3,"next_attempt_at":"2999-01-01T00:00:00Z","reverted_to":"7a10aa","revert_healthy":true}}`), 0o600)
+	path := writeConfig(t, "env_id: env-qa-02\nsite: cbs\nstate_dir: "+dir+"/state\n")
+	code, stdout, stderr := runCLI(t, nil, "--config", path, "status")
+	if code != 0 || !strings.Contains(stdout, "backoff:         9f3e21 failed 3×, reverted to 7a10aa (healthy); next try at 2999-01-01T00:00:00Z") {
+		t.Errorf("status exit %d:\n%s%s", code, stdout, stderr)
+	}
+	code, stdout, _ = runCLI(t, nil, "--config", path, "status", "--json")
+	var doc struct {
+		Backoff struct {
+			Sha           string `json:"sha"`
+			Attempts      int    `json:"attempts"`
+			NextAttemptAt string `json:"next_attempt_at"`
+			RevertedTo    string `json:"reverted_to"`
+		} `json:"deploy_backoff"`
+	}
+	if code != 0 || json.Unmarshal([]byte(stdout), &doc) != nil || doc.Backoff.Sha != "9f3e21" || doc.Backoff.Attempts != 3 ||
+		doc.Backoff.NextAttemptAt != "2999-01-01T00:00:00Z" || doc.Backoff.RevertedTo != "7a10aa" {
+		t.Errorf("status --json exit %d: %s", code, stdout)
+	}
 }
 
 func TestTickWhileAnotherHoldsTheLockDoesNothingEvenWithABrokenIdentity(t *testing.T) {

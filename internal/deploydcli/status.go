@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/config"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/release"
@@ -44,6 +45,10 @@ type statusDoc struct {
 	TokenTTLSec    *int64          `json:"token_ttl_s"`
 	History        []string        `json:"history"`
 	Timer          *protocol.Timer `json:"timer"`
+	// Backoff is the failing desired sha and its next try; null when none is failing.
+	Backoff *state.DeployBackoff `json:"deploy_backoff"`
+	// BackoffNote is Backoff in words, as the journal writes it.
+	BackoffNote string `json:"-"`
 	// SupersededToken is the token tenancy refused (AGENT_UNAUTHENTICATED), kept aside; null
 	// when there is none.
 	SupersededToken *supersededToken `json:"superseded_token"`
@@ -94,6 +99,10 @@ func runStatus(ctx context.Context, opts statusOptions, g *globals, run runner.R
 		LastApplyAt:   st.LastApplyAt,
 		History:       st.History,
 		Timer:         systemd.TimerState(ctx, run, timerUnit, now),
+	}
+	if st.Backoff != nil {
+		doc.Backoff = st.Backoff
+		doc.BackoffNote = agent.BackoffNote(st.Backoff, now)
 	}
 	if doc.History == nil {
 		doc.History = []string{}
@@ -170,6 +179,7 @@ func printStatus(w io.Writer, d statusDoc) error {
 		{"current release", orDash(d.CurrentRelease)},
 		{"last result", orDash(d.LastResult)},
 		{"last detail", orDash(d.LastDetail)},
+		{"backoff", orDash(d.BackoffNote)},
 		{"last check-in", when(d.LastCheckinAt)},
 		{"last apply", when(d.LastApplyAt)},
 		{"token", orDash(d.TokenSource) + ", ttl " + ttl},

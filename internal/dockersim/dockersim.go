@@ -38,15 +38,18 @@ type Sim struct {
 	PullFail      string            // non-empty: pull exits 1 with this on stderr
 	UpFail        string            // non-empty: up exits 1 with this on stderr
 	Health        map[string]string // service → health after up ("healthy" default where a healthcheck exists)
+	// ImageHealth, image → health after up, wins over Health: one release's image never turns
+	// healthy while another's, brought back, does.
+	ImageHealth map[string]string
 	// TurnsHealthyAfter makes a service report "starting" for that many ps calls after up.
 	TurnsHealthyAfter map[string]int
 	Logs              string // what `compose logs` prints
 }
 
 type container struct {
-	service, name, state, health string
-	startingLeft                 int
-	healthcheck                  bool
+	service, name, state, health, image string
+	startingLeft                        int
+	healthcheck                         bool
 }
 
 // New returns a Sim whose unexpected calls fail t.
@@ -58,6 +61,7 @@ func New(t testing.TB) *Sim {
 		RootDir:           "/var/lib/docker",
 		ServerVersion:     "29.0.1",
 		Health:            map[string]string{},
+		ImageHealth:       map[string]string{},
 		TurnsHealthyAfter: map[string]int{},
 		Logs:              "api-1  | listening on :8080\n",
 	}
@@ -112,6 +116,17 @@ func (s *Sim) Running() []string {
 		}
 	}
 	sort.Strings(out)
+	return out
+}
+
+// Images maps each service with a container to the image it runs.
+func (s *Sim) Images() map[string]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]string{}
+	for svc, c := range s.containers {
+		out[svc] = c.image
+	}
 	return out
 }
 
@@ -216,7 +231,8 @@ func (s *Sim) up(args []string) (runner.Result, error) {
 	}
 	var doc struct {
 		Services map[string]struct {
-			Healthcheck any `yaml:"healthcheck"`
+			Image       string `yaml:"image"`
+			Healthcheck any    `yaml:"healthcheck"`
 		} `yaml:"services"`
 		Volumes map[string]any `yaml:"volumes"`
 	}
@@ -228,10 +244,13 @@ func (s *Sim) up(args []string) (runner.Result, error) {
 	}
 	next := map[string]*container{}
 	for svc, def := range doc.Services {
-		c := &container{service: svc, name: project + "-" + svc + "-1", state: "running", healthcheck: def.Healthcheck != nil}
+		c := &container{service: svc, name: project + "-" + svc + "-1", state: "running", image: def.Image, healthcheck: def.Healthcheck != nil}
 		if c.healthcheck {
 			c.health = "healthy"
 			if h, ok := s.Health[svc]; ok {
+				c.health = h
+			}
+			if h, ok := s.ImageHealth[def.Image]; ok {
 				c.health = h
 			}
 			c.startingLeft = s.TurnsHealthyAfter[svc]

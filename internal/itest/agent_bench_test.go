@@ -49,25 +49,9 @@ type split struct {
 }
 
 func readCalls(log string) (split, error) {
-	b, err := os.ReadFile(log)
+	calls, err := readLog(log)
 	if err != nil {
 		return split{}, err
-	}
-	if err := os.Remove(log); err != nil {
-		return split{}, err
-	}
-	var calls []dockerCall
-	for i, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			return split{}, fmt.Errorf("docker-times line %d: %q", i+1, line)
-		}
-		start, err1 := strconv.ParseInt(f[0], 10, 64)
-		end, err2 := strconv.ParseInt(f[1], 10, 64)
-		if err1 != nil || err2 != nil {
-			return split{}, fmt.Errorf("docker-times line %d: %q", i+1, line)
-		}
-		calls = append(calls, dockerCall{start, end, f[2:]})
 	}
 	var s split
 	s.calls = len(calls)
@@ -97,6 +81,31 @@ func readCalls(log string) (split, error) {
 	s.healthWait = time.Duration(calls[last].end - calls[up].end)
 	s.healthSleep = s.healthWait - inside
 	return s, nil
+}
+
+// readLog reads the wrapper's log and clears it for the next iteration.
+func readLog(log string) ([]dockerCall, error) {
+	b, err := os.ReadFile(log)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Remove(log); err != nil {
+		return nil, err
+	}
+	var calls []dockerCall
+	for i, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			return nil, fmt.Errorf("docker-times line %d: %q", i+1, line)
+		}
+		start, err1 := strconv.ParseInt(f[0], 10, 64)
+		end, err2 := strconv.ParseInt(f[1], 10, 64)
+		if err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("docker-times line %d: %q", i+1, line)
+		}
+		calls = append(calls, dockerCall{start, end, f[2:]})
+	}
+	return calls, nil
 }
 
 // overheadTargetMs is the figure: the agent's own work in a full apply.

@@ -28,6 +28,14 @@ type AdminAgent struct {
 	TokenTTLSec      *int64      `json:"token_ttl_s"`
 	DiskFreeBytes    *int64      `json:"disk_free_bytes"`
 	UpgradedFrom     *string     `json:"upgraded_from"`
+	// FailedSha, Attempts, NextAttemptAt, RevertedTo and RevertHealthy are what the agent's
+	// last check-in said of a failing desired sha that is backing off; absent or null when
+	// none is (and from a tenancy that predates them).
+	FailedSha     *string `json:"failed_sha,omitempty"`
+	Attempts      int     `json:"attempts,omitempty"`
+	NextAttemptAt *string `json:"next_attempt_at,omitempty"`
+	RevertedTo    *string `json:"reverted_to,omitempty"`
+	RevertHealthy *bool   `json:"revert_healthy,omitempty"`
 }
 
 // AdminAgentsPage is the body of GET /v1/admin/agents. Next is an opaque cursor, nil on the last

@@ -83,6 +83,14 @@ type CheckinRequest struct {
 	DiskFreeBytes *int64  `json:"disk_free_bytes"`
 	DockerVersion string  `json:"docker_version,omitempty"`
 	UpgradedFrom  string  `json:"upgraded_from,omitempty"`
+	// FailedSha, Attempts and NextAttemptAt describe a desired sha whose apply failed and is
+	// backing off (left out when none is); RevertedTo and RevertHealthy the release the last
+	// failure brought back, and whether it came up healthy.
+	FailedSha     string `json:"failed_sha,omitempty"`
+	Attempts      int    `json:"attempts,omitempty"`
+	NextAttemptAt string `json:"next_attempt_at,omitempty"`
+	RevertedTo    string `json:"reverted_to,omitempty"`
+	RevertHealthy *bool  `json:"revert_healthy,omitempty"`
 }
 
 // Vault is the OpenBao coordinates tenancy hands out with a check-in.
@@ -147,6 +155,10 @@ type Report struct {
 	LogTail      string      `json:"log_tail"`
 	AgentVersion string      `json:"agent_version"`
 	Containers   []Container `json:"containers"`
+	// RevertedTo is set on a `failed` report when the release that ran before was brought
+	// back; RevertHealthy says whether it came up healthy.
+	RevertedTo    string `json:"reverted_to,omitempty"`
+	RevertHealthy *bool  `json:"revert_healthy,omitempty"`
 }
 
 // Limits on what a report carries (after redaction).

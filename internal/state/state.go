@@ -73,6 +73,9 @@ type State struct {
 	// DockerInfoFailedAt is when the last `docker info` a tick ran before its check-in failed;
 	// the next try waits an hour.
 	DockerInfoFailedAt *time.Time `json:"docker_info_failed_at,omitempty"`
+	// Backoff is a desired sha whose apply failed: it is not tried again before NextAttemptAt,
+	// and the release it replaced was brought back (RevertedTo). Nil when no apply is failing.
+	Backoff *DeployBackoff `json:"deploy_backoff,omitempty"`
 
 	// extra keeps fields this version does not know, so a downgrade or a newer writer loses
 	// nothing when this version saves.
@@ -109,6 +112,61 @@ type LeaseBackoff struct {
 	Until time.Time `json:"until"`
 	// Reason is the refused login's error (never a token or grant).
 	Reason string `json:"reason,omitempty"`
+}
+
+// DeployBackoff is the failing desired sha and when it is tried next. A refusal is no part of
+// it: a refused bundle stays refused whatever the clock says.
+type DeployBackoff struct {
+	Sha string `json:"sha"`
+	// Attempts counts the failed applies of Sha since it became the desired sha (or since the
+	// last kit re-run).
+	Attempts      int       `json:"attempts"`
+	NextAttemptAt time.Time `json:"next_attempt_at"`
+	// RevertedTo is the release brought back after the last failure; "" when none was, and
+	// NoRevert then says why.
+	RevertedTo string `json:"reverted_to,omitempty"`
+	NoRevert   string `json:"no_revert,omitempty"`
+	// RevertPending is set, with RevertedTo, before the revert starts and cleared when it ends:
+	// a tick killed in between finds it set and finishes the revert.
+	RevertPending bool `json:"revert_pending,omitempty"`
+	// RevertHealthy says whether the reverted release came up healthy; nil while none ended.
+	RevertHealthy *bool `json:"revert_healthy,omitempty"`
+}
+
+// Backoff schedule of a failing desired sha: 2 min after the first failure, doubling, at most
+// an hour.
+const (
+	FirstBackoff = 2 * time.Minute
+	MaxBackoff   = time.Hour
+)
+
+// BackoffDelay is the wait after the n-th failed attempt (n ≥ 1).
+func BackoffDelay(n int) time.Duration {
+	d := FirstBackoff
+	for i := 1; i < n && d < MaxBackoff; i++ {
+		d *= 2
+	}
+	return min(d, MaxBackoff)
+}
+
+// NoteDeployFailure records one more failed apply of sha at now: the count goes up (or starts
+// at 1 for a sha that was not backing off) and the next try is BackoffDelay later. What the
+// previous failure reverted is forgotten; the caller records this one's.
+func (s *State) NoteDeployFailure(sha string, now time.Time) *DeployBackoff {
+	n := 1
+	if s.Backoff != nil && s.Backoff.Sha == sha {
+		n = s.Backoff.Attempts + 1
+	}
+	s.Backoff = &DeployBackoff{Sha: sha, Attempts: n, NextAttemptAt: now.Add(BackoffDelay(n)).UTC()}
+	return s.Backoff
+}
+
+// BackingOff reports whether sha failed and its next try is still ahead of now. A next try
+// more than MaxBackoff ahead was set by a clock since turned back (or written by hand): it is
+// due now rather than after a wait no schedule asked for.
+func (s *State) BackingOff(sha string, now time.Time) bool {
+	b := s.Backoff
+	return b != nil && b.Sha == sha && now.Before(b.NextAttemptAt) && b.NextAttemptAt.Sub(now) <= MaxBackoff
 }
 
 // CorruptError is a state file that exists but cannot be read as a state: the caller decides
@@ -252,7 +310,7 @@ var stateKeys = []string{
 	"env_id", "applied_sha", "history", "last_result", "last_detail", "last_sha", "token",
 	"agent_version", "pending_upgrade_from", "last_checkin_at", "last_apply_at",
 	"docker_root_dir", "docker_version", "docker_info_at", "pending_lease", "previous_token",
-	"lease_backoff", "docker_info_failed_at",
+	"lease_backoff", "docker_info_failed_at", "deploy_backoff",
 }
 
 // legacyLastError is the Python agent's name for LastDetail; read, never written back (a stale
@@ -316,6 +374,15 @@ func (s *State) UnmarshalJSON(data []byte) error {
 		n.LeaseBackoff = &LeaseBackoff{}
 		if err := json.Unmarshal(v, n.LeaseBackoff); err != nil {
 			return fmt.Errorf("lease_backoff: %w", err)
+		}
+	}
+	if v, ok := raw["deploy_backoff"]; ok && !isNull(v) {
+		n.Backoff = &DeployBackoff{}
+		if err := json.Unmarshal(v, n.Backoff); err != nil {
+			return fmt.Errorf("deploy_backoff: %w", err)
+		}
+		if n.Backoff.Sha == "" || n.Backoff.Attempts < 1 {
+			return errors.New("deploy_backoff: want a sha and a positive attempts count")
 		}
 	}
 	for _, f := range []struct {

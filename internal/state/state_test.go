@@ -44,6 +44,9 @@ func TestLoadCorrupt(t *testing.T) {
 		"previous_token bad":  `{"previous_token": {"source": 1}}`,
 		"lease_backoff bad":   `{"lease_backoff": {"until": "soon"}}`,
 		"docker failure time": `{"docker_info_failed_at": "yesterday"}`,
+		"deploy_backoff time": `{"deploy_backoff": {"sha": "ab", "attempts": 1, "next_attempt_at": "soon"}}`,
+		"deploy_backoff no n": `{"deploy_backoff": {"sha": "ab", "attempts": 0}}`,
+		"deploy_backoff list": `{"deploy_backoff": ["ab"]}`,
 	}
 	for name, content := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -138,6 +141,7 @@ func TestSaveModeAndRoundTrip(t *testing.T) {
 		DockerInfoAt: &at, DockerInfoFailedAt: &at,
 		PendingLease:  &PendingLease{Addr: "https://bao:8200", Mount: "jwt-tenancy", Role: "see-env", ExpiresAt: at, BearerAccessor: "acc"},
 		LeaseBackoff:  &LeaseBackoff{Until: at, Reason: "bao: login refused"},
+		Backoff:       &DeployBackoff{Sha: shaB, Attempts: 3, NextAttemptAt: at, RevertedTo: "ab12", RevertHealthy: ptr(true)},
 		PreviousToken: &TokenMeta{Source: SourceBootstrap, Accessor: "old", Addr: "https://bao-old:8200"},
 		Token:         &TokenMeta{Source: SourceBootstrap, Accessor: "acc", ObtainedAt: at, TTLSec: 3600, Addr: "https://bao:8200"}}
 	s.RecordApplied(shaB, at)
@@ -300,7 +304,8 @@ func FuzzDecode(f *testing.F) {
 	}
 	f.Add(seed)
 	for _, s := range []string{`{}`, `null`, `[]`, `{"history":[{"sha":"a"},"b","a"]}`, `{"token":{"ttl":1e99}}`,
-		`{"last_apply_at":"2026-01-01 00:00:00"}`, `{"x":{"y":[1,2]},"token":{"z":null}}`, `{"last_error":"e","last_detail":""}`} {
+		`{"last_apply_at":"2026-01-01 00:00:00"}`, `{"x":{"y":[1,2]},"token":{"z":null}}`, `{"last_error":"e","last_detail":""}`,
+		`{"deploy_backoff":{"sha":"9f3e","attempts":3,"next_attempt_at":"2026-12-02T10:08:00Z","reverted_to":"7a10","revert_healthy":true}}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -410,4 +415,42 @@ func FuzzParseUpgradedFrom(f *testing.F) {
 			t.Fatalf("accepted %q", v)
 		}
 	})
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func TestBackoffDelaySchedule(t *testing.T) {
+	want := []time.Duration{2 * time.Minute, 4 * time.Minute, 8 * time.Minute, 16 * time.Minute, 32 * time.Minute, time.Hour, time.Hour}
+	for i, w := range want {
+		if got := BackoffDelay(i + 1); got != w {
+			t.Errorf("BackoffDelay(%d) = %s, want %s", i+1, got, w)
+		}
+	}
+	if got := BackoffDelay(1 << 30); got != time.Hour {
+		t.Errorf("BackoffDelay(huge) = %s, want the 1h cap", got)
+	}
+}
+
+func TestNoteDeployFailureCountsPerSha(t *testing.T) {
+	now := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	s := &State{}
+	b := s.NoteDeployFailure(shaB, now)
+	if b.Attempts != 1 || !b.NextAttemptAt.Equal(now.Add(2*time.Minute)) {
+		t.Fatalf("first failure: %+v", b)
+	}
+	b.RevertedTo, b.RevertHealthy = "ab12", ptr(true)
+	b = s.NoteDeployFailure(shaB, now.Add(3*time.Minute))
+	if b.Attempts != 2 || !b.NextAttemptAt.Equal(now.Add(7*time.Minute)) || b.RevertedTo != "" || b.RevertHealthy != nil {
+		t.Fatalf("second failure: %+v", b)
+	}
+	if !s.BackingOff(shaB, now.Add(6*time.Minute)) || s.BackingOff(shaB, now.Add(7*time.Minute)) || s.BackingOff("ab12", now) {
+		t.Error("BackingOff does not follow NextAttemptAt and the sha")
+	}
+	s.Backoff.NextAttemptAt = now.Add(MaxBackoff + time.Minute) // the clock went back a day, say
+	if s.BackingOff(shaB, now) {
+		t.Error("a next try beyond the longest backoff holds the sha back")
+	}
+	if b := s.NoteDeployFailure("ab12", now); b.Attempts != 1 || b.Sha != "ab12" {
+		t.Errorf("another sha must start at 1: %+v", b)
+	}
 }

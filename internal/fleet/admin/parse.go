@@ -67,7 +67,11 @@ func ParseAgentsPage(b []byte) (*protocol.AdminAgentsPage, time.Time, error) {
 		if a.CheckinIntervalS < 0 {
 			return nil, time.Time{}, fmt.Errorf("%s.checkin_interval_s: %d is negative", where, a.CheckinIntervalS)
 		}
-		times := []timeField{{"last_checkin_at", a.LastCheckinAt}, {"desired_at", a.DesiredAt}, {"last_result_at", a.LastResultAt}}
+		if a.Attempts < 0 {
+			return nil, time.Time{}, fmt.Errorf("%s.attempts: %d is negative", where, a.Attempts)
+		}
+		times := []timeField{{"last_checkin_at", a.LastCheckinAt}, {"desired_at", a.DesiredAt}, {"last_result_at", a.LastResultAt},
+			{"next_attempt_at", a.NextAttemptAt}}
 		if a.Timer != nil {
 			times = append(times, timeField{"timer.next_elapse", a.Timer.NextElapse}, timeField{"timer.observed_at", a.Timer.ObservedAt})
 		}

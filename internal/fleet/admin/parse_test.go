@@ -35,6 +35,10 @@ func TestParseAgentsPage(t *testing.T) {
 		{"empty env id", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":""}]}`, `agents[0].env_id`},
 		{"shell in env id", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"a;rm -rf /"}]}`, `agents[0].env_id`},
 		{"negative interval", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"a","checkin_interval_s":-1}]}`, `checkin_interval_s: -1`},
+		{"backoff", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"a","failed_sha":"9f3e","attempts":3,"next_attempt_at":"2026-12-02T10:08:00Z","reverted_to":"7a10","revert_healthy":true}]}`, ""},
+		{"bad next attempt", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"env-x","next_attempt_at":"in 8m"}]}`, `agents[0] (env-x).next_attempt_at`},
+		{"negative attempts", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"env-x","attempts":-2}]}`, `agents[0] (env-x).attempts: -2`},
+		{"revert_healthy type", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"env-x","revert_healthy":"yes"}]}`, `revert_healthy`},
 		{"empty cursor", `{"now":"2026-12-02T10:00:00Z","agents":[],"next":""}`, `empty cursor`},
 		{"trailing", `{"now":"2026-12-02T10:00:00Z","agents":[]} {}`, `trailing data`},
 		{"applied_sha given twice", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"a","applied_sha":"7a10","applied_sha":"0bad"}]}`, `field "agents.applied_sha": given twice`},
@@ -104,6 +108,7 @@ func TestParseKit(t *testing.T) {
 func FuzzParseAgentsPage(f *testing.F) {
 	f.Add([]byte(`{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"a","last_checkin_at":"2026-12-02T09:00:00Z","timer":{"enabled":false}}],"next":"c"}`))
 	f.Add([]byte(`{"now":"2026-12-02T10:00:00Z","agents":null,"next":null}`))
+	f.Add([]byte(`{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"a","failed_sha":"9f","attempts":2,"next_attempt_at":"2026-12-02T10:08:00Z","revert_healthy":false}]}`))
 	f.Add([]byte(`{"now":1}`))
 	f.Add([]byte(`[]`))
 	f.Fuzz(func(t *testing.T, b []byte) {

@@ -486,3 +486,41 @@ func TestZitiURLFromTheIdentityFile(t *testing.T) {
 		})
 	}
 }
+
+// A box backing off a failed release is no laggard, and no wait clears it: the gate says so while
+// it waits and when it closes.
+func TestGateSaysWhenABoxIsBackingOff(t *testing.T) {
+	h := newHarness(t)
+	a := h.f.a
+	backOff := func(ag *protocol.AdminAgent) {
+		failed := ag.DesiredSha
+		next := fleettest.Now.Add(8 * time.Minute).Format(time.RFC3339)
+		ag.FailedSha, ag.Attempts, ag.NextAttemptAt = &failed, 3, &next
+		applied := ag.AppliedSha
+		ag.RevertedTo, ag.RevertHealthy = &applied, &[]bool{true}[0]
+		ag.LastResult = "healthy"
+	}
+	a.UpdateAgent("env-qa-03", backOff)
+	a.OnPoll(a.Polls()+2, func() {
+		now := fleettest.Now.Format(time.RFC3339)
+		for _, env := range []string{"env-qa-01", "env-qa-03", "env-prod-01"} {
+			a.UpdateAgent(env, func(ag *protocol.AdminAgent) { ag.AgentVersion, ag.LastCheckinAt = "0.2.1", &now })
+		}
+	})
+	code := h.run(context.Background(), "-v", "gate", "--env", "env-[qp][ar]*-0[13]", "--expect-version", "0.2.1", "--wait", "10m", "--poll", "10s", "-o", "wide")
+	if code != 1 {
+		t.Fatalf("exit %d\n%s\n%s", code, h.stdout.String(), h.stderr.String())
+	}
+	if !strings.Contains(h.stderr.String(), "backing_off=1") {
+		t.Errorf("the wait did not say a box is backing off: %q", h.stderr.String())
+	}
+	out := h.stdout.String()
+	for _, want := range []string{"env-qa-03", "BACKOFF", "failed 3×, reverted to", "next try in 8m", "1 backing off a failed release"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if len(h.sleeps) > 2 {
+		t.Errorf("the gate waited on after the laggards caught up: sleeps %v", h.sleeps)
+	}
+}

@@ -121,9 +121,16 @@ func runGate(ctx context.Context, opts gateOptions, g *globalOptions, w io.Write
 			}
 			return notOK(!gate.Pass)
 		}
-		g.log.Info("gate: waiting", "lagging", lagging, "expect", opts.expectVersion, "left", remaining.Round(time.Second))
+		// A box backing off a failed release checks in as usual: it is no laggard, and no wait
+		// clears its verdict; say so rather than let the wait look like it covers it.
+		backingOff := gate.BackingOff()
+		g.log.Info("gate: waiting", "lagging", lagging, "backing_off", backingOff, "expect", opts.expectVersion, "left", remaining.Round(time.Second))
 		if g.w.IsTerminal(g.w.Stderr) {
-			fmt.Fprintf(g.stderr, "\r\x1b[Kgate: %d envs not yet on %s, %s left", lagging, opts.expectVersion, remaining.Round(time.Second))
+			extra := ""
+			if backingOff > 0 {
+				extra = fmt.Sprintf(" (%d more backing off a failed release: they block whatever the wait)", backingOff)
+			}
+			fmt.Fprintf(g.stderr, "\r\x1b[Kgate: %d envs not yet on %s%s, %s left", lagging, opts.expectVersion, extra, remaining.Round(time.Second))
 			waitLine = true
 		}
 		if err := g.w.Sleep(ctx, min(opts.poll, remaining)); err != nil {

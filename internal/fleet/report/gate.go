@@ -44,6 +44,10 @@ type Blocker struct {
 	CheckinAgeS   *int64  `json:"checkin_age_s"`
 	// Why is the next step of the verdict, or why the env lags.
 	Why string `json:"why"`
+	// BackingOff is set when the env's desired sha failed and waits for its next try
+	// (NextAttemptAt, tenancy's word for the agent's): waiting on the gate does not unblock it.
+	BackingOff    bool    `json:"backing_off"`
+	NextAttemptAt *string `json:"next_attempt_at"`
 }
 
 // GateOptions say what the gate requires.
@@ -118,6 +122,9 @@ func NewGate(doc *Document, o GateOptions) *Gate {
 		}
 		b := Blocker{EnvID: e.EnvID, Site: e.Site, Verdict: e.Verdict, Reasons: append([]string{}, e.Reasons...),
 			Lagging: lag != "", AgentVersion: e.AgentVersion, LastCheckinAt: e.LastCheckinAt, CheckinAgeS: e.CheckinAgeS, Why: e.NextStep}
+		if e.BackingOff() {
+			b.BackingOff, b.NextAttemptAt = true, e.NextAttemptAt
+		}
 		if lag != "" {
 			b.Reasons = append(b.Reasons, Laggard)
 			if e.Verdict == string(verdict.OK) {
@@ -173,6 +180,9 @@ func (g *Gate) line() string {
 		}
 	}
 	s := fmt.Sprintf("gate: FAIL — %d of %d envs block%s", len(g.Blockers), g.Envs, allowed)
+	if n := g.BackingOff(); n > 0 {
+		s += fmt.Sprintf("; %d backing off a failed release", n)
+	}
 	if g.ExpectVersion != "" {
 		s += fmt.Sprintf("; %d not yet on %s", lag, g.ExpectVersion)
 		if g.TimedOut {
@@ -180,4 +190,16 @@ func (g *Gate) line() string {
 		}
 	}
 	return s
+}
+
+// BackingOff counts the blockers whose desired sha is backing off: no wait unblocks them before
+// their next try, and a new bundle or a kit re-run is what does.
+func (g *Gate) BackingOff() int {
+	n := 0
+	for _, b := range g.Blockers {
+		if b.BackingOff {
+			n++
+		}
+	}
+	return n
 }

@@ -65,6 +65,13 @@ type Env struct {
 	TokenTTLS     *int64               `json:"token_ttl_s"`
 	DiskFreeBytes *int64               `json:"disk_free_bytes"`
 	UpgradedFrom  *string              `json:"upgraded_from"`
+	// The backoff of a failing desired sha, as the agent's last check-in said (null and 0 when
+	// none).
+	FailedSha     *string `json:"failed_sha"`
+	Attempts      int     `json:"attempts"`
+	NextAttemptAt *string `json:"next_attempt_at"`
+	RevertedTo    *string `json:"reverted_to"`
+	RevertHealthy *bool   `json:"revert_healthy"`
 }
 
 // Options select and judge the rows.
@@ -136,6 +143,7 @@ func Build(agents *admin.Agents, identities []ziti.Identity, opts Options) (*Doc
 			AppliedSha: a.AppliedSha, DesiredSha: a.DesiredSha, DesiredAt: a.DesiredAt,
 			LastResult: a.LastResult, LastResultAt: a.LastResultAt, LastDetail: a.LastDetail,
 			Timer: a.Timer, TokenTTLS: a.TokenTTLSec, DiskFreeBytes: a.DiskFreeBytes, UpgradedFrom: a.UpgradedFrom,
+			FailedSha: a.FailedSha, Attempts: a.Attempts, NextAttemptAt: a.NextAttemptAt, RevertedTo: a.RevertedTo, RevertHealthy: a.RevertHealthy,
 		}
 		setMesh(&e, id)
 		setResult(&e, res)
@@ -157,6 +165,11 @@ func Build(agents *admin.Agents, identities []ziti.Identity, opts Options) (*Doc
 	}
 	sort.SliceStable(doc.Envs, func(i, j int) bool { return doc.Envs[i].EnvID < doc.Envs[j].EnvID })
 	return doc, nil
+}
+
+// BackingOff reports whether the env's desired sha failed and waits for its next try.
+func (e Env) BackingOff() bool {
+	return e.FailedSha != nil && *e.FailedSha != "" && *e.FailedSha == e.DesiredSha
 }
 
 func (d *Document) add(e Env) {
@@ -221,6 +234,16 @@ func agentInput(a protocol.AdminAgent) (*verdict.Agent, error) {
 	}
 	if a.Timer != nil {
 		va.TimerEnabled = a.Timer.Enabled
+	}
+	if a.FailedSha != nil && *a.FailedSha != "" {
+		bo := &verdict.Backoff{FailedSha: *a.FailedSha, Attempts: a.Attempts, RevertHealthy: a.RevertHealthy}
+		if a.RevertedTo != nil {
+			bo.RevertedTo = *a.RevertedTo
+		}
+		if bo.NextAttemptAt, err = optTime(a.EnvID, "next_attempt_at", a.NextAttemptAt); err != nil {
+			return nil, err
+		}
+		va.Backoff = bo
 	}
 	return va, nil
 }

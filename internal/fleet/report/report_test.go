@@ -304,3 +304,45 @@ func TestKeepsAndIdentityOf(t *testing.T) {
 		t.Errorf("IdentityOf with identity = %q", got)
 	}
 }
+
+// A box backing off shows it in its row and its JSON: which sha failed how often, what it
+// reverted to, when it tries next.
+func TestBackoffRow(t *testing.T) {
+	now := fleettest.Now
+	stamp := func(d time.Duration) *string { s := now.Add(d).Format(time.RFC3339); return &s }
+	failed, applied := "9f3e21d07a1b", "7a10c4e2b9d8"
+	a := protocol.AdminAgent{EnvID: "env-qa-03", Site: "cbs", AgentVersion: "0.2.0", LastCheckinAt: stamp(-20 * time.Second),
+		CheckinIntervalS: 60, DesiredSha: failed, DesiredAt: stamp(-40 * time.Minute), AppliedSha: applied,
+		LastResult: "healthy", LastResultAt: stamp(-20 * time.Second),
+		FailedSha: &failed, Attempts: 3, NextAttemptAt: stamp(8 * time.Minute), RevertedTo: &applied, RevertHealthy: ptrTo(true)}
+	online := true
+	ids := []ziti.Identity{{ID: "z1", Name: "monky-host.env-qa-03", RoleAttributes: []string{ziti.AttrDeployAgent, ziti.AttrOpenBaoClient}, Online: &online}}
+	doc, err := Build(&admin.Agents{Now: now, Agents: []protocol.AdminAgent{a}}, ids, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := doc.Envs[0]
+	if e.Verdict != "BACKOFF" || !slices.Equal(e.Reasons, []string{"BACKOFF", "DRIFT"}) ||
+		!strings.HasPrefix(e.NextStep, "9f3e21d0 failed 3×, reverted to 7a10c4e2 (healthy), next try in 8m") {
+		t.Errorf("row = %s %v %q", e.Verdict, e.Reasons, e.NextStep)
+	}
+	b, err := render.Printer{Format: render.FormatJSON}.Render(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"failed_sha": "9f3e21d07a1b"`, `"attempts": 3`, `"next_attempt_at": "` + *stamp(8 * time.Minute) + `"`,
+		`"reverted_to": "7a10c4e2b9d8"`, `"revert_healthy": true`, `"BACKOFF": 1`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("JSON lacks %s:\n%s", want, b)
+		}
+	}
+	tb, err := render.Printer{Format: render.FormatTable}.Render(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(tb), "BACKOFF") || !strings.Contains(string(tb), "1 env: 1 BACKOFF") {
+		t.Errorf("table:\n%s", tb)
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }

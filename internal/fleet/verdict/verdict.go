@@ -21,9 +21,12 @@ const (
 	Silent         Verdict = "SILENT"
 	Offline        Verdict = "OFFLINE"
 	Failing        Verdict = "FAILING"
-	Drift          Verdict = "DRIFT"
-	Outdated       Verdict = "OUTDATED"
-	OK             Verdict = "OK"
+	// BackingOff is a box serving the release it ran before, healthy, while the desired sha,
+	// which failed, waits for its next try.
+	BackingOff Verdict = "BACKOFF"
+	Drift      Verdict = "DRIFT"
+	Outdated   Verdict = "OUTDATED"
+	OK         Verdict = "OK"
 	// OrphanIdentity is a monky-host.* identity tenancy does not know: a retired backend whose
 	// identity was left behind, or a typo'd onboarding. It is judged by nothing else.
 	OrphanIdentity Verdict = "ORPHAN_IDENTITY"
@@ -31,7 +34,7 @@ const (
 
 // All lists every verdict in table order (OK, then ORPHAN_IDENTITY, last).
 func All() []Verdict {
-	return []Verdict{NoIdentity, AttrsMissing, NeverCheckedIn, Silent, Offline, Failing, Drift, Outdated, OK, OrphanIdentity}
+	return []Verdict{NoIdentity, AttrsMissing, NeverCheckedIn, Silent, Offline, Failing, BackingOff, Drift, Outdated, OK, OrphanIdentity}
 }
 
 // Defaults of Thresholds.
@@ -60,6 +63,20 @@ type Agent struct {
 	// TimerEnabled is what the agent's last check-in said of its systemd timer; nil when it
 	// could not tell.
 	TimerEnabled *bool
+	// Backoff is what the agent's last check-in said of a failing desired sha; nil when none.
+	Backoff *Backoff
+}
+
+// Backoff is a desired sha whose apply failed and waits for its next try.
+type Backoff struct {
+	FailedSha string
+	Attempts  int
+	// NextAttemptAt is nil when the agent did not say.
+	NextAttemptAt *time.Time
+	// RevertedTo is the release the agent brought back ("" when none); RevertHealthy whether it
+	// came up healthy (nil when unknown).
+	RevertedTo    string
+	RevertHealthy *bool
 }
 
 // Mesh is what the ziti controller knows of the env's identity.
@@ -164,13 +181,28 @@ func Evaluate(in Input, now time.Time, th Thresholds) Result {
 	if r.Stale && !online {
 		add(Offline, fmt.Sprintf("host or tunneller down: mesh offline, last check-in %s ago", Human(*r.Age)))
 	}
+	bo := a.Backoff
+	if bo != nil && (bo.FailedSha == "" || bo.FailedSha != a.DesiredSha) {
+		bo = nil // about a sha tenancy no longer wants
+	}
+	failing := false
 	switch a.LastResult {
 	case "failed", "refused", "unhealthy":
+		failing = !servesPrevious(a, bo)
+	}
+	if failing {
 		d := oneLine(a.LastDetail)
 		if d == "" {
 			d = "(no detail)"
 		}
-		add(Failing, a.LastResult+": "+clip(d, detailWidth))
+		step := a.LastResult + ": " + clip(d, detailWidth)
+		if bo != nil {
+			step += "; " + backoffPhrase(bo, now)
+		}
+		add(Failing, step)
+	}
+	if bo != nil && !failing {
+		add(BackingOff, backoffPhrase(bo, now)+": the box serves the previous release; fix the failed one and publish a new bundle (a kit re-run retries at once)")
 	}
 	if a.DesiredSha != "" && a.DesiredSha != a.AppliedSha && a.DesiredAt != nil && now.Sub(*a.DesiredAt) > drift {
 		add(Drift, fmt.Sprintf("desired %s not applied for %s: look at the last result and the agent's journal",
@@ -192,6 +224,45 @@ func Evaluate(in Input, now time.Time, th Thresholds) Result {
 	r.Verdict = r.Reasons[0]
 	r.NextStep = steps[r.Verdict]
 	return r
+}
+
+// servesPrevious reports whether a box whose desired sha is backing off runs the release it
+// reverted to, healthy: its last heartbeat said so, or its last failure's revert came up healthy.
+func servesPrevious(a *Agent, bo *Backoff) bool {
+	if bo == nil {
+		return false
+	}
+	switch a.LastResult {
+	case "healthy", "applied":
+		return true
+	case "failed":
+		return bo.RevertedTo != "" && bo.RevertHealthy != nil && *bo.RevertHealthy
+	}
+	return false
+}
+
+// backoffPhrase says what the backoff is: `9f3e21d0 failed 3×, reverted to 7a10c4e2 (healthy),
+// next try in 8m`.
+func backoffPhrase(bo *Backoff, now time.Time) string {
+	s := fmt.Sprintf("%s failed %d×", Short(bo.FailedSha), bo.Attempts)
+	switch {
+	case bo.RevertedTo != "" && bo.RevertHealthy != nil && *bo.RevertHealthy:
+		s += ", reverted to " + Short(bo.RevertedTo) + " (healthy)"
+	case bo.RevertedTo != "" && bo.RevertHealthy != nil:
+		s += ", reverted to " + Short(bo.RevertedTo) + " (unhealthy)"
+	case bo.RevertedTo != "":
+		s += ", reverting to " + Short(bo.RevertedTo)
+	default:
+		s += ", not reverted"
+	}
+	switch {
+	case bo.NextAttemptAt == nil:
+	case bo.NextAttemptAt.After(now):
+		s += ", next try in " + Human(bo.NextAttemptAt.Sub(now))
+	default:
+		s += ", next try due"
+	}
+	return s
 }
 
 // Human writes a duration the way the table shows ages: 45s, 12m, 3h5m, 2d4h.

@@ -24,6 +24,15 @@ func healthy() Input {
 	}
 }
 
+// backingOff makes the desired sha one that failed 3 times and waits 8 more minutes, the box
+// reverted to its applied sha (revertHealthy nil: the revert has not ended).
+func backingOff(in *Input, revertHealthy *bool) {
+	a := in.Agent
+	a.DesiredSha, a.DesiredAt = "9f3e21d07a1b", ago(40*time.Minute)
+	next := now.Add(8 * time.Minute)
+	a.Backoff = &Backoff{FailedSha: a.DesiredSha, Attempts: 3, NextAttemptAt: &next, RevertedTo: a.AppliedSha, RevertHealthy: revertHealthy}
+}
+
 func TestEvaluate(t *testing.T) {
 	v020 := mustVersion(t, "0.2.0")
 	for _, tc := range []struct {
@@ -68,6 +77,32 @@ func TestEvaluate(t *testing.T) {
 			in.Agent.LastDetail = "DISK_INSUFFICIENT: " + strings.Repeat("x", 200)
 		}, want: Failing, stepHas: []string{"refused: DISK_INSUFFICIENT: xxx", "…"}},
 		{name: "failing: unhealthy", edit: func(in *Input) { in.Agent.LastResult = "unhealthy" }, want: Failing, stepHas: []string{"unhealthy: (no detail)"}},
+		{name: "backoff: serving the previous release", edit: func(in *Input) {
+			backingOff(in, ptr(true))
+		}, want: BackingOff, wantReasons: []Verdict{BackingOff, Drift},
+			stepHas: []string{"9f3e21d0 failed 3×, reverted to 7a10b2c3 (healthy), next try in 8m", "serves the previous release"}},
+		{name: "backoff: the failure report with a healthy revert", edit: func(in *Input) {
+			backingOff(in, ptr(true))
+			in.Agent.LastResult, in.Agent.LastDetail = "failed", "not healthy after 5m0s: api"
+		}, want: BackingOff, stepHas: []string{"reverted to 7a10b2c3 (healthy)"}},
+		{name: "backoff whose revert is unhealthy is failing", edit: func(in *Input) {
+			backingOff(in, ptr(false))
+			in.Agent.LastResult, in.Agent.LastDetail = "unhealthy", "api: running/unhealthy"
+		}, want: Failing, wantReasons: []Verdict{Failing, Drift},
+			stepHas: []string{"unhealthy: api: running/unhealthy; 9f3e21d0 failed 3×, reverted to 7a10b2c3 (unhealthy), next try in 8m"}},
+		{name: "backoff without a revert is failing", edit: func(in *Input) {
+			backingOff(in, nil)
+			in.Agent.Backoff.RevertedTo = ""
+			in.Agent.LastResult = "failed"
+		}, want: Failing, stepHas: []string{"9f3e21d0 failed 3×, not reverted, next try in 8m"}},
+		{name: "backoff due", edit: func(in *Input) {
+			backingOff(in, ptr(true))
+			in.Agent.Backoff.NextAttemptAt = ago(time.Second)
+		}, want: BackingOff, stepHas: []string{"next try due"}},
+		{name: "backoff of a sha no longer desired is ignored", edit: func(in *Input) {
+			backingOff(in, ptr(true))
+			in.Agent.DesiredSha = in.Agent.AppliedSha
+		}, want: OK},
 		{name: "down is not failing", edit: func(in *Input) { in.Agent.LastResult = "down" }, want: OK},
 		{name: "drift", edit: func(in *Input) { in.Agent.DesiredSha = "9f8e7d6c5b4a"; in.Agent.DesiredAt = ago(42 * time.Minute) },
 			want: Drift, stepHas: []string{"desired 9f8e7d6c not applied for 42m"}},

@@ -52,8 +52,8 @@ func IdentityName(env string) string { return "monky-host." + env }
 
 // AdminAgent returns env's record as tenancy's admin API lists it (GET /v1/admin/agents):
 // desired sha and when it was set, and from the latest accepted check-in and report the
-// agent's version, transport, hostname, applied sha, timer, token TTL, free disk, last result
-// with its detail and time. False when env is not registered.
+// agent's version, transport, hostname, applied sha, timer, token TTL, free disk, the backoff of
+// a failing desired sha, last result with its detail and time. False when env is not registered.
 func (s *Server) AdminAgent(env string) (protocol.AdminAgent, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -93,6 +93,17 @@ func (s *Server) adminLocked(env string, st *envState) protocol.AdminAgent {
 	a.AgentVersion, a.Transport, a.Hostname = c.AgentVersion, c.Transport, c.Hostname
 	a.LastCheckinAt = stamp(st.checkinAt)
 	a.TokenTTLSec, a.DiskFreeBytes = copyInt(c.TokenTTLSec), copyInt(c.DiskFreeBytes)
+	if c.FailedSha != "" {
+		// The backoff is the agent's word in its latest check-in, as tenancy keeps it.
+		a.FailedSha, a.Attempts = copyString(&c.FailedSha), c.Attempts
+		if c.NextAttemptAt != "" {
+			a.NextAttemptAt = copyString(&c.NextAttemptAt)
+		}
+		if c.RevertedTo != "" {
+			a.RevertedTo = copyString(&c.RevertedTo)
+		}
+		a.RevertHealthy = copyBool(c.RevertHealthy)
+	}
 	if c.Timer != nil {
 		a.Timer = &protocol.AdminTimer{Enabled: copyBool(c.Timer.Enabled), Active: copyBool(c.Timer.Active),
 			NextElapse: copyString(c.Timer.NextElapse), ObservedAt: stamp(st.checkinAt)}

@@ -125,6 +125,21 @@ func TestAdminViewFollowsAcceptedCalls(t *testing.T) {
 		}
 	})
 
+	t.Run("a check-in's backoff is kept, and gone with the next one that has none", func(t *testing.T) {
+		r := req
+		r.FailedSha, r.Attempts, r.NextAttemptAt, r.RevertedTo, r.RevertHealthy = "9f3e", 3, "2026-12-02T10:08:00Z", "7a10", ptr(true)
+		post(t, s.URL+"/v1/agent/checkin", "tok-a", r)
+		a, _ := s.AdminAgent("env-a")
+		if a.FailedSha == nil || *a.FailedSha != "9f3e" || a.Attempts != 3 || *a.NextAttemptAt != "2026-12-02T10:08:00Z" ||
+			*a.RevertedTo != "7a10" || a.RevertHealthy == nil || !*a.RevertHealthy {
+			t.Fatalf("backoff in the admin view: %+v", a)
+		}
+		post(t, s.URL+"/v1/agent/checkin", "tok-a", req)
+		if a, _ := s.AdminAgent("env-a"); a.FailedSha != nil || a.Attempts != 0 || a.NextAttemptAt != nil || a.RevertedTo != nil || a.RevertHealthy != nil {
+			t.Fatalf("backoff outlived the check-in that dropped it: %+v", a)
+		}
+	})
+
 	t.Run("every env, sorted", func(t *testing.T) {
 		s.AddEnv("env-0")
 		var ids []string

@@ -1,0 +1,291 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/bundle"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/compose"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/release"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/state"
+)
+
+// A failed deploy leaves the box as it was: the release that ran before is brought back, and
+// the failing sha waits (2 min, 4, 8, … at most an hour) before it is tried again, instead of
+// recreating unhealthy containers under the lock every minute (Nomad's auto_revert, a
+// Kubernetes rollout's old ReplicaSet, balena's backoff of a failing release).
+
+// applyAttempt is the apply under way in this tick: a failure of it enters the backoff, and a
+// failure after its promote also brings the previous release back.
+type applyAttempt struct {
+	sha      string
+	b        *bundle.Bundle // nil until the bundle parsed
+	promoted bool           // `current` may point at sha: the box changed
+}
+
+// holdBackoff decides, for a check-in that says apply, whether the desired sha is still
+// backing off. Its backoff ending is logged: the tick that follows is the next try.
+func (a *Agent) holdBackoff(resp *protocol.CheckinResponse) bool {
+	bo := a.st.Backoff
+	if bo == nil || bo.Sha != resp.DesiredSha {
+		return false
+	}
+	now := a.deps.Now().UTC()
+	if a.st.BackingOff(resp.DesiredSha, now) {
+		return true
+	}
+	a.log.Info(fmt.Sprintf("backoff over: trying %s again (attempt %d)", short(bo.Sha), bo.Attempts+1))
+	return false
+}
+
+// forgetBackoff drops the backoff of a sha tenancy no longer wants applied: a new desired sha
+// starts afresh (and so does the old one if it comes back later), a `none` says the box runs what
+// tenancy wants, and a retire ends everything. A revert still pending was finished before (run),
+// or the tick stopped.
+func (a *Agent) forgetBackoff(resp *protocol.CheckinResponse) {
+	bo := a.st.Backoff
+	if bo == nil {
+		return
+	}
+	switch {
+	case resp.Action == protocol.ActionApply && bo.Sha == resp.DesiredSha, bo.RevertPending && resp.Action != protocol.ActionDown:
+		return
+	case resp.Action == protocol.ActionDown:
+		a.log.Info(fmt.Sprintf("backoff of %s dropped: the env is retired", short(bo.Sha)))
+	case resp.Action == protocol.ActionNone:
+		a.log.Info(fmt.Sprintf("backoff of %s dropped: tenancy has nothing to apply", short(bo.Sha)))
+	default:
+		a.log.Info(fmt.Sprintf("backoff of %s dropped: desired is now %s", short(bo.Sha), short(resp.DesiredSha)))
+	}
+	a.st.Backoff = nil
+	if err := a.saveState(); err != nil {
+		a.log.Warn("state not saved", "error", err.Error())
+	}
+}
+
+// backingOff is a tick while the desired sha waits for its next try: a heartbeat of what runs
+// (the reverted release), saying until when. The exit is 1: the box does not run what tenancy
+// wants, and the last line says why.
+func (a *Agent) backingOff(ctx context.Context, resp *protocol.CheckinResponse) error {
+	bo := a.st.Backoff
+	now := a.deps.Now().UTC()
+	note := BackoffNote(bo, now)
+	a.log.Warn("backoff: " + note)
+	if err := a.heartbeat(ctx, resp, note); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: %s", ErrFailed, note)
+}
+
+// BackoffNote says what a backoff is at now, as the journal and `status` show it:
+// `9f3e21d07a1b failed 3×, reverted to 7a10c4e2d9b1 (healthy); next try at
+// 2026-12-02T10:08:00Z (in 8m0s)`.
+func BackoffNote(bo *state.DeployBackoff, now time.Time) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s failed %d×", short(bo.Sha), bo.Attempts)
+	switch {
+	case bo.RevertedTo != "" && bo.RevertHealthy != nil:
+		fmt.Fprintf(&b, ", reverted to %s (%s)", short(bo.RevertedTo), healthWord(*bo.RevertHealthy))
+	case bo.RevertedTo != "":
+		fmt.Fprintf(&b, ", reverting to %s", short(bo.RevertedTo))
+	case bo.NoRevert != "":
+		fmt.Fprintf(&b, ", not reverted: %s", bo.NoRevert)
+	}
+	left := max(bo.NextAttemptAt.Sub(now), 0).Round(time.Second)
+	fmt.Fprintf(&b, "; next try at %s (in %s)", bo.NextAttemptAt.UTC().Format(time.RFC3339), left)
+	return b.String()
+}
+
+func healthWord(ok bool) string {
+	if ok {
+		return "healthy"
+	}
+	return "unhealthy"
+}
+
+// failApply reports a failed apply: it enters (or extends) the backoff, brings the release that
+// ran before back when the failure came after the promote, and reports `failed` with what the
+// revert did. The backoff and the revert's target are saved before the revert starts, so a
+// tick killed during it leaves a record the next tick finishes the revert from.
+func (a *Agent) failApply(ctx context.Context, at *applyAttempt, detail, logTail string, cs []protocol.Container) error {
+	a.attempt = nil // what fails from here on is the revert, not another attempt
+	a.failedThisTick = true
+	bo := a.st.NoteDeployFailure(at.sha, a.deps.Now())
+	if at.promoted {
+		bo.RevertedTo, bo.NoRevert = a.revertTarget(at)
+		bo.RevertPending = bo.RevertedTo != ""
+	}
+	a.st.LastSha, a.st.LastResult, a.st.LastDetail = at.sha, protocol.ResultFailed, a.cutDetail(detail)
+	if err := a.saveState(); err != nil {
+		a.log.Warn("state not saved", "error", err.Error())
+	}
+	if err := a.step("failed"); err != nil {
+		return err
+	}
+	r := protocol.Report{Sha: at.sha, Result: protocol.ResultFailed, Detail: detail, LogTail: logTail, Containers: cs}
+	if bo.RevertedTo != "" {
+		if err := a.revert(ctx); err != nil {
+			return err
+		}
+		r.RevertedTo, r.RevertHealthy = bo.RevertedTo, bo.RevertHealthy
+	} else if bo.NoRevert != "" {
+		a.log.Warn("not reverted: " + bo.NoRevert)
+	}
+	a.log.Warn("backoff: " + BackoffNote(bo, a.deps.Now().UTC()))
+	r.Detail = withRevert(detail, bo)
+	a.st.LastDetail = a.cutDetail(r.Detail)
+	if err := a.saveState(); err != nil {
+		a.log.Warn("state not saved", "error", err.Error())
+	}
+	a.report(ctx, r)
+	return fmt.Errorf("%w: %s", ErrFailed, detail)
+}
+
+// withRevert appends what the revert did to a failure's detail, so that a tenancy or a
+// fleetctl that does not know reverted_to still shows it.
+func withRevert(detail string, bo *state.DeployBackoff) string {
+	switch {
+	case bo.RevertedTo != "" && bo.RevertHealthy != nil:
+		return fmt.Sprintf("%s; reverted to %s (%s)", detail, short(bo.RevertedTo), healthWord(*bo.RevertHealthy))
+	case bo.NoRevert != "":
+		return detail + "; not reverted: " + bo.NoRevert
+	}
+	return detail
+}
+
+// revertTarget is the release to bring back after a failed apply, or why there is none. The
+// bundle's agent.auto_revert wins over the config's auto_revert: a release whose migration
+// cannot run backwards says so itself.
+func (a *Agent) revertTarget(at *applyAttempt) (target, why string) {
+	auto, src := a.cfg.AutoRevert, "config auto_revert is false"
+	if at.b != nil && at.b.Meta.Agent.AutoRevert != nil {
+		auto, src = *at.b.Meta.Agent.AutoRevert, "bundle.json agent.auto_revert is false"
+	}
+	prev := a.st.AppliedSha
+	switch {
+	case !auto:
+		return "", src + "; the failed release is left as it is"
+	case prev == "":
+		return "", "no release ran before this one; the failed release is left as it is"
+	case prev == at.sha:
+		return "", "the failed release is the one that ran before"
+	}
+	if fi, err := os.Stat(release.Dir(a.cfg.EnvDir(), prev)); err != nil || !fi.IsDir() {
+		return "", "release " + short(prev) + " is no longer on disk; the failed release is left as it is"
+	}
+	return prev, ""
+}
+
+// revert brings st.Backoff.RevertedTo back: `current` points at it again, its images are pulled
+// only where missing (they are normally still local), `up -d --remove-orphans` runs in its
+// directory with its own .env, and its health is waited for. The outcome is saved in the
+// backoff; an error is returned only for a tick that must stop (a crash, a cancelled tick), and
+// leaves the revert pending for the next tick.
+func (a *Agent) revert(ctx context.Context) error {
+	bo := a.st.Backoff
+	target := bo.RevertedTo
+	envDir := a.cfg.EnvDir()
+	dir := release.Dir(envDir, target)
+	healthy, why := false, ""
+	if err := release.Promote(envDir, target); err != nil {
+		why = err.Error()
+	} else {
+		if err := a.step("revert-promote"); err != nil {
+			return err
+		}
+		var err error
+		if healthy, why, err = a.revertCompose(ctx, dir); err != nil {
+			return err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("revert to %s interrupted: %w", short(target), err)
+	}
+	bo.RevertPending = false
+	bo.RevertHealthy = &healthy
+	// The wait counts from the end of the failing tick, whose revert may have waited for health.
+	bo.NextAttemptAt = a.deps.Now().UTC().Add(state.BackoffDelay(bo.Attempts))
+	if err := a.saveState(); err != nil {
+		a.log.Warn("state not saved", "error", err.Error())
+	}
+	if healthy {
+		a.log.Info("reverted to " + short(target) + ": healthy")
+	} else {
+		a.log.Error("reverted to " + short(target) + " but it is not healthy: " + a.redact.Redact(why))
+	}
+	return a.step("reverted")
+}
+
+// revertCompose runs compose for the release in dir and says whether it came up healthy, and
+// if not why. An error is a step hook stopping the tick.
+func (a *Agent) revertCompose(ctx context.Context, dir string) (healthy bool, why string, err error) {
+	d := a.deps.Docker
+	file, timeout := a.releaseMeta(dir)
+	if err := d.Pull(ctx, dir, file, bundle.PullMissing); err != nil {
+		// The images normally are local; a missing one the registry will not give is up's
+		// failure to report, in compose's own words.
+		a.log.Warn("revert: pulling missing images failed", "error", a.redact.Redact(err.Error()))
+	}
+	if err := d.Up(ctx, dir, file); err != nil {
+		return false, "compose up: " + err.Error(), nil
+	}
+	if err := a.step("revert-up"); err != nil {
+		return false, "", err
+	}
+	ok, cs, werr := d.WaitHealthy(ctx, dir, file, timeout, a.deps.Sleep)
+	if err := a.step("revert-healthy"); err != nil {
+		return false, "", err
+	}
+	switch {
+	case werr != nil && !ok:
+		return false, "waiting for health: " + werr.Error(), nil
+	case !ok:
+		return false, fmt.Sprintf("not healthy after %s: %s", timeout, strings.Join(compose.Unready(cs), ", ")), nil
+	}
+	return true, "", nil
+}
+
+// releaseMeta reads what compose needs of a staged release from its bundle.json: the compose
+// file and the health timeout (the config's unless the bundle set one). The bundle was checked
+// when it was applied; a file that no longer reads gives the defaults.
+func (a *Agent) releaseMeta(dir string) (composeFile string, healthy time.Duration) {
+	healthy = time.Duration(a.cfg.HealthyTimeoutS) * time.Second
+	var meta struct {
+		Agent struct {
+			HealthyTimeoutS int `json:"healthy_timeout_s"`
+		} `json:"agent"`
+	}
+	if raw, err := os.ReadFile(filepath.Join(dir, bundle.MetaFile)); err == nil {
+		if json.Unmarshal(raw, &meta) == nil && meta.Agent.HealthyTimeoutS > 0 {
+			healthy = time.Duration(meta.Agent.HealthyTimeoutS) * time.Second
+		}
+	}
+	return composeFileOf(dir), healthy
+}
+
+// finishRevert completes a revert a killed tick left pending, and reports the failure that
+// started it (that report had not gone out).
+func (a *Agent) finishRevert(ctx context.Context) error {
+	bo := a.st.Backoff
+	a.log.Warn("a revert to " + short(bo.RevertedTo) + " was interrupted; finishing it")
+	if err := a.revert(ctx); err != nil {
+		return err
+	}
+	detail := withRevert(a.st.LastDetail, bo)
+	if a.st.LastSha != bo.Sha || a.st.LastResult != protocol.ResultFailed {
+		detail = withRevert("apply failed", bo)
+	}
+	a.st.LastDetail = a.cutDetail(detail)
+	if err := a.saveState(); err != nil {
+		a.log.Warn("state not saved", "error", err.Error())
+	}
+	a.report(ctx, protocol.Report{Sha: bo.Sha, Result: protocol.ResultFailed, Detail: detail,
+		RevertedTo: bo.RevertedTo, RevertHealthy: bo.RevertHealthy})
+	return nil
+}
