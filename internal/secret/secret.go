@@ -86,7 +86,8 @@ func variants(v string) []string {
 }
 
 // escapedForms returns v as it appears inside a JSON string (HTML-escaped, as encoding/json
-// writes it, and not), inside %q and %+q, and URL query- and path-escaped.
+// writes it, and not), inside %q and %+q, URL query- and path-escaped, and in compose's `.env`
+// and `$$` escaping.
 func escapedForms(v string) []string {
 	var forms []string
 	for _, html := range []bool{true, false} {
@@ -102,8 +103,14 @@ func escapedForms(v string) []string {
 		unquote(strconv.QuoteToASCII(v)),
 		url.QueryEscape(v),
 		url.PathEscape(v),
+		// A `.env` line as compose reads it, double-quoted (the agent writes values with a
+		// quote, a backslash or a newline so), and a compose file's `$$`.
+		dotenvQuoted.Replace(v),
+		strings.ReplaceAll(v, "$", "$$"),
 	)
 }
+
+var dotenvQuoted = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`, "$", "$$")
 
 // unquote drops the quotes around a quoted string.
 func unquote(q string) string {

@@ -134,13 +134,17 @@ func absentByte(s string) (string, bool) {
 
 func TestRedactorMasksEscapedForms(t *testing.T) {
 	var r Redactor
-	r.Add(`pa"ss\w<rd> &x`)
+	r.Add(`pa"ss\w<rd> &x`, "d0llar$ign-pw")
+	if got := r.Redact("x=d0llar$$ign-pw"); got != "x=***" { // compose's $$
+		t.Errorf("Redact = %q", got)
+	}
 	for _, in := range []string{
 		`{"k":"pa\"ss\\w\u003crd\u003e \u0026x"}`,           // encoding/json
 		`{"k":"pa\"ss\\w<rd> &x"}`,                          // JSON without HTML escaping
 		fmt.Sprintf("error: %q", `pa"ss\w<rd> &x`),          // %q
 		"https://h/?p=" + url.QueryEscape(`pa"ss\w<rd> &x`), // a query
 		"https://h/" + url.PathEscape(`pa"ss\w<rd> &x`),     // a path
+		`DB_PASSWORD="pa\"ss\\w<rd> &x"`,                    // a .env line, double-quoted
 	} {
 		if got := r.Redact(in); strings.Contains(got, "ss") {
 			t.Errorf("Redact(%s) = %s: an escaped form survives", in, got)
