@@ -274,6 +274,22 @@ func TestBackoffResets(t *testing.T) {
 		}
 		h.expectLog("kit re-run: backoff of " + v2[:12] + " reset")
 	})
+	t.Run("on the retry that works", func(t *testing.T) {
+		h := newHarness(t)
+		_, v2 := failingV2(t, h, nil)
+		h.expectExit(agent.ExitFailed)
+		h.docker.ImageHealth[badAPI] = "healthy"
+		h.endBackoff()
+		h.expectExit(agent.ExitOK)
+		if st := h.state(); st.AppliedSha != v2 || st.Backoff != nil {
+			t.Fatalf("applied %.12s, backoff %+v", st.AppliedSha, st.Backoff)
+		}
+		n := len(h.ten.Checkins(env))
+		h.expectExit(agent.ExitOK)
+		if req := h.ten.Checkins(env)[n].Request; req.FailedSha != "" || req.Attempts != 0 {
+			t.Errorf("the check-in after the successful retry still carries the backoff: %+v", req)
+		}
+	})
 	t.Run("not on a refusal", func(t *testing.T) {
 		h := newHarness(t)
 		_, v2 := failingV2(t, h, nil)
