@@ -295,6 +295,7 @@ func (a *Agent) runCompose(ctx context.Context, b *bundle.Bundle, dir string) er
 	a.st.LastSha = sha
 	a.st.LastResult = protocol.ResultApplied
 	a.st.LastDetail = ""
+	a.st.Backoff = nil // the sha that was failing (this one or another) no longer is
 	now := a.deps.Now().UTC()
 	a.st.LastApplyAt = &now
 	// Not saved (a full disk): the report still says applied, naming the write error, and the

@@ -22,16 +22,3 @@ func saveState(t *testing.T, h *harness, st *state.State) {
 		t.Fatal(err)
 	}
 }
-
-// endBackoff ends the deploy backoff a failed apply started, for tests about something else
-// that need the next tick to try the desired sha again.
-func (h *harness) endBackoff() {
-	h.t.Helper()
-	st := h.state()
-	if st.Backoff != nil {
-		st.Backoff.NextAttemptAt = h.clock.Now()
-		if err := state.Save(h.cfg.StatePath(), st); err != nil {
-			h.t.Fatal(err)
-		}
-	}
-}

@@ -118,6 +118,15 @@ func (a *Agent) heartbeat(ctx context.Context, resp *protocol.CheckinResponse, n
 	if err != nil {
 		return err
 	}
+	if sha == "" && a.st.AppliedSha == "" && note != "" {
+		// The first deploy failed before anything started and backs off: nothing runs, which
+		// is no healthy box.
+		detail := withNote("nothing deployed")
+		a.log.Warn("unhealthy: " + detail)
+		a.st.LastResult, a.st.LastDetail = protocol.ResultUnhealthy, a.cutDetail(detail)
+		a.report(ctx, protocol.Report{Sha: resp.DesiredSha, Result: protocol.ResultUnhealthy, Detail: detail})
+		return a.saveState()
+	}
 	if sha == "" && a.st.AppliedSha == "" {
 		// Converged with nothing to run (no desired bundle yet). A box whose docker cannot be
 		// used (no docker group for the agent's account yet, a daemon that is down) says so

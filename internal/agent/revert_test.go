@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -135,6 +136,33 @@ func TestNoRevertWithoutAPreviousRelease(t *testing.T) {
 		t.Errorf("backoff = %+v", st.Backoff)
 	}
 	h.expectLog("not reverted: no release ran before this one")
+	// Within the backoff, the heartbeat finds the failed project (left as it is): unhealthy.
+	h.clock.Advance(time.Minute)
+	h.expectExit(agent.ExitFailed)
+	if r := h.lastReport(); r.Result != "unhealthy" || !strings.Contains(r.Detail, "next try at") {
+		t.Errorf("heartbeat in the backoff = %+v", r)
+	}
+}
+
+// A first deploy that fails before anything started backs off with nothing running: its
+// heartbeats are unhealthy, never a healthy "nothing deployed".
+func TestFirstDeployFailingBeforeTheStartIsNoHealthyBox(t *testing.T) {
+	h := newHarness(t)
+	h.bao.FailNext("monky/data/env-qa-02/see/db_password", http.StatusForbidden, 1)
+	v := h.desire(bundleSpec{})
+	h.expectExit(agent.ExitFailed)
+	if st := h.state(); st.Backoff == nil || st.Backoff.Sha != v || st.Backoff.RevertedTo != "" {
+		t.Fatalf("backoff = %+v", st.Backoff)
+	}
+	h.clock.Advance(time.Minute)
+	h.expectExit(agent.ExitFailed)
+	r := h.lastReport()
+	if r.Result != "unhealthy" || !strings.HasPrefix(r.Detail, "nothing deployed; "+v[:12]+" failed 1×") {
+		t.Errorf("heartbeat in the backoff = %+v", r)
+	}
+	if st := h.state(); st.LastResult != "unhealthy" {
+		t.Errorf("last_result = %q", st.LastResult)
+	}
 }
 
 func TestAutoRevertOptOut(t *testing.T) {
@@ -245,6 +273,22 @@ func TestBackoffResets(t *testing.T) {
 			t.Errorf("applied %.12s, backoff %+v", st.AppliedSha, st.Backoff)
 		}
 		h.expectLog("kit re-run: backoff of " + v2[:12] + " reset")
+	})
+	t.Run("on the retry that works", func(t *testing.T) {
+		h := newHarness(t)
+		_, v2 := failingV2(t, h, nil)
+		h.expectExit(agent.ExitFailed)
+		h.docker.ImageHealth[badAPI] = "healthy"
+		h.endBackoff()
+		h.expectExit(agent.ExitOK)
+		if st := h.state(); st.AppliedSha != v2 || st.Backoff != nil {
+			t.Fatalf("applied %.12s, backoff %+v", st.AppliedSha, st.Backoff)
+		}
+		n := len(h.ten.Checkins(env))
+		h.expectExit(agent.ExitOK)
+		if req := h.ten.Checkins(env)[n].Request; req.FailedSha != "" || req.Attempts != 0 {
+			t.Errorf("the check-in after the successful retry still carries the backoff: %+v", req)
+		}
 	})
 	t.Run("not on a refusal", func(t *testing.T) {
 		h := newHarness(t)

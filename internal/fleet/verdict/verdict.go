@@ -200,6 +200,10 @@ func Evaluate(in Input, now time.Time, th Thresholds) Result {
 			step += "; " + backoffPhrase(bo, now)
 		}
 		add(Failing, step)
+	} else if bo != nil && !servesPrevious(a, bo) {
+		// Backing off with no release of its own serving (a first deploy that failed).
+		failing = true
+		add(Failing, "no release serves: "+backoffPhrase(bo, now))
 	}
 	if bo != nil && !failing {
 		add(BackingOff, backoffPhrase(bo, now)+": the box serves the previous release; fix the failed one and publish a new bundle (a kit re-run retries at once)")
@@ -229,7 +233,7 @@ func Evaluate(in Input, now time.Time, th Thresholds) Result {
 // servesPrevious reports whether a box whose desired sha is backing off runs the release it
 // reverted to, healthy: its last heartbeat said so, or its last failure's revert came up healthy.
 func servesPrevious(a *Agent, bo *Backoff) bool {
-	if bo == nil {
+	if bo == nil || a.AppliedSha == "" {
 		return false
 	}
 	switch a.LastResult {

@@ -95,6 +95,11 @@ func TestEvaluate(t *testing.T) {
 			in.Agent.Backoff.RevertedTo = ""
 			in.Agent.LastResult = "failed"
 		}, want: Failing, stepHas: []string{"9f3e21d0 failed 3×, not reverted, next try in 8m"}},
+		{name: "backoff of a first deploy: nothing serves", edit: func(in *Input) {
+			backingOff(in, nil)
+			in.Agent.AppliedSha, in.Agent.Backoff.RevertedTo = "", ""
+			in.Agent.LastResult, in.Agent.LastDetail = "healthy", "nothing deployed"
+		}, want: Failing, stepHas: []string{"no release serves: 9f3e21d0 failed 3×, not reverted, next try in 8m"}},
 		{name: "backoff due", edit: func(in *Input) {
 			backingOff(in, ptr(true))
 			in.Agent.Backoff.NextAttemptAt = ago(time.Second)
