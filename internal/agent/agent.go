@@ -95,6 +95,8 @@ type Agent struct {
 	dockerInfoFresh bool
 	redact          *secret.Redactor
 	vault           protocol.Vault
+	// observed is what the tick saw for the box's metrics (metrics.go).
+	observed Observed
 }
 
 // New returns an Agent for cfg.
@@ -159,6 +161,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	var err error
 	a.redact = &secret.Redactor{}
 	a.dockerInfoFresh = false
+	a.observed = Observed{}
 	a.st, err = a.loadState()
 	if err != nil {
 		return err

@@ -294,6 +294,7 @@ func (a *Agent) runCompose(ctx context.Context, b *bundle.Bundle, dir string) er
 	a.st.LastDetail = ""
 	now := a.deps.Now().UTC()
 	a.st.LastApplyAt = &now
+	a.st.CountOutcome(protocol.ResultApplied)
 	if err := a.saveState(); err != nil {
 		return err
 	}
