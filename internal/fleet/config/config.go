@@ -35,7 +35,7 @@ const (
 // File is the config file.
 type File struct {
 	// Path is where it was read from, "" when there was none.
-	Path    string
+	Path     string
 	Ziti     ZitiFile
 	Tenancy  TenancyFile
 	Exporter ExporterFile
