@@ -40,7 +40,7 @@ func writeTickMetrics(log *slog.Logger, rec tickRecord) {
 	}
 	dir := defaultTextfileDir
 	if cfg := rec.cfg; cfg != nil {
-		t.EnvID, t.DiskFloorBytes = cfg.EnvID, cfg.Disk.HeadroomBytes
+		t.EnvID, t.DiskFloorBytes, t.Interval = cfg.EnvID, cfg.Disk.HeadroomBytes, cfg.Interval()
 		if cfg.TextfileDir != config.DefaultTextfileDir {
 			dir = cfg.TextfileDir
 		}

@@ -50,6 +50,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	gauge("last_tick_duration_seconds", "How long the last tick took.", max(t.End.Sub(t.Start).Seconds(), 0))
 	gauge("last_tick_exit_code", "Exit code of the last tick: 0 ok, 1 failed or refused, 75 temporary, 78 config.", float64(t.ExitCode))
 	gauge("last_tick_lock_held", "1 when the last tick found another tick holding the lock and did nothing.", boolean(t.LockHeld))
+	if t.Interval > 0 {
+		gauge("interval_seconds", "The timer's interval (interval_s): a tick is due this often.", t.Interval.Seconds())
+	}
 	gauge("info", "The agent's version and the release it runs (applied_sha empty when none).", 1,
 		"version", t.Version, "applied_sha", appliedSha(t))
 

@@ -47,6 +47,8 @@ type Tick struct {
 	Disk []Disk
 	// DiskFloorBytes is the free space no apply may go under (disk.headroom_bytes); 0 unknown.
 	DiskFloorBytes int64
+	// Interval is the timer's interval (interval_s), which staleness is judged against; 0 unknown.
+	Interval time.Duration
 }
 
 // Report is a report the tick sent to tenancy.

@@ -53,6 +53,7 @@ func fullTick() Tick {
 		},
 		Disk:           []Disk{{Path: "/var/lib/docker", FreeBytes: 10 << 30}, {Path: "/var/lib/containerd", FreeBytes: 3 << 30}},
 		DiskFloorBytes: 2 << 30,
+		Interval:       time.Minute,
 	}
 }
 
@@ -60,7 +61,7 @@ func TestEncodeGolden(t *testing.T) {
 	cases := map[string]Tick{
 		"full": fullTick(),
 		// Another tick held the lock: state is read, nothing else was seen.
-		"lock_held": {EnvID: "env-qa-02", Version: "0.2.0", Start: t0, End: t0.Add(3 * time.Millisecond), LockHeld: true,
+		"lock_held": {EnvID: "env-qa-02", Version: "0.2.0", Interval: time.Minute, Start: t0, End: t0.Add(3 * time.Millisecond), LockHeld: true,
 			State: &state.State{AppliedSha: shaA, LastResult: protocol.ResultHealthy, Counters: state.Counters{Applies: 2}}},
 		// The config could not be read: no env, no state, exit 78.
 		"config_error": {Version: "0.2.0", Start: t0, End: t0.Add(time.Millisecond), ExitCode: 78},
