@@ -7,7 +7,7 @@ GO           ?= go
 STATICCHECK  := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME     ?= 10s
 
-.PHONY: help build test test-integration integration-setup lint bench fuzz demo clean
+.PHONY: help build test test-integration integration-setup prometheus-deps test-rules lint bench fuzz demo clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sort | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -33,6 +33,12 @@ fuzz: ## run every fuzz target for FUZZTIME each
 	    echo "fuzz $$dir $$name"; \
 	    $(GO) test -tags integration -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) $$dir; \
 	  done; done
+
+prometheus-deps: ## apt-install Debian's prometheus (promtool) and prometheus-node-exporter (as root)
+	bash scripts/prometheus-deps.sh
+
+test-rules: ## promtool check rules and promtool test rules on the shipped alert rules
+	cd packaging/prometheus && promtool check rules monky-deployd.rules.yml && promtool test rules monky-deployd.rules.test.yml
 
 lint: ## go vet and staticcheck
 	$(GO) vet ./...
