@@ -105,6 +105,16 @@ func StartPrometheus(ctx context.Context, o PrometheusOptions) (*Prometheus, err
 	if o.Bin == "" {
 		o.Bin = PrometheusBin
 	}
+	// Prometheus reads a relative rule file against its config's directory, not ours.
+	rules := make([]string, len(o.Rules))
+	for i, r := range o.Rules {
+		abs, err := filepath.Abs(r)
+		if err != nil {
+			return nil, fmt.Errorf("promdev: %w", err)
+		}
+		rules[i] = abs
+	}
+	o.Rules = rules
 	iv := model(o.Interval)
 	cfg := map[string]any{
 		"global":     map[string]any{"scrape_interval": iv, "evaluation_interval": iv},
@@ -130,7 +140,50 @@ func StartPrometheus(ctx context.Context, o PrometheusOptions) (*Prometheus, err
 	if err != nil {
 		return nil, err
 	}
-	return &Prometheus{s}, nil
+	p := &Prometheus{s}
+	if n, err := p.ruleCount(ctx); err != nil || n == 0 && len(o.Rules) > 0 {
+		_ = p.Stop()
+		return nil, fmt.Errorf("promdev: prometheus loaded %d rules from %v (%v):\n%s", n, o.Rules, err, p.LogTail())
+	}
+	return p, nil
+}
+
+// get decodes the data of a GET on the HTTP API.
+func (p *Prometheus) get(ctx context.Context, path string, data any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.Addr+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("promdev: %s: %w", path, err)
+	}
+	defer resp.Body.Close()
+	body := struct {
+		Status string `json:"status"`
+		Data   any    `json:"data"`
+	}{Data: data}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || body.Status != "success" {
+		return fmt.Errorf("promdev: %s: status %d %q: %v", path, resp.StatusCode, body.Status, err)
+	}
+	return nil
+}
+
+// ruleCount is how many rules Prometheus has loaded.
+func (p *Prometheus) ruleCount(ctx context.Context) (int, error) {
+	var data struct {
+		Groups []struct {
+			Rules []json.RawMessage `json:"rules"`
+		} `json:"groups"`
+	}
+	if err := p.get(ctx, "/api/v1/rules", &data); err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, g := range data.Groups {
+		n += len(g.Rules)
+	}
+	return n, nil
 }
 
 // model writes a duration the way Prometheus' config reads it (whole seconds at least).
@@ -149,25 +202,13 @@ type Alert struct {
 
 // Alerts lists the pending and firing alerts.
 func (p *Prometheus) Alerts(ctx context.Context) ([]Alert, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.Addr+"/api/v1/alerts", nil)
-	if err != nil {
+	var data struct {
+		Alerts []Alert `json:"alerts"`
+	}
+	if err := p.get(ctx, "/api/v1/alerts", &data); err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("promdev: alerts: %w", err)
-	}
-	defer resp.Body.Close()
-	var body struct {
-		Status string `json:"status"`
-		Data   struct {
-			Alerts []Alert `json:"alerts"`
-		} `json:"data"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || body.Status != "success" {
-		return nil, fmt.Errorf("promdev: alerts: status %d %q: %v", resp.StatusCode, body.Status, err)
-	}
-	return body.Data.Alerts, nil
+	return data.Alerts, nil
 }
 
 // WaitFiring polls the alerts every second until one named name fires with every label in
@@ -176,8 +217,10 @@ func (p *Prometheus) WaitFiring(ctx context.Context, name string, match map[stri
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	var seen []string
+	var lastErr error
 	for {
 		alerts, err := p.Alerts(ctx)
+		lastErr = err
 		if err == nil {
 			seen = seen[:0]
 			for _, a := range alerts {
@@ -196,7 +239,7 @@ func (p *Prometheus) WaitFiring(ctx context.Context, name string, match map[stri
 		}
 		select {
 		case <-ctx.Done():
-			return Alert{}, fmt.Errorf("promdev: %s %v did not fire (alerts: %s): %w", name, match, strings.Join(seen, ", "), ctx.Err())
+			return Alert{}, fmt.Errorf("promdev: %s %v did not fire (alerts: %s; last error: %v): %w", name, match, strings.Join(seen, ", "), lastErr, ctx.Err())
 		case <-tick.C:
 		}
 	}
