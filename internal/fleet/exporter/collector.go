@@ -67,13 +67,23 @@ func NewView(doc *report.Document) (View, error) {
 	return View{Doc: doc, Now: now}, nil
 }
 
-// envCollector emits the per-env series of a view.
-type envCollector struct{ v View }
+// envDescs are the per-env families, in the order they are written.
+var envDescs = []*prometheus.Desc{descVerdict, descAge, descStale, descInterval, descOnline, descMissing,
+	descEnabled, descActive, descAgent, descResult, descDrift, descTTL, descEnvs}
+
+// envCollector emits the per-env series of a view; with only set, just that family's. A family
+// at a time is how a view of 10,000 envs is encoded: gathering all of them at once held every
+// series of the fleet in memory together, several times the size of the page.
+type envCollector struct {
+	v    View
+	only *prometheus.Desc
+}
 
 func (c envCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descVerdict, descAge, descStale, descInterval, descOnline, descMissing,
-		descEnabled, descActive, descAgent, descResult, descDrift, descTTL, descEnvs} {
-		ch <- d
+	for _, d := range envDescs {
+		if c.only == nil || c.only == d {
+			ch <- d
+		}
 	}
 }
 
@@ -81,6 +91,7 @@ func (c envCollector) Collect(ch chan<- prometheus.Metric) {
 	if c.v.Doc == nil {
 		return
 	}
+	want := func(d *prometheus.Desc) bool { return c.only == nil || c.only == d }
 	all := verdict.All()
 	seen := make(map[string]bool, len(c.v.Doc.Envs))
 	for i := range c.v.Doc.Envs {
@@ -94,10 +105,14 @@ func (c envCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		seen[env] = true
 		g := func(d *prometheus.Desc, v float64, extra ...string) {
-			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, append([]string{env, site}, extra...)...)
+			if want(d) {
+				ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, append([]string{env, site}, extra...)...)
+			}
 		}
-		for _, v := range all {
-			g(descVerdict, b2f(e.Verdict == string(v)), string(v))
+		if want(descVerdict) {
+			for _, v := range all {
+				g(descVerdict, b2f(e.Verdict == string(v)), string(v))
+			}
 		}
 		if e.Verdict == string(verdict.OrphanIdentity) {
 			if e.MeshOnline != nil {
@@ -134,10 +149,15 @@ func (c envCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			g(descResult, 1, r)
 		}
-		g(descDrift, c.drift(e))
+		if want(descDrift) {
+			g(descDrift, c.drift(e))
+		}
 		if e.TokenTTLS != nil {
 			g(descTTL, float64(*e.TokenTTLS))
 		}
+	}
+	if !want(descEnvs) {
+		return
 	}
 	for _, v := range all {
 		ch <- prometheus.MustNewConstMetric(descEnvs, prometheus.GaugeValue, float64(c.v.Doc.Summary[string(v)]), string(v))
@@ -163,25 +183,35 @@ func b2f(b bool) float64 {
 	return 0
 }
 
-// encode gathers cs from a fresh registry and writes the text exposition format.
+// encode gathers each collector from a fresh registry of its own, one after the other, and
+// writes the text exposition format; the gathered series of one are garbage before the next.
 func encode(cs ...prometheus.Collector) ([]byte, error) {
-	reg := prometheus.NewRegistry()
+	var buf bytes.Buffer
 	for _, c := range cs {
+		reg := prometheus.NewRegistry()
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("exporter: %w", err)
 		}
-	}
-	mfs, err := reg.Gather()
-	if err != nil {
-		return nil, fmt.Errorf("exporter: %w", err)
-	}
-	var buf bytes.Buffer
-	for _, mf := range mfs {
-		if _, err := expfmt.MetricFamilyToText(&buf, mf); err != nil {
-			return nil, fmt.Errorf("exporter: encode: %w", err)
+		mfs, err := reg.Gather()
+		if err != nil {
+			return nil, fmt.Errorf("exporter: %w", err)
+		}
+		for _, mf := range mfs {
+			if _, err := expfmt.MetricFamilyToText(&buf, mf); err != nil {
+				return nil, fmt.Errorf("exporter: encode: %w", err)
+			}
 		}
 	}
 	return buf.Bytes(), nil
+}
+
+// envFamilies are v's per-env collectors, a family each.
+func envFamilies(v View) []prometheus.Collector {
+	cs := make([]prometheus.Collector, len(envDescs))
+	for i, d := range envDescs {
+		cs[i] = envCollector{v: v, only: d}
+	}
+	return cs
 }
 
 // Encode is the fleet's series for one reading: what `fleetctl status -o prometheus` prints.
@@ -190,5 +220,5 @@ func Encode(doc *report.Document) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return encode(envCollector{v})
+	return encode(envFamilies(v)...)
 }

@@ -141,7 +141,7 @@ func (e *Exporter) render() {
 		srcs[k] = *v
 	}
 	e.mu.RUnlock()
-	page, err := encode(envCollector{h.view}, healthCollector{h: h, sources: srcs})
+	page, err := encode(append(envFamilies(h.view), healthCollector{h: h, sources: srcs})...)
 	if err != nil {
 		e.o.Log.Error("exporter: " + err.Error())
 		return
