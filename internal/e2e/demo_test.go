@@ -68,7 +68,7 @@ func TestDemo(t *testing.T) {
 		`the release it ran before is still up: .*healthy.*healthy`,
 		`fleetctl exporter --stale \S+: the same verdicts as Prometheus series, http://127\.0\.0\.1:\d+/metrics`,
 		`monky_fleet_envs\{verdict="OK"\} 5`,
-		`ALERT MonkyAgentSilent firing since \S+  env=env-demo-03 site=\S+ severity=critical`,
+		`ALERT MonkyAgentSilent firing \(pending since \S+\)  env=env-demo-03 site=\S+ severity=critical`,
 		`summary: env-demo-03: agent stopped on a live host: systemctl enable --now monky-deployd\.timer`,
 		`nothing left running`)
 	checkNothingLeft(t, "", "monky-env-demo-")

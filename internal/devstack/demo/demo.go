@@ -181,7 +181,7 @@ func Run(ctx context.Context, o Options) (err error) {
 		if err != nil {
 			return fmt.Errorf("%w: %w", errDemo, err)
 		}
-		p.line("   ALERT %s firing since %s  env=%s site=%s severity=%s", alert.Labels["alertname"],
+		p.line("   ALERT %s firing (pending since %s)  env=%s site=%s severity=%s", alert.Labels["alertname"],
 			alert.ActiveAt.Local().Format("15:04:05"), alert.Labels["env"], alert.Labels["site"], alert.Labels["severity"])
 		p.line("   summary: %s", alert.Annotations["summary"])
 	}
