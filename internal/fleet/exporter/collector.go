@@ -7,7 +7,9 @@ package exporter
 import (
 	"bytes"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
@@ -96,7 +98,7 @@ func (c envCollector) Collect(ch chan<- prometheus.Metric) {
 	seen := make(map[string]bool, len(c.v.Doc.Envs))
 	for i := range c.v.Doc.Envs {
 		e := &c.v.Doc.Envs[i]
-		env, site := e.EnvID, e.Site
+		env, site := label(e.EnvID), label(e.Site)
 		if seen[env] {
 			// An orphan identity named after an env whose agent uses another identity: the
 			// env's own row (first, the document is sorted stably) is the one alerts need, and
@@ -140,7 +142,7 @@ func (c envCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 		if e.AgentVersion != "" {
-			g(descAgent, 1, e.AgentVersion)
+			g(descAgent, 1, label(e.AgentVersion))
 		}
 		if e.LastResult != "" {
 			r := e.LastResult
@@ -174,6 +176,23 @@ func (c envCollector) drift(e *report.Env) float64 {
 		return 0
 	}
 	return max(c.v.Now.Sub(at).Seconds(), 0)
+}
+
+// maxLabel bounds a label value taken from tenancy's answer: an agent reports its own version,
+// and a broken or hostile one must not make a series of arbitrary size.
+const maxLabel = 128
+
+// label is s as a label value: valid UTF-8, at most maxLabel bytes (cut on a rune, marked "…").
+func label(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) <= maxLabel {
+		return s
+	}
+	cut := maxLabel - len("…")
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }
 
 func b2f(b bool) float64 {

@@ -259,3 +259,33 @@ func TestOnlyMetricsIsServed(t *testing.T) {
 		t.Errorf("POST /metrics: %d", rec.Code)
 	}
 }
+
+// FuzzEncode feeds tenancy's strings (env, site, version, result, times) to the encoder: it must
+// never panic, its output must parse, and no label value may exceed maxLabel bytes.
+func FuzzEncode(f *testing.F) {
+	f.Add("env-a", "cbs", "0.2.0", "healthy", now.Format(time.RFC3339))
+	f.Add("\xff", "", strings.Repeat("9", 500), "weird", "not a time")
+	f.Fuzz(func(t *testing.T, env, site, version, result, desiredAt string) {
+		d := doc()
+		d.Envs[0].EnvID, d.Envs[0].Site, d.Envs[0].AgentVersion, d.Envs[0].LastResult = env, site, version, result
+		d.Envs[0].DesiredAt = &desiredAt
+		page, err := Encode(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p expfmt.TextParser
+		mfs, err := p.TextToMetricFamilies(bytes.NewReader(page))
+		if err != nil {
+			t.Fatalf("output does not parse: %v", err)
+		}
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if len(l.GetValue()) > maxLabel {
+						t.Fatalf("label %s is %d bytes", l.GetName(), len(l.GetValue()))
+					}
+				}
+			}
+		}
+	})
+}
