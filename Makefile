@@ -7,7 +7,7 @@ GO           ?= go
 STATICCHECK  := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME     ?= 10s
 
-.PHONY: help build test test-integration integration-setup lint bench fuzz demo clean
+.PHONY: help build test test-integration integration-setup prometheus-deps test-rules lint bench fuzz demo clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sort | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -39,6 +39,12 @@ fuzz: ## run every fuzz target for FUZZTIME each (a duration or a count, e.g. 30
 	if [ "$$targets" -eq 0 ]; then echo "fuzz: no fuzz target found" >&2; exit 1; fi; \
 	if [ -n "$$failed" ]; then echo "fuzz: FAILED (the failing input is under the package's testdata/fuzz):$$failed" >&2; exit 1; fi; \
 	echo "fuzz: $$targets target(s) passed"
+
+prometheus-deps: ## apt-install Debian's prometheus (promtool) and prometheus-node-exporter (as root)
+	bash scripts/prometheus-deps.sh
+
+test-rules: ## promtool check rules and promtool test rules on the shipped alert rules
+	cd packaging/prometheus && promtool check rules monky-deployd.rules.yml && promtool test rules monky-deployd.rules.test.yml
 
 lint: ## go vet and staticcheck
 	$(GO) vet ./...

@@ -377,6 +377,16 @@ if command -v setfacl >/dev/null; then
     warn "some ACLs could not be set (filesystem without ACL support?); the ziti group grant remains"
   fi
 fi
+# node_exporter's textfile directory (Debian's prometheus-node-exporter, root's 0755): the agent
+# writes monky_deployd.prom there after every tick, for the alert rules. Absent: no node_exporter.
+TEXTFILE_DIR=/var/lib/prometheus/node-exporter
+if [ -d "$TEXTFILE_DIR" ]; then
+  if command -v setfacl >/dev/null && setfacl -m "u:$AGENT:rwx" "$TEXTFILE_DIR"; then
+    did "granted $AGENT write on $TEXTFILE_DIR by ACL (its metrics textfile)"
+  else
+    warn "could not grant $AGENT write on $TEXTFILE_DIR: its metrics textfile will not be written (setfacl -m u:$AGENT:rwx $TEXTFILE_DIR)"
+  fi
+fi
 
 # --- 5. config, OpenBao CA, bootstrap grant -------------------------------------------------------
 install -d -m 0770 -o root -g "$AGENT" "$ETC"

@@ -2,9 +2,11 @@
 # `make demo`: builds the agent, fleetctl, the dev stack and the demo app, then runs
 # `devstack demo` (internal/devstack/demo): a local control plane on loopback, five agents
 # deploying an example app, one gone silent on a live host, one refused a privileged bundle,
-# and `fleetctl status` catching both. Needs Go; uses docker when an engine answers (else the
-# agents report that they cannot deploy), docker-registry and a built OpenBao when present
-# (`make integration-setup` installs both). Leaves nothing running, Ctrl-C included.
+# and `fleetctl status` catching both; `fleetctl exporter` serves the same verdicts to a
+# Prometheus on loopback, which raises MonkyAgentSilent from the package's alert rules. Needs Go;
+# uses docker when an engine answers (else the agents report that they cannot deploy),
+# docker-registry and a built OpenBao when present (`make integration-setup` installs both), and
+# Debian's prometheus when installed (`make prometheus-deps`). Leaves nothing running, Ctrl-C included.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}

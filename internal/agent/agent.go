@@ -108,6 +108,8 @@ type Agent struct {
 	// failedThisTick: this tick's apply failed and entered the backoff, which a re-bootstrap
 	// on a stray 401 later in the tick (its report) must not undo.
 	failedThisTick bool
+	// observed is what the tick saw for the box's metrics (metrics.go).
+	observed Observed
 }
 
 // New returns an Agent for cfg.
@@ -189,6 +191,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.removeLeftovers()
 	a.attempt = nil
 	a.failedThisTick = false
+	a.observed = Observed{}
 	a.st, err = a.loadState()
 	if err != nil {
 		return err

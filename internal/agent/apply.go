@@ -298,6 +298,7 @@ func (a *Agent) runCompose(ctx context.Context, b *bundle.Bundle, dir string) er
 	a.st.Backoff = nil // the sha that was failing (this one or another) no longer is
 	now := a.deps.Now().UTC()
 	a.st.LastApplyAt = &now
+	a.st.CountOutcome(protocol.ResultApplied)
 	// Not saved (a full disk): the report still says applied, naming the write error, and the
 	// tick exits 1. The next tick checks in with the old applied_sha and re-applies the same
 	// release, which is then saved: no rollback refusal, since history never recorded it.

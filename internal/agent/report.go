@@ -43,6 +43,7 @@ func (a *Agent) report(ctx context.Context, r protocol.Report) {
 	if err != nil {
 		a.log.Warn("report not delivered", "result", r.Result, "error", a.redact.Redact(err.Error()))
 	}
+	a.observe(r, err == nil)
 }
 
 // refuseOrFail reports a refusal (nothing started, nothing leased) or a failure, and returns the
@@ -91,6 +92,7 @@ func (a *Agent) record(sha, result, detail string) {
 	a.st.LastSha = sha
 	a.st.LastResult = result
 	a.st.LastDetail = a.cutDetail(detail)
+	a.st.CountOutcome(result)
 	if err := a.saveState(); err != nil {
 		a.log.Warn("state not saved", "error", err.Error())
 	}

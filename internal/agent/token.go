@@ -588,6 +588,7 @@ func (a *Agent) newGrant(ctx context.Context, reason string) (leaseGrant, error)
 	if err != nil {
 		return leaseGrant{}, err
 	}
+	a.st.Counters.Leases++ // saved with the kept grant, before its first login
 	// The bearer after withAuth: a 401 may have re-bootstrapped on the way.
 	g := leaseGrant{jwt: secret.New(resp.LoginJWT), addr: resp.Addr, mount: resp.Mount, role: resp.Role, bearer: a.tokenAccessor()}
 	a.redact.Add(g.jwt.Reveal())

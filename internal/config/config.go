@@ -67,6 +67,9 @@ type Config struct {
 	ContainerdRoot string `yaml:"containerd_root"`
 	// LogLevel is upper-cased: DEBUG, INFO, WARN, WARNING or ERROR.
 	LogLevel string `yaml:"log_level"`
+	// TextfileDir is node_exporter's textfile collector directory: after every tick the agent
+	// writes its metrics there, only when the directory exists.
+	TextfileDir string `yaml:"textfile_dir"`
 }
 
 // Tenancy is how the agent reaches tenancy's agent entrypoint.
@@ -141,8 +144,18 @@ func defaults() Config {
 		RegistryHost:    "harbor.tikali.net",
 		ContainerdRoot:  "/var/lib/containerd",
 		LogLevel:        "INFO",
+		TextfileDir:     DefaultTextfileDir,
 	}
 }
+
+// DefaultTextfileDir is where Debian's prometheus-node-exporter reads textfiles from.
+const DefaultTextfileDir = "/var/lib/prometheus/node-exporter"
+
+// TextfileName is the agent's file in TextfileDir; node_exporter reads only files named *.prom.
+const TextfileName = "monky_deployd.prom"
+
+// TextfilePath is <textfile_dir>/monky_deployd.prom.
+func (c *Config) TextfilePath() string { return filepath.Join(c.TextfileDir, TextfileName) }
 
 // DefaultIdentity is the identity path the installer uses for envID.
 func DefaultIdentity(envID string) string {

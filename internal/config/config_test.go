@@ -55,6 +55,7 @@ func TestDefaults(t *testing.T) {
 		RegistryHost:    "harbor.tikali.net",
 		ContainerdRoot:  "/var/lib/containerd",
 		LogLevel:        "INFO",
+		TextfileDir:     "/var/lib/prometheus/node-exporter",
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("defaults:\n got %+v\nwant %+v", c, want)
@@ -316,6 +317,7 @@ func TestValidationErrors(t *testing.T) {
 		{"registry_host scheme", "env_id: e\nregistry_host: https://harbor\n", "registry_host", nil},
 		{"containerd_root", "env_id: e\ncontainerd_root: containerd\n", "containerd_root", []string{"absolute"}},
 		{"log_level", "env_id: e\nlog_level: verbose\n", "log_level", []string{"DEBUG, INFO, WARN, WARNING or ERROR"}},
+		{"textfile_dir", "env_id: e\ntextfile_dir: node-exporter\n", "textfile_dir", []string{"absolute"}},
 		{"control character", "env_id: e\nsite: \"a\\x01b\"\n", "site", []string{"control"}},
 	}
 	for _, tc := range cases {

@@ -435,6 +435,9 @@ func (d *decoder) finish(c *Config) error {
 	default:
 		return e("log_level", "want DEBUG, INFO, WARN, WARNING or ERROR, got %q", c.LogLevel)
 	}
+	if err := absPath(e, "textfile_dir", c.TextfileDir); err != nil {
+		return err
+	}
 	if c.Prod == nil {
 		p := deriveProd(c.Site, c.EnvID)
 		c.Prod = &p

@@ -35,7 +35,8 @@ func buildBinaries(tb testing.TB, dir string) (agentBin, dockerBin string) {
 }
 
 // convergedBox prepares a box whose applied sha is the desired one, so a tick is check-in,
-// `compose ps` and a heartbeat report.
+// `compose ps` and a heartbeat report. Its textfile_dir does not exist (no textfile is written)
+// unless withTextfileConfig adds a second config that writes one.
 func convergedBox(tb testing.TB, dir, dockerBin string) (cfgPath string, cleanup func()) {
 	tb.Helper()
 	cfgPath, _, cleanup = convergedBoxWithTenancy(tb, dir, dockerBin)
@@ -83,8 +84,8 @@ func convergedBoxWithTenancy(tb testing.TB, dir, dockerBin string) (cfgPath stri
 	psFile := filepath.Join(dir, "ps.json")
 	os.WriteFile(psFile, []byte(ps), 0o600)
 	cfgPath = filepath.Join(dir, "config.yaml")
-	cfg := fmt.Sprintf("env_id: %s\nsite: qa\ntransport: system\ntenancy:\n  base_url: %s\nbao:\n  addr: %s\nstate_dir: %s\nbootstrap_file: %s\ndocker_bin: %s\ncontainerd_root: %s\n",
-		env, ts.URL, bs.URL, stateDir, filepath.Join(dir, "bootstrap.jwt"), dockerBin, filepath.Join(dir, "containerd"))
+	cfg := fmt.Sprintf("env_id: %s\nsite: qa\ntransport: system\ntenancy:\n  base_url: %s\nbao:\n  addr: %s\nstate_dir: %s\nbootstrap_file: %s\ndocker_bin: %s\ncontainerd_root: %s\ntextfile_dir: %s\n",
+		env, ts.URL, bs.URL, stateDir, filepath.Join(dir, "bootstrap.jwt"), dockerBin, filepath.Join(dir, "containerd"), filepath.Join(dir, "no-node-exporter"))
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		tb.Fatal(err)
 	}
@@ -157,4 +158,49 @@ func BenchmarkConvergedTickProcess(b *testing.B) {
 	b.ReportMetric(float64((tickCPU-baseCPU).Microseconds())/n/1000, "cpu-over-baseline-ms")
 	b.ReportMetric(float64(maxRSS)/1024, "tick-maxrss-MiB")
 	b.ReportMetric(float64(baseRSS)/1024, "baseline-maxrss-MiB")
+}
+
+// BenchmarkConvergedTickTextfile is the cost of the metrics textfile on a converged tick: the
+// same box ticks with a textfile_dir that exists (the textfile is encoded and replaced
+// atomically, fsyncs included) and with one that does not (nothing is written), alternately.
+// textfile-cpu-ms is the CPU the textfile adds to a tick (the figure next to
+// BenchmarkConvergedTickProcess's cpu-over-baseline-ms).
+func BenchmarkConvergedTickTextfile(b *testing.B) {
+	dir := b.TempDir()
+	agentBin, dockerBin := buildBinaries(b, dir)
+	cfgPath, cleanup := convergedBox(b, dir, dockerBin)
+	defer cleanup()
+	textfiles := filepath.Join(dir, "node-exporter")
+	if err := os.MkdirAll(textfiles, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	raw, err := os.ReadFile(cfgPath)
+	if err != nil {
+		b.Fatal(err)
+	}
+	withPath := filepath.Join(dir, "config-textfile.yaml")
+	with := strings.Replace(string(raw), filepath.Join(dir, "no-node-exporter"), textfiles, 1)
+	if err := os.WriteFile(withPath, []byte(with), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	cpuLog := filepath.Join(dir, "fakedocker.cpu")
+	os.Setenv("FAKEDOCKER_CPU_LOG", cpuLog)
+	runProcess(b, agentBin, "--config", withPath, "tick")
+	if _, err := os.Stat(filepath.Join(textfiles, "monky_deployd.prom")); err != nil {
+		b.Fatalf("the tick wrote no textfile: %v", err)
+	}
+	fakeDockerCPU(b, cpuLog)
+
+	var withCPU, withoutCPU time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t := runProcess(b, agentBin, "--config", withPath, "tick")
+		withCPU += t.cpu - fakeDockerCPU(b, cpuLog)
+		t = runProcess(b, agentBin, "--config", cfgPath, "tick")
+		withoutCPU += t.cpu - fakeDockerCPU(b, cpuLog)
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(withCPU.Microseconds())/n/1000, "tick-with-textfile-cpu-ms")
+	b.ReportMetric(float64(withoutCPU.Microseconds())/n/1000, "tick-without-cpu-ms")
+	b.ReportMetric(float64((withCPU-withoutCPU).Microseconds())/n/1000, "textfile-cpu-ms")
 }

@@ -3,6 +3,7 @@ package deploydcli
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -29,12 +30,27 @@ func newTickCommand(g *globals) *cobra.Command {
 	return cmd
 }
 
-func runTick(ctx context.Context, opts tickOptions, g *globals) error {
+// runTick runs one tick and, whatever came of it — a config error, a lock held by another
+// tick, a failure — leaves the box's metrics textfile (tickmetrics.go): a tick that cannot do
+// its work is still seen.
+func runTick(ctx context.Context, opts tickOptions, g *globals) (err error) {
+	start := time.Now()
 	cfg, err := config.Load(g.configPath)
 	if err != nil {
+		log := slog.New(journal.New(g.stderr, slog.LevelInfo))
+		writeTickMetrics(log, tickRecord{start: start, err: err})
 		return err
 	}
 	log := slog.New(journal.New(g.stderr, cfg.SlogLevel()))
+	rec := tickRecord{cfg: cfg, start: start}
+	defer func() {
+		rec.err = err
+		if !rec.ran {
+			// Another tick holds the lock (or the state directory is unusable): state.json is
+			// only read, never written, outside the lock.
+			writeTickMetrics(log.With("env", cfg.EnvID), rec)
+		}
+	}()
 	if err := asStateOwner(g.proc, cfg, log, g.args); err != nil {
 		return err
 	}
@@ -51,13 +67,20 @@ func runTick(ctx context.Context, opts tickOptions, g *globals) error {
 	}
 	// The lock comes first: a tick that finds another running must do nothing at all, not even
 	// load a (possibly broken) ziti identity.
-	return agent.WithLock(cfg, log.With("env", cfg.EnvID), func() error {
+	return agent.WithLock(cfg, log.With("env", cfg.EnvID), func() (err error) {
+		rec.ran = true
+		defer func() {
+			rec.err = err
+			writeTickMetrics(log.With("env", cfg.EnvID), rec)
+		}()
 		deps, closeFn, err := wire(cfg, log)
 		if err != nil {
 			log.Error(err.Error())
 			return err
 		}
 		defer closeFn()
-		return agent.New(cfg, deps, agent.Options{Prune: opts.prune}).Run(ctx)
+		rec.disk = deps.Disk
+		rec.agent = agent.New(cfg, deps, agent.Options{Prune: opts.prune})
+		return rec.agent.Run(ctx)
 	})
 }

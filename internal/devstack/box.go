@@ -54,6 +54,8 @@ type Box struct {
 	Project       string
 	BootstrapFile string
 	Interval      time.Duration
+	// TextfileDir is textfile_dir: node_exporter's directory, where every tick leaves its metrics.
+	TextfileDir string
 
 	mu      sync.Mutex
 	bin     string
@@ -82,8 +84,9 @@ func (s *Stack) NewBox(o BoxOptions) (*Box, error) {
 		o.BootstrapFile = filepath.Join(o.Dir, "bootstrap.jwt")
 	}
 	b := &Box{Env: o.Env, Site: o.Site, Dir: o.Dir, ConfigPath: filepath.Join(o.Dir, "config.yaml"),
-		Project: "monky-" + o.Env, BootstrapFile: o.BootstrapFile, Interval: o.Interval, bin: o.Bin}
-	for _, d := range []string{o.Dir, filepath.Join(o.Dir, "home")} {
+		Project: "monky-" + o.Env, BootstrapFile: o.BootstrapFile, Interval: o.Interval, bin: o.Bin,
+		TextfileDir: filepath.Join(o.Dir, "textfile")}
+	for _, d := range []string{o.Dir, filepath.Join(o.Dir, "home"), b.TextfileDir} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("devstack: box %s: %w", o.Env, err)
 		}
@@ -108,11 +111,12 @@ state_dir: %s
 bootstrap_file: %s
 compose_project: %s
 healthy_timeout_s: %d
+textfile_dir: %s
 disk:
   headroom_bytes: 1048576
 %s`, o.Env, o.Site, s.Tenancy.URL, s.Bao.Addr(), filepath.Join(o.Dir, "no-openbao-ca.pem"),
 		int(o.Interval/time.Second), filepath.Join(o.Dir, "state"), o.BootstrapFile, b.Project,
-		int(o.HealthyTimeout/time.Second), registry)
+		int(o.HealthyTimeout/time.Second), b.TextfileDir, registry)
 	if err := os.WriteFile(b.ConfigPath, []byte(cfg), 0o640); err != nil {
 		return nil, fmt.Errorf("devstack: box %s: %w", o.Env, err)
 	}

@@ -55,8 +55,9 @@ func mustContain(t *testing.T, out string, wants ...string) {
 // TestDemo: the demo with the docker engine, the registry and the real OpenBao catches the
 // silent and the refused box, and leaves no container, network, volume or image behind.
 func TestDemo(t *testing.T) {
-	itest.Require(t, itest.PartDocker, itest.PartCompose, itest.PartRegistry, itest.PartBao, itest.PartGo)
-	out := runDemo(t, demo.Options{BaoBin: itest.BaoBin(t), RegistryBin: itest.RegistryBin})
+	itest.Require(t, itest.PartDocker, itest.PartCompose, itest.PartRegistry, itest.PartBao, itest.PartGo, itest.PartPrometheus)
+	out := runDemo(t, demo.Options{BaoBin: itest.BaoBin(t), RegistryBin: itest.RegistryBin,
+		RulesFile: filepath.Join(itest.ModuleRoot(t), "packaging", "prometheus", "monky-deployd.rules.yml")})
 	mustContain(t, out,
 		`OpenBao dev server \(pid \d+\)`,
 		`registry 127\.0\.0\.1:\d+ \(password required\)`,
@@ -65,6 +66,10 @@ func TestDemo(t *testing.T) {
 		`(?m)^env-demo-04 .* FAILING .*PRIVILEGED_REFUSED`,
 		`(?m)^5 envs: 3 OK, 1 SILENT, 1 FAILING$`, `\(exit 1: something is not OK\)`,
 		`the release it ran before is still up: .*healthy.*healthy`,
+		`fleetctl exporter --stale \S+: the same verdicts as Prometheus series, http://127\.0\.0\.1:\d+/metrics`,
+		`monky_fleet_envs\{verdict="OK"\} 5`,
+		`ALERT MonkyAgentSilent firing \(pending since \S+\)  env=env-demo-03 site=\S+ severity=critical`,
+		`summary: env-demo-03: agent stopped on a live host: systemctl enable --now monky-deployd\.timer`,
 		`nothing left running`)
 	checkNothingLeft(t, "", "monky-env-demo-")
 }

@@ -137,10 +137,11 @@ bootstrap_file: %s/bootstrap.jwt
 compose_project: %s
 registry_host: %s
 healthy_timeout_s: 60
+textfile_dir: %s/no-node-exporter
 disk:
   headroom_bytes: 1048576
 %s
-`, env, w.ten.URL, w.bao.Addr, b.dir, b.dir, b.dir, b.project, w.reg.Addr, extraConfig)
+`, env, w.ten.URL, w.bao.Addr, b.dir, b.dir, b.dir, b.project, w.reg.Addr, b.dir, extraConfig)
 	if err := os.WriteFile(b.cfg, []byte(cfg), 0o640); err != nil {
 		t.Fatal(err)
 	}

@@ -28,6 +28,17 @@ const (
 	PartRegistry = "registry" // Debian's /usr/bin/docker-registry
 	PartBao      = "bao"      // an OpenBao server binary (MONKY_BAO_BIN, else scripts/build-bao.sh)
 	PartGo       = "go"       // the go command, to build the test app
+	// Debian's prometheus and prometheus-node-exporter packages (scripts/prometheus-deps.sh).
+	PartPromtool     = "promtool"      // /usr/bin/promtool
+	PartPrometheus   = "prometheus"    // /usr/bin/prometheus
+	PartNodeExporter = "node-exporter" // /usr/bin/prometheus-node-exporter
+)
+
+// Where Debian's packages put the Prometheus binaries.
+const (
+	PromtoolBin     = "/usr/bin/promtool"
+	PrometheusBin   = "/usr/bin/prometheus"
+	NodeExporterBin = "/usr/bin/prometheus-node-exporter"
 )
 
 // registryBin is where Debian's docker-registry package puts the CNCF registry 2.8.
@@ -82,7 +93,7 @@ func missingIn(t testing.TB, ci bool, part string, err error) {
 	if errors.Is(err, errUnknownPart) {
 		t.Fatalf("itest: %v", err)
 	}
-	msg := fmt.Sprintf("itest: part %q missing: %v (run scripts/integration-setup.sh)", part, err)
+	msg := fmt.Sprintf("itest: part %q missing: %v (run scripts/integration-setup.sh and scripts/prometheus-deps.sh)", part, err)
 	if ci {
 		t.Fatal(msg + " — CI is set, so this is a failure, not a skip")
 	}
@@ -114,6 +125,12 @@ func probeFunc(part string) func() (string, error) {
 		return probeBao
 	case PartGo:
 		return func() (string, error) { return exec.LookPath("go") }
+	case PartPromtool:
+		return func() (string, error) { return probeExecutable(PromtoolBin) }
+	case PartPrometheus:
+		return func() (string, error) { return probeExecutable(PrometheusBin) }
+	case PartNodeExporter:
+		return func() (string, error) { return probeExecutable(NodeExporterBin) }
 	}
 	return nil
 }
@@ -126,7 +143,7 @@ func probe(part string) (string, error) {
 	if !ok {
 		if probeFunc(part) == nil {
 			probeMu.Unlock()
-			return "", fmt.Errorf("%w %q (known: docker, compose, registry, bao, go)", errUnknownPart, part)
+			return "", fmt.Errorf("%w %q (known: docker, compose, registry, bao, go, promtool, prometheus, node-exporter)", errUnknownPart, part)
 		}
 		r = &probeResult{}
 		probeCache[part] = r

@@ -76,6 +76,11 @@ type State struct {
 	// Backoff is a desired sha whose apply failed: it is not tried again before NextAttemptAt,
 	// and the release it replaced was brought back (RevertedTo). Nil when no apply is failing.
 	Backoff *DeployBackoff `json:"deploy_backoff,omitempty"`
+	// Counters count what ticks did, for the metrics textfile: every tick is its own process, so
+	// a counter that must grow across ticks lives here.
+	Counters Counters `json:"counters,omitzero"`
+	// LastTickOKAt is when the last tick that exited 0 ended (the textfile's last success).
+	LastTickOKAt *time.Time `json:"last_tick_ok_at,omitempty"`
 
 	// extra keeps fields this version does not know, so a downgrade or a newer writer loses
 	// nothing when this version saves.
@@ -167,6 +172,28 @@ func (s *State) NoteDeployFailure(sha string, now time.Time) *DeployBackoff {
 func (s *State) BackingOff(sha string, now time.Time) bool {
 	b := s.Backoff
 	return b != nil && b.Sha == sha && now.Before(b.NextAttemptAt) && b.NextAttemptAt.Sub(now) <= MaxBackoff
+}
+
+// Counters are the totals a Prometheus counter is made of. They only ever grow; a state file
+// moved aside as corrupt starts them again at zero, which Prometheus reads as a counter reset.
+type Counters struct {
+	Applies  int64 `json:"applies,omitempty"`
+	Failures int64 `json:"failures,omitempty"`
+	Refusals int64 `json:"refusals,omitempty"`
+	Leases   int64 `json:"leases,omitempty"`
+}
+
+// CountOutcome counts a tick's outcome: applied, failed or refused; any other result counts
+// nothing (a heartbeat is no event).
+func (s *State) CountOutcome(result string) {
+	switch result {
+	case "applied":
+		s.Counters.Applies++
+	case "failed":
+		s.Counters.Failures++
+	case "refused":
+		s.Counters.Refusals++
+	}
 }
 
 // CorruptError is a state file that exists but cannot be read as a state: the caller decides
@@ -310,7 +337,7 @@ var stateKeys = []string{
 	"env_id", "applied_sha", "history", "last_result", "last_detail", "last_sha", "token",
 	"agent_version", "pending_upgrade_from", "last_checkin_at", "last_apply_at",
 	"docker_root_dir", "docker_version", "docker_info_at", "pending_lease", "previous_token",
-	"lease_backoff", "docker_info_failed_at", "deploy_backoff",
+	"lease_backoff", "docker_info_failed_at", "deploy_backoff", "counters", "last_tick_ok_at",
 }
 
 // legacyLastError is the Python agent's name for LastDetail; read, never written back (a stale
@@ -363,6 +390,18 @@ func (s *State) UnmarshalJSON(data []byte) error {
 	}
 	if n.DockerInfoFailedAt, err = decodeTimePtr(raw, "docker_info_failed_at"); err != nil {
 		return err
+	}
+	if n.LastTickOKAt, err = decodeTimePtr(raw, "last_tick_ok_at"); err != nil {
+		return err
+	}
+	if v, ok := raw["counters"]; ok && !isNull(v) {
+		if err := json.Unmarshal(v, &n.Counters); err != nil {
+			return fmt.Errorf("counters: %w", err)
+		}
+		c := n.Counters
+		if c.Applies < 0 || c.Failures < 0 || c.Refusals < 0 || c.Leases < 0 {
+			return errors.New("counters: a count is negative")
+		}
 	}
 	if v, ok := raw["pending_lease"]; ok && !isNull(v) {
 		n.PendingLease = &PendingLease{}

@@ -143,7 +143,8 @@ func TestSaveModeAndRoundTrip(t *testing.T) {
 		LeaseBackoff:  &LeaseBackoff{Until: at, Reason: "bao: login refused"},
 		Backoff:       &DeployBackoff{Sha: shaB, Attempts: 3, NextAttemptAt: at, RevertedTo: "ab12", RevertHealthy: ptr(true)},
 		PreviousToken: &TokenMeta{Source: SourceBootstrap, Accessor: "old", Addr: "https://bao-old:8200"},
-		Token:         &TokenMeta{Source: SourceBootstrap, Accessor: "acc", ObtainedAt: at, TTLSec: 3600, Addr: "https://bao:8200"}}
+		Token:         &TokenMeta{Source: SourceBootstrap, Accessor: "acc", ObtainedAt: at, TTLSec: 3600, Addr: "https://bao:8200"},
+		Counters:      Counters{Applies: 3, Failures: 2, Refusals: 1, Leases: 4}, LastTickOKAt: &at}
 	s.RecordApplied(shaB, at)
 	if err := Save(p, s); err != nil {
 		t.Fatal(err)
@@ -164,6 +165,23 @@ func TestSaveModeAndRoundTrip(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, s) {
 		t.Errorf("round trip:\n got %+v\nwant %+v", got, s)
+	}
+}
+
+func TestCounters(t *testing.T) {
+	var s State
+	for _, r := range []string{"applied", "failed", "refused", "failed", "healthy", "unhealthy", "down", ""} {
+		s.CountOutcome(r)
+	}
+	if want := (Counters{Applies: 1, Failures: 2, Refusals: 1}); s.Counters != want {
+		t.Errorf("counters %+v, want %+v", s.Counters, want)
+	}
+	for _, bad := range []string{`{"counters":{"applies":-1}}`, `{"counters":{"leases":"2"}}`, `{"counters":7}`} {
+		var st State
+		err := json.Unmarshal([]byte(bad), &st)
+		if err == nil || !strings.Contains(err.Error(), "counters") {
+			t.Errorf("%s: error %v, want one naming counters", bad, err)
+		}
 	}
 }
 
@@ -305,7 +323,8 @@ func FuzzDecode(f *testing.F) {
 	f.Add(seed)
 	for _, s := range []string{`{}`, `null`, `[]`, `{"history":[{"sha":"a"},"b","a"]}`, `{"token":{"ttl":1e99}}`,
 		`{"last_apply_at":"2026-01-01 00:00:00"}`, `{"x":{"y":[1,2]},"token":{"z":null}}`, `{"last_error":"e","last_detail":""}`,
-		`{"deploy_backoff":{"sha":"9f3e","attempts":3,"next_attempt_at":"2026-12-02T10:08:00Z","reverted_to":"7a10","revert_healthy":true}}`} {
+		`{"deploy_backoff":{"sha":"9f3e","attempts":3,"next_attempt_at":"2026-12-02T10:08:00Z","reverted_to":"7a10","revert_healthy":true}}`,
+		`{"counters":{"applies":2,"leases":1},"last_tick_ok_at":"2026-01-01T00:00:00Z"}`, `{"counters":{"failures":-1}}`, `{"counters":[]}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {

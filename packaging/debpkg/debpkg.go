@@ -27,10 +27,16 @@ const (
 	FleetctlPath = "/usr/bin/fleetctl"
 	UnitDir      = "/usr/lib/systemd/system"
 	DocDir       = "/usr/share/doc/monky-deployd"
+	// RulesPath is the Prometheus alert rules file (packaging/prometheus).
+	RulesPath = "/usr/share/monky-deployd/prometheus/monky-deployd.rules.yml"
 )
 
 // Units are the systemd unit files shipped, by file name under packaging/systemd.
 var Units = []string{"monky-deployd.service", "monky-deployd.timer", "monky-deployd-proxy.service"}
+
+// ExporterUnit is `fleetctl exporter`'s unit. No maintainer script enables, starts or stops it:
+// it is for the one host that watches the fleet, and the operator turns it on there.
+const ExporterUnit = "fleetctl-exporter.service"
 
 // Options say what goes into one build of the package.
 type Options struct {
@@ -94,9 +100,10 @@ func Info(o Options) (*nfpm.Info, error) {
 		file(o.FleetctlBin, FleetctlPath, 0o755),
 		file(filepath.Join(dir, "config.example.yaml"), DocDir+"/config.example.yaml", 0o644),
 	}
-	for _, u := range Units {
+	for _, u := range append(Units[:len(Units):len(Units)], ExporterUnit) {
 		contents = append(contents, file(filepath.Join(dir, "systemd", u), UnitDir+"/"+u, 0o644))
 	}
+	contents = append(contents, file(filepath.Join(dir, "prometheus", "monky-deployd.rules.yml"), RulesPath, 0o644))
 	// No /etc file is shipped, and so no conffile: /etc/monky-deployd/config.yaml belongs to
 	// install.sh / the ansible role, and a packaged copy would be offered for replacement (or
 	// replaced) on every upgrade.

@@ -134,6 +134,7 @@ func TestAgentPackage(t *testing.T) {
 		DeploydPath: 0o755, FleetctlPath: 0o755,
 		UnitDir + "/monky-deployd.service": 0o644, UnitDir + "/monky-deployd.timer": 0o644,
 		UnitDir + "/monky-deployd-proxy.service": 0o644, DocDir + "/config.example.yaml": 0o644,
+		UnitDir + "/fleetctl-exporter.service": 0o644, RulesPath: 0o644,
 	} {
 		e, ok := data[path]
 		if !ok {

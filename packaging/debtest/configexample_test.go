@@ -46,6 +46,7 @@ var protocolDefaults = map[string]string{
 	"docker_bin":          "docker",
 	"registry_host":       "harbor.tikali.net",
 	"log_level":           "INFO",
+	"textfile_dir":        "/var/lib/prometheus/node-exporter",
 }
 
 // flatten turns a decoded YAML map into dotted keys with their scalar values.

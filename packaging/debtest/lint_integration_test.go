@@ -120,7 +120,7 @@ func unitRoot(t *testing.T) string {
 func TestSystemdUnitsVerify(t *testing.T) {
 	sa := need(t, "systemd-analyze")
 	root := unitRoot(t)
-	units := []string{"monky-deployd.service", "monky-deployd.timer", "monky-deployd-proxy.service"}
+	units := []string{"monky-deployd.service", "monky-deployd.timer", "monky-deployd-proxy.service", "fleetctl-exporter.service"}
 	verify := func(units ...string) (string, error) {
 		return run(t, "", append(os.Environ(), "SYSTEMD_LOG_COLOR=0"), sa, append([]string{"verify", "--man=no", "--root=" + root}, units...)...)
 	}

@@ -31,7 +31,11 @@ type Options struct {
 	Interval time.Duration
 	// Converge bounds the wait for every agent's first report (4 min when zero).
 	Converge time.Duration
-	Stdout   io.Writer
+	// RulesFile is the alert rules file the package ships; PrometheusBin the Prometheus server
+	// that evaluates it (promdev.PrometheusBin when empty). Without either, the demo shows the
+	// exporter's series and no alert.
+	RulesFile, PrometheusBin string
+	Stdout                   io.Writer
 }
 
 // A demo step failed to happen (not the breakage it stages, which is the point).
@@ -117,8 +121,22 @@ func Run(ctx context.Context, o Options) (err error) {
 		return err
 	}
 
-	p.step("two things go wrong")
 	stale := 3 * o.Interval
+	mon, err := startMonitoring(ctx, w, o, stale)
+	if err != nil {
+		return err
+	}
+	defer mon.stop()
+	p.step("fleetctl exporter --stale %s: the same verdicts as Prometheus series, http://%s/metrics", stale, mon.exporter.Addr)
+	p.line("   %s", strings.Join(mon.envCounts(ctx), "\n   "))
+	if mon.prom != nil {
+		p.line("   Prometheus %s scrapes it every second and evaluates the package's alert rules (%s)", mon.prom.Addr, filepath.Base(o.RulesFile))
+	} else {
+		p.line("   %s", mon.why)
+	}
+	p.line("   every agent also leaves its own metrics for node_exporter after each tick: <box>/textfile/%s", "monky_deployd.prom")
+
+	p.step("two things go wrong")
 	w.Stack.SetOnline(silent, true)
 	sb, _ := w.Box(silent)
 	sb.Stop()
@@ -153,6 +171,19 @@ func Run(ctx context.Context, o Options) (err error) {
 	res, err := p.fleetctl(ctx, w, "status", "--stale", stale.String())
 	if err != nil {
 		return err
+	}
+
+	if mon.prom != nil {
+		p.step("Prometheus raises the alert (MonkyAgentSilent: online on the mesh, no check-in for 3 intervals, for 1m)")
+		actx, acancel := context.WithTimeout(ctx, 4*time.Minute)
+		alert, err := mon.prom.WaitFiring(actx, "MonkyAgentSilent", map[string]string{"env": silent})
+		acancel()
+		if err != nil {
+			return fmt.Errorf("%w: %w", errDemo, err)
+		}
+		p.line("   ALERT %s firing (pending since %s)  env=%s site=%s severity=%s", alert.Labels["alertname"],
+			alert.ActiveAt.Local().Format("15:04:05"), alert.Labels["env"], alert.Labels["site"], alert.Labels["severity"])
+		p.line("   summary: %s", alert.Annotations["summary"])
 	}
 
 	p.line("")

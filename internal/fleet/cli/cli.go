@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/url"
 	"os"
 	"os/signal"
@@ -95,6 +96,8 @@ type world struct {
 	IsTerminal func(w io.Writer) bool
 	// After runs f once d has passed (progress shows only for work that takes over a second).
 	After func(d time.Duration, f func()) (stop func() bool)
+	// Listen opens the exporter's listener.
+	Listen func(network, addr string) (net.Listener, error)
 }
 
 func realWorld(stdout, stderr io.Writer) world {
@@ -115,7 +118,8 @@ func realWorld(stdout, stderr io.Writer) world {
 			f, ok := w.(*os.File)
 			return ok && term.IsTerminal(int(f.Fd()))
 		},
-		After: func(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop },
+		After:  func(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop },
+		Listen: net.Listen,
 	}
 }
 
@@ -259,7 +263,7 @@ Exit codes: 0 all OK, 1 something is not OK, 2 usage or configuration error,
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.configPath, "config", "", "config file (default ~/.config/fleetctl/config.yaml)")
 	pf.BoolVarP(&g.verbose, "verbose", "v", false, "say on stderr where settings came from and what each source answered (never secrets)")
-	pf.StringVarP(&g.output, "output", "o", "table", "output format: table, wide or json")
+	pf.StringVarP(&g.output, "output", "o", "table", "output format: table, wide, json or prometheus (status only)")
 	pf.DurationVar(&g.timeout, "timeout", 2*time.Minute, "give up reading the sources after this long")
 	pf.IntVar(&g.zitiConcurrency, "ziti-concurrency", 8, "identity pages fetched at once from the controller (1 = one after another)")
 	pf.StringVar(&g.flags.ZitiURL, "ziti-url", "", "controller address, https://host:port (ziti.url, "+config.EnvZitiURL+")")
@@ -275,6 +279,7 @@ Exit codes: 0 all OK, 1 something is not OK, 2 usage or configuration error,
 		newGateCommand(g),
 		newOnboardCommand(g),
 		newRepairAttrsCommand(g),
+		newExporterCommand(g),
 		newVersionCommand(g),
 	)
 	return root
@@ -295,8 +300,12 @@ func (g *globalOptions) setup(cmd *cobra.Command) error {
 			return a
 		},
 	}))
-	if _, err := render.ParseFormat(g.output); err != nil {
+	f, err := render.ParseFormat(g.output)
+	if err != nil {
 		return usagef("%v", err)
+	}
+	if f == render.FormatPrometheus && cmd.Name() != "status" {
+		return usagef("-o prometheus: only fleetctl status prints series (fleetctl exporter serves them)")
 	}
 	if g.timeout <= 0 {
 		return usagef("--timeout must be positive")

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -94,6 +95,7 @@ func (h *harness) world() world {
 			f()
 			return func() bool { return false }
 		},
+		Listen: net.Listen,
 	}
 }
 

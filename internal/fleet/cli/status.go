@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/exporter"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/render"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/report"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/verdict"
@@ -99,10 +100,23 @@ func runStatus(ctx context.Context, opts statusOptions, g *globalOptions, w io.W
 		return err
 	}
 	p := g.printer()
+	if p.Format == render.FormatPrometheus && opts.watch != 0 {
+		return usagef("--watch with -o prometheus: run fleetctl exporter and let Prometheus scrape it")
+	}
 	if opts.watch == 0 {
 		doc, err := r.document(ctx, opts.site, ro)
 		if err != nil {
 			return err
+		}
+		if p.Format == render.FormatPrometheus {
+			page, err := exporter.Encode(doc)
+			if err != nil {
+				return err
+			}
+			if _, err := w.Write(page); err != nil {
+				return err
+			}
+			return notOK(doc.NotOK() > 0)
 		}
 		if err := p.Print(w, doc); err != nil {
 			return err

@@ -28,14 +28,22 @@ const (
 	EnvZitiCAFile   = "FLEETCTL_ZITI_CA_FILE"
 	EnvTenancyURL   = "FLEETCTL_TENANCY_URL"
 	EnvTenancyToken = "FLEETCTL_TENANCY_TOKEN"
+	// EnvExporterListen is where `fleetctl exporter` listens.
+	EnvExporterListen = "FLEETCTL_EXPORTER_LISTEN"
 )
 
 // File is the config file.
 type File struct {
 	// Path is where it was read from, "" when there was none.
-	Path    string
-	Ziti    ZitiFile
-	Tenancy TenancyFile
+	Path     string
+	Ziti     ZitiFile
+	Tenancy  TenancyFile
+	Exporter ExporterFile
+}
+
+// ExporterFile is the `exporter:` section.
+type ExporterFile struct {
+	Listen string
 }
 
 // ZitiFile is the `ziti:` section.
@@ -59,6 +67,7 @@ func (f *File) keys() map[string]*string {
 		"ziti.url": &f.Ziti.URL, "ziti.username": &f.Ziti.Username, "ziti.password_file": &f.Ziti.PasswordFile,
 		"ziti.identity": &f.Ziti.Identity, "ziti.ca_file": &f.Ziti.CAFile,
 		"tenancy.url": &f.Tenancy.URL, "tenancy.token_file": &f.Tenancy.TokenFile,
+		"exporter.listen": &f.Exporter.Listen,
 	}
 }
 
@@ -84,14 +93,14 @@ func Parse(data []byte, name string) (*File, error) {
 		return f, nil
 	}
 	if root.Kind != yaml.MappingNode {
-		return nil, bad(name, root, "the file must be a mapping with ziti: and tenancy: sections")
+		return nil, bad(name, root, "the file must be a mapping with ziti:, tenancy: and exporter: sections")
 	}
 	dests := f.keys()
 	seen := map[string]bool{}
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		sk, sv := root.Content[i], root.Content[i+1]
 		section := sk.Value
-		if section != "ziti" && section != "tenancy" {
+		if section != "ziti" && section != "tenancy" && section != "exporter" {
 			return nil, bad(name, sk, fmt.Sprintf("unknown key %q", section))
 		}
 		if seen[section] {
@@ -181,6 +190,7 @@ type Flags struct {
 	ZitiCAFile       string
 	TenancyURL       string
 	TenancyTokenFile string
+	ExporterListen   string
 }
 
 // Authentication methods to the controller.
@@ -204,6 +214,8 @@ type Settings struct {
 	ZitiCAFile   string
 	TenancyURL   string
 	TenancyToken secret.Value
+	// ExporterListen is where `fleetctl exporter` listens ("" when set nowhere).
+	ExporterListen string
 	// Origin says where each value came from ("flag --ziti-url", "env FLEETCTL_ZITI_URL",
 	// "file /path"), for -v. It never holds a value.
 	Origin map[string]string
@@ -325,6 +337,7 @@ func Resolve(f *File, getenv func(string) string, fl Flags, readFile func(string
 	}
 	s.ZitiCAFile = pick("ziti.ca_file", "ziti-ca-file", fl.ZitiCAFile, EnvZitiCAFile, f.Ziti.CAFile)
 	s.TenancyURL = pick("tenancy.url", "tenancy-url", fl.TenancyURL, EnvTenancyURL, f.Tenancy.URL)
+	s.ExporterListen = pick("exporter.listen", "listen", fl.ExporterListen, EnvExporterListen, f.Exporter.Listen)
 
 	if s.TenancyToken, err = secretFrom(s, "tenancy.token", "tenancy-token-file", fl.TenancyTokenFile, EnvTenancyToken, "tenancy.token_file", f.Tenancy.TokenFile, f.Path, getenv, readFile); err != nil {
 		return nil, err

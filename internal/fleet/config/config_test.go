@@ -52,6 +52,12 @@ tenancy:
 		{name: "list root", body: "- a\n", wantErr: "must be a mapping"},
 		{name: "section not a map", body: "ziti: https://x\n", wantErr: "ziti: want a mapping"},
 		{name: "not yaml", body: "ziti: [\n", wantErr: "invalid configuration"},
+		{name: "exporter", body: "exporter:\n  listen: 127.0.0.1:9465\n", check: func(t *testing.T, f *File) {
+			if f.Exporter.Listen != "127.0.0.1:9465" {
+				t.Errorf("%+v", f)
+			}
+		}},
+		{name: "exporter typo", body: "exporter:\n  listn: x\n", wantErr: `unknown key "exporter.listn"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f, err := Parse([]byte(tc.body), "/home/ops/.config/fleetctl/config.yaml")

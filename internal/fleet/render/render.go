@@ -5,6 +5,7 @@ package render
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -22,15 +23,18 @@ const (
 	FormatTable Format = "table"
 	FormatWide  Format = "wide"
 	FormatJSON  Format = "json"
+	// FormatPrometheus is the text exposition format; only `fleetctl status` prints it (through
+	// internal/fleet/exporter), every other command refuses it.
+	FormatPrometheus Format = "prometheus"
 )
 
 // ParseFormat reads the value of -o.
 func ParseFormat(s string) (Format, error) {
 	switch f := Format(s); f {
-	case FormatTable, FormatWide, FormatJSON:
+	case FormatTable, FormatWide, FormatJSON, FormatPrometheus:
 		return f, nil
 	}
-	return "", fmt.Errorf("-o %q: want table, wide or json", s)
+	return "", fmt.Errorf("-o %q: want table, wide, json or prometheus", s)
 }
 
 // Table is what a result shows as text: a header, rows, and lines printed under the table
@@ -87,6 +91,9 @@ func (p Printer) Render(v Printable) ([]byte, error) {
 // 12 MB document, and copying it through intermediate buffers would double fleetctl's peak
 // memory for nothing.
 func (p Printer) Print(w io.Writer, v Printable) error {
+	if p.Format == FormatPrometheus {
+		return errors.New("render: -o prometheus is for fleetctl status only")
+	}
 	if p.Format == FormatJSON {
 		if jw, ok := v.(JSONWriter); ok {
 			if err := jw.WriteJSON(w); err != nil {

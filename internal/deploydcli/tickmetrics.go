@@ -1,0 +1,95 @@
+package deploydcli
+
+import (
+	"errors"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/config"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/diskspace"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/metrics"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/state"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/version"
+)
+
+// defaultTextfileDir is where the textfile goes when the config leaves textfile_dir at its
+// default, or cannot be read at all (exit 78 must still be seen). Tests point it elsewhere.
+var defaultTextfileDir = config.DefaultTextfileDir
+
+// tickRecord is what runTick knows of a tick when it ends.
+type tickRecord struct {
+	cfg   *config.Config // nil: the config could not be loaded
+	start time.Time
+	// ran: the tick held the lock and ran; false with a nil err is a lock held by another tick.
+	ran   bool
+	err   error
+	agent *agent.Agent // nil when the tick never got to build one
+	disk  *diskspace.Meter
+}
+
+// writeTickMetrics leaves the tick's textfile. Failing to write it never changes the tick's
+// exit: the journal says so, and the stale textfile raises MonkyDeploydTickStale.
+func writeTickMetrics(log *slog.Logger, rec tickRecord) {
+	end := time.Now()
+	t := metrics.Tick{
+		Version: version.Version, Start: rec.start, End: end,
+		ExitCode: agent.ExitCode(rec.err),
+		LockHeld: rec.cfg != nil && !rec.ran && rec.err == nil,
+	}
+	dir := defaultTextfileDir
+	if cfg := rec.cfg; cfg != nil {
+		t.EnvID, t.DiskFloorBytes, t.Interval = cfg.EnvID, cfg.Disk.HeadroomBytes, cfg.Interval()
+		if cfg.TextfileDir != config.DefaultTextfileDir {
+			dir = cfg.TextfileDir
+		}
+		t.State = tickState(log, rec, end)
+	}
+	if rec.agent != nil {
+		obs := rec.agent.Observed()
+		if obs.ReportResult != "" {
+			t.Report = &metrics.Report{Result: obs.ReportResult, Delivered: obs.ReportDelivered}
+		}
+		t.Containers = obs.Containers
+	}
+	if st := t.State; st != nil && st.DockerRootDir != "" {
+		meter := rec.disk
+		if meter == nil {
+			meter = &diskspace.Meter{}
+		}
+		if _, measured, err := meter.Tightest(agent.StoragePaths(rec.cfg, st.DockerRootDir)); err == nil {
+			for _, m := range measured {
+				t.Disk = append(t.Disk, metrics.Disk{Path: m.Path, FreeBytes: m.Free})
+			}
+		}
+	}
+	path := filepath.Join(dir, config.TextfileName)
+	switch err := metrics.WriteFile(path, t); {
+	case errors.Is(err, metrics.ErrNoDir):
+		log.Debug("metrics: no textfile directory; textfile not written", "dir", dir)
+	case err != nil:
+		log.Warn("metrics: textfile not written", "path", path, "error", err.Error())
+	}
+}
+
+// tickState is the state the textfile shows. A tick that ran and exited 0 records its end as
+// the last success, under the lock it still holds; any other tick only reads state.json.
+func tickState(log *slog.Logger, rec tickRecord, end time.Time) *state.State {
+	if rec.agent != nil && rec.agent.State() != nil {
+		st := rec.agent.State()
+		if rec.err == nil {
+			at := end.UTC()
+			st.LastTickOKAt = &at
+			if err := state.Save(rec.cfg.StatePath(), st); err != nil {
+				log.Warn("state not saved", "error", err.Error())
+			}
+		}
+		return st
+	}
+	st, err := state.Load(rec.cfg.StatePath())
+	if err != nil {
+		return nil
+	}
+	return st
+}

@@ -1,0 +1,134 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/exporter"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/report"
+)
+
+// DefaultExporterListen is where `fleetctl exporter` listens unless told otherwise: loopback,
+// so a Prometheus on the same host scrapes it and nothing else on the network reads the fleet.
+const DefaultExporterListen = "127.0.0.1:9465"
+
+type exporterOptions struct {
+	filterOptions
+	refresh time.Duration
+}
+
+func newExporterCommand(g *globalOptions) *cobra.Command {
+	var opts exporterOptions
+	cmd := &cobra.Command{
+		Use:   "exporter",
+		Short: "Serve the fleet's verdicts as Prometheus metrics on /metrics",
+		Long: `exporter serves, on /metrics, one series per env for its verdict, check-in age (on tenancy's
+clock), mesh, timer, agent version, drift and token TTL — the series fleetctl status -o
+prometheus prints once — and its own health. It reads both sources at most once per --refresh,
+however often it is scraped; when a reading fails it keeps serving the last good view and says
+so (monky_fleet_exporter_view_fresh 0). It stops cleanly on SIGTERM or Ctrl-C.
+
+Listens on --listen, FLEETCTL_EXPORTER_LISTEN or exporter.listen (default ` + DefaultExporterListen + `).`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runExporter(cmd.Context(), opts, g, g.stderr)
+		},
+	}
+	opts.register(cmd)
+	cmd.Flags().StringVar(&g.flags.ExporterListen, "listen", "", "host:port to serve /metrics on (exporter.listen, FLEETCTL_EXPORTER_LISTEN; default "+DefaultExporterListen+")")
+	cmd.Flags().DurationVar(&opts.refresh, "refresh", 30*time.Second, "read the sources at most this often")
+	return cmd
+}
+
+// runExporter serves until ctx ends; diag gets the one line saying where.
+func runExporter(ctx context.Context, opts exporterOptions, g *globalOptions, diag io.Writer) error {
+	ro, err := opts.reportOptions()
+	if err != nil {
+		return err
+	}
+	if opts.refresh < time.Second {
+		return usagef("--refresh must be at least 1s")
+	}
+	s, err := g.settings()
+	if err != nil {
+		return err
+	}
+	listen, origin := s.ExporterListen, s.Origin["exporter.listen"]
+	if listen == "" {
+		listen, origin = DefaultExporterListen, "the default"
+	}
+	if err := checkListen(listen); err != nil {
+		return usagef("exporter.listen %q (from %s): %v", listen, origin, err)
+	}
+	r, err := g.newReader(s)
+	if err != nil {
+		return err
+	}
+	ex := exporter.New(exporter.Options{
+		Read:    func(ctx context.Context) (*report.Document, error) { return r.document(ctx, opts.site, ro) },
+		Source:  sourceOf,
+		Sources: []string{sourceZiti, sourceTenancy},
+		Refresh: opts.refresh,
+		Timeout: g.timeout,
+		Now:     g.w.Now,
+		Log:     g.log,
+	})
+	ln, err := g.w.Listen("tcp", listen)
+	if err != nil {
+		return fmt.Errorf("exporter: %w", err)
+	}
+	srv := &http.Server{Handler: ex, ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	runCtx, stopRun := context.WithCancel(ctx)
+	ran := make(chan struct{})
+	go func() { defer close(ran); ex.Run(runCtx) }()
+	fmt.Fprintf(diag, "fleetctl exporter: serving http://%s/metrics, reading the sources at most every %s\n", ln.Addr(), opts.refresh)
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-served:
+	}
+	stopRun()
+	<-ran
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil && serveErr == nil {
+		serveErr = err
+	}
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		return fmt.Errorf("exporter: %w", serveErr)
+	}
+	fmt.Fprintf(diag, "fleetctl exporter: stopped\n")
+	return nil
+}
+
+// checkListen accepts host:port with a numeric port (0 picks a free one).
+func checkListen(hp string) error {
+	_, port, err := net.SplitHostPort(hp)
+	if err != nil {
+		return errors.New("want host:port")
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return errors.New("want a port from 0 to 65535")
+	}
+	return nil
+}
+
+// sourceOf names the source a reading failed on.
+func sourceOf(err error) string {
+	var se *SourceError
+	if errors.As(err, &se) {
+		return se.Source
+	}
+	return ""
+}

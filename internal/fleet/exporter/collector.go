@@ -1,0 +1,243 @@
+// Package exporter turns fleetctl's status document into Prometheus series, and serves them:
+// `fleetctl exporter` keeps a view of the fleet that it refreshes at most once per interval,
+// whoever scrapes it and however often, and `fleetctl status -o prometheus` prints the same
+// series once. Every series is per env with the env and site as labels; none carries free text.
+package exporter
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/report"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/verdict"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
+)
+
+// Namespace prefixes every series.
+const Namespace = "monky_fleet"
+
+// results are the values of monky_fleet_env_last_result's result label; anything else tenancy
+// says is "other", so a new result string cannot grow the label set unseen.
+var results = map[string]bool{
+	protocol.ResultApplied: true, protocol.ResultHealthy: true, protocol.ResultUnhealthy: true,
+	protocol.ResultFailed: true, protocol.ResultRefused: true, protocol.ResultDown: true,
+}
+
+var envLabels = []string{"env", "site"}
+
+func newDesc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc(prometheus.BuildFQName(Namespace, "", name), help, labels, nil)
+}
+
+// The per-env series. Every verdict of verdict.All() gets a series per env, so a verdict added
+// there appears here without a change.
+var (
+	descVerdict  = newDesc("env_verdict", "1 for the env's verdict (the one fleetctl status prints), 0 for every other verdict.", "env", "site", "verdict")
+	descAge      = newDesc("env_checkin_age_seconds", "Seconds since the env's agent last checked in, on tenancy's clock (absent: never).", envLabels...)
+	descStale    = newDesc("env_stale_after_seconds", "The check-in age beyond which the env's agent is stale: max(3 × its interval, 3m), or --stale.", envLabels...)
+	descInterval = newDesc("env_checkin_interval_seconds", "The check-in interval the env's agent declared.", envLabels...)
+	descOnline   = newDesc("env_mesh_online", "1 when the env's host identity is online on the mesh (absent: no identity, or the controller did not say).", envLabels...)
+	descMissing  = newDesc("env_identity_missing_attributes", "Required role attributes the env's identity lacks (#monky-deploy-agent, #openbao-client).", envLabels...)
+	descEnabled  = newDesc("env_timer_enabled", "1 when the agent's last check-in said its systemd timer is enabled (absent: unknown).", envLabels...)
+	descActive   = newDesc("env_timer_active", "1 when the agent's last check-in said its systemd timer is active (absent: unknown).", envLabels...)
+	descAgent    = newDesc("env_agent_info", "The agent version the env last reported.", "env", "site", "version")
+	descResult   = newDesc("env_last_result", "1 for the result of the env's last report.", "env", "site", "result")
+	descDrift    = newDesc("env_drift_seconds", "Seconds the desired release has differed from the applied one (0 when they agree).", envLabels...)
+	descTTL      = newDesc("env_token_ttl_seconds", "Seconds the agent's OpenBao token had left at its last check-in.", envLabels...)
+	descEnvs     = newDesc("envs", "Envs in the view, by verdict.", "verdict")
+)
+
+// View is one complete reading of the fleet and how it went.
+type View struct {
+	Doc *report.Document
+	// Now is tenancy's clock at the reading (Doc.Now, parsed).
+	Now time.Time
+}
+
+// NewView parses doc's clock.
+func NewView(doc *report.Document) (View, error) {
+	now, err := time.Parse(time.RFC3339, doc.Now)
+	if err != nil {
+		return View{}, fmt.Errorf("exporter: the document's now %q: %w", doc.Now, err)
+	}
+	return View{Doc: doc, Now: now}, nil
+}
+
+// envDescs are the per-env families, in the order they are written.
+var envDescs = []*prometheus.Desc{descVerdict, descAge, descStale, descInterval, descOnline, descMissing,
+	descEnabled, descActive, descAgent, descResult, descDrift, descTTL, descEnvs}
+
+// envCollector emits the per-env series of a view; with only set, just that family's. A family
+// at a time is how a view of 10,000 envs is encoded: gathering all of them at once held every
+// series of the fleet in memory together, several times the size of the page.
+type envCollector struct {
+	v    View
+	only *prometheus.Desc
+}
+
+func (c envCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range envDescs {
+		if c.only == nil || c.only == d {
+			ch <- d
+		}
+	}
+}
+
+func (c envCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.v.Doc == nil {
+		return
+	}
+	want := func(d *prometheus.Desc) bool { return c.only == nil || c.only == d }
+	all := verdict.All()
+	seen := make(map[string]bool, len(c.v.Doc.Envs))
+	for i := range c.v.Doc.Envs {
+		e := &c.v.Doc.Envs[i]
+		env, site := label(e.EnvID), label(e.Site)
+		if seen[env] {
+			// An orphan identity named after an env whose agent uses another identity: the
+			// env's own row (first, the document is sorted stably) is the one alerts need, and
+			// a second series with the same labels would fail the whole scrape.
+			continue
+		}
+		seen[env] = true
+		g := func(d *prometheus.Desc, v float64, extra ...string) {
+			if want(d) {
+				ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, append([]string{env, site}, extra...)...)
+			}
+		}
+		if want(descVerdict) {
+			for _, v := range all {
+				g(descVerdict, b2f(e.Verdict == string(v)), string(v))
+			}
+		}
+		if e.Verdict == string(verdict.OrphanIdentity) {
+			if e.MeshOnline != nil {
+				g(descOnline, b2f(*e.MeshOnline))
+			}
+			continue // tenancy knows nothing else of it
+		}
+		if e.CheckinAgeS != nil {
+			g(descAge, float64(*e.CheckinAgeS))
+		}
+		g(descStale, float64(e.StaleAfterS))
+		g(descInterval, float64(e.CheckinIntervalS))
+		if e.MeshOnline != nil {
+			g(descOnline, b2f(*e.MeshOnline))
+		}
+		if e.IdentityID != nil {
+			g(descMissing, float64(len(e.MissingAttributes)))
+		}
+		if t := e.Timer; t != nil {
+			if t.Enabled != nil {
+				g(descEnabled, b2f(*t.Enabled))
+			}
+			if t.Active != nil {
+				g(descActive, b2f(*t.Active))
+			}
+		}
+		if e.AgentVersion != "" {
+			g(descAgent, 1, label(e.AgentVersion))
+		}
+		if e.LastResult != "" {
+			r := e.LastResult
+			if !results[r] {
+				r = "other"
+			}
+			g(descResult, 1, r)
+		}
+		if want(descDrift) {
+			g(descDrift, c.drift(e))
+		}
+		if e.TokenTTLS != nil {
+			g(descTTL, float64(*e.TokenTTLS))
+		}
+	}
+	if !want(descEnvs) {
+		return
+	}
+	for _, v := range all {
+		ch <- prometheus.MustNewConstMetric(descEnvs, prometheus.GaugeValue, float64(c.v.Doc.Summary[string(v)]), string(v))
+	}
+}
+
+// drift is how long desired has differed from applied, on tenancy's clock.
+func (c envCollector) drift(e *report.Env) float64 {
+	if e.DesiredSha == "" || e.DesiredSha == e.AppliedSha || e.DesiredAt == nil {
+		return 0
+	}
+	at, err := time.Parse(time.RFC3339, *e.DesiredAt)
+	if err != nil {
+		return 0
+	}
+	return max(c.v.Now.Sub(at).Seconds(), 0)
+}
+
+// maxLabel bounds a label value taken from tenancy's answer: an agent reports its own version,
+// and a broken or hostile one must not make a series of arbitrary size.
+const maxLabel = 128
+
+// label is s as a label value: valid UTF-8, at most maxLabel bytes (cut on a rune, marked "…").
+func label(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) <= maxLabel {
+		return s
+	}
+	cut := maxLabel - len("…")
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// encode gathers each collector from a fresh registry of its own, one after the other, and
+// writes the text exposition format; the gathered series of one are garbage before the next.
+func encode(cs ...prometheus.Collector) ([]byte, error) {
+	var buf bytes.Buffer
+	for _, c := range cs {
+		reg := prometheus.NewRegistry()
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("exporter: %w", err)
+		}
+		mfs, err := reg.Gather()
+		if err != nil {
+			return nil, fmt.Errorf("exporter: %w", err)
+		}
+		for _, mf := range mfs {
+			if _, err := expfmt.MetricFamilyToText(&buf, mf); err != nil {
+				return nil, fmt.Errorf("exporter: encode: %w", err)
+			}
+		}
+	}
+	return buf.Bytes(), nil
+}
+
+// envFamilies are v's per-env collectors, a family each.
+func envFamilies(v View) []prometheus.Collector {
+	cs := make([]prometheus.Collector, len(envDescs))
+	for i, d := range envDescs {
+		cs[i] = envCollector{v: v, only: d}
+	}
+	return cs
+}
+
+// Encode is the fleet's series for one reading: what `fleetctl status -o prometheus` prints.
+func Encode(doc *report.Document) ([]byte, error) {
+	v, err := NewView(doc)
+	if err != nil {
+		return nil, err
+	}
+	return encode(envFamilies(v)...)
+}

@@ -1,0 +1,223 @@
+package exporter
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/report"
+)
+
+// Reader reads the fleet once. A failure names the source that failed (Source), so the
+// exporter can count errors by source; both sources are read for every view, and a view is
+// never made from one of them alone.
+type Reader func(ctx context.Context) (*report.Document, error)
+
+// Source names the source of a Reader's error ("ziti controller", "tenancy"), "" when unknown.
+type Source func(err error) string
+
+// Options configure an Exporter.
+type Options struct {
+	Read    Reader
+	Source  Source
+	Sources []string // every source, so each has its series before its first failure
+	// Refresh is the least time between two readings.
+	Refresh time.Duration
+	// Timeout bounds one reading.
+	Timeout time.Duration
+	Now     func() time.Time
+	Log     *slog.Logger
+}
+
+// Exporter keeps the last good view of the fleet and the exposition made from it. Scrapes are
+// served from that exposition and never read a source: the sources are read by Run, once per
+// Refresh, however often the exporter is scraped.
+type Exporter struct {
+	o Options
+
+	mu   sync.RWMutex
+	page []byte // the exposition served, rebuilt after every reading
+	h    health
+}
+
+// health is what the exporter says of itself.
+type health struct {
+	views       int64 // readings that gave a view
+	viewAt      time.Time
+	lastAttempt time.Time
+	lastOK      bool
+	took        time.Duration
+	view        View
+	sources     map[string]*sourceHealth
+}
+
+type sourceHealth struct {
+	up          bool
+	lastSuccess time.Time
+	errors      int64
+}
+
+// New returns an Exporter that has not read anything yet: it serves its own health only.
+func New(o Options) *Exporter {
+	e := &Exporter{o: o}
+	e.h.sources = map[string]*sourceHealth{}
+	for _, s := range o.Sources {
+		e.h.sources[s] = &sourceHealth{}
+	}
+	e.render()
+	return e
+}
+
+// Run reads the fleet now and then every Refresh until ctx ends.
+func (e *Exporter) Run(ctx context.Context) {
+	t := time.NewTicker(e.o.Refresh)
+	defer t.Stop()
+	for {
+		e.Refresh(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Refresh reads the fleet once and rebuilds the exposition. A failed reading keeps the last
+// good view (monky_fleet_exporter_view_fresh says it is not the latest reading's).
+func (e *Exporter) Refresh(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, e.o.Timeout)
+	defer cancel()
+	start := e.o.Now()
+	doc, err := e.o.Read(ctx)
+	var v View
+	if err == nil {
+		v, err = NewView(doc)
+	}
+	end := e.o.Now()
+	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		return // stopping: not a source failure
+	}
+	e.mu.Lock()
+	h := &e.h
+	h.lastAttempt, h.took, h.lastOK = end, end.Sub(start), err == nil
+	if err == nil {
+		h.views++
+		h.view, h.viewAt = v, end
+		for _, s := range h.sources {
+			s.up, s.lastSuccess = true, end
+		}
+	} else {
+		name := e.o.Source(err)
+		if name == "" {
+			name = "unknown"
+		}
+		s := h.sources[name]
+		if s == nil {
+			s = &sourceHealth{}
+			h.sources[name] = s
+		}
+		s.up = false
+		s.errors++
+	}
+	e.mu.Unlock()
+	if err != nil {
+		e.o.Log.Warn("exporter: reading the fleet failed; serving the last good view", "error", err.Error())
+	}
+	e.render()
+}
+
+// render rebuilds the exposition from the current view and health.
+func (e *Exporter) render() {
+	e.mu.RLock()
+	h := e.h
+	srcs := make(map[string]sourceHealth, len(h.sources))
+	for k, v := range h.sources {
+		srcs[k] = *v
+	}
+	e.mu.RUnlock()
+	page, err := encode(append(envFamilies(h.view), healthCollector{h: h, sources: srcs})...)
+	if err != nil {
+		e.o.Log.Error("exporter: " + err.Error())
+		return
+	}
+	e.mu.Lock()
+	e.page = page
+	e.mu.Unlock()
+}
+
+// ServeHTTP serves /metrics from the last exposition.
+func (e *Exporter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/metrics":
+	case "/":
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("fleetctl exporter: the fleet's verdicts are at /metrics\n"))
+		return
+	default:
+		http.NotFound(w, r)
+		return
+	}
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	e.mu.RLock()
+	page := e.page
+	e.mu.RUnlock()
+	w.Header().Set("Content-Type", string(expfmt.NewFormat(expfmt.TypeTextPlain)))
+	_, _ = w.Write(page)
+}
+
+var (
+	descUp        = newDesc("exporter_source_up", "1 when the last reading of the source succeeded.", "source")
+	descSuccess   = newDesc("exporter_source_last_success_timestamp_seconds", "When the source was last read successfully (Unix time; absent: never).", "source")
+	descErrors    = newDesc("exporter_source_errors_total", "Readings that failed because of the source.", "source")
+	descTook      = newDesc("exporter_listing_duration_seconds", "How long the last reading of both sources took.")
+	descViewAt    = newDesc("exporter_view_timestamp_seconds", "When the view served was read (Unix time; absent: no view yet).")
+	descFresh     = newDesc("exporter_view_fresh", "1 when the view served is the latest reading's; 0 when the latest reading failed and an older view is served.")
+	descViews     = newDesc("exporter_views_total", "Readings that gave a view.")
+	descAttemptAt = newDesc("exporter_last_reading_timestamp_seconds", "When the exporter last tried to read the sources (Unix time).")
+)
+
+// healthCollector emits the exporter's own series.
+type healthCollector struct {
+	h       health
+	sources map[string]sourceHealth
+}
+
+func (c healthCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descUp, descSuccess, descErrors, descTook, descViewAt, descFresh, descViews, descAttemptAt} {
+		ch <- d
+	}
+}
+
+func (c healthCollector) Collect(ch chan<- prometheus.Metric) {
+	g := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	ts := func(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
+	for name, s := range c.sources {
+		g(descUp, b2f(s.up), name)
+		if !s.lastSuccess.IsZero() {
+			g(descSuccess, ts(s.lastSuccess), name)
+		}
+		ch <- prometheus.MustNewConstMetric(descErrors, prometheus.CounterValue, float64(s.errors), name)
+	}
+	ch <- prometheus.MustNewConstMetric(descViews, prometheus.CounterValue, float64(c.h.views))
+	if c.h.lastAttempt.IsZero() {
+		return
+	}
+	g(descAttemptAt, ts(c.h.lastAttempt))
+	g(descTook, c.h.took.Seconds())
+	g(descFresh, b2f(c.h.lastOK))
+	if !c.h.viewAt.IsZero() {
+		g(descViewAt, ts(c.h.viewAt))
+	}
+}

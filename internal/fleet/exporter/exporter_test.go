@@ -1,0 +1,291 @@
+package exporter
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/report"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/verdict"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
+)
+
+var now = time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+
+func ptr[T any](v T) *T { return &v }
+
+// doc is a small fleet: a silent box, a healthy one, and an orphan identity.
+func doc() *report.Document {
+	d := &report.Document{Schema: report.Schema, Now: now.Format(time.RFC3339), Summary: map[string]int{}}
+	for _, v := range verdict.All() {
+		d.Summary[string(v)] = 0
+	}
+	add := func(e report.Env) {
+		d.Envs = append(d.Envs, e)
+		d.Summary[e.Verdict]++
+	}
+	add(report.Env{EnvID: "env-a", Site: "cbs", Verdict: "SILENT", CheckinAgeS: ptr(int64(600)), StaleAfterS: 180, CheckinIntervalS: 60,
+		AgentVersion: "0.2.0", MeshOnline: ptr(true), IdentityID: ptr("z1"), MissingAttributes: []string{},
+		Timer:      &protocol.AdminTimer{Enabled: ptr(false), Active: ptr(false)},
+		LastResult: "healthy", AppliedSha: "aaaa", DesiredSha: "bbbb", DesiredAt: ptr(now.Add(-time.Hour).Format(time.RFC3339)),
+		NextStep: "agent stopped on a live host: systemctl enable --now monky-deployd.timer", LastDetail: "secret-ish detail"})
+	add(report.Env{EnvID: "env-b", Site: "cbs", Verdict: "OK", CheckinAgeS: ptr(int64(20)), StaleAfterS: 180, CheckinIntervalS: 60,
+		AgentVersion: "0.2.0", MeshOnline: ptr(true), IdentityID: ptr("z2"), MissingAttributes: []string{},
+		Timer: &protocol.AdminTimer{Enabled: ptr(true), Active: ptr(true)}, LastResult: "strange-new-result", TokenTTLS: ptr(int64(7200))})
+	add(report.Env{EnvID: "env-old", Verdict: "ORPHAN_IDENTITY", MeshOnline: ptr(false), IdentityID: ptr("z3")})
+	// The same env once more (an orphan identity named after an env with another identity).
+	add(report.Env{EnvID: "env-old", Verdict: "ORPHAN_IDENTITY", MeshOnline: ptr(true)})
+	return d
+}
+
+func parse(t *testing.T, page []byte) map[string]string {
+	t.Helper()
+	var p expfmt.TextParser
+	mfs, err := p.TextToMetricFamilies(bytes.NewReader(page))
+	if err != nil {
+		t.Fatalf("exposition does not parse: %v\n%s", err, page)
+	}
+	out := map[string]string{}
+	for name, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, l.GetName()+"="+l.GetValue())
+			}
+			v := m.GetGauge().GetValue()
+			if m.Counter != nil {
+				v = m.GetCounter().GetValue()
+			}
+			out[name+"{"+strings.Join(labels, ",")+"}"] = strconv.FormatFloat(v, 'f', -1, 64)
+		}
+	}
+	return out
+}
+
+func TestEncode(t *testing.T) {
+	page, err := Encode(doc())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := parse(t, page)
+	for series, want := range map[string]string{
+		"monky_fleet_env_verdict{env=env-a,site=cbs,verdict=SILENT}":                    "1",
+		"monky_fleet_env_verdict{env=env-a,site=cbs,verdict=OK}":                        "0",
+		"monky_fleet_env_verdict{env=env-b,site=cbs,verdict=OK}":                        "1",
+		"monky_fleet_env_verdict{env=env-old,site=,verdict=ORPHAN_IDENTITY}":            "1",
+		"monky_fleet_env_checkin_age_seconds{env=env-a,site=cbs}":                       "600",
+		"monky_fleet_env_stale_after_seconds{env=env-a,site=cbs}":                       "180",
+		"monky_fleet_env_mesh_online{env=env-a,site=cbs}":                               "1",
+		"monky_fleet_env_mesh_online{env=env-old,site=}":                                "0",
+		"monky_fleet_env_timer_enabled{env=env-a,site=cbs}":                             "0",
+		"monky_fleet_env_timer_active{env=env-b,site=cbs}":                              "1",
+		"monky_fleet_env_agent_info{env=env-a,site=cbs,version=0.2.0}":                  "1",
+		"monky_fleet_env_drift_seconds{env=env-a,site=cbs}":                             "3600",
+		"monky_fleet_env_drift_seconds{env=env-b,site=cbs}":                             "0",
+		"monky_fleet_env_last_result{env=env-a,result=healthy,site=cbs}":                "1",
+		"monky_fleet_env_last_result{env=env-b,result=other,site=cbs}":                  "1",
+		"monky_fleet_env_token_ttl_seconds{env=env-b,site=cbs}":                         "7200",
+		"monky_fleet_env_identity_missing_attributes{env=env-a,site=cbs}":               "0",
+		"monky_fleet_envs{verdict=ORPHAN_IDENTITY}":                                     "2",
+		"monky_fleet_envs{verdict=SILENT}":                                              "1",
+		"monky_fleet_envs{verdict=" + string(verdict.All()[len(verdict.All())-1]) + "}": "2",
+	} {
+		g, ok := got[series]
+		if !ok {
+			t.Errorf("no series %s", series)
+			continue
+		}
+		if g != want {
+			t.Errorf("%s = %q, want %q", series, g, want)
+		}
+	}
+	// Every verdict has its series for every env: a verdict added to the list appears here.
+	n := 0
+	for s := range got {
+		if strings.HasPrefix(s, "monky_fleet_env_verdict{env=env-a,") {
+			n++
+		}
+	}
+	if n != len(verdict.All()) {
+		t.Errorf("env-a has %d verdict series, want %d", n, len(verdict.All()))
+	}
+	for _, bad := range []string{"secret-ish", "systemctl", "strange-new-result"} {
+		if bytes.Contains(page, []byte(bad)) {
+			t.Errorf("exposition carries %q", bad)
+		}
+	}
+}
+
+func TestEncodeRefusesABadClock(t *testing.T) {
+	d := doc()
+	d.Now = "yesterday"
+	if _, err := Encode(d); err == nil || !strings.Contains(err.Error(), "now") {
+		t.Errorf("error %v, want one naming now", err)
+	}
+}
+
+// fakeSource is a Reader whose answers the test sets; it counts readings.
+type fakeSource struct {
+	mu    sync.Mutex
+	reads int
+	err   error
+}
+
+func (f *fakeSource) read(context.Context) (*report.Document, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reads++
+	if f.err != nil {
+		return nil, f.err
+	}
+	return doc(), nil
+}
+
+type sourceErr struct{ name string }
+
+func (e sourceErr) Error() string { return "cannot read the " + e.name }
+
+func newTestExporter(src *fakeSource) *Exporter {
+	clock := now
+	return New(Options{
+		Read: src.read,
+		Source: func(err error) string {
+			var se sourceErr
+			if errors.As(err, &se) {
+				return se.name
+			}
+			return ""
+		},
+		Sources: []string{"ziti controller", "tenancy"},
+		Refresh: time.Hour, Timeout: time.Minute,
+		Now: func() time.Time { clock = clock.Add(time.Second); return clock },
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+}
+
+func scrape(t *testing.T, h http.Handler) map[string]string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	if rec.Code != 200 || !strings.HasPrefix(rec.Header().Get("Content-Type"), "text/plain; version=0.0.4") {
+		t.Fatalf("scrape: %d %q", rec.Code, rec.Header().Get("Content-Type"))
+	}
+	return parse(t, rec.Body.Bytes())
+}
+
+// Scrapes never read the sources; a failed reading keeps the last good view and says so.
+func TestServesTheLastGoodView(t *testing.T) {
+	src := &fakeSource{}
+	ex := newTestExporter(src)
+	before := scrape(t, ex)
+	if _, ok := before["monky_fleet_exporter_views_total{}"]; !ok || len(before) > 8 {
+		t.Errorf("before any reading: %v", before)
+	}
+	ex.Refresh(context.Background())
+	for range 20 {
+		scrape(t, ex)
+	}
+	if src.reads != 1 {
+		t.Errorf("%d readings after 20 scrapes, want 1", src.reads)
+	}
+	ok := scrape(t, ex)
+	if ok["monky_fleet_exporter_view_fresh{}"] != "1" || ok["monky_fleet_env_verdict{env=env-a,site=cbs,verdict=SILENT}"] != "1" {
+		t.Errorf("after a good reading: %v", ok)
+	}
+
+	src.err = sourceErr{"tenancy"}
+	ex.Refresh(context.Background())
+	got := scrape(t, ex)
+	for series, want := range map[string]string{
+		"monky_fleet_exporter_view_fresh{}":                                          "0",
+		"monky_fleet_exporter_source_up{source=tenancy}":                             "0",
+		"monky_fleet_exporter_source_up{source=ziti controller}":                     "1",
+		"monky_fleet_exporter_source_errors_total{source=tenancy}":                   "1",
+		"monky_fleet_exporter_source_errors_total{source=ziti controller}":           "0",
+		"monky_fleet_exporter_views_total{}":                                         "1",
+		"monky_fleet_env_verdict{env=env-a,site=cbs,verdict=SILENT}":                 "1",
+		"monky_fleet_exporter_view_timestamp_seconds{}":                              ok["monky_fleet_exporter_view_timestamp_seconds{}"],
+		"monky_fleet_exporter_source_last_success_timestamp_seconds{source=tenancy}": ok["monky_fleet_exporter_source_last_success_timestamp_seconds{source=tenancy}"],
+	} {
+		if g, present := got[series]; !present || g != want {
+			t.Errorf("after a failed reading: %s = %q (present %v), want %q", series, g, present, want)
+		}
+	}
+
+	src.err = errors.New("something else")
+	ex.Refresh(context.Background())
+	if got := scrape(t, ex); got["monky_fleet_exporter_source_errors_total{source=unknown}"] != "1" {
+		t.Errorf("an error of no known source: %v", got)
+	}
+}
+
+func TestRunStopsWithItsContext(t *testing.T) {
+	src := &fakeSource{}
+	ex := newTestExporter(src)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { ex.Run(ctx); close(done) }()
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after its context ended")
+	}
+}
+
+func TestOnlyMetricsIsServed(t *testing.T) {
+	ex := newTestExporter(&fakeSource{})
+	for path, code := range map[string]int{"/": 200, "/metrics": 200, "/debug/pprof/": 404, "/metrics/x": 404} {
+		rec := httptest.NewRecorder()
+		ex.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		if rec.Code != code {
+			t.Errorf("GET %s: %d, want %d", path, rec.Code, code)
+		}
+	}
+	rec := httptest.NewRecorder()
+	ex.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/metrics", nil))
+	if rec.Code != http.StatusMethodNotAllowed {
+		t.Errorf("POST /metrics: %d", rec.Code)
+	}
+}
+
+// FuzzEncode feeds tenancy's strings (env, site, version, result, times) to the encoder: it must
+// never panic, its output must parse, and no label value may exceed maxLabel bytes.
+func FuzzEncode(f *testing.F) {
+	f.Add("env-a", "cbs", "0.2.0", "healthy", now.Format(time.RFC3339))
+	f.Add("\xff", "", strings.Repeat("9", 500), "weird", "not a time")
+	f.Fuzz(func(t *testing.T, env, site, version, result, desiredAt string) {
+		d := doc()
+		d.Envs[0].EnvID, d.Envs[0].Site, d.Envs[0].AgentVersion, d.Envs[0].LastResult = env, site, version, result
+		d.Envs[0].DesiredAt = &desiredAt
+		page, err := Encode(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p expfmt.TextParser
+		mfs, err := p.TextToMetricFamilies(bytes.NewReader(page))
+		if err != nil {
+			t.Fatalf("output does not parse: %v", err)
+		}
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if len(l.GetValue()) > maxLabel {
+						t.Fatalf("label %s is %d bytes", l.GetName(), len(l.GetValue()))
+					}
+				}
+			}
+		}
+	})
+}

@@ -1,0 +1,142 @@
+// Package metrics writes the box's Prometheus metrics after every tick, as a textfile for
+// node_exporter's textfile collector: the agent is a one-shot process under a timer, so nothing
+// could scrape it, and the textfile is how every well-kept one-shot job on a Debian box is watched.
+// The file is encoded by client_golang's expfmt and replaced atomically; it holds no secret and no
+// unbounded label value (no detail text, no container names).
+package metrics
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/atomicfile"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/state"
+)
+
+// Namespace prefixes every series the agent writes.
+const Namespace = "monky_deployd"
+
+// Tick is what one run of `monky-deployd tick` leaves for the textfile. Zero fields are unknown
+// and their series are left out, never guessed.
+type Tick struct {
+	EnvID   string
+	Version string
+	Start   time.Time
+	End     time.Time
+	// ExitCode is the process's exit code.
+	ExitCode int
+	// LockHeld: another tick held the lock, so this one did nothing (exit 0).
+	LockHeld bool
+	// State is state.json as the tick left it; nil when it could not be read (a config error
+	// names no state_dir, an unreadable file).
+	State *state.State
+	// Report is the last report the tick sent; nil when it sent none.
+	Report *Report
+	// Containers are what the tick's last report carried; nil when it looked at none.
+	Containers []protocol.Container
+	// Disk is the free space of each filesystem a pull fills, measured after the tick.
+	Disk []Disk
+	// DiskFloorBytes is the free space no apply may go under (disk.headroom_bytes); 0 unknown.
+	DiskFloorBytes int64
+	// Interval is the timer's interval (interval_s), which staleness is judged against; 0 unknown.
+	Interval time.Duration
+}
+
+// Report is a report the tick sent to tenancy.
+type Report struct {
+	Result    string
+	Delivered bool
+}
+
+// Disk is one measured filesystem.
+type Disk struct {
+	// Path is the configured path (docker's data-root, containerd's root): a label, bounded.
+	Path      string
+	FreeBytes int64
+}
+
+// Results are the report results the textfile knows, each a series of monky_deployd_last_result:
+// a fixed list, so an unexpected string from a newer state file cannot make a new series.
+var Results = []string{
+	protocol.ResultApplied, protocol.ResultHealthy, protocol.ResultUnhealthy,
+	protocol.ResultFailed, protocol.ResultRefused, protocol.ResultDown,
+}
+
+// ContainerStates are the values of monky_deployd_containers' state label.
+var ContainerStates = []string{"healthy", "unhealthy", "starting", "running", "not_running"}
+
+// containerState sorts a container into ContainerStates: a container without a health check
+// that runs is "running"; anything that is not running, whatever docker calls it, "not_running".
+func containerState(c protocol.Container) string {
+	switch c.Health {
+	case "healthy", "unhealthy", "starting":
+		return c.Health
+	}
+	if c.State == "running" {
+		return "running"
+	}
+	return "not_running"
+}
+
+// Gatherer returns t's series as a Prometheus gatherer.
+func Gatherer(t Tick) (prometheus.Gatherer, error) {
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(collector{t}); err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	return reg, nil
+}
+
+// Encode writes t in the text exposition format.
+func Encode(t Tick) ([]byte, error) {
+	g, err := Gatherer(t)
+	if err != nil {
+		return nil, err
+	}
+	mfs, err := g.Gather()
+	if err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	var buf bytes.Buffer
+	for _, mf := range mfs {
+		if _, err := expfmt.MetricFamilyToText(&buf, mf); err != nil {
+			return nil, fmt.Errorf("metrics: encode: %w", err)
+		}
+	}
+	return buf.Bytes(), nil
+}
+
+// ErrNoDir: the textfile directory does not exist, so node_exporter is not installed (or reads
+// elsewhere) and nothing is written.
+var ErrNoDir = errors.New("textfile directory does not exist")
+
+// WriteFile replaces path with t's textfile, atomically (node_exporter may read at any moment),
+// mode 0644 so node_exporter's user can read it. It returns ErrNoDir when path's directory does
+// not exist: the agent never creates node_exporter's directory.
+func WriteFile(path string, t Tick) error {
+	dir := filepath.Dir(path)
+	if st, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		return ErrNoDir
+	} else if err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	} else if !st.IsDir() {
+		return fmt.Errorf("metrics: %s is not a directory", dir)
+	}
+	data, err := Encode(t)
+	if err != nil {
+		return err
+	}
+	if err := atomicfile.WriteFile(path, data, 0o644); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	return nil
+}
