@@ -122,6 +122,7 @@ func (a *Agent) failApply(ctx context.Context, at *applyAttempt, detail, logTail
 		bo.RevertPending = bo.RevertedTo != ""
 	}
 	a.st.LastSha, a.st.LastResult, a.st.LastDetail = at.sha, protocol.ResultFailed, a.cutDetail(detail)
+	a.st.CountOutcome(protocol.ResultFailed)
 	if err := a.saveState(); err != nil {
 		a.log.Warn("state not saved", "error", err.Error())
 	}
