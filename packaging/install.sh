@@ -312,6 +312,9 @@ not_planted() {
   fi
 }
 for d in /opt/openziti /opt/openziti/etc "$IDENTITY_DIR"; do not_planted "$d" "a directory"; done
+# The directory the group and ACL grants go on: root's own symlink there is resolved once, here.
+ID_DIR_REAL=$IDENTITY_DIR
+if [ -L "$IDENTITY_DIR" ]; then ID_DIR_REAL=$(readlink -f "$IDENTITY_DIR"); fi
 if [ -L "$IDENTITY" ]; then
   die "$IDENTITY is a symlink: a member of group ziti can plant one to make root change another file. Remove it (rm $IDENTITY), re-enrol if needed (--enrol-jwt), and re-run"
 fi
@@ -352,8 +355,8 @@ if getent group ziti >/dev/null; then
   if getent passwd ziti >/dev/null; then owner=ziti; fi
   if [ "$(stat -c %U:%G "$IDENTITY")" != "$owner:ziti" ]; then chown -h "$owner:ziti" "$IDENTITY"; fi
   if [ "$(stat -c %a "$IDENTITY")" != 640 ]; then chmod_unplanted 0640 "$IDENTITY"; fi
-  if [ "$(stat -c %G "$IDENTITY_DIR")" != ziti ]; then chgrp -h ziti "$IDENTITY_DIR"; fi
-  case "$(stat -c %A "$IDENTITY_DIR")" in ????r?x*) ;; *) chmod_unplanted g+rx "$IDENTITY_DIR" ;; esac
+  if [ "$(stat -c %G "$ID_DIR_REAL")" != ziti ]; then chgrp -h ziti "$ID_DIR_REAL"; fi
+  case "$(stat -c %A "$ID_DIR_REAL")" in ????r?x*) ;; *) chmod_unplanted g+rx "$ID_DIR_REAL" ;; esac
   usermod -a -G ziti "$AGENT"
   did "$AGENT is in group ziti; $IDENTITY is $owner:ziti 0640"
 else
@@ -366,8 +369,8 @@ if command -v setfacl >/dev/null; then
   acl_ok=true
   # -P: a symlink argument is skipped, never followed.
   setfacl -P -m "u:$AGENT:r" "$IDENTITY" || acl_ok=false
-  setfacl -P -m "u:$AGENT:rx" "$IDENTITY_DIR" || acl_ok=false
-  setfacl -P -d -m "u:$AGENT:r" "$IDENTITY_DIR" || acl_ok=false
+  setfacl -P -m "u:$AGENT:rx" "$ID_DIR_REAL" || acl_ok=false
+  setfacl -P -d -m "u:$AGENT:r" "$ID_DIR_REAL" || acl_ok=false
   for d in /opt/openziti/etc /opt/openziti; do
     if [ -d "$d" ]; then setfacl -P -m "u:$AGENT:x" "$d" || acl_ok=false; fi
   done

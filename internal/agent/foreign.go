@@ -25,7 +25,7 @@ func (f Foreign) Detail(stateDir string) string {
 	names := make([]string, len(f.Files))
 	for i, ff := range f.Files {
 		rel, err := filepath.Rel(stateDir, ff.Path)
-		if err != nil {
+		if err != nil || rel == "." {
 			rel = ff.Path
 		}
 		names[i] = fmt.Sprintf("%s (uid %d)", rel, ff.UID)

@@ -12,6 +12,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/compose"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/release"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/runner"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/version"
 )
@@ -205,12 +206,12 @@ func (a *Agent) dockerUsable(ctx context.Context) error {
 func dockerHint(err error) string {
 	msg := strings.ToLower(err.Error())
 	switch {
+	case errors.Is(err, runner.ErrNotFound):
+		return " (no docker CLI: install docker, or set docker_bin)"
 	case strings.Contains(msg, "permission denied"):
 		return " (the agent's account is not in group docker: usermod -a -G docker monky-deployd; the next tick picks it up)"
 	case strings.Contains(msg, "cannot connect to the docker daemon") || strings.Contains(msg, "is the docker daemon running"):
 		return " (the docker daemon is not running: systemctl start docker)"
-	case strings.Contains(msg, "executable file not found") || strings.Contains(msg, "no such file or directory"):
-		return " (no docker CLI: install docker, or set docker_bin)"
 	}
 	return ""
 }

@@ -21,6 +21,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/bao/baotest"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/compose"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/runner"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/state"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/syncbuf"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/tenancy/tenancytest"
@@ -1133,13 +1134,18 @@ func TestStateThatCannotBeSavedIsReportedAndRecovered(t *testing.T) {
 // that is down — still checks in, and its report says docker is unusable and why, even with
 // nothing deployed yet: "healthy, nothing deployed" would hide it until the first apply.
 func TestNothingDeployedReportsAnUnusableDocker(t *testing.T) {
-	for _, tc := range []struct{ name, err, hint string }{
-		{"no docker group", "docker info failed (rc=1): permission denied while trying to connect to the Docker daemon socket at unix:///var/run/docker.sock", "usermod -a -G docker monky-deployd"},
-		{"daemon down", "docker info failed (rc=1): Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?", "systemctl start docker"},
+	for _, tc := range []struct {
+		name string
+		err  error
+		hint string
+	}{
+		{"no docker group", errors.New("docker info failed (rc=1): permission denied while trying to connect to the Docker daemon socket at unix:///var/run/docker.sock"), "usermod -a -G docker monky-deployd"},
+		{"daemon down", errors.New("docker info failed (rc=1): Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?"), "systemctl start docker"},
+		{"no docker CLI", fmt.Errorf("runner: start docker: %w: exec: \"docker\": executable file not found in $PATH", runner.ErrNotFound), "install docker, or set docker_bin"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t)
-			info := &brokenDocker{err: errors.New(tc.err)}
+			info := &brokenDocker{err: tc.err}
 			h.wrap = func(d *agent.Deps) { info.Docker = d.Docker; d.Docker = info }
 			checkins := len(h.ten.Checkins(env))
 			h.expectExit(agent.ExitOK)

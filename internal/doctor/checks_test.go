@@ -685,6 +685,9 @@ func TestStateOwnerCheck(t *testing.T) {
 		}, nil, want{status: Fail,
 			detail: []string{"2 entries under DIR do not belong to monky-deployd", "state.json (root)", "docker/config.json (root)"},
 			fix:    []string{"chown -h monky-deployd: DIR/docker/config.json DIR/state.json"}}},
+		{"state_dir itself root's", func(f *fixture, dir string) {
+			f.fs.stat[dir] = FileInfo{Mode: fs.ModeDir | 0o700}
+		}, nil, want{status: Fail, detail: []string{"1 entries under DIR", ": DIR (root)"}, fix: []string{"chown -h monky-deployd: DIR"}}},
 		{"more than can be listed", func(*fixture, string) {}, func(dir string, uid uint32) ([]state.ForeignFile, bool, error) {
 			return []state.ForeignFile{{Path: dir + "/a b", UID: 0}}, true, nil
 		}, want{status: Fail, detail: []string{"more than 1 entries", "a b (root)"}, fix: []string{"chown -hR monky-deployd: DIR"}}},

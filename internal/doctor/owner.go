@@ -34,7 +34,7 @@ func (c *checker) stateOwner(context.Context) Result {
 	paths := make([]string, len(files))
 	for i, f := range files {
 		rel, err := filepath.Rel(dir, f.Path)
-		if err != nil {
+		if err != nil || rel == "." {
 			rel = f.Path
 		}
 		names[i] = fmt.Sprintf("%s (%s)", rel, c.userName(f.UID))

@@ -185,6 +185,28 @@ func TestInstallScriptRefusesPlantedIdentitySymlinks(t *testing.T) {
 		b.mustSh("rm " + identityDir + " && mv /root/identities.saved " + identityDir)
 	})
 
+	t.Run("root's own symlink at the directory is followed", func(t *testing.T) {
+		b := b.with(t)
+		const real = "/opt/openziti/etc/real-identities"
+		b.mustSh("mv " + identityDir + " " + real + " && chgrp root " + real + " && chmod 0700 " + real + " && ln -s " + real + " " + identityDir)
+		b.clearCalls()
+		out, err := b.installSh(env, args...)
+		if err != nil {
+			t.Fatalf("install.sh over root's own directory symlink: %v\n%s", err, out)
+		}
+		st, err := os.Stat(b.path(real))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, g := owner(st); g != zitiGID || st.Mode().Perm()&0o050 != 0o050 {
+			t.Errorf("%s is group %d mode %04o after install.sh, want group ziti with g+rx", real, g, st.Mode().Perm())
+		}
+		if calls := b.calls("setfacl"); !contains(calls, "-P -m u:monky-deployd:rx "+real) {
+			t.Errorf("the ACL did not go on the directory the symlink names: %q", calls)
+		}
+		b.mustSh("rm " + identityDir + " && mv " + real + " " + identityDir + " && chgrp ziti " + identityDir + " && chmod 0750 " + identityDir)
+	})
+
 	t.Run("a re-run on a clean box changes nothing there", func(t *testing.T) {
 		b := b.with(t)
 		b.clearCalls()
