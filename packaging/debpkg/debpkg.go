@@ -143,10 +143,19 @@ func Info(o Options) (*nfpm.Info, error) {
 			Recommends: []string{"docker.io | docker-ce-cli", "acl"},
 			Contents:   contents,
 			Scripts:    scripts,
+			// docker installed after the agent: dpkg runs postinst `triggered` once dockerd
+			// lands (docker-ce puts it in /usr/bin, docker.io in /usr/sbin), and postinst adds
+			// the agent's account to the group docker's own postinst has just created. Without
+			// it the ticks run but cannot use docker until someone runs usermod by hand.
+			Deb: nfpm.Deb{Triggers: nfpm.DebTriggers{InterestNoAwait: DockerTriggers}},
 		},
 	}
 	return nfpm.WithDefaults(info), nil
 }
+
+// DockerTriggers are the paths whose installation runs postinst `triggered`: the docker daemon
+// of either packaging.
+var DockerTriggers = []string{"/usr/bin/dockerd", "/usr/sbin/dockerd"}
 
 // FileName is the conventional Debian file name of the package, e.g.
 // monky-deployd_0.2.0_amd64.deb.

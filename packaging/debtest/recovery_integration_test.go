@@ -335,3 +335,47 @@ func TestUpgradeGivesStateBackToTheAgent(t *testing.T) {
 		assertMode(t, b, st+"/upgraded-from", 0o644, 0, 0)
 	}
 }
+
+// dockerPackage builds a stand-in of docker-ce: /usr/bin/dockerd, and a postinst that creates
+// group docker, as the real packages do.
+func dockerPackage(t *testing.T, dir string) string {
+	t.Helper()
+	td := filepath.Join(repoRoot(t), "packaging", "debtest", "testdata", "dockerpkg")
+	info := nfpm.WithDefaults(&nfpm.Info{
+		Name: "monky-test-docker", Arch: "amd64", Version: "29.0.0", Maintainer: "stand-in <stand-in@example.invalid>",
+		Description: "docker-ce stand-in for the packaging tests",
+		Overridables: nfpm.Overridables{
+			Contents: files.Contents{&files.Content{Source: filepath.Join(td, "dockerd"), Destination: "/usr/bin/dockerd",
+				Type: files.TypeFile, FileInfo: &files.ContentFileInfo{Owner: "root", Group: "root", Mode: 0o755}}},
+			Scripts: nfpm.Scripts{PostInstall: filepath.Join(td, "postinst")},
+		},
+	})
+	deb, err := debpkg.Write(info, filepath.Join(dir, "docker"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return deb
+}
+
+// TestDockerInstalledAfterTheAgentJoinsItsGroup: on a box where docker comes after the agent
+// (no group docker at the agent's install), installing docker puts the agent's account in the
+// group it creates, through the package's dpkg trigger on dockerd; without it every tick could
+// not use docker until someone ran usermod.
+func TestDockerInstalledAfterTheAgentJoinsItsGroup(t *testing.T) {
+	a := build(t)
+	b := newBox(t, boxOptions{})
+	b.dpkg("-i", a.deb)
+	if contains(b.members("docker"), "monky-deployd") {
+		t.Fatal("monky-deployd is in group docker before docker exists")
+	}
+	out := b.dpkg("-i", dockerPackage(t, t.TempDir()))
+	if !contains(b.members("docker"), "monky-deployd") {
+		t.Errorf("installing docker left monky-deployd outside group docker (members %q)\n%s", b.members("docker"), out)
+	}
+	if !strings.Contains(out, "docker was installed: monky-deployd joined group docker") {
+		t.Errorf("the trigger did not say what it did:\n%s", out)
+	}
+	if got := b.packageStatus("monky-deployd"); got != "ii "+a.version {
+		t.Errorf("monky-deployd is %q after the trigger", got)
+	}
+}

@@ -286,6 +286,15 @@ case "$1" in
   abort-remove)
     restore_after_aborted_remove
     ;;
+  triggered)
+    # dockerd was installed (or upgraded) after this package: its postinst has created group
+    # docker by now, and the agent's account joins it (ensure_user says nothing when it is in
+    # already). Nothing else runs on a trigger.
+    if getent group docker >/dev/null && ! getent group docker | cut -d: -f4 | tr ',' '\n' | grep -qx "$AGENT"; then
+      ensure_user
+      record "docker was installed: $AGENT joined group docker; its next tick can use docker"
+    fi
+    ;;
   abort-upgrade | abort-deconfigure)
     # Our prerm does nothing for `upgrade`, `failed-upgrade` and `deconfigure`: nothing to undo.
     ;;
