@@ -289,3 +289,38 @@ func FuzzEncode(f *testing.F) {
 		}
 	})
 }
+
+// Scrapes served while readings replace the view always get one whole exposition (run with
+// -race to check the locking too).
+func TestScrapesDuringRefreshes(t *testing.T) {
+	src := &fakeSource{}
+	ex := newTestExporter(src)
+	ex.Refresh(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 20 {
+			if i%2 == 1 {
+				src.mu.Lock()
+				src.err = sourceErr{"tenancy"}
+				src.mu.Unlock()
+			} else {
+				src.mu.Lock()
+				src.err = nil
+				src.mu.Unlock()
+			}
+			ex.Refresh(context.Background())
+		}
+	}()
+	for {
+		select {
+		case <-done:
+			return
+		default:
+		}
+		got := scrape(t, ex)
+		if got["monky_fleet_env_verdict{env=env-a,site=cbs,verdict=SILENT}"] != "1" {
+			t.Fatalf("a scrape during a refresh lost the view: %v", got)
+		}
+	}
+}
