@@ -98,7 +98,7 @@ func (a *Agent) checkBundle(ctx context.Context, files map[string]string, sha st
 		return nil, nil, err
 	}
 	releaseDir := filepath.Join(a.cfg.EnvDir(), "releases", sha)
-	checkErr := b.Check(releaseDir)
+	checkErr := b.Check(releaseDir, a.cfg.ComposeProject)
 	var r *protocol.Refusal
 	if checkErr != nil && !(errors.As(checkErr, &r) && r.Code == protocol.CodePrivileged) {
 		return nil, nil, checkErr // BUNDLE_INVALID: a build, a path outside the release
