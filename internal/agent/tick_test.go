@@ -105,8 +105,8 @@ func TestFirstApply(t *testing.T) {
 			}
 		}
 	}
-	want := []string{"info --format {{json .}}", "compose pull", "compose up -d --remove-orphans", "compose ps -a --format json"}
-	if got := h.docker.Subcommands(); !slices.Equal(got[:4], want) {
+	want := []string{"info --format {{json .}}", "compose --profile * config --format json", "compose pull", "compose up -d --remove-orphans", "compose ps -a --format json"}
+	if got := h.docker.Subcommands(); !slices.Equal(got[:5], want) {
 		t.Errorf("docker calls = %q, want them to start %q", got, want)
 	}
 	if running := h.docker.Running(); !slices.Equal(running, []string{"api", "worker"}) {

@@ -18,6 +18,9 @@ import (
 // the first that fit and a count of the rest, never with megabytes in a journal line.
 const MaxFindingsDetail = 4 << 10
 
+// maxLoadError bounds the loader's own words in a refusal: they may quote a whole value.
+const maxLoadError = 1 << 10
+
 // Check is the pre-lease judgement of the bundle's compose file as it will be staged in
 // releaseDir and run as compose project `project`: BUNDLE_INVALID for anything never allowed (or
 // a file compose does not load), then PRIVILEGED_REFUSED for anything that reaches the host,
@@ -42,6 +45,15 @@ func (b *Bundle) Check(releaseDir, project string) error {
 		WithValues: true,
 	}
 	return j.Verdict(b.Meta.Agent.AllowPrivileged)
+}
+
+// JudgeRendered is the post-render judgement: the output of `docker compose config --format
+// json` for the staged release (its .env rendered with the secrets) judged by the same policy
+// as Check. What secret values do to the file is judged too; the detail names keys, never
+// values, and says `rendered:` so an author tells it from the pre-lease judgement.
+func JudgeRendered(config []byte, composeFile, releaseDir, project string, allowPrivileged bool) error {
+	j := Judgement{Compose: config, File: composeFile, ReleaseDir: releaseDir, Project: project, Stage: "rendered: ", rendered: true}
+	return j.Verdict(allowPrivileged)
 }
 
 // secretStandIn is what a variable the .env takes from a secret reads as before the secret is
@@ -88,13 +100,24 @@ type Judgement struct {
 	WithValues bool
 	// Stage prefixes the detail ("rendered: ") so a refusal says which judgement made it.
 	Stage string
+	// rendered: Compose is compose's own JSON, which spells out every default; its caps are
+	// renderedScale times the file's.
+	rendered bool
 }
+
+// renderedScale is how much larger `docker compose config` may make a file: it writes every
+// default out (networks, pull policy, each port's and volume's fields).
+const renderedScale = 4
 
 // Verdict is the judgement as an error: nil, BUNDLE_INVALID or PRIVILEGED_REFUSED.
 func (j Judgement) Verdict(allowPrivileged bool) error {
 	findings, err := j.Findings()
 	if err != nil {
-		return invalid("%s%s %v", j.Stage, j.File, err)
+		msg := err.Error()
+		if len(msg) > maxLoadError {
+			msg = msg[:maxLoadError] + "…"
+		}
+		return invalid("%s%s %s", j.Stage, j.File, strings.ToValidUTF8(msg, "?"))
 	}
 	var inv, priv []Finding
 	for _, f := range findings {
@@ -139,7 +162,11 @@ func (j Judgement) detail(fs []Finding, suffix string) string {
 // Findings loads the file as compose does and judges it; err is a file compose itself would
 // not load (or one past the size caps), naming where.
 func (j Judgement) Findings() ([]Finding, error) {
-	docs, err := parseRaw(j.Compose)
+	scale := 1
+	if j.rendered {
+		scale = renderedScale
+	}
+	docs, err := parseRaw(j.Compose, scale)
 	if err != nil {
 		return nil, err
 	}

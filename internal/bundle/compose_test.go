@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/bundle/bundletest"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 )
 
@@ -16,10 +17,7 @@ const (
 	project = "monky-env-qa-02"
 )
 
-// svc wraps service-level YAML (indented by 4) into a compose file with one service "api".
-func svc(body string) string {
-	return "services:\n  api:\n    image: harbor.tikali.net/monky/api:1\n" + body
-}
+func svc(body string) string { return bundletest.Svc(body) }
 
 // composeBundle is the smallest bundle around one compose file.
 func composeBundle(file, compose string, allow bool, template string) *Bundle {
@@ -32,106 +30,13 @@ func composeBundle(file, compose string, allow bool, template string) *Bundle {
 		EnvTemplate: template,
 	}
 	if template != "" {
-		b.Entries = []Entry{{Var: "SECRET", Path: "s", Key: DefaultKey, Use: UseEnv}}
+		b.Entries = []Entry{{Var: "DB_PASSWORD", Path: "s", Key: DefaultKey, Use: UseEnv}}
 	}
 	return b
 }
 
-// BypassClass is one way a hostile bundle author tried to take the host over, as the smallest
-// bundle that shows it. The agent's tick test runs the same table through the whole tick.
-type BypassClass struct {
-	Name     string
-	File     string // compose_file; "" = docker-compose.yml
-	Compose  string
-	Template string // .env.template; SECRET is a secret variable when set
-	Code     string
-	Want     string // in the detail
-}
-
-// BypassClasses lists every class of issue 10; exported to the agent's tests via testdata-free
-// code so both tables stay one.
-func BypassClasses() []BypassClass {
-	bind := func(src string) string { return svc(fmt.Sprintf("    volumes: [%q]\n", src+":/x")) }
-	var out []BypassClass
-	add := func(name, code, want, compose string) {
-		out = append(out, BypassClass{Name: name, Compose: compose, Code: code, Want: want})
-	}
-	P, I := protocol.CodePrivileged, protocol.CodeBundleInvalid
-	add("a second YAML document", P, "api: privileged", svc("")+"---\nservices:\n  api:\n    privileged: true\n")
-	out = append(out, BypassClass{Name: "compose file in a subdirectory leaving by ../..", File: "a/b/dc.yml",
-		Compose: bind("../.."), Code: P, Want: "api: volumes[0]: bind source outside the release"})
-	add("volume type from a variable", I, "api: volumes: holds a variable",
-		svc("    volumes:\n      - type: \"${T:-bind}\"\n        source: /\n        target: /host\n"))
-	add("driver_opts from a variable", I, "volume v: driver_opts: holds a variable",
-		svc("    volumes: [\"v:/v\"]\n")+"volumes:\n  v:\n    driver_opts: {type: none, o: \"${O}\", device: /}\n")
-	out = append(out, BypassClass{Name: "bind from a secret variable", Compose: bind("${SECRET}"),
-		Template: "SECRET=${SECRET}\n", Code: I, Want: "api: volumes: holds a variable"})
-	for _, p := range []string{"/var/lib/docker", "/boot", "/usr", "/lib/modules", "/home", "/var/spool/cron",
-		"/run/containerd/containerd.sock", "/run/dbus/system_bus_socket", "/opt/openziti", "/var/lib/monky-deployd",
-		"/etc/monky-deployd", "/", "/var/run/docker.sock", "/etc", "/root", "/proc", "/sys", "/tmp", "/srv/app"} {
-		add("bind of "+p, P, "bind source outside the release directory ("+p+")", bind(p))
-	}
-	add("bind of the release's parent", P, "bind source outside", bind(".."))
-	add("bind under ~", P, "bind source outside", bind("~/.ssh"))
-	add("named volume binding the host", P, "volume root: driver_opts: mounts host storage",
-		svc("    volumes: [\"root:/host\"]\n")+"volumes:\n  root:\n    driver: local\n    driver_opts: {type: none, o: bind, device: /}\n")
-	add("named volume of another driver", P, "volume v: driver: only the local driver",
-		svc("    volumes: [\"v:/v\"]\n")+"volumes:\n  v:\n    driver: rexray\n")
-	add("named volume reaching another project's volume", P, "volume v: name: names a volume outside this project",
-		svc("    volumes: [\"v:/v\"]\n")+"volumes:\n  v:\n    name: monky-env-prod-01_pgdata\n")
-	add("external volume", P, "volume v: external", svc("    volumes: [\"v:/v\"]\n")+"volumes:\n  v:\n    external: true\n")
-	add("secret file outside the release", I, "secret s: file: outside the release directory (/etc/shadow)",
-		svc("    secrets: [s]\n")+"secrets:\n  s:\n    file: /etc/shadow\n")
-	add("config file outside the release", I, "config c: file: outside the release directory",
-		svc("    configs: [c]\n")+"configs:\n  c:\n    file: ../../c\n")
-	for _, c := range []string{"SYS_MODULE", "SYS_RAWIO", "DAC_READ_SEARCH", "SYS_PTRACE", "cap_sys_module", "CAP_SYS_MODULE", "ALL", "SYS_ADMIN", "sys_time"} {
-		add("cap_add "+c, P, "api: cap_add: capability not on the allow-list ("+c+")", svc("    cap_add: ["+c+"]\n"))
-	}
-	add("seccomp profile from a file", P, "api: security_opt: not on the allow-list (no-new-privileges, apparmor=NAME, seccomp=builtin) (seccomp=./allow-all.json)",
-		svc("    security_opt: [\"seccomp=./allow-all.json\"]\n"))
-	add("seccomp unconfined", P, "security_opt", svc("    security_opt: [\"seccomp:unconfined\"]\n"))
-	add("apparmor unconfined", P, "security_opt", svc("    security_opt: [\"apparmor=unconfined\"]\n"))
-	add("selinux label disable", P, "security_opt", svc("    security_opt: [\"label=disable\"]\n"))
-	add("device_cgroup_rules", P, "api: device_cgroup_rules: reaches host devices", svc("    device_cgroup_rules: [\"c 1:3 mr\"]\n"))
-	add("gpus", P, "api: gpus: reaches host devices", svc("    gpus: all\n"))
-	add("devices", P, "api: devices: reaches host devices", svc("    devices: [\"/dev/sda:/dev/sda\"]\n"))
-	add("deploy device reservations", P, "deploy.resources.reservations.devices",
-		svc("    deploy:\n      resources:\n        reservations:\n          devices:\n            - capabilities: [gpu]\n"))
-	add("post_start hook privileged", P, "api: post_start[0].privileged", svc("    post_start:\n      - command: [sh]\n        privileged: true\n"))
-	add("pre_stop hook privileged", P, "api: pre_stop[0].privileged", svc("    pre_stop:\n      - command: [sh]\n        privileged: true\n"))
-	add("privileged", P, "api: privileged: the whole host", svc("    privileged: true\n"))
-	add("volumes_from a container outside", P, "api: volumes_from[0]", svc("    volumes_from: [\"container:monky-deployd-other\"]\n"))
-	add("network_mode host", P, "api: network_mode", svc("    network_mode: host\n"))
-	add("network_mode of a container outside", P, "api: network_mode", svc("    network_mode: \"container:other\"\n"))
-	add("pid host", P, "api: pid", svc("    pid: host\n"))
-	add("pid of a container outside", P, "api: pid", svc("    pid: \"container:other\"\n"))
-	add("ipc host", P, "api: ipc", svc("    ipc: host\n"))
-	add("ipc of a container outside", P, "api: ipc", svc("    ipc: \"container:other\"\n"))
-	add("userns_mode host", P, "api: userns_mode", svc("    userns_mode: host\n"))
-	add("uts host", P, "api: uts", svc("    uts: host\n"))
-	add("cgroup host", P, "api: cgroup", svc("    cgroup: host\n"))
-	add("cgroup_parent", P, "api: cgroup_parent", svc("    cgroup_parent: /system.slice\n"))
-	add("external network named host", P, "network hostnet: external: the host's network",
-		svc("    networks: [hostnet]\n")+"networks:\n  hostnet:\n    name: host\n    external: true\n")
-	add("macvlan network", P, "network lan: driver", svc("    networks: [lan]\n")+"networks:\n  lan:\n    driver: macvlan\n")
-	add("label_file outside the release", I, "api: label_file[0]: outside the release directory", svc("    label_file: /etc/labels\n"))
-	add("env_file outside the release", I, "api: env_file[0]: outside the release directory", svc("    env_file: ../../x.env\n"))
-	add("build", I, "api: build", svc("    build: .\n"))
-	add("include", I, "(file): include", "include: [/etc/other.yml]\n"+svc(""))
-	add("extends.file", I, "api: extends.file", svc("    extends: {file: /etc/x.yml, service: y}\n"))
-	add("sysctl outside net", P, "api: sysctls: only the namespaced net.* sysctls are allowed (kernel.core_pattern)", svc("    sysctls: {kernel.core_pattern: \"|/x\"}\n"))
-	add("use_api_socket", P, "api: use_api_socket", svc("    use_api_socket: true\n"))
-	add("a runtime other than runc", P, "api: runtime", svc("    runtime: sysbox-runc\n"))
-	add("bind propagation to the host", P, "bind.propagation", svc("    volumes:\n      - type: bind\n        source: ./x\n        target: /x\n        bind: {propagation: rshared}\n"))
-	add("privileged hidden behind a merge key", P, "api: privileged", "x-a: &a\n  privileged: true\n"+svc("    <<: *a\n"))
-	add("privileged hidden in an extended service", P, "api: privileged",
-		"services:\n  base:\n    image: x\n    privileged: true\n    profiles: [never]\n  api:\n    image: y\n    extends: base\n")
-	add("privileged in a profile", P, "tool: privileged", svc("")+"  tool:\n    image: x\n    profiles: [debug]\n    privileged: true\n")
-	return out
-}
-
 func TestJudgeRefusesEveryBypassClass(t *testing.T) {
-	for _, c := range BypassClasses() {
+	for _, c := range bundletest.BypassClasses() {
 		t.Run(c.Name, func(t *testing.T) {
 			b := composeBundle(c.File, c.Compose, false, c.Template)
 			assertRefusal(t, b.Check(rel, project), c.Code, c.Want)
@@ -140,7 +45,7 @@ func TestJudgeRefusesEveryBypassClass(t *testing.T) {
 }
 
 func TestJudgeAllowPrivileged(t *testing.T) {
-	for _, c := range BypassClasses() {
+	for _, c := range bundletest.BypassClasses() {
 		t.Run(c.Name, func(t *testing.T) {
 			err := composeBundle(c.File, c.Compose, true, c.Template).Check(rel, project)
 			if c.Code == protocol.CodePrivileged {
@@ -165,7 +70,7 @@ func TestJudgeAcceptsRealWorldFiles(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			b := composeBundle("", string(data), false, "DB_PASSWORD=${SECRET}\nMYSQL_ROOT_PASSWORD=${SECRET}\nMINIO_ROOT_PASSWORD=${SECRET}\nTAG=1.2\n")
+			b := composeBundle("", string(data), false, "DB_PASSWORD=${DB_PASSWORD}\nMYSQL_ROOT_PASSWORD=${DB_PASSWORD}\nMINIO_ROOT_PASSWORD=${DB_PASSWORD}\nTAG=1.2\n")
 			if err := b.Check(rel, project); err != nil {
 				t.Fatalf("refused: %v", err)
 			}
@@ -292,7 +197,7 @@ func BenchmarkJudge(b *testing.B) {
 		name string
 		data string
 	}{{"typical-5-services", strings.Replace(string(typical), "volumes:\n  dbdata: {}\n", "", 1) + "  dbdata: {}\n"}, {"1MiB", manyServices(MaxComposeBytes)}} {
-		bu := composeBundle("", c.data, false, "DB_PASSWORD=${SECRET}\n")
+		bu := composeBundle("", c.data, false, "DB_PASSWORD=${DB_PASSWORD}\n")
 		if err := bu.Check(rel, project); err != nil {
 			b.Fatalf("%s refused: %.300v", c.name, err)
 		}

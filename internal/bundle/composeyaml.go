@@ -30,13 +30,14 @@ const (
 
 // parseRaw reads every YAML document of a compose file as nodes, refusing a file past the caps.
 // Decoding into yaml.Node keeps aliases as references and checks no keys, so it is linear.
-func parseRaw(data []byte) ([]*yaml.Node, error) {
-	if len(data) > MaxComposeBytes {
-		return nil, fmt.Errorf("is %d bytes; the limit is %d (1 MiB)", len(data), MaxComposeBytes)
+// scale multiplies every cap (compose's own rendering of a file is larger than the file).
+func parseRaw(data []byte, scale int) ([]*yaml.Node, error) {
+	if len(data) > MaxComposeBytes*scale {
+		return nil, fmt.Errorf("is %d bytes; the limit is %d (%d MiB)", len(data), MaxComposeBytes*scale, scale)
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var docs []*yaml.Node
-	c := &nodeCount{}
+	c := &nodeCount{maxNodes: maxComposeNodes * scale, maxKeyWork: maxKeyWork * scale * scale}
 	for {
 		var n yaml.Node
 		err := dec.Decode(&n)
@@ -49,9 +50,9 @@ func parseRaw(data []byte) ([]*yaml.Node, error) {
 		if err := c.add(&n); err != nil {
 			return nil, err
 		}
-		c.expanded += expandedSize(&n, map[*yaml.Node]int{})
-		if c.expanded > maxComposeNodes {
-			return nil, fmt.Errorf("expands through aliases to more than %d YAML nodes", maxComposeNodes)
+		c.expanded += expandedSize(&n, map[*yaml.Node]int{}, c.maxNodes)
+		if c.expanded > c.maxNodes {
+			return nil, fmt.Errorf("expands through aliases to more than %d YAML nodes", c.maxNodes)
 		}
 		docs = append(docs, &n)
 	}
@@ -60,25 +61,26 @@ func parseRaw(data []byte) ([]*yaml.Node, error) {
 
 type nodeCount struct {
 	nodes, keyWork, expanded int
+	maxNodes, maxKeyWork     int
 }
 
 // expandedSize is how many nodes n stands for once every alias is replaced by what it names,
 // as compose-go's decode does: a few lines of aliases of aliases can stand for millions.
 // Memoised per node, saturating past the cap, so computing it is linear in the file.
-func expandedSize(n *yaml.Node, memo map[*yaml.Node]int) int {
+func expandedSize(n *yaml.Node, memo map[*yaml.Node]int, limit int) int {
 	if n == nil {
 		return 0
 	}
 	if n.Kind == yaml.AliasNode {
-		return expandedSize(n.Alias, memo)
+		return expandedSize(n.Alias, memo, limit)
 	}
 	if v, ok := memo[n]; ok {
 		return v
 	}
-	memo[n] = maxComposeNodes + 1 // an anchor that contains itself expands without end
+	memo[n] = limit + 1 // an anchor that contains itself expands without end
 	size := 1
 	for _, ch := range n.Content {
-		size = min(size+expandedSize(ch, memo), maxComposeNodes+1)
+		size = min(size+expandedSize(ch, memo, limit), limit+1)
 	}
 	memo[n] = size
 	return size
@@ -87,13 +89,13 @@ func expandedSize(n *yaml.Node, memo map[*yaml.Node]int) int {
 // add counts n and everything under it (aliases count once: they are references).
 func (c *nodeCount) add(n *yaml.Node) error {
 	c.nodes++
-	if c.nodes > maxComposeNodes {
-		return fmt.Errorf("has more than %d YAML nodes", maxComposeNodes)
+	if c.nodes > c.maxNodes {
+		return fmt.Errorf("has more than %d YAML nodes", c.maxNodes)
 	}
 	if n.Kind == yaml.MappingNode {
 		k := len(n.Content) / 2
 		c.keyWork += k * k
-		if c.keyWork > maxKeyWork {
+		if c.keyWork > c.maxKeyWork {
 			return fmt.Errorf("has mappings of too many keys (%d in one)", k)
 		}
 	}

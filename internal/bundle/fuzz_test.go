@@ -14,6 +14,7 @@ import (
 
 	"github.com/compose-spec/compose-go/v2/types"
 
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/bundle/bundletest"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
 )
@@ -201,7 +202,7 @@ func checkRender(t *testing.T, template string, values map[string]secret.Value) 
 // loaded model has a setting that reaches the host. hostReaching is that invariant, written
 // once and independently of the policy's allow-list.
 func FuzzJudge(f *testing.F) {
-	for _, c := range BypassClasses() {
+	for _, c := range bundletest.BypassClasses() {
 		f.Add([]byte(c.Compose))
 	}
 	files, _ := filepath.Glob("testdata/compose/*.yml")

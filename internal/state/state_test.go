@@ -138,6 +138,7 @@ func TestSaveModeAndRoundTrip(t *testing.T) {
 		DockerInfoAt: &at, DockerInfoFailedAt: &at,
 		PendingLease:  &PendingLease{Addr: "https://bao:8200", Mount: "jwt-tenancy", Role: "see-env", ExpiresAt: at, BearerAccessor: "acc"},
 		LeaseBackoff:  &LeaseBackoff{Until: at, Reason: "bao: login refused"},
+		Refused:       &RefusedSha{Sha: shaB, Code: "PRIVILEGED_REFUSED", Detail: "PRIVILEGED_REFUSED: dc.yml: 1 finding(s)", At: at, AgentVersion: "0.2.0"},
 		PreviousToken: &TokenMeta{Source: SourceBootstrap, Accessor: "old", Addr: "https://bao-old:8200"},
 		Token:         &TokenMeta{Source: SourceBootstrap, Accessor: "acc", ObtainedAt: at, TTLSec: 3600, Addr: "https://bao:8200"}}
 	s.RecordApplied(shaB, at)
@@ -410,4 +411,19 @@ func FuzzParseUpgradedFrom(f *testing.F) {
 			t.Fatalf("accepted %q", v)
 		}
 	})
+}
+
+func TestRefusedFor(t *testing.T) {
+	s := &State{Refused: &RefusedSha{Sha: shaB, Code: "BUNDLE_INVALID", AgentVersion: "0.2.0"}}
+	if _, ok := s.RefusedFor(shaB, "0.2.0"); !ok {
+		t.Error("the refused sha is not remembered")
+	}
+	for _, c := range [][2]string{{shaB, "0.2.1"}, {"other", "0.2.0"}, {"", "0.2.0"}} {
+		if _, ok := s.RefusedFor(c[0], c[1]); ok {
+			t.Errorf("RefusedFor(%q, %q) remembered", c[0], c[1])
+		}
+	}
+	if _, ok := (&State{}).RefusedFor(shaB, "0.2.0"); ok {
+		t.Error("an empty state remembers a refusal")
+	}
 }
