@@ -157,32 +157,7 @@ func TestJudgeBoundedCost(t *testing.T) {
 	})
 }
 
-// manyServices is a compose file of about size bytes: services of the size people write
-// (an image, a restart policy, a logging anchor, two dozen settings in environment and labels),
-// one after another.
-func manyServices(size int) string {
-	var b strings.Builder
-	b.WriteString("x-log: &log\n  driver: json-file\n  options: {max-size: 10m}\nservices:\n")
-	for i := 0; ; i++ {
-		var s strings.Builder
-		fmt.Fprintf(&s, "  svc%d:\n    image: registry.example.net/team/service-%d:1.%d.0\n    restart: unless-stopped\n    logging: *log\n", i, i, i)
-		fmt.Fprintf(&s, "    ports: [\"%d:8080\"]\n    volumes: [\"./conf/svc%d:/etc/app:ro\", \"data%d:/var/lib/app\"]\n    environment:\n", 10000+i%50000, i, i%3)
-		for k := range 16 {
-			fmt.Fprintf(&s, "      SETTING_%02d: \"https://internal-%d.service.example.net:8443/api/v2/resource/%d?mode=fast&"+
-				"fallback=https://backup-%d.service.example.net:8443/api/v2/resource/%d&timeout=30s&retries=5\"\n", k, i, k, i, k)
-		}
-		s.WriteString("    labels:\n")
-		for k := range 4 {
-			fmt.Fprintf(&s, "      com.example.team.label-%d: \"a label value of a realistic length for service %d\"\n", k, i)
-		}
-		if b.Len()+s.Len()+40 > size {
-			break
-		}
-		b.WriteString(s.String())
-	}
-	b.WriteString("volumes: {data0: {}, data1: {}, data2: {}}\n")
-	return b.String()
-}
+func manyServices(size int) string { return bundletest.ManyServices(size) }
 
 // BenchmarkJudge is the pre-lease judgement (load + policy) of a typical 5-service compose file
 // and of a 1 MiB one; the agent's benchmark adds the post-render judgement with the real

@@ -4,6 +4,7 @@ package bundletest
 
 import (
 	"fmt"
+	"strings"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 )
@@ -37,8 +38,8 @@ func BypassClasses() []BypassClass {
 		Compose: bind("../.."), Code: P, Want: "api: volumes[0]: bind source outside the release"})
 	add("volume type from a variable", I, "api: volumes: holds a variable",
 		Svc("    volumes:\n      - type: \"${T:-bind}\"\n        source: /\n        target: /host\n"))
-	add("driver_opts from a variable", I, "volume v: driver_opts: holds a variable",
-		Svc("    volumes: [\"v:/v\"]\n")+"volumes:\n  v:\n    driver_opts: {type: none, o: \"${O}\", device: /}\n")
+	add("driver_opts from a variable", I, "volume vol: driver_opts: holds a variable",
+		Svc("    volumes: [\"vol:/v\"]\n")+"volumes:\n  vol:\n    driver_opts: {type: none, o: \"${O}\", device: /}\n")
 	out = append(out, BypassClass{Name: "bind from a secret variable", Compose: bind("${DB_PASSWORD}"),
 		Template: "DB_PASSWORD=${DB_PASSWORD}\n", Code: I, Want: "api: volumes: holds a variable"})
 	for _, p := range []string{"/var/lib/docker", "/boot", "/usr", "/lib/modules", "/home", "/var/spool/cron",
@@ -50,11 +51,11 @@ func BypassClasses() []BypassClass {
 	add("bind under ~", P, "bind source outside", bind("~/.ssh"))
 	add("named volume binding the host", P, "volume root: driver_opts: mounts host storage",
 		Svc("    volumes: [\"root:/host\"]\n")+"volumes:\n  root:\n    driver: local\n    driver_opts: {type: none, o: bind, device: /}\n")
-	add("named volume of another driver", P, "volume v: driver: only the local driver",
-		Svc("    volumes: [\"v:/v\"]\n")+"volumes:\n  v:\n    driver: rexray\n")
-	add("named volume reaching another project's volume", P, "volume v: name: names a volume outside this project",
-		Svc("    volumes: [\"v:/v\"]\n")+"volumes:\n  v:\n    name: monky-env-prod-01_pgdata\n")
-	add("external volume", P, "volume v: external", Svc("    volumes: [\"v:/v\"]\n")+"volumes:\n  v:\n    external: true\n")
+	add("named volume of another driver", P, "volume vol: driver: only the local driver",
+		Svc("    volumes: [\"vol:/v\"]\n")+"volumes:\n  vol:\n    driver: rexray\n")
+	add("named volume reaching another project's volume", P, "volume vol: name: names a volume outside this project",
+		Svc("    volumes: [\"vol:/v\"]\n")+"volumes:\n  vol:\n    name: monky-env-prod-01_pgdata\n")
+	add("external volume", P, "volume vol: external", Svc("    volumes: [\"vol:/v\"]\n")+"volumes:\n  vol:\n    external: true\n")
 	add("secret file outside the release", I, "secret s: file: outside the release directory (/etc/shadow)",
 		Svc("    secrets: [s]\n")+"secrets:\n  s:\n    file: /etc/shadow\n")
 	add("config file outside the release", I, "config c: file: outside the release directory",
@@ -103,4 +104,31 @@ func BypassClasses() []BypassClass {
 		"services:\n  base:\n    image: x\n    privileged: true\n    profiles: [never]\n  api:\n    image: y\n    extends: base\n")
 	add("privileged in a profile", P, "tool: privileged", Svc("")+"  tool:\n    image: x\n    profiles: [debug]\n    privileged: true\n")
 	return out
+}
+
+// ManyServices is a compose file of about size bytes: services of the size people write
+// (an image, a restart policy, a logging anchor, two dozen settings in environment and labels),
+// one after another.
+func ManyServices(size int) string {
+	var b strings.Builder
+	b.WriteString("x-log: &log\n  driver: json-file\n  options: {max-size: 10m}\nservices:\n")
+	for i := 0; ; i++ {
+		var s strings.Builder
+		fmt.Fprintf(&s, "  svc%d:\n    image: registry.example.net/team/service-%d:1.%d.0\n    restart: unless-stopped\n    logging: *log\n", i, i, i)
+		fmt.Fprintf(&s, "    ports: [\"%d:8080\"]\n    volumes: [\"./conf/svc%d:/etc/app:ro\", \"data%d:/var/lib/app\"]\n    environment:\n", 10000+i%50000, i, i%3)
+		for k := range 16 {
+			fmt.Fprintf(&s, "      SETTING_%02d: \"https://internal-%d.service.example.net:8443/api/v2/resource/%d?mode=fast&"+
+				"fallback=https://backup-%d.service.example.net:8443/api/v2/resource/%d&timeout=30s&retries=5\"\n", k, i, k, i, k)
+		}
+		s.WriteString("    labels:\n")
+		for k := range 4 {
+			fmt.Fprintf(&s, "      com.example.team.label-%d: \"a label value of a realistic length for service %d\"\n", k, i)
+		}
+		if b.Len()+s.Len()+40 > size {
+			break
+		}
+		b.WriteString(s.String())
+	}
+	b.WriteString("volumes: {data0: {}, data1: {}, data2: {}}\n")
+	return b.String()
 }
