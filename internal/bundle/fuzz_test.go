@@ -309,6 +309,25 @@ func hostReaching(p *types.Project, release string) []string {
 			}
 		}
 	}
+	// a bind strictly inside another, writable bind: a container can plant a symlink there
+	var writable, binds []string
+	for _, s := range all {
+		for _, v := range s.Volumes {
+			if v.Type == types.VolumeTypeBind {
+				binds = append(binds, filepath.Clean(v.Source))
+				if !v.ReadOnly {
+					writable = append(writable, filepath.Clean(v.Source))
+				}
+			}
+		}
+	}
+	for _, w := range writable {
+		for _, b := range binds {
+			if b != w && strings.HasPrefix(b, strings.TrimSuffix(w, "/")+"/") {
+				add("bind "+b, "inside writable "+w)
+			}
+		}
+	}
 	for n, nw := range p.Networks {
 		if bool(nw.External) && (nw.Name == "host" || n == "host" && nw.Name == "") {
 			add("network "+n, "host")

@@ -203,7 +203,71 @@ func judgeProject(p *types.Project, releaseDir, project string) []Finding {
 		j.service(name, &s)
 	}
 	j.topLevel()
+	j.plantedSymlinks(all)
 	return j.findings
+}
+
+// hostPath is a host path compose or the engine resolves when a container starts.
+type hostPath struct {
+	subject, key, path string
+	writable           bool // a bind a container can write to
+}
+
+// plantedSymlinks refuses a host path strictly inside a writable bind. The release holds no
+// symlink when it is judged, but a container with a writable bind can make one later: service A
+// binds ./shared, writes ./shared/x -> /, and service B's bind of ./shared/x (resolved by the
+// engine when B starts, and again at every restart) is the host's root. The same holds for files
+// compose reads or mounts (env_file, label_file, secret and config files).
+func (j *judge) plantedSymlinks(all map[string]types.ServiceConfig) {
+	var paths []hostPath
+	for _, name := range sortedNames(all) {
+		s := all[name]
+		for i, v := range s.Volumes {
+			if v.Type == types.VolumeTypeBind && j.inside(v.Source) {
+				paths = append(paths, hostPath{name, fmt.Sprintf("volumes[%d]", i), filepath.Clean(v.Source), !v.ReadOnly})
+			}
+		}
+		for i, e := range s.EnvFiles {
+			paths = append(paths, hostPath{name, fmt.Sprintf("env_file[%d]", i), filepath.Clean(e.Path), false})
+		}
+		for i, l := range s.LabelFiles {
+			paths = append(paths, hostPath{name, fmt.Sprintf("label_file[%d]", i), filepath.Clean(l), false})
+		}
+	}
+	for _, n := range sortedNames(j.p.Secrets) {
+		if f := j.p.Secrets[n].File; f != "" {
+			paths = append(paths, hostPath{"secret " + n, "file", filepath.Clean(f), false})
+		}
+	}
+	for _, n := range sortedNames(j.p.Configs) {
+		if f := j.p.Configs[n].File; f != "" {
+			paths = append(paths, hostPath{"config " + n, "file", filepath.Clean(f), false})
+		}
+	}
+	// Sorted by path, everything strictly inside W follows W directly: one pass per writable
+	// bind over its own range, never every pair.
+	sorted := slices.Clone(paths)
+	slices.SortStableFunc(sorted, func(a, b hostPath) int { return strings.Compare(a.path, b.path) })
+	flagged := map[hostPath]bool{}
+	for _, w := range sorted {
+		if !w.writable {
+			continue
+		}
+		prefix := w.path + string(filepath.Separator)
+		if w.path == string(filepath.Separator) {
+			prefix = w.path
+		}
+		start, _ := slices.BinarySearchFunc(sorted, prefix, func(h hostPath, t string) int { return strings.Compare(h.path, t) })
+		for _, p := range sorted[start:] {
+			if !strings.HasPrefix(p.path, prefix) {
+				break
+			}
+			if !flagged[p] {
+				flagged[p] = true
+				j.priv(p.subject, p.key, "inside a writable bind of "+w.subject+" ("+w.key+"): a container could replace it with a symlink to the host", "")
+			}
+		}
+	}
 }
 
 func sortedNames[V any](m map[string]V) []string {

@@ -103,6 +103,10 @@ func BypassClasses() []BypassClass {
 	add("privileged hidden in an extended service", P, "api: privileged",
 		"services:\n  base:\n    image: x\n    privileged: true\n    profiles: [never]\n  api:\n    image: y\n    extends: base\n")
 	add("privileged in a profile", P, "tool: privileged", Svc("")+"  tool:\n    image: x\n    profiles: [debug]\n    privileged: true\n")
+	add("a bind inside another service's writable bind (a planted symlink)", P, "b: volumes[0]: inside a writable bind of api (volumes[0])",
+		Svc("    volumes: [\"./shared:/shared\"]\n")+"  b:\n    image: x\n    volumes: [\"./shared/evil:/host:ro\"]\n")
+	add("the release bound writable, a config file inside it", P, "config c: file: inside a writable bind of api",
+		Svc("    volumes: [\".:/app\"]\n    configs: [c]\n")+"configs:\n  c:\n    file: ./conf/c.json\n")
 	return out
 }
 
