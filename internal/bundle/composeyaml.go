@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -204,11 +205,54 @@ func (w *rawWalk) service(name string, n *yaml.Node) error {
 		if !serviceKeyJudged(f.key) {
 			continue
 		}
-		if w.hasVar(f.val) {
-			w.add(varFinding(name, f.key))
+		judged, err := w.judgedPart(f.key, f.val)
+		if err != nil {
+			return err
+		}
+		for _, n := range judged {
+			if w.hasVar(n) {
+				w.add(varFinding(name, f.key))
+				break
+			}
 		}
 	}
 	return nil
+}
+
+// judgedPart is the part of a service setting the policy reads: the whole value, except for
+// `deploy` (only its device reservations) and `networks` (only endpoint driver options), where
+// a variable elsewhere (`replicas: ${N:-1}`, `ipv4_address: ${IP}`) decides nothing.
+func (w *rawWalk) judgedPart(key string, n *yaml.Node) ([]*yaml.Node, error) {
+	var path [][]string
+	switch key {
+	case "deploy":
+		path = [][]string{{"resources"}, {"limits", "reservations"}, {"devices"}}
+	case "networks":
+		path = [][]string{nil, {"driver_opts"}}
+	default:
+		return []*yaml.Node{n}, nil
+	}
+	level := []*yaml.Node{n}
+	for _, keys := range path {
+		var next []*yaml.Node
+		for _, m := range level {
+			if r := resolve(m); r != nil && r.Kind == yaml.SequenceNode {
+				// a service's networks may be a list of names: nothing judged there
+				continue
+			}
+			ps, err := w.pairs(m, 0)
+			if err != nil {
+				return nil, err
+			}
+			for _, p := range ps {
+				if keys == nil || slices.Contains(keys, p.key) {
+					next = append(next, p.val)
+				}
+			}
+		}
+		level = next
+	}
+	return level, nil
 }
 
 func varFinding(subject, key string) Finding {

@@ -71,6 +71,8 @@ func BypassClasses() []BypassClass {
 	add("device_cgroup_rules", P, "api: device_cgroup_rules: reaches host devices", Svc("    device_cgroup_rules: [\"c 1:3 mr\"]\n"))
 	add("gpus", P, "api: gpus: reaches host devices", Svc("    gpus: all\n"))
 	add("devices", P, "api: devices: reaches host devices", Svc("    devices: [\"/dev/sda:/dev/sda\"]\n"))
+	add("deploy devices from a variable", I, "api: deploy: holds a variable",
+		Svc("    deploy:\n      resources:\n        reservations:\n          devices:\n            - capabilities: [\"${CAP}\"]\n"))
 	add("deploy device reservations", P, "deploy.resources.reservations.devices",
 		Svc("    deploy:\n      resources:\n        reservations:\n          devices:\n            - capabilities: [gpu]\n"))
 	add("post_start hook privileged", P, "api: post_start[0].privileged", Svc("    post_start:\n      - command: [sh]\n        privileged: true\n"))
