@@ -362,8 +362,12 @@ func judgeVolumes(j *judge, svc string, s *types.ServiceConfig) {
 func judgeVolumesFrom(j *judge, svc string, s *types.ServiceConfig) {
 	for i, v := range s.VolumesFrom {
 		ref, _, _ := strings.Cut(v, ":")
-		if ref == "service" {
+		switch ref {
+		case "service":
 			ref, _, _ = strings.Cut(strings.TrimPrefix(v, "service:"), ":")
+		case "container":
+			// docker reads `container:` as a prefix even when a service has that name
+			ref = ""
 		}
 		if !j.services[ref] {
 			j.priv(svc, fmt.Sprintf("volumes_from[%d]", i), "only services of this project are allowed", v)

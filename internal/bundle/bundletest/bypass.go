@@ -79,6 +79,8 @@ func BypassClasses() []BypassClass {
 	add("pre_stop hook privileged", P, "api: pre_stop[0].privileged", Svc("    pre_stop:\n      - command: [sh]\n        privileged: true\n"))
 	add("privileged", P, "api: privileged: the whole host", Svc("    privileged: true\n"))
 	add("volumes_from a container outside", P, "api: volumes_from[0]", Svc("    volumes_from: [\"container:monky-deployd-other\"]\n"))
+	add("volumes_from a container outside, a service named container", P, "api: volumes_from[0]",
+		Svc("    volumes_from: [\"container:other\"]\n")+"  container:\n    image: x\n")
 	add("network_mode host", P, "api: network_mode", Svc("    network_mode: host\n"))
 	add("network_mode of a container outside", P, "api: network_mode", Svc("    network_mode: \"container:other\"\n"))
 	add("pid host", P, "api: pid", Svc("    pid: host\n"))
