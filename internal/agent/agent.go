@@ -49,6 +49,9 @@ type Bao interface {
 // agent's own DOCKER_CONFIG.
 type Docker interface {
 	Info(ctx context.Context) (compose.Info, error)
+	// Config is `docker compose config --format json` of the staged release, every profile on.
+	// Its output holds secret values; its error never does.
+	Config(ctx context.Context, dir, composeFile string) ([]byte, error)
 	Pull(ctx context.Context, dir, composeFile, policy string) error
 	Up(ctx context.Context, dir, composeFile string) error
 	Ps(ctx context.Context, dir, composeFile string) ([]protocol.Container, error)

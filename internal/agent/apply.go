@@ -17,6 +17,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/registryauth"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/release"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/version"
 )
 
 // kvReadLimit bounds the OpenBao reads of one apply that run at once: enough that a bundle of
@@ -28,6 +29,9 @@ const kvReadLimit = 16
 func (a *Agent) apply(ctx context.Context, resp *protocol.CheckinResponse) error {
 	sha := resp.DesiredSha
 	log := a.log.With("sha", short(sha))
+	if r, ok := a.st.RefusedFor(sha, version.Version); ok {
+		return a.repeatRefusal(ctx, r)
+	}
 	at := &applyAttempt{sha: sha}
 	a.attempt = at
 	defer func() { a.attempt = nil }()
@@ -79,6 +83,12 @@ func (a *Agent) apply(ctx context.Context, resp *protocol.CheckinResponse) error
 	if err := a.step("stage"); err != nil {
 		return err
 	}
+	if err := a.judgeRendered(ctx, b, dir); err != nil {
+		return a.refuseOrFail(ctx, sha, err)
+	}
+	if err := a.step("judged"); err != nil {
+		return err
+	}
 	at.promoted = true // a failed rename may still have swapped the link
 	if err := release.Promote(a.cfg.EnvDir(), sha); err != nil {
 		return a.fail(ctx, sha, err.Error(), "")
@@ -100,9 +110,10 @@ func (a *Agent) checkBundle(ctx context.Context, files map[string]string, sha st
 		return nil, nil, err
 	}
 	releaseDir := filepath.Join(a.cfg.EnvDir(), "releases", sha)
-	checkErr := b.Check(releaseDir)
+	checkErr := b.Check(releaseDir, a.cfg.ComposeProject)
 	var r *protocol.Refusal
 	if checkErr != nil && !(errors.As(checkErr, &r) && r.Code == protocol.CodePrivileged) {
+		a.rememberRefusal(sha, checkErr)
 		return nil, nil, checkErr // BUNDLE_INVALID: a build, a path outside the release
 	}
 	paths, err := b.ResolveManifest(a.vault.Prefix)
@@ -110,6 +121,7 @@ func (a *Agent) checkBundle(ctx context.Context, files map[string]string, sha st
 		return nil, nil, err
 	}
 	if checkErr != nil {
+		a.rememberRefusal(sha, checkErr)
 		return nil, nil, checkErr // PRIVILEGED_REFUSED
 	}
 	if err := checkEnvComplete(b); err != nil {

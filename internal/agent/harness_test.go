@@ -294,6 +294,8 @@ type bundleSpec struct {
 	extra    map[string]string
 	noMeta   bool
 	pull     string // bundle.json pull; "" is always
+	// composeFile is bundle.json compose_file; "" is docker-compose.yml
+	composeFile string
 }
 
 const defaultCompose = `services:
@@ -330,10 +332,13 @@ func makeFiles(s bundleSpec) map[string]string {
 	if s.manifest == "" {
 		s.manifest = defaultManifest
 	}
+	if s.composeFile == "" {
+		s.composeFile = "docker-compose.yml"
+	}
 	files := map[string]string{
-		"docker-compose.yml": s.compose,
-		".env.template":      s.template,
-		"manifest.json":      s.manifest,
+		s.composeFile:   s.compose,
+		".env.template": s.template,
+		"manifest.json": s.manifest,
 	}
 	if !s.noMeta {
 		pull := s.pull
@@ -342,8 +347,8 @@ func makeFiles(s bundleSpec) map[string]string {
 		}
 		meta := map[string]any{
 			"address": "monky/see", "pull": pull, "secrets_provider": "openbao",
-			"compose_file": "docker-compose.yml",
-			"files":        []string{"docker-compose.yml", ".env.template", "manifest.json"},
+			"compose_file": s.composeFile,
+			"files":        []string{s.composeFile, ".env.template", "manifest.json"},
 		}
 		if s.agent != nil {
 			meta["agent"] = s.agent

@@ -25,7 +25,7 @@ import (
 )
 
 // The steps of a tick, in order; Deps.Step is called after each.
-var steps = []string{"lock", "token", "checkin", "bundle", "checks", "lease", "secrets", "stage", "promote", "pull", "up", "healthy", "state"}
+var steps = []string{"lock", "token", "checkin", "bundle", "checks", "lease", "secrets", "stage", "judged", "promote", "pull", "up", "healthy", "state"}
 
 var errCrash = errors.New("injected crash")
 

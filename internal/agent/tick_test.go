@@ -109,8 +109,8 @@ func TestFirstApply(t *testing.T) {
 			}
 		}
 	}
-	want := []string{"info --format {{json .}}", "compose pull", "compose up -d --remove-orphans", "compose ps -a --format json"}
-	if got := h.docker.Subcommands(); !slices.Equal(got[:4], want) {
+	want := []string{"info --format {{json .}}", "compose --profile * config --format json", "compose pull", "compose up -d --remove-orphans", "compose ps -a --format json"}
+	if got := h.docker.Subcommands(); !slices.Equal(got[:5], want) {
 		t.Errorf("docker calls = %q, want them to start %q", got, want)
 	}
 	if running := h.docker.Running(); !slices.Equal(running, []string{"api", "worker"}) {
@@ -319,7 +319,7 @@ func TestRefusalsComeBeforeAnyLease(t *testing.T) {
     image: x/agent:1
     volumes: ["/var/run/docker.sock:/var/run/docker.sock"]
     cap_add: [SYS_ADMIN]
-`}, "PRIVILEGED_REFUSED: ", []string{"api: privileged", "api: network_mode", "agent: cap_add", "agent: bind mount of /var/run/docker.sock"}},
+`}, "PRIVILEGED_REFUSED: ", []string{"api: privileged", "api: network_mode", "agent: cap_add", "agent: volumes[0]: bind source outside the release directory (/var/run/docker.sock)"}},
 		{"build is never allowed", bundleSpec{compose: "services:\n  api:\n    build: .\n", agent: map[string]any{"allow_privileged": true}}, "BUNDLE_INVALID: ", []string{"api"}},
 		{"manifest path escaping the prefix", bundleSpec{manifest: `{"entries": [{"var": "X", "path": "../env-prod-01/see/key"}]}`, template: "X=${X}\n"}, "MANIFEST_PATH: ", []string{"../env-prod-01/see/key"}},
 		{"bundle path escaping the release", bundleSpec{extra: map[string]string{"../evil": "x"}}, "BUNDLE_INVALID: ", []string{"../evil"}},
@@ -885,7 +885,7 @@ func TestLongRefusalKeepsItsCode(t *testing.T) {
 	h.desire(bundleSpec{compose: c.String()})
 	h.expectExit(agent.ExitFailed)
 	r := h.lastReport()
-	if !strings.HasPrefix(r.Detail, "PRIVILEGED_REFUSED: svc00: privileged") || len(r.Detail) > protocol.MaxDetail || !strings.HasSuffix(r.Detail, "…") {
+	if !strings.HasPrefix(r.Detail, "PRIVILEGED_REFUSED: docker-compose.yml: 40 finding(s) (bundle.json agent.allow_privileged is not set): svc00: privileged") || len(r.Detail) > protocol.MaxDetail || !strings.HasSuffix(r.Detail, "…") {
 		t.Errorf("detail (%d bytes) = %q", len(r.Detail), r.Detail)
 	}
 	if st := h.state(); st.LastDetail != r.Detail {

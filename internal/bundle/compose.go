@@ -1,571 +1,222 @@
 package bundle
 
 import (
+	"context"
 	"fmt"
-	"path"
-	"sort"
+	"path/filepath"
 	"strings"
 
-	"go.yaml.in/yaml/v3"
+	"github.com/compose-spec/compose-go/v2/dotenv"
+	"github.com/compose-spec/compose-go/v2/loader"
+	"github.com/compose-spec/compose-go/v2/types"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
 )
 
-// ScanCompose reads a compose file and returns what the agent must judge before running it, each
-// finding as "service: what":
-//
-//   - privileged: settings that give a container the host (privileged, cap_add ALL/SYS_ADMIN,
-//     pid/network_mode/ipc host, devices, security_opt …unconfined, and bind mounts of /, the
-//     docker socket, /etc, /root, /proc, /sys or anything under the last four). A bundle runs
-//     them only with bundle.json agent.allow_privileged.
-//   - invalid: never allowed, whatever the flags — `build:` (the box builds nothing), a bind
-//     source, env_file, or file-backed secret/config that resolves outside releaseDir, a `~`
-//     path, a path taken from a ${VARIABLE} (the agent checks before rendering, so it cannot
-//     know where it points), and `include`/`extends.file` (another file the scan would not see).
-//
-// Relative paths resolve against releaseDir, the directory docker compose is run in. Variables
-// are never interpolated. err reports a file compose itself could not load (bad YAML, a section
-// of the wrong shape), naming where, e.g. `services.api.volumes[1]: want a string or a mapping`.
-func ScanCompose(compose []byte, releaseDir string) (privileged []string, invalid []string, err error) {
-	return scanCompose(compose, releaseDir, releaseDir)
-}
+// MaxFindingsDetail caps what one refusal lists: a file of ten thousand findings is refused with
+// the first that fit and a count of the rest, never with megabytes in a journal line.
+const MaxFindingsDetail = 4 << 10
 
-// Check applies the compose checks to the bundle's compose file as it will be staged in
-// releaseDir: BUNDLE_INVALID for anything never allowed (or a compose file that does not load),
-// then PRIVILEGED_REFUSED unless Meta.Agent.AllowPrivileged. Each detail lists every finding,
-// so one refusal tells the author everything to fix.
-func (b *Bundle) Check(releaseDir string) error {
-	if !path.IsAbs(releaseDir) {
+// maxLoadError bounds the loader's own words in a refusal: they may quote a whole value.
+const maxLoadError = 1 << 10
+
+// Check is the pre-lease judgement of the bundle's compose file as it will be staged in
+// releaseDir and run as compose project `project`: BUNDLE_INVALID for anything never allowed (or
+// a file compose does not load), then PRIVILEGED_REFUSED for anything that reaches the host,
+// unless bundle.json agent.allow_privileged. The file is loaded as docker compose loads it
+// (compose-go, every document, merges, extends, every profile), interpolated with the values the
+// agent knows before any secret is read (the .env.template lines that name no secret).
+func (b *Bundle) Check(releaseDir, project string) error {
+	if !filepath.IsAbs(releaseDir) {
 		// the caller's mistake, not the bundle's: not a refusal
 		return fmt.Errorf("bundle: check: release directory %q is not an absolute path", releaseDir)
 	}
-	name := b.Meta.ComposeFile
-	base := path.Join(releaseDir, path.Dir(name))
-	priv, inv, err := scanCompose([]byte(b.Files[name]), base, releaseDir)
+	known, err := b.KnownEnv()
 	if err != nil {
-		return invalid("%s: %v", name, err)
+		return invalid("%s: %v", EnvTemplateFile, err)
 	}
-	if len(inv) > 0 {
-		return invalid("%s: %s", name, strings.Join(inv, ", "))
+	j := Judgement{
+		Compose:    []byte(b.Files[b.Meta.ComposeFile]),
+		File:       b.Meta.ComposeFile,
+		ReleaseDir: releaseDir,
+		Project:    project,
+		Env:        known,
+		WithValues: true,
 	}
-	if len(priv) > 0 && !b.Meta.Agent.AllowPrivileged {
-		return protocol.Refuse(protocol.CodePrivileged, "%s (bundle.json agent.allow_privileged is not set)",
-			strings.Join(priv, ", "))
-	}
-	return nil
+	return j.Verdict(b.Meta.Agent.AllowPrivileged)
 }
 
-// sensitiveMounts are host paths whose bind mount hands a container the host: the root, the
-// docker socket (root on the host by another name), and trees under which the kernel and the
-// host's configuration and root's home live.
-var (
-	sensitiveExact = []string{"/", "/var/run/docker.sock", "/run/docker.sock"}
-	sensitiveTrees = []string{"/etc", "/root", "/proc", "/sys"}
-)
-
-// sensitive reports whether a cleaned absolute host path is privileged to bind. An ancestor of
-// the docker socket (/run, /var/run, /var) carries the socket with it, so it counts too.
-func sensitive(p string) bool {
-	for _, s := range sensitiveExact {
-		if p == s || strings.HasPrefix(s, p+"/") {
-			return true
-		}
-	}
-	for _, t := range sensitiveTrees {
-		if p == t || strings.HasPrefix(p, t+"/") {
-			return true
-		}
-	}
-	return false
+// JudgeRendered is the post-render judgement: the output of `docker compose config --format
+// json` for the staged release (its .env rendered with the secrets) judged by the same policy
+// as Check. What secret values do to the file is judged too; the detail names keys, never
+// values, and says `rendered:` so an author tells it from the pre-lease judgement.
+func JudgeRendered(config []byte, composeFile, releaseDir, project string, allowPrivileged bool) error {
+	j := Judgement{Compose: config, File: composeFile, ReleaseDir: releaseDir, Project: project, Stage: "rendered: ", rendered: true}
+	return j.Verdict(allowPrivileged)
 }
 
-type scan struct {
-	base, boundary string
-	priv, inv      []string
-	// named volumes / secrets / configs backed by a host path (top-level sections).
-	hostVolumes map[string]string // volume name → device
-	fileSecrets map[string]string // secret name → file
-	fileConfigs map[string]string // config name → file
+// secretStandIn is what a variable the .env takes from a secret reads as before the secret is
+// read: a value that parses in any numeric or string setting (judged settings must hold no
+// variable at all, so it never decides a verdict).
+const secretStandIn = "0"
+
+// KnownEnv is the environment compose will read from the release's .env, as far as the agent
+// knows it before reading any secret: every .env.template variable whose value comes from no
+// secret, and a stand-in for those that do. It is read with compose's own dotenv reader.
+func (b *Bundle) KnownEnv() (map[string]string, error) {
+	const marker = "MONKYSECRETSTANDIN"
+	stand := map[string]secret.Value{}
+	for _, e := range b.EnvEntries() {
+		stand[e.Var] = secret.New(marker)
+	}
+	text, err := RenderEnv(b.EnvTemplate, stand)
+	if err != nil {
+		// ENV_INCOMPLETE and the like are judged by their own check, later and more precisely;
+		// the compose judgement then knows no template value.
+		return map[string]string{}, nil
+	}
+	env, err := dotenv.ParseWithLookup(strings.NewReader(text), func(string) (string, bool) { return "", false })
+	if err != nil {
+		return nil, fmt.Errorf("compose cannot read it: %v", err)
+	}
+	for k, v := range env {
+		if strings.Contains(v, marker) {
+			env[k] = secretStandIn
+		}
+	}
+	return env, nil
 }
 
-type shapeError struct {
-	at, msg string
+// Judgement is one judgement of a compose file.
+type Judgement struct {
+	Compose    []byte // the file's content (YAML, or `docker compose config --format json`)
+	File       string // its path relative to ReleaseDir
+	ReleaseDir string // absolute; compose's project directory
+	Project    string // the compose project name the agent runs it as
+	Env        map[string]string
+	// WithValues puts the offending values in the detail; false where the file was rendered
+	// with secrets, so the detail names keys only.
+	WithValues bool
+	// Stage prefixes the detail ("rendered: ") so a refusal says which judgement made it.
+	Stage string
+	// rendered: Compose is compose's own JSON, which spells out every default; its caps are
+	// renderedScale times the file's.
+	rendered bool
 }
 
-func (e *shapeError) Error() string { return e.at + ": " + e.msg }
+// renderedScale is how much larger `docker compose config` may make a file: it writes every
+// default out (networks, pull policy, each port's and volume's fields).
+const renderedScale = 4
 
-func shapeErr(at, format string, args ...any) error {
-	return &shapeError{at: at, msg: fmt.Sprintf(format, args...)}
-}
-
-func scanCompose(compose []byte, base, boundary string) (priv, inv []string, err error) {
-	if !path.IsAbs(base) || !path.IsAbs(boundary) {
-		// a relative release directory would make "stays inside" meaningless
-		return nil, nil, fmt.Errorf("release directory %q is not an absolute path", boundary)
+// Verdict is the judgement as an error: nil, BUNDLE_INVALID or PRIVILEGED_REFUSED.
+func (j Judgement) Verdict(allowPrivileged bool) error {
+	findings, err := j.Findings()
+	if err != nil {
+		msg := err.Error()
+		if len(msg) > maxLoadError {
+			msg = msg[:maxLoadError] + "…"
+		}
+		return invalid("%s%s %s", j.Stage, j.File, strings.ToValidUTF8(msg, "?"))
 	}
-	var doc any
-	// yaml.v3 resolves anchors, aliases and `<<` merges while decoding, so a setting hidden in
-	// an x- extension block and merged into a service is seen like any other.
-	if err := yaml.Unmarshal(compose, &doc); err != nil {
-		return nil, nil, fmt.Errorf("not valid YAML: %v", err)
-	}
-	if doc == nil {
-		return nil, nil, fmt.Errorf("empty compose file")
-	}
-	top, ok := asMap(doc)
-	if !ok {
-		return nil, nil, shapeErr("(top level)", "want a mapping")
-	}
-	s := &scan{
-		base: path.Clean(base), boundary: path.Clean(boundary),
-		hostVolumes: map[string]string{}, fileSecrets: map[string]string{}, fileConfigs: map[string]string{},
-	}
-	if _, ok := top["include"]; ok {
-		s.inv = append(s.inv, "include: other compose files are not allowed (the agent checks one file)")
-	}
-	if err := s.topLevel(top); err != nil {
-		return nil, nil, err
-	}
-	servicesRaw := top["services"]
-	if servicesRaw == nil {
-		return nil, s.inv, nil
-	}
-	services, ok := asMap(servicesRaw)
-	if !ok {
-		return nil, nil, shapeErr("services", "want a mapping")
-	}
-	for _, name := range sortedKeys(services) {
-		if err := s.service(name, services[name]); err != nil {
-			return nil, nil, err
+	var inv, priv []Finding
+	for _, f := range findings {
+		if f.Invalid {
+			inv = append(inv, f)
+		} else {
+			priv = append(priv, f)
 		}
 	}
-	return s.priv, s.inv, nil
-}
-
-// topLevel records named volumes bound to a host directory and file-backed secrets and
-// configs: each is a bind mount in disguise, judged where a service uses it.
-func (s *scan) topLevel(top map[string]any) error {
-	if raw := top["volumes"]; raw != nil {
-		vols, ok := asMap(raw)
-		if !ok {
-			return shapeErr("volumes", "want a mapping")
-		}
-		for _, name := range sortedKeys(vols) {
-			if vols[name] == nil {
-				continue
-			}
-			v, ok := asMap(vols[name])
-			if !ok {
-				return shapeErr("volumes."+name, "want a mapping")
-			}
-			if v["driver_opts"] == nil {
-				continue
-			}
-			opts, ok := asMap(v["driver_opts"])
-			if !ok {
-				return shapeErr("volumes."+name+".driver_opts", "want a mapping")
-			}
-			o := strings.ToLower(scalar(opts["o"]))
-			dev := scalar(opts["device"])
-			if dev != "" && strings.Contains(o, "bind") { // bind and rbind
-				s.hostVolumes[name] = dev
-			}
-		}
-	}
-	for _, sec := range []struct {
-		key string
-		dst map[string]string
-	}{{"secrets", s.fileSecrets}, {"configs", s.fileConfigs}} {
-		raw := top[sec.key]
-		if raw == nil {
-			continue
-		}
-		m, ok := asMap(raw)
-		if !ok {
-			return shapeErr(sec.key, "want a mapping")
-		}
-		for _, name := range sortedKeys(m) {
-			if m[name] == nil {
-				continue
-			}
-			e, ok := asMap(m[name])
-			if !ok {
-				return shapeErr(sec.key+"."+name, "want a mapping")
-			}
-			if f := e["file"]; f != nil {
-				fs, ok := f.(string)
-				if !ok {
-					return shapeErr(sec.key+"."+name+".file", "want a string")
-				}
-				sec.dst[name] = fs
-			}
-		}
-	}
-	return nil
-}
-
-func (s *scan) addPriv(svc, format string, args ...any) {
-	s.priv = append(s.priv, svc+": "+fmt.Sprintf(format, args...))
-}
-
-func (s *scan) addInv(svc, format string, args ...any) {
-	s.inv = append(s.inv, svc+": "+fmt.Sprintf(format, args...))
-}
-
-func (s *scan) service(name string, raw any) error {
-	at := "services." + name
-	svc, ok := asMap(raw)
-	if !ok {
-		return shapeErr(at, "want a mapping")
-	}
-	if _, ok := svc["build"]; ok {
-		s.addInv(name, "build (the box builds nothing; images come from the registry)")
-	}
-	if ext, ok := svc["extends"]; ok && ext != nil {
-		if m, ok := asMap(ext); ok && m["file"] != nil {
-			s.addInv(name, "extends.file (another compose file the agent does not check)")
-		}
-	}
-	if v, ok := svc["privileged"]; ok && truthy(v) {
-		s.addPriv(name, "privileged: %s", scalar(v))
-	}
-	if err := s.capAdd(name, at, svc["cap_add"]); err != nil {
-		return err
-	}
-	for _, key := range []string{"pid", "network_mode", "ipc"} {
-		v, ok := svc[key]
-		if !ok || v == nil {
-			continue
-		}
-		str, ok := v.(string)
-		if !ok {
-			return shapeErr(at+"."+key, "want a string")
-		}
-		switch {
-		case strings.EqualFold(strings.TrimSpace(str), "host"):
-			s.addPriv(name, "%s: host", key)
-		case strings.Contains(str, "$"):
-			s.addPriv(name, "%s: %s (set from a variable, cannot be checked)", key, str)
-		}
-	}
-	if err := s.devices(name, at, svc["devices"]); err != nil {
-		return err
-	}
-	if err := s.securityOpt(name, at, svc["security_opt"]); err != nil {
-		return err
-	}
-	if err := s.volumes(name, at, svc["volumes"]); err != nil {
-		return err
-	}
-	if err := s.envFile(name, at, svc["env_file"]); err != nil {
-		return err
-	}
-	for _, key := range []string{"secrets", "configs"} {
-		if err := s.fileRefs(name, at, key, svc[key]); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// truthy follows compose: YAML booleans, and the strings compose converts to true. Anything
-// else that is not plainly false (a ${VARIABLE}, say) counts, because it may become true.
-func truthy(v any) bool {
-	switch t := v.(type) {
-	case nil:
-		return false
-	case bool:
-		return t
-	case string:
-		switch strings.ToLower(strings.TrimSpace(t)) {
-		case "false", "no", "n", "off", "0", "":
-			return false
-		}
-		return true
-	case int:
-		return t != 0
-	default:
-		return true
-	}
-}
-
-func (s *scan) capAdd(name, at string, raw any) error {
-	if raw == nil {
-		return nil
-	}
-	list, ok := raw.([]any)
-	if !ok {
-		return shapeErr(at+".cap_add", "want a list")
-	}
-	for i, c := range list {
-		cs, ok := c.(string)
-		if !ok {
-			return shapeErr(fmt.Sprintf("%s.cap_add[%d]", at, i), "want a string")
-		}
-		norm := strings.TrimPrefix(strings.ToUpper(strings.TrimSpace(cs)), "CAP_")
-		switch {
-		case norm == "ALL" || norm == "SYS_ADMIN":
-			s.addPriv(name, "cap_add %s", cs)
-		case strings.Contains(cs, "$"):
-			s.addPriv(name, "cap_add %s (set from a variable, cannot be checked)", cs)
-		}
-	}
-	return nil
-}
-
-func (s *scan) devices(name, at string, raw any) error {
-	if raw == nil {
-		return nil
-	}
-	list, ok := raw.([]any)
-	if !ok {
-		return shapeErr(at+".devices", "want a list")
-	}
-	for i, d := range list {
-		switch t := d.(type) {
-		case string:
-			s.addPriv(name, "devices %s", t)
-		default:
-			m, ok := asMap(d)
-			if !ok {
-				return shapeErr(fmt.Sprintf("%s.devices[%d]", at, i), "want a string or a mapping")
-			}
-			s.addPriv(name, "devices %s", scalar(m["source"]))
-		}
-	}
-	return nil
-}
-
-func (s *scan) securityOpt(name, at string, raw any) error {
-	if raw == nil {
-		return nil
-	}
-	list, ok := raw.([]any)
-	if !ok {
-		return shapeErr(at+".security_opt", "want a list")
-	}
-	for i, o := range list {
-		opt, ok := o.(string)
-		if !ok {
-			return shapeErr(fmt.Sprintf("%s.security_opt[%d]", at, i), "want a string")
-		}
-		switch {
-		case strings.Contains(strings.ToLower(opt), "unconfined"):
-			s.addPriv(name, "security_opt %s", opt)
-		case strings.Contains(opt, "$"):
-			s.addPriv(name, "security_opt %s (set from a variable, cannot be checked)", opt)
-		}
-	}
-	return nil
-}
-
-func (s *scan) volumes(name, at string, raw any) error {
-	if raw == nil {
-		return nil
-	}
-	list, ok := raw.([]any)
-	if !ok {
-		return shapeErr(at+".volumes", "want a list")
-	}
-	for i, v := range list {
-		where := fmt.Sprintf("%s.volumes[%d]", at, i)
-		switch t := v.(type) {
-		case string:
-			src, ok := shortVolumeSource(t)
-			if !ok {
-				continue // an anonymous volume: only a target
-			}
-			if isHostPath(src) {
-				s.bind(name, src)
-			} else {
-				s.namedVolume(name, src)
-			}
-		default:
-			m, ok := asMap(v)
-			if !ok {
-				return shapeErr(where, "want a string or a mapping")
-			}
-			typ, src := scalar(m["type"]), scalar(m["source"])
-			if m["source"] != nil {
-				if _, ok := m["source"].(string); !ok {
-					return shapeErr(where+".source", "want a string")
-				}
-			}
-			switch {
-			case typ == "bind":
-				s.bind(name, src)
-			case typ == "volume" && src != "":
-				s.namedVolume(name, src)
-			case typ == "" && isHostPath(src):
-				// compose requires a type; without one, judge a path as the bind it looks like
-				s.bind(name, src)
-			}
-		}
-	}
-	return nil
-}
-
-// shortVolumeSource splits `src:dst[:mode]`; ok is false for a bare target (anonymous volume).
-func shortVolumeSource(spec string) (string, bool) {
-	i := strings.IndexByte(spec, ':')
-	if i < 0 {
-		if strings.Contains(spec, "$") {
-			// wholly a variable: it may expand to src:dst
-			return spec, true
-		}
-		return "", false
-	}
-	return spec[:i], true
-}
-
-// isHostPath is compose's rule for the short syntax: a source that starts with ".", "/" or "~"
-// is a host path; anything else names a volume. A source that starts with a variable could be
-// either, so it is judged as a path.
-func isHostPath(src string) bool {
-	return strings.HasPrefix(src, "/") || strings.HasPrefix(src, ".") || strings.HasPrefix(src, "~") ||
-		strings.HasPrefix(src, "$")
-}
-
-// bind judges one host-path source: never allowed when it leaves the release directory by a
-// relative path, starts with `~`, or comes from a variable; privileged when sensitive.
-func (s *scan) bind(svc, src string) {
-	s.hostPath(svc, "bind mount", src, true)
-}
-
-func (s *scan) hostPath(svc, what, src string, absAllowed bool) {
 	switch {
-	case src == "":
-		s.addInv(svc, "%s without a source", what)
-	case strings.Contains(src, "$"):
-		s.addInv(svc, "%s %s comes from a variable; the agent checks paths before rendering, so they must be literal", what, src)
-	case strings.HasPrefix(src, "~"):
-		s.addInv(svc, "%s %s is in a home directory, outside the release directory", what, src)
-	case strings.HasPrefix(src, "/"):
-		clean := path.Clean(src)
-		if absAllowed {
-			if sensitive(clean) {
-				s.addPriv(svc, "%s of %s", what, clean)
-			}
-			return
-		}
-		if !s.inside(clean) {
-			s.addInv(svc, "%s %s is outside the release directory", what, src)
-		}
-	default:
-		if !s.inside(path.Join(s.base, src)) {
-			s.addInv(svc, "%s %s resolves outside the release directory", what, src)
-		}
-	}
-}
-
-func (s *scan) inside(p string) bool {
-	return p == s.boundary || strings.HasPrefix(p, s.boundary+"/") || s.boundary == "/"
-}
-
-func (s *scan) namedVolume(svc, name string) {
-	if dev, ok := s.hostVolumes[name]; ok {
-		s.hostPath(svc, "bind mount (volume "+name+")", dev, true)
-	}
-}
-
-func (s *scan) envFile(name, at string, raw any) error {
-	if raw == nil {
-		return nil
-	}
-	var list []any
-	switch t := raw.(type) {
-	case string:
-		list = []any{t}
-	case []any:
-		list = t
-	default:
-		return shapeErr(at+".env_file", "want a string or a list")
-	}
-	for i, e := range list {
-		switch t := e.(type) {
-		case string:
-			s.hostPath(name, "env_file", t, false)
-		default:
-			m, ok := asMap(e)
-			if !ok {
-				return shapeErr(fmt.Sprintf("%s.env_file[%d]", at, i), "want a string or a mapping")
-			}
-			p, ok := m["path"].(string)
-			if !ok {
-				return shapeErr(fmt.Sprintf("%s.env_file[%d].path", at, i), "want a string")
-			}
-			s.hostPath(name, "env_file", p, false)
-		}
+	case len(inv) > 0:
+		return invalid("%s%s", j.Stage, j.detail(inv, ""))
+	case len(priv) > 0 && !allowPrivileged:
+		return protocol.Refuse(protocol.CodePrivileged, "%s%s", j.Stage,
+			j.detail(priv, " (bundle.json agent.allow_privileged is not set)"))
 	}
 	return nil
 }
 
-// fileRefs judges the file-backed secrets and configs a service uses: compose bind-mounts
-// their file into the container.
-func (s *scan) fileRefs(name, at, key string, raw any) error {
-	if raw == nil {
-		return nil
-	}
-	list, ok := raw.([]any)
-	if !ok {
-		return shapeErr(at+"."+key, "want a list")
-	}
-	files := s.fileSecrets
-	if key == "configs" {
-		files = s.fileConfigs
-	}
-	for i, e := range list {
-		var ref string
-		switch t := e.(type) {
-		case string:
-			ref = t
-		default:
-			m, ok := asMap(e)
-			if !ok {
-				return shapeErr(fmt.Sprintf("%s.%s[%d]", at, key, i), "want a string or a mapping")
-			}
-			ref = scalar(m["source"])
+// detail lists findings, `N finding(s)` first so a cut report still says how many, then as
+// many as fit MaxFindingsDetail, then how many were left out.
+func (j Judgement) detail(fs []Finding, suffix string) string {
+	head := fmt.Sprintf("%s: %d finding(s)%s: ", j.File, len(fs), suffix)
+	var b strings.Builder
+	b.WriteString(head)
+	for i, f := range fs {
+		s := f.String(j.WithValues)
+		if i > 0 {
+			s = "; " + s
 		}
-		if f, ok := files[ref]; ok {
-			// judged exactly like a bind mount, which is what compose makes of it
-			s.hostPath(name, key[:len(key)-1]+" "+ref+" file", f, true)
+		rest := len(fs) - i
+		tail := fmt.Sprintf("; … %d more", rest)
+		if b.Len()+len(s)+len(tail) > MaxFindingsDetail-len(j.Stage)-len("PRIVILEGED_REFUSED: ") {
+			b.WriteString(tail)
+			break
 		}
+		b.WriteString(s)
 	}
-	return nil
+	return b.String()
 }
 
-// asMap accepts both map shapes yaml.v3 produces (string keys, or mixed keys), turning every
-// key into its string form.
-func asMap(v any) (map[string]any, bool) {
-	switch t := v.(type) {
-	case map[string]any:
-		return t, true
-	case map[any]any:
-		out := make(map[string]any, len(t))
-		for k, val := range t {
-			out[fmt.Sprint(k)] = val
+// Findings loads the file as compose does and judges it; err is a file compose itself would
+// not load (or one past the size caps), naming where.
+func (j Judgement) Findings() ([]Finding, error) {
+	scale := 1
+	if j.rendered {
+		scale = renderedScale
+	}
+	docs, err := parseRaw(j.Compose, scale)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := walkRaw(docs)
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range raw {
+		if f.Key == "include" || f.Key == "extends.file" {
+			// loading would read another file from disk: judge no further
+			return raw, nil
 		}
-		return out, true
 	}
-	return nil, false
+	p, err := j.load()
+	if err != nil {
+		return nil, err
+	}
+	return append(raw, judgeProject(p, j.ReleaseDir, j.Project)...), nil
 }
 
-func scalar(v any) string {
-	switch t := v.(type) {
-	case nil:
-		return ""
-	case string:
-		return t
-	default:
-		return fmt.Sprint(t)
+// load runs compose-go's loader over the file: every document merged, `extends` applied,
+// interpolated with Env (nothing else: the agent's own environment is not the box's truth
+// before the render), relative paths resolved from ReleaseDir, and every service of every
+// profile kept. Nothing is read from disk: includes and extends.file were refused before, and
+// env_file and label_file contents are not needed to judge.
+func (j Judgement) load() (*types.Project, error) {
+	if j.Project == "" {
+		return nil, fmt.Errorf("cannot be judged without a compose project name")
 	}
-}
-
-func sortedKeys(m map[string]any) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
+	env := types.Mapping{}
+	for k, v := range j.Env {
+		env[k] = v
 	}
-	sort.Strings(keys)
-	return keys
+	details := types.ConfigDetails{
+		WorkingDir:  j.ReleaseDir,
+		ConfigFiles: []types.ConfigFile{{Filename: filepath.Join(j.ReleaseDir, j.File), Content: j.Compose}},
+		Environment: env,
+	}
+	dict, err := loader.LoadModelWithContext(context.Background(), details, func(o *loader.Options) {
+		o.SetProjectName(j.Project, true)
+		o.SkipInclude = true
+		o.SkipResolveEnvironment = true
+	})
+	if err != nil {
+		return nil, fmt.Errorf("does not load as compose loads it: %v", err)
+	}
+	var p types.Project
+	if err := loader.Transform(dict, &p); err != nil {
+		return nil, fmt.Errorf("does not load as compose loads it: %v", err)
+	}
+	p.Name = j.Project
+	return &p, nil
 }

@@ -3,11 +3,18 @@ package bundle
 import (
 	"encoding/json"
 	"errors"
+	"maps"
+	"os"
 	"path"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/compose-spec/compose-go/v2/types"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/bundle/bundletest"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
 )
@@ -190,26 +197,151 @@ func checkRender(t *testing.T, template string, values map[string]secret.Value) 
 	return "", err
 }
 
-// FuzzScanCompose: any input either loads or names where it does not; findings are "where: what".
-func FuzzScanCompose(f *testing.F) {
-	f.Add([]byte(everything))
-	f.Add([]byte(svc("    volumes: [\"../x:/x\", {type: bind, source: /etc}]\n    env_file: [{path: a}]\n    build: .\n")))
-	f.Add([]byte("x-a: &a\n  privileged: true\nservices:\n  s:\n    <<: *a\n"))
-	f.Add([]byte(svc("    secrets: [s]\n") + "secrets:\n  s:\n    file: /etc/x\nvolumes:\n  v:\n    driver_opts: {o: bind, device: ../x}\n"))
-	f.Add([]byte("services: {a: {volumes: [7]}}"))
+// FuzzJudge is the differential check of the privilege gate: whatever the input, if compose-go
+// loads it and the judgement accepts it without allow_privileged, then no service of the
+// loaded model has a setting that reaches the host. hostReaching is that invariant, written
+// once and independently of the policy's allow-list.
+func FuzzJudge(f *testing.F) {
+	for _, c := range bundletest.BypassClasses() {
+		f.Add([]byte(c.Compose))
+	}
+	files, _ := filepath.Glob("testdata/compose/*.yml")
+	for _, p := range files {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	f.Add([]byte("services: {a: {image: x, volumes: [7]}}"))
 	f.Add([]byte("a: &a [*a, *a]\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		priv, inv, err := ScanCompose(data, rel)
+		j := Judgement{Compose: data, File: "dc.yml", ReleaseDir: rel, Project: project, Env: map[string]string{"KNOWN": "/"}, WithValues: true}
+		err := j.Verdict(false)
 		if err != nil {
-			if priv != nil || inv != nil {
-				t.Fatal("findings returned with an error")
+			var r *protocol.Refusal
+			if !errors.As(err, &r) || (r.Code != protocol.CodeBundleInvalid && r.Code != protocol.CodePrivileged) {
+				t.Fatalf("Verdict = %v, want nil or a refusal", err)
+			}
+			if len(r.Error()) > MaxFindingsDetail+len(j.File)+200 {
+				t.Fatalf("detail of %d bytes", len(r.Error()))
 			}
 			return
 		}
-		for _, s := range append(priv, inv...) {
-			if !strings.Contains(s, ": ") {
-				t.Fatalf("finding %q has no subject", s)
-			}
+		p, err := j.load()
+		if err != nil {
+			t.Fatalf("accepted, but does not load: %v", err)
+		}
+		if bad := hostReaching(p, rel); len(bad) > 0 {
+			t.Fatalf("accepted a file that reaches the host: %q\n%s", bad, data)
 		}
 	})
+}
+
+// hostReaching lists what in p reaches outside its containers: the invariant FuzzJudge holds
+// the policy to.
+func hostReaching(p *types.Project, release string) []string {
+	var out []string
+	add := func(svc, what string) { out = append(out, svc+": "+what) }
+	outside := func(path string) bool {
+		c := filepath.Clean(path)
+		return !filepath.IsAbs(c) || (c != release && !strings.HasPrefix(c, release+"/"))
+	}
+	hostCaps := map[string]bool{"ALL": true, "SYS_ADMIN": true, "SYS_MODULE": true, "SYS_RAWIO": true, "SYS_PTRACE": true,
+		"DAC_READ_SEARCH": true, "SYS_TIME": true, "SYS_BOOT": true, "MAC_ADMIN": true, "MAC_OVERRIDE": true, "BPF": true,
+		"PERFMON": true, "SYSLOG": true, "SYS_RESOURCE": true, "AUDIT_CONTROL": true, "LINUX_IMMUTABLE": true, "SYS_NICE": true}
+	all := map[string]types.ServiceConfig{}
+	maps.Copy(all, p.Services)
+	maps.Copy(all, p.DisabledServices)
+	for name, s := range all {
+		if s.Privileged {
+			add(name, "privileged")
+		}
+		if len(s.Devices)+len(s.DeviceCgroupRules)+len(s.Gpus) > 0 || s.UseAPISocket || s.CgroupParent != "" {
+			add(name, "devices, engine or cgroup")
+		}
+		for _, m := range []string{s.NetworkMode, s.Net, s.Pid, s.Ipc, s.Uts, s.UserNSMode, s.Cgroup} {
+			if m == "host" || strings.HasPrefix(m, "container:") {
+				add(name, "namespace "+m)
+			}
+		}
+		for _, c := range s.CapAdd {
+			if hostCaps[strings.TrimPrefix(strings.ToUpper(c), "CAP_")] {
+				add(name, "cap "+c)
+			}
+		}
+		for _, o := range s.SecurityOpt {
+			lo := strings.ToLower(o)
+			if strings.Contains(lo, "unconfined") || strings.HasPrefix(lo, "label") || (strings.HasPrefix(lo, "seccomp") && !strings.HasSuffix(lo, "builtin")) {
+				add(name, "security_opt "+o)
+			}
+		}
+		for k := range s.Sysctls {
+			if !strings.HasPrefix(k, "net.") {
+				add(name, "sysctl "+k)
+			}
+		}
+		for _, h := range append(slices.Clone(s.PostStart), s.PreStop...) {
+			if h.Privileged {
+				add(name, "privileged hook")
+			}
+		}
+		for _, v := range s.Volumes {
+			switch v.Type {
+			case types.VolumeTypeBind:
+				if outside(v.Source) {
+					add(name, "bind "+v.Source)
+				}
+			case types.VolumeTypeVolume:
+				if v.Source == "" {
+					continue
+				}
+				tv := p.Volumes[v.Source]
+				if bool(tv.External) || (tv.Driver != "" && tv.Driver != "local") || tv.DriverOpts["device"] != "" && tv.DriverOpts["device"] != "tmpfs" ||
+					strings.Contains(tv.DriverOpts["o"], "bind") {
+					add(name, "volume "+v.Source)
+				}
+			}
+		}
+		for _, e := range s.EnvFiles {
+			if outside(e.Path) {
+				add(name, "env_file "+e.Path)
+			}
+		}
+	}
+	// a bind strictly inside another, writable bind: a container can plant a symlink there
+	var writable, binds []string
+	for _, s := range all {
+		for _, v := range s.Volumes {
+			if v.Type == types.VolumeTypeBind {
+				binds = append(binds, filepath.Clean(v.Source))
+				if !v.ReadOnly {
+					writable = append(writable, filepath.Clean(v.Source))
+				}
+			}
+		}
+	}
+	for _, w := range writable {
+		for _, b := range binds {
+			if b != w && strings.HasPrefix(b, strings.TrimSuffix(w, "/")+"/") {
+				add("bind "+b, "inside writable "+w)
+			}
+		}
+	}
+	for n, nw := range p.Networks {
+		if bool(nw.External) && (nw.Name == "host" || n == "host" && nw.Name == "") {
+			add("network "+n, "host")
+		}
+	}
+	for n, s := range p.Secrets {
+		if s.File != "" && outside(s.File) {
+			add("secret "+n, s.File)
+		}
+	}
+	for n, c := range p.Configs {
+		if c.File != "" && outside(c.File) {
+			add("config "+n, c.File)
+		}
+	}
+	return out
 }

@@ -86,6 +86,27 @@ func (d *Docker) Pull(ctx context.Context, dir, composeFile, policy string) erro
 	return err
 }
 
+// Config runs `config --format json` with every profile enabled (`--profile '*'`): the project
+// as this very binary will run it, with the release's .env rendered and the agent's
+// DOCKER_CONFIG and environment, which is what the post-render judgement reads. The output
+// holds secret values: it is for judging, never for a log or a report, and a failure's error
+// carries standard error alone.
+func (d *Docker) Config(ctx context.Context, dir, composeFile string) ([]byte, error) {
+	args, err := d.fileArgs(dir, composeFile)
+	if err != nil {
+		return nil, err
+	}
+	res, err := d.run(ctx, "docker compose config", "", append(args, "--profile", "*", "config", "--format", "json")...)
+	if err != nil {
+		var ce *CmdError
+		if errors.As(err, &ce) {
+			ce.Output = ansi.ReplaceAllString(strings.TrimRight(string(res.Stderr), "\n"), "")
+		}
+		return nil, err
+	}
+	return res.Stdout, nil
+}
+
 // Up runs `up -d --remove-orphans`: services dropped from the bundle must not keep running.
 func (d *Docker) Up(ctx context.Context, dir, composeFile string) error {
 	args, err := d.fileArgs(dir, composeFile)

@@ -74,6 +74,14 @@ func TestCommandLines(t *testing.T) {
 			file("pull"), "", ""},
 		{"pull missing", func(ctx context.Context, d *Docker) error { return d.Pull(ctx, rel, "docker-compose.yml", "missing") },
 			file("pull", "--policy", "missing"), "", ""},
+		{"config renders every profile as JSON", func(ctx context.Context, d *Docker) error {
+			out, err := d.Config(ctx, rel, "docker-compose.yml")
+			if err == nil && string(out) != `{"name":"p"}` {
+				return fmt.Errorf("output %q", out)
+			}
+			return err
+		},
+			file("--profile", "*", "config", "--format", "json"), `{"name":"p"}`, ""},
 		{"up", func(ctx context.Context, d *Docker) error { return d.Up(ctx, rel, "docker-compose.yml") },
 			file("up", "-d", "--remove-orphans"), "", ""},
 		{"ps", func(ctx context.Context, d *Docker) error { _, err := d.Ps(ctx, rel, "docker-compose.yml"); return err },
@@ -193,6 +201,21 @@ func TestPullFailureCarriesTheRegistryText(t *testing.T) {
 			}
 			checkEnv(t, fake.Calls())
 		})
+	}
+}
+
+// A failed `compose config` may have printed part of the rendered file (secrets) on standard
+// output: its error carries standard error alone.
+func TestConfigFailureCarriesStandardErrorOnly(t *testing.T) {
+	d, fake := newDocker(t)
+	fake.ExpectPrefix(bin, []string{"compose"}).Returns(`{"services":{"api":{"environment":{"DB":"s3cr3t"}}}}`, "validating docker-compose.yml: services.api.privileged must be a boolean\n", 15)
+	out, err := d.Config(context.Background(), t.TempDir(), "docker-compose.yml")
+	var ce *CmdError
+	if out != nil || !errors.As(err, &ce) || ce.ExitCode != 15 {
+		t.Fatalf("Config = %q, %v", out, err)
+	}
+	if strings.Contains(err.Error(), "s3cr3t") || !strings.Contains(err.Error(), "services.api.privileged must be a boolean") {
+		t.Errorf("Error() = %q", err.Error())
 	}
 }
 

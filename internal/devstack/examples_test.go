@@ -25,7 +25,7 @@ func TestExamplesAreBundlesTheAgentJudgesRight(t *testing.T) {
 		{"hello", ExampleParams{Image: "127.0.0.1:5000/monky-demo/hello:1", Pull: "always", RegistryAuth: true}, nil, 3},
 		{"hello", ExampleParams{Image: "monky-demo/hello:1", Pull: "missing"}, nil, 2},
 		{"hello-privileged", ExampleParams{Image: "monky-demo/hello:1", Pull: "always"},
-			[]string{"worker: privileged: true", "worker: bind mount of /var/run/docker.sock"}, 2},
+			[]string{"worker: privileged: the whole host (true)", "worker: volumes[0]: bind source outside the release directory (/var/run/docker.sock)"}, 2},
 	} {
 		t.Run(tc.example+" "+tc.params.Pull, func(t *testing.T) {
 			files, err := Example(Examples(), tc.example, tc.params)
@@ -51,9 +51,9 @@ func TestExamplesAreBundlesTheAgentJudgesRight(t *testing.T) {
 			if !strings.Contains(files["docker-compose.yml"], "image: "+tc.params.Image+"\n") {
 				t.Errorf("compose file does not run %s", tc.params.Image)
 			}
-			priv, invalid, err := bundle.ScanCompose([]byte(files[b.Meta.ComposeFile]), t.TempDir())
+			priv, invalid, err := judgeExample(t, files, b)
 			if err != nil || len(invalid) > 0 {
-				t.Fatalf("scan: %v %v", invalid, err)
+				t.Fatalf("judgement: %v %v", invalid, err)
 			}
 			if strings.Join(priv, "; ") != strings.Join(tc.privileged, "; ") {
 				t.Errorf("privileged findings %q, want %q", priv, tc.privileged)
@@ -131,7 +131,7 @@ func FuzzExample(f *testing.F) {
 		if err != nil {
 			t.Fatalf("rendered a bundle the agent refuses: %v", err)
 		}
-		priv, invalid, err := bundle.ScanCompose([]byte(files[b.Meta.ComposeFile]), t.TempDir())
+		priv, invalid, err := judgeExample(t, files, b)
 		if err != nil || len(priv) > 0 || len(invalid) > 0 {
 			t.Fatalf("image %q made the compose file %v %v %v", image, priv, invalid, err)
 		}
@@ -139,4 +139,23 @@ func FuzzExample(f *testing.F) {
 			t.Fatalf("image %q appears %d times", image, n)
 		}
 	})
+}
+
+// judgeExample runs the agent's pre-lease compose judgement on an example's compose file.
+func judgeExample(t testing.TB, files map[string]string, b *bundle.Bundle) (priv, invalid []string, err error) {
+	known, err := b.KnownEnv()
+	if err != nil {
+		return nil, nil, err
+	}
+	j := bundle.Judgement{Compose: []byte(files[b.Meta.ComposeFile]), File: b.Meta.ComposeFile, ReleaseDir: t.TempDir(),
+		Project: "monky-demo", Env: known, WithValues: true}
+	fs, err := j.Findings()
+	for _, f := range fs {
+		if f.Invalid {
+			invalid = append(invalid, f.String(true))
+		} else {
+			priv = append(priv, f.String(true))
+		}
+	}
+	return priv, invalid, err
 }

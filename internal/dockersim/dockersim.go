@@ -8,6 +8,7 @@
 package dockersim
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -18,6 +19,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/compose-spec/compose-go/v2/dotenv"
+	"github.com/compose-spec/compose-go/v2/loader"
+	"github.com/compose-spec/compose-go/v2/types"
 	"go.yaml.in/yaml/v3"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/runner"
@@ -44,6 +48,11 @@ type Sim struct {
 	// TurnsHealthyAfter makes a service report "starting" for that many ps calls after up.
 	TurnsHealthyAfter map[string]int
 	Logs              string // what `compose logs` prints
+	// ConfigFail makes `compose config` exit 1 with this on stderr.
+	ConfigFail string
+	// ConfigRewrite, when set, changes what `compose config` prints: a compose binary that
+	// reads the file otherwise than compose-go v2.9.1 does.
+	ConfigRewrite func(map[string]any)
 }
 
 type container struct {
@@ -197,6 +206,11 @@ func (s *Sim) Run(_ context.Context, c runner.Cmd) (runner.Result, error) {
 			return fail(s.UpFail)
 		}
 		return s.up(c.Args)
+	case "compose --profile * config --format json":
+		if s.ConfigFail != "" {
+			return fail(s.ConfigFail)
+		}
+		return s.config(c)
 	case "compose ps -a --format json":
 		return ok(s.ps(flagValue(c.Args, "-p")))
 	case "compose logs --no-color --tail 50":
@@ -262,6 +276,52 @@ func (s *Sim) up(args []string) (runner.Result, error) {
 		s.volumes[v] = true
 	}
 	return ok("")
+}
+
+// config renders the project as `docker compose config --format json` does: compose-go loads
+// the file with the release's .env under the command's environment, every profile enabled, and
+// prints the model as JSON with every `$` escaped back to `$$`.
+func (s *Sim) config(c runner.Cmd) (runner.Result, error) {
+	file, dir, project := flagValue(c.Args, "-f"), flagValue(c.Args, "--project-directory"), flagValue(c.Args, "-p")
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		return fail(fmt.Sprintf("open %s: no such file or directory", file))
+	}
+	envText, err := os.ReadFile(filepath.Join(dir, ".env"))
+	if err != nil {
+		return fail(".env missing in the project directory")
+	}
+	env, err := dotenv.ParseWithLookup(bytes.NewReader(envText), nil)
+	if err != nil {
+		return fail("failed to read " + filepath.Join(dir, ".env") + ": " + err.Error())
+	}
+	for _, kv := range c.Env {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			env[k] = v
+		}
+	}
+	p, err := loader.LoadWithContext(context.Background(), types.ConfigDetails{
+		WorkingDir: dir, Environment: env,
+		ConfigFiles: []types.ConfigFile{{Filename: file, Content: raw}},
+	}, func(o *loader.Options) { o.SetProjectName(project, true); o.Profiles = []string{"*"} })
+	if err != nil {
+		return fail(err.Error())
+	}
+	out, err := p.MarshalJSON()
+	if err != nil {
+		return fail(err.Error())
+	}
+	if s.ConfigRewrite != nil {
+		var m map[string]any
+		if err := json.Unmarshal(out, &m); err != nil {
+			return fail(err.Error())
+		}
+		s.ConfigRewrite(m)
+		if out, err = json.Marshal(m); err != nil {
+			return fail(err.Error())
+		}
+	}
+	return ok(strings.ReplaceAll(string(out), "$", "$$"))
 }
 
 func (s *Sim) ps(project string) string {

@@ -81,6 +81,10 @@ type State struct {
 	Counters Counters `json:"counters,omitzero"`
 	// LastTickOKAt is when the last tick that exited 0 ended (the textfile's last success).
 	LastTickOKAt *time.Time `json:"last_tick_ok_at,omitempty"`
+	// Refused remembers the last bundle the compose judgement refused, so that the ticks that
+	// are told to apply the same sha again neither fetch nor judge it (nor lease for it): the
+	// verdict is a function of the bundle and the agent's policy, and the heartbeat repeats it.
+	Refused *RefusedSha `json:"refused_sha,omitempty"`
 
 	// extra keeps fields this version does not know, so a downgrade or a newer writer loses
 	// nothing when this version saves.
@@ -110,6 +114,24 @@ type PendingLease struct {
 	// that token's generation: once the token is dropped (a 401 after a kit re-reveal, which
 	// supersedes every grant signed before it) the grant is never logged in with.
 	BearerAccessor string `json:"bearer_accessor,omitempty"`
+}
+
+// RefusedSha is a bundle the compose judgement refused. AgentVersion is the agent that judged
+// it: another version may judge by another policy, so it judges again.
+type RefusedSha struct {
+	Sha          string    `json:"sha"`
+	Code         string    `json:"code"`
+	Detail       string    `json:"detail"` // `CODE: detail`, as reported (redacted, capped)
+	At           time.Time `json:"at"`
+	AgentVersion string    `json:"agent_version"`
+}
+
+// RefusedFor returns the remembered refusal of sha by agent version v, if there is one.
+func (s *State) RefusedFor(sha, v string) (*RefusedSha, bool) {
+	if r := s.Refused; r != nil && sha != "" && r.Sha == sha && r.AgentVersion == v {
+		return r, true
+	}
+	return nil, false
 }
 
 // LeaseBackoff is a hold on new leases until Until, after OpenBao refused a lease login.
@@ -337,7 +359,7 @@ var stateKeys = []string{
 	"env_id", "applied_sha", "history", "last_result", "last_detail", "last_sha", "token",
 	"agent_version", "pending_upgrade_from", "last_checkin_at", "last_apply_at",
 	"docker_root_dir", "docker_version", "docker_info_at", "pending_lease", "previous_token",
-	"lease_backoff", "docker_info_failed_at", "deploy_backoff", "counters", "last_tick_ok_at",
+	"lease_backoff", "docker_info_failed_at", "deploy_backoff", "counters", "last_tick_ok_at", "refused_sha",
 }
 
 // legacyLastError is the Python agent's name for LastDetail; read, never written back (a stale
@@ -407,6 +429,12 @@ func (s *State) UnmarshalJSON(data []byte) error {
 		n.PendingLease = &PendingLease{}
 		if err := json.Unmarshal(v, n.PendingLease); err != nil {
 			return fmt.Errorf("pending_lease: %w", err)
+		}
+	}
+	if v, ok := raw["refused_sha"]; ok && !isNull(v) {
+		n.Refused = &RefusedSha{}
+		if err := json.Unmarshal(v, n.Refused); err != nil {
+			return fmt.Errorf("refused_sha: %w", err)
 		}
 	}
 	if v, ok := raw["lease_backoff"]; ok && !isNull(v) {

@@ -142,6 +142,7 @@ func TestSaveModeAndRoundTrip(t *testing.T) {
 		PendingLease:  &PendingLease{Addr: "https://bao:8200", Mount: "jwt-tenancy", Role: "see-env", ExpiresAt: at, BearerAccessor: "acc"},
 		LeaseBackoff:  &LeaseBackoff{Until: at, Reason: "bao: login refused"},
 		Backoff:       &DeployBackoff{Sha: shaB, Attempts: 3, NextAttemptAt: at, RevertedTo: "ab12", RevertHealthy: ptr(true)},
+		Refused:       &RefusedSha{Sha: shaB, Code: "PRIVILEGED_REFUSED", Detail: "PRIVILEGED_REFUSED: dc.yml: 1 finding(s)", At: at, AgentVersion: "0.2.0"},
 		PreviousToken: &TokenMeta{Source: SourceBootstrap, Accessor: "old", Addr: "https://bao-old:8200"},
 		Token:         &TokenMeta{Source: SourceBootstrap, Accessor: "acc", ObtainedAt: at, TTLSec: 3600, Addr: "https://bao:8200"},
 		Counters:      Counters{Applies: 3, Failures: 2, Refusals: 1, Leases: 4}, LastTickOKAt: &at}
@@ -471,5 +472,20 @@ func TestNoteDeployFailureCountsPerSha(t *testing.T) {
 	}
 	if b := s.NoteDeployFailure("ab12", now); b.Attempts != 1 || b.Sha != "ab12" {
 		t.Errorf("another sha must start at 1: %+v", b)
+	}
+}
+
+func TestRefusedFor(t *testing.T) {
+	s := &State{Refused: &RefusedSha{Sha: shaB, Code: "BUNDLE_INVALID", AgentVersion: "0.2.0"}}
+	if _, ok := s.RefusedFor(shaB, "0.2.0"); !ok {
+		t.Error("the refused sha is not remembered")
+	}
+	for _, c := range [][2]string{{shaB, "0.2.1"}, {"other", "0.2.0"}, {"", "0.2.0"}} {
+		if _, ok := s.RefusedFor(c[0], c[1]); ok {
+			t.Errorf("RefusedFor(%q, %q) remembered", c[0], c[1])
+		}
+	}
+	if _, ok := (&State{}).RefusedFor(shaB, "0.2.0"); ok {
+		t.Error("an empty state remembers a refusal")
 	}
 }

@@ -1,0 +1,170 @@
+package agent_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/bundle/bundletest"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/release"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/state"
+)
+
+// Every bypass class of issue 10, through the whole tick: refused, nothing leased or read,
+// nothing started; and the next tick, asked for the same sha, repeats the verdict without
+// fetching the bundle again.
+func TestEveryBypassClassIsRefusedByTheTick(t *testing.T) {
+	for _, c := range bundletest.BypassClasses() {
+		t.Run(c.Name, func(t *testing.T) {
+			h := newHarness(t)
+			spec := bundleSpec{compose: c.Compose, composeFile: c.File}
+			h.desire(spec)
+			h.expectExit(agent.ExitFailed)
+			r := h.lastReport()
+			if r.Result != protocol.ResultRefused || !strings.HasPrefix(r.Detail, c.Code+": ") || !strings.Contains(r.Detail, c.Want) {
+				// the report is cut at 1000 bytes; the journal line holds the whole detail
+				if r.Result != protocol.ResultRefused || !strings.HasPrefix(r.Detail, c.Code+": ") {
+					t.Fatalf("report = %+v, want %s containing %q", r, c.Code, c.Want)
+				}
+				h.expectLog(c.Want)
+			}
+			if h.ten.LeasesGranted(env) != 0 || h.bao.Reads() != 0 {
+				t.Errorf("leased %d, read %d before refusing", h.ten.LeasesGranted(env), h.bao.Reads())
+			}
+			for _, call := range h.docker.Subcommands() {
+				if call != "info --format {{json .}}" {
+					t.Errorf("docker ran %q for a refused bundle", call)
+				}
+			}
+			if len(h.docker.Running()) != 0 {
+				t.Errorf("running %v", h.docker.Running())
+			}
+
+			fetched := len(h.ten.BundleFetches(env))
+			h.expectExit(agent.ExitFailed)
+			if got := len(h.ten.BundleFetches(env)); got != fetched {
+				t.Errorf("the refused sha was fetched again (%d fetches, was %d)", got, fetched)
+			}
+			if again := h.lastReport(); again.Result != protocol.ResultRefused || again.Detail != r.Detail {
+				t.Errorf("second report = %+v, want the stored refusal %q", again, r.Detail)
+			}
+			h.expectLog("not fetched again")
+		})
+	}
+}
+
+// The dozen compose files people write each apply through the tick, both judgements included.
+func TestRealWorldComposeFilesApply(t *testing.T) {
+	files, err := filepath.Glob("../bundle/testdata/compose/*.yml")
+	if err != nil || len(files) < 12 {
+		t.Fatalf("fixtures: %v, %d", err, len(files))
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := newHarness(t)
+			sha := h.desire(bundleSpec{compose: string(data), extra: map[string]string{"grafana.env": "GF_LOG_LEVEL=warn\n"}})
+			h.expectExit(agent.ExitOK)
+			if r := h.lastReport(); r.Result != protocol.ResultApplied || r.Sha != sha {
+				t.Fatalf("report = %+v", r)
+			}
+		})
+	}
+}
+
+// The post-render judgement reads what the compose binary makes of the staged release. A
+// compose that makes it privileged (here: one that reads the file otherwise than compose-go
+// v2.9.1) is refused after the secrets were read and before anything is pulled or promoted;
+// the detail names keys, never values, and the verdict is remembered.
+func TestPostRenderJudgementRefusesBeforePull(t *testing.T) {
+	h := newHarness(t)
+	first := h.desire(bundleSpec{})
+	h.expectExit(agent.ExitOK)
+
+	h.docker.ConfigRewrite = func(m map[string]any) {
+		api := m["services"].(map[string]any)["api"].(map[string]any)
+		api["privileged"] = true
+		api["volumes"] = []any{map[string]any{"type": "bind", "source": "/srv/" + dbPassword, "target": "/x"}}
+	}
+	second := h.desire(bundleSpec{template: defaultTemplate + "V=2\n"})
+	pulls := h.docker.Count("compose pull")
+	h.expectExit(agent.ExitFailed)
+	r := h.lastReport()
+	if r.Result != protocol.ResultRefused || !strings.HasPrefix(r.Detail, "PRIVILEGED_REFUSED: rendered: docker-compose.yml: 2 finding(s)") ||
+		!strings.Contains(r.Detail, "api: privileged") || !strings.Contains(r.Detail, "api: volumes[0]: bind source outside the release directory") {
+		t.Fatalf("report = %+v", r)
+	}
+	if strings.Contains(r.Detail, dbPassword) || strings.Contains(h.logs.String(), dbPassword) || strings.Contains(r.Detail, "/srv/") {
+		t.Errorf("a rendered value leaked: %q", r.Detail)
+	}
+	if h.docker.Count("compose pull") != pulls {
+		t.Error("pulled after the post-render refusal")
+	}
+	if cur, _, _ := release.Current(h.cfg.EnvDir()); cur != first {
+		t.Errorf("current = %.12s, want the previous release %.12s", cur, first)
+	}
+	if st := h.state(); st.AppliedSha != first || st.Refused == nil || st.Refused.Sha != second {
+		t.Errorf("state: applied %.12s, refused %+v", st.AppliedSha, st.Refused)
+	}
+	leases := h.ten.LeasesGranted(env) + h.bao.Reads()
+	h.expectExit(agent.ExitFailed)
+	if got := h.ten.LeasesGranted(env) + h.bao.Reads(); got != leases {
+		t.Error("the remembered refusal leased or read again")
+	}
+	if len(h.docker.Running()) != 2 {
+		t.Errorf("the previous release stopped: %v", h.docker.Running())
+	}
+}
+
+// `compose config` that fails is a failure, not a verdict: reported failed with compose's own
+// words (redacted), not remembered as a refusal, and tried again once its backoff is over.
+func TestComposeConfigFailureIsAFailure(t *testing.T) {
+	h := newHarness(t)
+	h.docker.ConfigFail = "services.worker.environment: invalid value " + dbPassword
+	h.desire(bundleSpec{})
+	h.expectExit(agent.ExitFailed)
+	r := h.lastReport()
+	if r.Result != protocol.ResultFailed || !strings.Contains(r.Detail, "docker compose config failed") || strings.Contains(r.Detail, dbPassword) {
+		t.Fatalf("report = %+v", r)
+	}
+	if st := h.state(); st.Refused != nil {
+		t.Errorf("a failure was remembered as a refusal: %+v", st.Refused)
+	}
+	if st := h.state(); st.Backoff == nil || st.Backoff.Sha != r.Sha {
+		t.Errorf("a failure did not back off: %+v", st.Backoff)
+	}
+	h.docker.ConfigFail = ""
+	h.clock.Advance(state.FirstBackoff)
+	h.expectExit(agent.ExitOK)
+	if r := h.lastReport(); r.Result != protocol.ResultApplied {
+		t.Errorf("after compose config works again: %+v", r)
+	}
+}
+
+// A refusal remembered by another agent version is judged again: the policy may have changed.
+func TestRefusalByAnotherVersionIsJudgedAgain(t *testing.T) {
+	h := newHarness(t)
+	h.desire(bundleSpec{compose: bundletest.Svc("    privileged: true\n")})
+	h.expectExit(agent.ExitFailed)
+	st := h.state()
+	st.Refused.AgentVersion = "0.1.9"
+	h.saveState(st)
+	fetched := len(h.ten.BundleFetches(env))
+	h.expectExit(agent.ExitFailed)
+	if len(h.ten.BundleFetches(env)) != fetched+1 {
+		t.Error("a refusal remembered by another version was not judged again")
+	}
+}
+
+func (h *harness) saveState(st *state.State) {
+	h.t.Helper()
+	if err := state.Save(h.cfg.StatePath(), st); err != nil {
+		h.t.Fatal(err)
+	}
+}

@@ -1,0 +1,142 @@
+// Package bundletest holds the compose files that tried to take a box over, shared by the
+// bundle package's judgement tests and the agent's tick tests (one table, judged twice).
+package bundletest
+
+import (
+	"fmt"
+	"strings"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
+)
+
+// Svc wraps service-level YAML (indented by 4) into a compose file with one service "api".
+func Svc(body string) string {
+	return "services:\n  api:\n    image: harbor.tikali.net/monky/api:1\n" + body
+}
+
+// BypassClass is one way a hostile bundle author tried to take the host over, as the smallest
+// bundle that shows it. The agent's tick test runs the same table through the whole tick.
+type BypassClass struct {
+	Name     string
+	File     string // compose_file; "" = docker-compose.yml
+	Compose  string
+	Template string // .env.template when it matters; DB_PASSWORD is a secret variable
+	Code     string
+	Want     string // in the detail
+}
+
+// BypassClasses lists every class of issue 10, each the smallest compose file that shows it.
+func BypassClasses() []BypassClass {
+	bind := func(src string) string { return Svc(fmt.Sprintf("    volumes: [%q]\n", src+":/x")) }
+	var out []BypassClass
+	add := func(name, code, want, compose string) {
+		out = append(out, BypassClass{Name: name, Compose: compose, Code: code, Want: want})
+	}
+	P, I := protocol.CodePrivileged, protocol.CodeBundleInvalid
+	add("a second YAML document", P, "api: privileged", Svc("")+"---\nservices:\n  api:\n    privileged: true\n")
+	out = append(out, BypassClass{Name: "compose file in a subdirectory leaving by ../..", File: "a/b/dc.yml",
+		Compose: bind("../.."), Code: P, Want: "api: volumes[0]: bind source outside the release"})
+	add("volume type from a variable", I, "api: volumes: holds a variable",
+		Svc("    volumes:\n      - type: \"${T:-bind}\"\n        source: /\n        target: /host\n"))
+	add("driver_opts from a variable", I, "volume vol: driver_opts: holds a variable",
+		Svc("    volumes: [\"vol:/v\"]\n")+"volumes:\n  vol:\n    driver_opts: {type: none, o: \"${O}\", device: /}\n")
+	out = append(out, BypassClass{Name: "bind from a secret variable", Compose: bind("${DB_PASSWORD}"),
+		Template: "DB_PASSWORD=${DB_PASSWORD}\n", Code: I, Want: "api: volumes: holds a variable"})
+	for _, p := range []string{"/var/lib/docker", "/boot", "/usr", "/lib/modules", "/home", "/var/spool/cron",
+		"/run/containerd/containerd.sock", "/run/dbus/system_bus_socket", "/opt/openziti", "/var/lib/monky-deployd",
+		"/etc/monky-deployd", "/", "/var/run/docker.sock", "/etc", "/root", "/proc", "/sys", "/tmp", "/srv/app"} {
+		add("bind of "+p, P, "bind source outside the release directory ("+p+")", bind(p))
+	}
+	add("bind of the release's parent", P, "bind source outside", bind(".."))
+	add("bind under ~", P, "bind source outside", bind("~/.ssh"))
+	add("named volume binding the host", P, "volume root: driver_opts: mounts host storage",
+		Svc("    volumes: [\"root:/host\"]\n")+"volumes:\n  root:\n    driver: local\n    driver_opts: {type: none, o: bind, device: /}\n")
+	add("named volume of another driver", P, "volume vol: driver: only the local driver",
+		Svc("    volumes: [\"vol:/v\"]\n")+"volumes:\n  vol:\n    driver: rexray\n")
+	add("named volume reaching another project's volume", P, "volume vol: name: names a volume outside this project",
+		Svc("    volumes: [\"vol:/v\"]\n")+"volumes:\n  vol:\n    name: monky-env-prod-01_pgdata\n")
+	add("external volume", P, "volume vol: external", Svc("    volumes: [\"vol:/v\"]\n")+"volumes:\n  vol:\n    external: true\n")
+	add("secret file outside the release", I, "secret s: file: outside the release directory (/etc/shadow)",
+		Svc("    secrets: [s]\n")+"secrets:\n  s:\n    file: /etc/shadow\n")
+	add("config file outside the release", I, "config c: file: outside the release directory",
+		Svc("    configs: [c]\n")+"configs:\n  c:\n    file: ../../c\n")
+	for _, c := range []string{"SYS_MODULE", "SYS_RAWIO", "DAC_READ_SEARCH", "SYS_PTRACE", "cap_sys_module", "CAP_SYS_MODULE", "ALL", "SYS_ADMIN", "sys_time"} {
+		add("cap_add "+c, P, "api: cap_add: capability not on the allow-list ("+c+")", Svc("    cap_add: ["+c+"]\n"))
+	}
+	add("seccomp profile from a file", P, "api: security_opt: not on the allow-list (no-new-privileges, apparmor=NAME, seccomp=builtin) (seccomp=./allow-all.json)",
+		Svc("    security_opt: [\"seccomp=./allow-all.json\"]\n"))
+	add("seccomp unconfined", P, "security_opt", Svc("    security_opt: [\"seccomp:unconfined\"]\n"))
+	add("apparmor unconfined", P, "security_opt", Svc("    security_opt: [\"apparmor=unconfined\"]\n"))
+	add("selinux label disable", P, "security_opt", Svc("    security_opt: [\"label=disable\"]\n"))
+	add("device_cgroup_rules", P, "api: device_cgroup_rules: reaches host devices", Svc("    device_cgroup_rules: [\"c 1:3 mr\"]\n"))
+	add("gpus", P, "api: gpus: reaches host devices", Svc("    gpus: all\n"))
+	add("devices", P, "api: devices: reaches host devices", Svc("    devices: [\"/dev/sda:/dev/sda\"]\n"))
+	add("deploy devices from a variable", I, "api: deploy: holds a variable",
+		Svc("    deploy:\n      resources:\n        reservations:\n          devices:\n            - capabilities: [\"${CAP}\"]\n"))
+	add("deploy device reservations", P, "deploy.resources.reservations.devices",
+		Svc("    deploy:\n      resources:\n        reservations:\n          devices:\n            - capabilities: [gpu]\n"))
+	add("post_start hook privileged", P, "api: post_start[0].privileged", Svc("    post_start:\n      - command: [sh]\n        privileged: true\n"))
+	add("pre_stop hook privileged", P, "api: pre_stop[0].privileged", Svc("    pre_stop:\n      - command: [sh]\n        privileged: true\n"))
+	add("privileged", P, "api: privileged: the whole host", Svc("    privileged: true\n"))
+	add("volumes_from a container outside", P, "api: volumes_from[0]", Svc("    volumes_from: [\"container:monky-deployd-other\"]\n"))
+	add("volumes_from a container outside, a service named container", P, "api: volumes_from[0]",
+		Svc("    volumes_from: [\"container:other\"]\n")+"  container:\n    image: x\n")
+	add("network_mode host", P, "api: network_mode", Svc("    network_mode: host\n"))
+	add("network_mode of a container outside", P, "api: network_mode", Svc("    network_mode: \"container:other\"\n"))
+	add("pid host", P, "api: pid", Svc("    pid: host\n"))
+	add("pid of a container outside", P, "api: pid", Svc("    pid: \"container:other\"\n"))
+	add("ipc host", P, "api: ipc", Svc("    ipc: host\n"))
+	add("ipc of a container outside", P, "api: ipc", Svc("    ipc: \"container:other\"\n"))
+	add("userns_mode host", P, "api: userns_mode", Svc("    userns_mode: host\n"))
+	add("uts host", P, "api: uts", Svc("    uts: host\n"))
+	add("cgroup host", P, "api: cgroup", Svc("    cgroup: host\n"))
+	add("cgroup_parent", P, "api: cgroup_parent", Svc("    cgroup_parent: /system.slice\n"))
+	add("external network named host", P, "network hostnet: external: the host's network",
+		Svc("    networks: [hostnet]\n")+"networks:\n  hostnet:\n    name: host\n    external: true\n")
+	add("macvlan network", P, "network lan: driver", Svc("    networks: [lan]\n")+"networks:\n  lan:\n    driver: macvlan\n")
+	add("label_file outside the release", I, "api: label_file[0]: outside the release directory", Svc("    label_file: /etc/labels\n"))
+	add("env_file outside the release", I, "api: env_file[0]: outside the release directory", Svc("    env_file: ../../x.env\n"))
+	add("build", I, "api: build", Svc("    build: .\n"))
+	add("include", I, "(file): include", "include: [/etc/other.yml]\n"+Svc(""))
+	add("extends.file", I, "api: extends.file", Svc("    extends: {file: /etc/x.yml, service: y}\n"))
+	add("sysctl outside net", P, "api: sysctls: only the namespaced net.* sysctls are allowed (kernel.core_pattern)", Svc("    sysctls: {kernel.core_pattern: \"|/x\"}\n"))
+	add("use_api_socket", P, "api: use_api_socket", Svc("    use_api_socket: true\n"))
+	add("a runtime other than runc", P, "api: runtime", Svc("    runtime: sysbox-runc\n"))
+	add("bind propagation to the host", P, "bind.propagation", Svc("    volumes:\n      - type: bind\n        source: ./x\n        target: /x\n        bind: {propagation: rshared}\n"))
+	add("privileged hidden behind a merge key", P, "api: privileged", "x-a: &a\n  privileged: true\n"+Svc("    <<: *a\n"))
+	add("privileged hidden in an extended service", P, "api: privileged",
+		"services:\n  base:\n    image: x\n    privileged: true\n    profiles: [never]\n  api:\n    image: y\n    extends: base\n")
+	add("privileged in a profile", P, "tool: privileged", Svc("")+"  tool:\n    image: x\n    profiles: [debug]\n    privileged: true\n")
+	add("a bind inside another service's writable bind (a planted symlink)", P, "b: volumes[0]: inside a writable bind of api (volumes[0])",
+		Svc("    volumes: [\"./shared:/shared\"]\n")+"  b:\n    image: x\n    volumes: [\"./shared/evil:/host:ro\"]\n")
+	add("the release bound writable, a config file inside it", P, "config c: file: inside a writable bind of api",
+		Svc("    volumes: [\".:/app\"]\n    configs: [c]\n")+"configs:\n  c:\n    file: ./conf/c.json\n")
+	return out
+}
+
+// ManyServices is a compose file of about size bytes: services of the size people write
+// (an image, a restart policy, a logging anchor, two dozen settings in environment and labels),
+// one after another.
+func ManyServices(size int) string {
+	var b strings.Builder
+	b.WriteString("x-log: &log\n  driver: json-file\n  options: {max-size: 10m}\nservices:\n")
+	for i := 0; ; i++ {
+		var s strings.Builder
+		fmt.Fprintf(&s, "  svc%d:\n    image: registry.example.net/team/service-%d:1.%d.0\n    restart: unless-stopped\n    logging: *log\n", i, i, i)
+		fmt.Fprintf(&s, "    ports: [\"%d:8080\"]\n    volumes: [\"./conf/svc%d:/etc/app:ro\", \"data%d:/var/lib/app\"]\n    environment:\n", 10000+i%50000, i, i%3)
+		for k := range 16 {
+			fmt.Fprintf(&s, "      SETTING_%02d: \"https://internal-%d.service.example.net:8443/api/v2/resource/%d?mode=fast&"+
+				"fallback=https://backup-%d.service.example.net:8443/api/v2/resource/%d&timeout=30s&retries=5\"\n", k, i, k, i, k)
+		}
+		s.WriteString("    labels:\n")
+		for k := range 4 {
+			fmt.Fprintf(&s, "      com.example.team.label-%d: \"a label value of a realistic length for service %d\"\n", k, i)
+		}
+		if b.Len()+s.Len()+40 > size {
+			break
+		}
+		b.WriteString(s.String())
+	}
+	b.WriteString("volumes: {data0: {}, data1: {}, data2: {}}\n")
+	return b.String()
+}
