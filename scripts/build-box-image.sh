@@ -12,8 +12,9 @@
 # script, so changing the recipe below is what rebuilds them; an unchanged recipe costs nothing.
 #
 # The box gets only what a Debian server has before our installer runs, plus what the tests need
-# to drive it: curl (install.sh downloads with it), acl (setfacl), python3 (ansible's modules
-# run on the box), and passwd/adduser. No docker engine: the tests mount the host's socket and
+# to drive it: curl (install.sh downloads with it), acl (setfacl), python3 and python3-apt
+# (ansible's modules run on the box; its apt and package_facts modules need python3-apt), and
+# passwd/adduser. No docker engine: the tests mount the host's socket and
 # copy in the host's static docker CLI and compose plugin.
 set -euo pipefail
 
@@ -32,7 +33,7 @@ for arg in "$@"; do
 done
 
 SUITE=bookworm
-INCLUDE=systemd,systemd-sysv,dbus,ca-certificates,curl,acl,python3,passwd,adduser,procps,iproute2
+INCLUDE=systemd,systemd-sysv,dbus,ca-certificates,curl,acl,python3,python3-apt,passwd,adduser,procps,iproute2
 GO=${GO:-go}
 CACHE="${MONKY_TOOL_CACHE:-$("$GO" env GOCACHE)/../monky-tools}"
 # The recipe is this file: any change to it names a new image.
