@@ -48,6 +48,7 @@ func TestBoxAnsibleRole(t *testing.T) {
 		"vault_monky_deployd_enrol_jwt":       read(kit.EnrollmentFile(env)),
 		"vault_monky_deployd_download_token":  deployToken,
 		"monky_deployd_gitlab_base_url":       pkgs.base(),
+		"monky_deployd_bao_ca":                string(baoCAPEM),
 	})
 	if err != nil {
 		t.Fatal(err)

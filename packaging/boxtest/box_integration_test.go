@@ -165,6 +165,10 @@ func TestBoxUpgradeFrom018HealsTheTimer(t *testing.T) {
 	b.cp(a.old018Deb, "/root/old.deb")
 	b.sh("dpkg -i /root/old.deb")
 	configureAsInstalled(t, b, w, env)
+	// The Python agent's state.json, as it left one (it records no version of its own: the
+	// version comes from the postinst's upgraded-from file).
+	b.write("/root/state.json", `{"env_id": "`+env+`", "last_result": "applied", "updated_at": "2026-09-09T10:00:00.123456"}`)
+	b.sh("install -m 0600 -o monky-deployd -g monky-deployd /root/state.json /var/lib/monky-deployd/state.json")
 	b.sh("systemctl enable --now monky-deployd.timer")
 	if en, act := b.unit("monky-deployd.timer"); en != "enabled" || act != "active" {
 		t.Fatalf("the 0.1.8 box's timer is %s/%s before the upgrade, want enabled/active", en, act)
@@ -190,7 +194,8 @@ func TestBoxUpgradeFrom018HealsTheTimer(t *testing.T) {
 		return c.Request.UpgradedFrom != ""
 	})
 	if c.Request.UpgradedFrom != "0.1.8" || c.Request.AgentVersion != a.version {
-		t.Errorf("check-in reports agent %q upgraded_from %q, want %q from 0.1.8", c.Request.AgentVersion, c.Request.UpgradedFrom, a.version)
+		t.Errorf("check-in reports agent %q upgraded_from %q, want %q from 0.1.8; dpkg said:\n%s\nthe state directory: %s", c.Request.AgentVersion, c.Request.UpgradedFrom, a.version,
+			out, b.sh("ls -la /var/lib/monky-deployd /var/lib/monky-deployd-package 2>&1; cat /var/lib/monky-deployd/upgraded-from 2>&1 || true"))
 	}
 	if j := b.sh("journalctl --no-pager -o cat -t monky-deployd-postinst"); !strings.Contains(j, "upgrade from 0.1.8") {
 		t.Errorf("the repair is not in the journal:\n%s", j)
@@ -206,10 +211,12 @@ func configureAsInstalled(t *testing.T, b *box, w *devstack.World, env string) {
 	b.write("/root/config.yaml", "# written by the box test as install.sh would\nenv_id: "+env+"\nsite: box\ntransport: system\n"+
 		"identity: /opt/openziti/etc/identities/monky-host."+env+".json\nlaptop_mode: false\n"+
 		"tenancy:\n  service: "+tenancyName+"\n  port: "+port+"\n"+
-		"bao:\n  addr: https://bao.cbs.tikali.net:8200\n  auth_mount: jwt-tenancy\n  role: see-env\n")
+		"bao:\n  addr: "+baoAddr+"\n  auth_mount: jwt-tenancy\n  role: see-env\n")
+	b.write("/root/openbao-ca.pem", string(baoCAPEM))
 	b.cp(filepath.Join(w.Kits, env, "bootstrap.jwt"), "/root/bootstrap.jwt")
 	b.sh("install -d -m 0770 -o root -g monky-deployd /etc/monky-deployd && " +
 		"install -m 0640 -o root -g monky-deployd /root/config.yaml /etc/monky-deployd/config.yaml && " +
 		"install -m 0600 -o monky-deployd -g monky-deployd /root/bootstrap.jwt /etc/monky-deployd/bootstrap.jwt && " +
+		"install -m 0644 -o root -g root /root/openbao-ca.pem /etc/monky-deployd/openbao-ca.pem && " +
 		"rm /root/bootstrap.jwt && usermod -a -G docker monky-deployd")
 }

@@ -5,13 +5,22 @@ package boxtest
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"debug/elf"
 	"encoding/hex"
+	"encoding/pem"
 	"errors"
 	"fmt"
+	"math/big"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
 	"net/url"
 	"os"
 	"os/exec"
@@ -32,6 +41,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/admin/admintest"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/kit"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/itest"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/tenancy/tenancytest"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/packaging/debpkg"
 )
@@ -42,15 +52,16 @@ const module = "scm.tikali.ai/tikali/applications/monky/monky-deployd"
 // hands out. The shipped 60 s would make every "within two intervals" wait minutes long.
 const interval = 10 * time.Second
 
-// timerDropIn shortens the shipped timer for the tests: only its timing changes (an empty
-// assignment resets the monotonic triggers, then both are set again; no random delay so the
-// waits below can be bounded). Unit, service, hardening and enablement are the package's own.
+// timerDropIn shortens the shipped timer for the tests: only its timing changes (no random
+// delay, so the waits below can be bounded). Unit, service, hardening and enablement are the
+// package's own. One empty assignment resets EVERY monotonic trigger of the unit (OnBootSec and
+// OnUnitActiveSec alike), so it comes once, before both: a second reset would drop the first
+// trigger set and leave the timer without a first elapse. In a container OnBootSec counts from
+// the container's start.
 const timerDropIn = `[Timer]
 OnBootSec=
 OnBootSec=3s
-OnUnitActiveSec=
 OnUnitActiveSec=10s
-RandomizedDelaySec=
 RandomizedDelaySec=0
 `
 
@@ -101,10 +112,21 @@ var (
 	worldOnce sync.Once
 	world     *devstack.World
 	worldErr  error
+	// bao is OpenBao as a box reaches it: https://bao.box.test:PORT, a TLS front (its CA in
+	// baoCAPEM, installed with install.sh --bao-ca) to the dev server on loopback.
+	bao      *httptest.Server
+	baoAddr  string
+	baoCAPEM []byte
 )
+
+// baoName is OpenBao's name for the boxes; they resolve it to loopback.
+const baoName = "bao.box.test"
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	if bao != nil {
+		bao.Close()
+	}
 	if world != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		if err := world.Close(ctx); err != nil {
@@ -283,11 +305,15 @@ func theWorld(t *testing.T) *devstack.World {
 			worldErr = fmt.Errorf("tenancy URL %s: %w", world.Stack.Tenancy.URL, err)
 			return
 		}
-		// fleetctl accepts only an https OpenBao in a kit; the agent adopts the address tenancy
-		// hands out in each check-in (the dev server on loopback), as it would in production.
+		// A kit names an https OpenBao (fleetctl accepts no other), as production's does: a TLS
+		// front with its own CA, which install.sh installs with --bao-ca.
+		if bao, baoCAPEM, worldErr = tlsFront(world.Stack.Bao.Addr()); worldErr != nil {
+			return
+		}
+		baoAddr = "https://" + net.JoinHostPort(baoName, strconv.Itoa(bao.Listener.Addr().(*net.TCPAddr).Port))
 		world.Stack.Admin.SetKitDefaults(admintest.KitDefaults{
 			PackageVersion: a.version, TenancyService: tenancyName, TenancyPort: port,
-			BaoAddr: "https://bao.cbs.tikali.net:8200", BaoAuthMount: baodev.AuthMount, BaoRole: baodev.Role,
+			BaoAddr: baoAddr, BaoAuthMount: baodev.AuthMount, BaoRole: baodev.Role,
 		})
 	})
 	if worldErr != nil {
@@ -309,6 +335,9 @@ func newEnv(t *testing.T, w *devstack.World, name string) string {
 	if err := w.Onboard(ctx, env); err != nil {
 		t.Fatal(err)
 	}
+	// Tenancy hands out the address the boxes reach OpenBao at.
+	w.Stack.Tenancy.SetVault(env, protocol.Vault{Addr: baoAddr, Mount: baodev.KVMount, Prefix: env + "/see",
+		AuthMount: baodev.AuthMount, AuthRole: baodev.Role})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
@@ -370,7 +399,8 @@ func newBox(t *testing.T, a artifacts) *box {
 	b := &box{t: t, name: "monky-boxtest-" + randomHex(4)}
 	dockerBin, composeBin := hostDockerCLI(t)
 	gid := socketGID(t)
-	args := []string{"run", "-d", "--name", b.name, "--network", "host", "--add-host", tenancyName + ":127.0.0.1",
+	args := []string{"run", "-d", "--name", b.name, "--network", "host",
+		"--add-host", tenancyName + ":127.0.0.1", "--add-host", baoName + ":127.0.0.1",
 		"--tmpfs", "/run", "--tmpfs", "/run/lock", "-v", "/sys/fs/cgroup:/sys/fs/cgroup:ro",
 		"-v", "/var/run/docker.sock:/var/run/docker.sock", a.image}
 	if out, err := b.docker(args...); err != nil {
@@ -392,10 +422,14 @@ func newBox(t *testing.T, a artifacts) *box {
 	b.cp(composeBin, "/usr/local/lib/docker/cli-plugins/docker-compose")
 	standin := filepath.Join(itest.ModuleRoot(t), "packaging", "debtest", "testdata", "standins", "ziti-edge-tunnel")
 	b.cp(standin, "/usr/local/bin/ziti-edge-tunnel")
+	// The tunneller's package ships a unit, which install.sh try-restarts and the role's handler
+	// restarts after an enrolment; the stand-in's only keeps a process up.
+	b.write("/etc/systemd/system/ziti-edge-tunnel.service",
+		"[Unit]\nDescription=ziti-edge-tunnel stand-in\n[Service]\nExecStart=/bin/sleep infinity\n[Install]\nWantedBy=multi-user.target\n")
 	// -o: the socket's gid may already be some group of the box (messagebus, systemd-journal…).
 	b.sh(fmt.Sprintf("groupadd -o -g %d docker", gid))
 	b.write("/etc/systemd/system/monky-deployd.timer.d/boxtest-interval.conf", timerDropIn)
-	b.sh("systemctl daemon-reload")
+	b.sh("systemctl daemon-reload && systemctl enable --now ziti-edge-tunnel.service")
 	if out := b.sh("getent hosts " + tenancyName); !strings.HasPrefix(out, "127.0.0.1") {
 		t.Fatalf("the box resolves %s to %q, want 127.0.0.1", tenancyName, out)
 	}
@@ -568,6 +602,9 @@ func (b *box) installFromKit(w *devstack.World, env string, pkgs *packageServer)
 	}
 	line = strings.ReplaceAll(line, kit.PackageBase, pkgs.base())
 	line = strings.Replace(line, "sudo --preserve-env="+kit.TokenVar+" ", "", 1)
+	// OpenBao's CA, as an operator adds it to the kit's command (install.sh --bao-ca).
+	b.write("/root/openbao-ca.pem", string(baoCAPEM))
+	line += " --bao-ca /root/openbao-ca.pem"
 	out, err := b.execEnv([]string{kit.TokenVar + "=" + deployToken, "MONKY_DEPLOYD_BASE_URL=" + pkgs.base()},
 		"bash", "-c", "set -o pipefail; cd /root/kit && "+line)
 	if err != nil {
@@ -623,4 +660,44 @@ func maxGap(w *devstack.World, env string, from, to time.Time) time.Duration {
 		prev = c.At
 	}
 	return max(gap, to.Sub(prev))
+}
+
+// tlsFront serves target (http://127.0.0.1:PORT) over TLS as baoName, with a fresh CA; it
+// returns the server and the CA's PEM.
+func tlsFront(target string) (*httptest.Server, []byte, error) {
+	u, err := url.Parse(target)
+	if err != nil {
+		return nil, nil, err
+	}
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	now := time.Now()
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "boxtest OpenBao CA"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		return nil, nil, err
+	}
+	ca, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		return nil, nil, err
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	leafTmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: baoName},
+		DNSNames: []string{baoName}, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	leafDER, err := x509.CreateCertificate(rand.Reader, leafTmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		return nil, nil, err
+	}
+	srv := httptest.NewUnstartedServer(httputil.NewSingleHostReverseProxy(u))
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{leafDER}, PrivateKey: key}}, MinVersion: tls.VersionTLS12}
+	srv.StartTLS()
+	return srv, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), nil
 }
