@@ -47,7 +47,7 @@ type mesh struct {
 
 // newMesh starts the controller, the dev stack with one box, services for tenancy and OpenBao
 // hosted by the router with the production dial roles, and the box's enrolled identity.
-func newMesh(t *testing.T, name string, attrs ...string) *mesh {
+func newMesh(t testing.TB, name string, attrs ...string) *mesh {
 	t.Helper()
 	itest.Require(t, itest.PartZiti)
 	f := newFleet(t, name, 1, time.Hour) // the test ticks by hand
@@ -80,7 +80,7 @@ func newMesh(t *testing.T, name string, attrs ...string) *mesh {
 // configure rewrites the box's config for transport sdk or proxy through the mesh. The tenancy
 // host:port is the intercept name production uses; the SDK dials the service by name whatever it
 // is. bao.addr is the address tenancy hands out (the sdk and proxy transports map only that one).
-func (m *mesh) configure(t *testing.T, transport string, extra string) {
+func (m *mesh) configure(t testing.TB, transport string, extra string) {
 	t.Helper()
 	cfg := fmt.Sprintf(`env_id: %s
 site: demo
@@ -110,7 +110,7 @@ disk:
 }
 
 // tick runs one tick and returns it.
-func (m *mesh) tick(t *testing.T) devstack.Tick {
+func (m *mesh) tick(t testing.TB) devstack.Tick {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -122,7 +122,7 @@ func (m *mesh) tick(t *testing.T) devstack.Tick {
 }
 
 // converge deploys hello and ticks until the agent reports it healthy (at most n ticks).
-func (m *mesh) converge(t *testing.T, n int) {
+func (m *mesh) converge(t testing.TB, n int) {
 	t.Helper()
 	sha, err := m.w.Deploy(m.env, "hello")
 	if err != nil {
@@ -157,7 +157,7 @@ func TestMeshSDKAppliesABundle(t *testing.T) {
 }
 
 // proxyDaemon runs `monky-deployd proxy` on the box's config until the test ends.
-func (m *mesh) proxyDaemon(t *testing.T) *process.Process {
+func (m *mesh) proxyDaemon(t testing.TB) *process.Process {
 	t.Helper()
 	p, err := process.Start("monky-deployd proxy", filepath.Join(m.box.Dir, "proxy.log"),
 		[]string{"HOME=" + filepath.Join(m.box.Dir, "home")}, nil, m.box.Bin(), "--config", m.box.ConfigPath, "proxy")
@@ -175,7 +175,7 @@ func (m *mesh) proxyDaemon(t *testing.T) *process.Process {
 	return p
 }
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	port, err := process.FreePort()
 	if err != nil {
@@ -186,7 +186,7 @@ func freeAddr(t *testing.T) string {
 
 // apiSessions is the number of API sessions the controller holds for identity: each controller
 // authentication makes one, and they outlive the process that made them.
-func (m *mesh) apiSessions(t *testing.T, identity string) int {
+func (m *mesh) apiSessions(t testing.TB, identity string) int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
