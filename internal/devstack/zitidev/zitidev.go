@@ -285,7 +285,11 @@ func (c *Controller) Identity(ctx context.Context, name string, attrs []string, 
 	if err := c.Enroll(ctx, jwt, out); err != nil {
 		return "", err
 	}
-	return out, os.Remove(jwt)
+	// A used JWT is worth nothing; `ziti edge enroll` may have removed it already.
+	if err := os.Remove(jwt); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("zitidev: %w", err)
+	}
+	return out, nil
 }
 
 func mustAtoi(s string) int {
