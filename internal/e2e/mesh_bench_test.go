@@ -44,8 +44,8 @@ func BenchmarkConvergedTickMesh(b *testing.B) {
 			b.Fatal(err)
 		}
 		if mode.name == "proxy" {
-			p := m.proxyDaemon(b)
-			defer p.Stop() //nolint:errcheck // proxyDaemon's cleanup reports a failed stop
+			_, stop := m.proxyDaemon(b)
+			defer stop() //nolint:errcheck // proxyDaemon's cleanup reports a failed stop
 		}
 		// One tick outside the measurement: the proxy's first dial, a renewed token.
 		if tk := m.tick(b); tk.Exit != 0 {

@@ -125,7 +125,7 @@ func TestMeshFleetctl(t *testing.T) {
 	if err := os.WriteFile(m.box.ConfigPath, []byte(cfgText), 0o640); err != nil {
 		t.Fatal(err)
 	}
-	p := m.proxyDaemon(t)
+	_, stopProxy := m.proxyDaemon(t)
 	m.converge(t, 8)
 	meshOnline := func() (bool, bool) {
 		e, ok := m.realStatus(t).env(m.env)
@@ -147,7 +147,7 @@ func TestMeshFleetctl(t *testing.T) {
 		}
 	}
 	waitFor("online while its proxy runs", true)
-	if err := p.Stop(); err != nil {
+	if err := stopProxy(); err != nil {
 		t.Fatal(err)
 	}
 	waitFor("offline after its proxy stopped", false)
