@@ -307,3 +307,64 @@ func randomHex(n int) string {
 	}
 	return hex.EncodeToString(b)
 }
+
+// eventsFile is where EnableEvents has the controller write its API session events.
+func (c *Controller) eventsFile() string { return filepath.Join(c.dir, "events.json") }
+
+// EnableEvents makes the controller log every API session event (one JSON object a line) to a
+// file of its own, and restarts it so that the setting takes: APISessionsCreated reads it.
+func (c *Controller) EnableEvents(ctx context.Context) error {
+	cfg := filepath.Join(c.dir, "home", "ctrl.yaml")
+	f, err := os.OpenFile(cfg, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("zitidev: %w", err)
+	}
+	_, err = fmt.Fprintf(f, "\nevents:\n  monkyApiSessions:\n    subscriptions:\n      - type: apiSession\n"+
+		"    handler:\n      type: file\n      format: json\n      path: %s\n", c.eventsFile())
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("zitidev: %w", err)
+	}
+	return c.Restart(ctx)
+}
+
+// APISessionsCreated counts the API sessions the controller created for the identity named
+// name since EnableEvents: one per authentication.
+func (c *Controller) APISessionsCreated(ctx context.Context, name string) (int, error) {
+	out, err := c.CLI(ctx, "edge", "list", "identities", fmt.Sprintf(`name="%s"`, name), "-j")
+	if err != nil {
+		return 0, err
+	}
+	var ids struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal([]byte(out), &ids); err != nil || len(ids.Data) != 1 {
+		return 0, fmt.Errorf("zitidev: identity %s: %v (%d found)", name, err, len(ids.Data))
+	}
+	b, err := os.ReadFile(c.eventsFile())
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("zitidev: %w", err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		var ev struct {
+			Namespace  string `json:"namespace"`
+			EventType  string `json:"event_type"`
+			IdentityID string `json:"identity_id"`
+		}
+		if json.Unmarshal([]byte(line), &ev) != nil {
+			continue
+		}
+		if ev.Namespace == "apiSession" && ev.EventType == "created" && ev.IdentityID == ids.Data[0].ID {
+			n++
+		}
+	}
+	return n, nil
+}
