@@ -69,8 +69,12 @@ fi
 if ! docker image inspect "$image" >/dev/null 2>&1; then
   docker import -c 'CMD ["/sbin/init"]' "$rootfs" "$image" >/dev/null
 fi
-# Older recipes' tarballs are dead weight once this one exists.
+# Older recipes' tarballs and images are dead weight once this one exists (an image a container
+# still uses stays: rmi refuses it).
 for old in "$CACHE"/box-rootfs-*.tar; do
   [ "$old" = "$rootfs" ] || rm -f "$old"
+done
+for tag in $(docker image ls monky-box --format '{{.Tag}}'); do
+  [ "monky-box:$tag" = "$image" ] || docker image rm "monky-box:$tag" >/dev/null 2>&1 || true
 done
 echo "$image"
