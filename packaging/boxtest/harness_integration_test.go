@@ -111,6 +111,7 @@ var (
 var (
 	worldOnce sync.Once
 	world     *devstack.World
+	worldDir  string
 	worldErr  error
 	// bao is OpenBao as a box reaches it: https://bao.box.test:PORT, a TLS front (its CA in
 	// baoCAPEM, installed with install.sh --bao-ca) to the dev server on loopback.
@@ -134,6 +135,9 @@ func TestMain(m *testing.M) {
 			code = 1
 		}
 		cancel()
+	}
+	if worldDir != "" {
+		os.RemoveAll(worldDir)
 	}
 	if built.dir != "" {
 		os.RemoveAll(built.dir)
@@ -281,6 +285,7 @@ func theWorld(t *testing.T) *devstack.World {
 			worldErr = err
 			return
 		}
+		worldDir = dir
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
 		world, worldErr = devstack.NewWorld(ctx, devstack.WorldOptions{
