@@ -20,7 +20,7 @@ test: ## unit, CLI and fuzz-seed tests (no Docker needed)
 	$(GO) vet ./...
 	$(GO) test -count=1 ./...
 
-integration-setup: ## install what the integration tests need (compose plugin, registry, OpenBao)
+integration-setup: ## install what the integration tests need (compose plugin, registry, OpenBao, ziti, box image)
 	bash scripts/integration-setup.sh
 
 test-integration: integration-setup ## tests against the real Docker engine, compose v2, registry and OpenBao

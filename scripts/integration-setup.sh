@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Prepares a machine for `go test -tags integration ./...`: the real parts the integration tests
 # drive (docker engine, docker compose v2 in a SYSTEM plugin dir, a local CNCF registry, an OpenBao
-# server). Idempotent; run by CI on a fresh machine. Fails loudly (non-zero) when a part cannot be
+# server, the OpenZiti `ziti` CLI for a real controller and router, and the systemd "box" image
+# the box tests install the package into). Idempotent; run by CI on a fresh machine. Fails loudly (non-zero) when a part cannot be
 # had, because CI runs the integration tests with CI=true and they refuse to skip there.
 #
 # Bcrypt for the registry's htpasswd file is made by the tests in Go (golang.org/x/crypto/bcrypt),
@@ -60,5 +61,26 @@ bao=$(realpath "$bao")
 [ -x "$bao" ] || fail "build-bao.sh printed $bao, which is not executable"
 "$bao" version >/dev/null 2>&1 || fail "$bao does not run"
 step "openbao: $("$bao" version 2>&1 | sed -n 1p) at $bao (export MONKY_BAO_BIN=$bao to skip the script in tests)"
+
+# 5. The OpenZiti CLI: controller, router and admin commands in one binary (the mesh tests run
+# `ziti edge quickstart` on loopback; the tests find it with the same script, or MONKY_ZITI_BIN).
+ziti=$("$here/build-ziti.sh") || fail "scripts/build-ziti.sh"
+ziti=$(realpath "$ziti")
+"$ziti" --version >/dev/null 2>&1 || fail "$ziti does not run"
+step "ziti: $("$ziti" --version 2>&1 | sed -n 1p) at $ziti (export MONKY_ZITI_BIN=$ziti to skip the script in tests)"
+
+# 6. The box image: Debian with systemd as PID 1, for the box tests (packaging/boxtest). Made
+# with mmdebstrap from Debian's packages; rebuilt only when scripts/build-box-image.sh changes.
+if ! command -v mmdebstrap >/dev/null; then
+  command -v apt-get >/dev/null || fail "mmdebstrap is missing and there is no apt-get to install it"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  say "installing mmdebstrap with apt-get"
+  $sudo apt-get -o DPkg::Lock::Timeout=600 update -q >/dev/null || fail "apt-get update"
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends mmdebstrap >/dev/null \
+    || fail "apt-get install mmdebstrap"
+fi
+box=$("$here/build-box-image.sh") || fail "scripts/build-box-image.sh"
+step "box image: $box"
 
 say "ready in $((SECONDS - t0))s: go test -tags integration ./internal/itest/..."

@@ -170,6 +170,28 @@ func (w *World) Box(env string) (*Box, bool) {
 // with a registry, the pull credential), runs `fleetctl onboard` for its kit, and writes the
 // box's config with bootstrap_file pointing into that kit. It does not tick.
 func (w *World) AddBox(ctx context.Context, env string) (*Box, error) {
+	if err := w.Onboard(ctx, env); err != nil {
+		return nil, err
+	}
+	registryHost := ""
+	if w.Registry != nil {
+		registryHost = w.Registry.Addr
+	}
+	b, err := w.Stack.NewBox(BoxOptions{Env: env, Site: w.opts.Site, Bin: w.opts.AgentBin,
+		Dir: filepath.Join(w.opts.Dir, "boxes", env), BootstrapFile: filepath.Join(w.Kits, env, "bootstrap.jwt"),
+		Interval: w.opts.Interval, RegistryHost: registryHost})
+	if err != nil {
+		return nil, err
+	}
+	w.mu.Lock()
+	w.boxes = append(w.boxes, b)
+	w.mu.Unlock()
+	return b, nil
+}
+
+// Onboard is AddBox without the box: env registered in tenancy, its secrets in OpenBao, its kit
+// in Kits/<env>/ — for an agent installed elsewhere (a real box running the kit's install.sh).
+func (w *World) Onboard(ctx context.Context, env string) error {
 	s := w.Stack
 	s.AddBackend(env, w.opts.Site)
 	secrets := map[string]map[string]any{
@@ -181,26 +203,11 @@ func (w *World) AddBox(ctx context.Context, env string) (*Box, error) {
 	}
 	for path, data := range secrets {
 		if err := s.PutSecret(ctx, env, path, data); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	if _, err := w.Fleetctl.Onboard(ctx, env, w.opts.Site, w.Kits, false); err != nil {
-		return nil, err
-	}
-	registryHost := ""
-	if w.Registry != nil {
-		registryHost = w.Registry.Addr
-	}
-	b, err := s.NewBox(BoxOptions{Env: env, Site: w.opts.Site, Bin: w.opts.AgentBin,
-		Dir: filepath.Join(w.opts.Dir, "boxes", env), BootstrapFile: filepath.Join(w.Kits, env, "bootstrap.jwt"),
-		Interval: w.opts.Interval, RegistryHost: registryHost})
-	if err != nil {
-		return nil, err
-	}
-	w.mu.Lock()
-	w.boxes = append(w.boxes, b)
-	w.mu.Unlock()
-	return b, nil
+	_, err := w.Fleetctl.Onboard(ctx, env, w.opts.Site, w.Kits, false)
+	return err
 }
 
 // Deploy makes the example bundle env's desired state and returns its sha.

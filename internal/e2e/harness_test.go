@@ -63,7 +63,7 @@ func goBuild(root, out, ldflags, pkg string) error {
 
 // build makes the agent twice (oldVersion, newVersion: the same code, another version linked
 // in — what an upgrade changes as far as fleetctl can see), fleetctl and the demo app.
-func build(t *testing.T) binaries {
+func build(t testing.TB) binaries {
 	t.Helper()
 	itest.Require(t, itest.PartGo)
 	root := itest.ModuleRoot(t)
@@ -94,7 +94,7 @@ func build(t *testing.T) binaries {
 
 // fleet is a world with n boxes onboarded through `fleetctl onboard`, not yet ticking.
 type fleet struct {
-	t     *testing.T
+	t     testing.TB
 	w     *devstack.World
 	bins  binaries
 	envs  []string
@@ -104,7 +104,7 @@ type fleet struct {
 // newFleet starts the dev stack with the real OpenBao and registry, and n boxes named
 // env-<name>-01…, their agents checking in every interval. Everything is removed at the end of
 // the test; a leftover fails it.
-func newFleet(t *testing.T, name string, n int, interval time.Duration) *fleet {
+func newFleet(t testing.TB, name string, n int, interval time.Duration) *fleet {
 	t.Helper()
 	itest.Require(t, itest.PartDocker, itest.PartCompose, itest.PartRegistry, itest.PartBao, itest.PartGo)
 	bins := build(t)

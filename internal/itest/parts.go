@@ -28,6 +28,7 @@ const (
 	PartRegistry = "registry" // Debian's /usr/bin/docker-registry
 	PartBao      = "bao"      // an OpenBao server binary (MONKY_BAO_BIN, else scripts/build-bao.sh)
 	PartGo       = "go"       // the go command, to build the test app
+	PartZiti     = "ziti"     // the OpenZiti CLI (MONKY_ZITI_BIN, else scripts/build-ziti.sh)
 	// Debian's prometheus and prometheus-node-exporter packages (scripts/prometheus-deps.sh).
 	PartPromtool     = "promtool"      // /usr/bin/promtool
 	PartPrometheus   = "prometheus"    // /usr/bin/prometheus
@@ -48,12 +49,15 @@ const registryBin = "/usr/bin/docker-registry"
 type environment struct {
 	ci     bool   // CI set (InCI): missing parts fail instead of skipping
 	baoBin string // MONKY_BAO_BIN: a prebuilt bao binary, instead of running scripts/build-bao.sh
+	// zitiBin is MONKY_ZITI_BIN: a prebuilt ziti binary, instead of running scripts/build-ziti.sh.
+	zitiBin string
 }
 
 var env = sync.OnceValue(func() environment {
 	return environment{
-		ci:     InCI(os.Getenv("CI")),
-		baoBin: os.Getenv("MONKY_BAO_BIN"),
+		ci:      InCI(os.Getenv("CI")),
+		baoBin:  os.Getenv("MONKY_BAO_BIN"),
+		zitiBin: os.Getenv("MONKY_ZITI_BIN"),
 	}
 })
 
@@ -131,6 +135,8 @@ func probeFunc(part string) func() (string, error) {
 		return func() (string, error) { return probeExecutable(PrometheusBin) }
 	case PartNodeExporter:
 		return func() (string, error) { return probeExecutable(NodeExporterBin) }
+	case PartZiti:
+		return probeZiti
 	}
 	return nil
 }
@@ -143,7 +149,7 @@ func probe(part string) (string, error) {
 	if !ok {
 		if probeFunc(part) == nil {
 			probeMu.Unlock()
-			return "", fmt.Errorf("%w %q (known: docker, compose, registry, bao, go, promtool, prometheus, node-exporter)", errUnknownPart, part)
+			return "", fmt.Errorf("%w %q (known: docker, compose, registry, bao, go, promtool, prometheus, node-exporter, ziti)", errUnknownPart, part)
 		}
 		r = &probeResult{}
 		probeCache[part] = r
@@ -212,23 +218,29 @@ func probeCompose() (string, error) {
 	return version + " " + path, nil
 }
 
-func probeBao() (string, error) {
-	if p := env().baoBin; p != "" {
-		return probeExecutable(p)
+func probeBao() (string, error) { return probeBuilt(env().baoBin, "build-bao.sh") }
+
+func probeZiti() (string, error) { return probeBuilt(env().zitiBin, "build-ziti.sh") }
+
+// probeBuilt returns the prebuilt binary at override when set, else the path scripts/<script>
+// prints.
+func probeBuilt(override, script string) (string, error) {
+	if override != "" {
+		return probeExecutable(override)
 	}
 	root, err := moduleRoot()
 	if err != nil {
 		return "", err
 	}
 	// The script is the one place that knows where the binary is cached; when nothing is cached
-	// it builds OpenBao (minutes), which integration-setup.sh does ahead of the tests.
-	cmd := exec.Command(filepath.Join(root, "scripts", "build-bao.sh"))
+	// it builds the tool (minutes), which integration-setup.sh does ahead of the tests.
+	cmd := exec.Command(filepath.Join(root, "scripts", script))
 	cmd.Dir = root
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return "", fmt.Errorf("scripts/build-bao.sh: %w: %s", err, tail(stderr.String(), 2000))
+		return "", fmt.Errorf("scripts/%s: %w: %s", script, err, tail(stderr.String(), 2000))
 	}
 	return probeExecutable(strings.TrimSpace(string(out)))
 }

@@ -270,13 +270,15 @@ case "$1" in
     fi
     if [ -n "$old" ]; then
       if have_systemctl; then repair_dangling_enablement; fi
+      # Before the repair: re-enabling the timer starts a tick at once (its OnBootSec is long
+      # past), and that first tick of the new agent must find the old version to report it.
+      record_upgraded_from "$old"
       heal_broken_prerm "$old"
     fi
     # The marker goes only once the repair is done: a configure that failed before this point
     # is re-run by `dpkg --configure -a`, which must still know that this was an upgrade.
     rm -f "$UPGRADE_MARKER" "$LEGACY_MARKER" "$REMOVE_RECORD"
     if [ -n "$old" ]; then
-      record_upgraded_from "$old"
       if systemd_running; then
         # The proxy is long-lived: restart it onto the new binary. No-op when it is not running.
         systemctl try-restart "$PROXY" || say "warning: $PROXY did not restart; see: journalctl -u $PROXY"

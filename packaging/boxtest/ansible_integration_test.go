@@ -1,0 +1,121 @@
+//go:build integration
+
+package boxtest
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/kit"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/itest"
+)
+
+// TestBoxAnsibleRole applies ansible/monky-deployd.yml to a box through the community.docker
+// connection (shipped in Debian's ansible), with the kit's host_vars.yml and its secrets as the
+// vaulted variables it names: the agent checks in on its own, a second run changes nothing, and
+// install.sh run afterwards with the same kit finds nothing to change either — the role and the
+// script reach the same end state.
+func TestBoxAnsibleRole(t *testing.T) {
+	a := build(t)
+	playbook, err := exec.LookPath("ansible-playbook")
+	if err != nil {
+		missing(t, "ansible-playbook not found (scripts/packaging-deps.sh installs Debian's ansible)")
+	}
+	w := theWorld(t)
+	env := newEnv(t, w, "role")
+	pkgs := newPackageServer(t, a)
+	b := newBox(t, a)
+
+	dir := t.TempDir()
+	kitDir := filepath.Join(w.Kits, env)
+	read := func(name string) string {
+		data, err := os.ReadFile(filepath.Join(kitDir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(data))
+	}
+	// The vaulted variables host_vars.yml refers to, in a 0600 file: never on a command line.
+	secrets, err := json.Marshal(map[string]string{
+		"vault_monky_deployd_bootstrap_grant": read(kit.GrantFile),
+		"vault_monky_deployd_enrol_jwt":       read(kit.EnrollmentFile(env)),
+		"vault_monky_deployd_download_token":  deployToken,
+		"monky_deployd_gitlab_base_url":       pkgs.base(),
+		"monky_deployd_bao_ca":                string(baoCAPEM),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "secrets.json"), secrets, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	inventory := fmt.Sprintf("[monky_backends]\n%s ansible_connection=community.docker.docker ansible_python_interpreter=/usr/bin/python3\n", b.name)
+	if err := os.WriteFile(filepath.Join(dir, "inventory"), []byte(inventory), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	root := itest.ModuleRoot(t)
+	play := func() string {
+		t.Helper()
+		// ansible_become=false: the docker connection is root already and the box has no sudo.
+		out, err := run(dir, append(os.Environ(), "ANSIBLE_ROLES_PATH="+filepath.Join(root, "ansible", "roles"),
+			"ANSIBLE_NOCOLOR=1", "ANSIBLE_HOST_KEY_CHECKING=false", "ANSIBLE_PYTHON_INTERPRETER=/usr/bin/python3"),
+			playbook, "-i", "inventory", filepath.Join(root, "ansible", "monky-deployd.yml"),
+			"-e", "@"+filepath.Join(kitDir, "host_vars.yml"), "-e", "@secrets.json", "-e", "ansible_become=false")
+		for _, s := range []string{deployToken, read(kit.GrantFile)} {
+			if strings.Contains(out, s) {
+				t.Errorf("ansible printed a secret (the deploy token or the bootstrap grant)")
+			}
+		}
+		if err != nil {
+			t.Fatalf("ansible-playbook: %v\n%s", err, out)
+		}
+		return out
+	}
+
+	out := play()
+	applied := time.Now()
+	if recap := playRecap(out); !strings.Contains(recap, "failed=0") || strings.Contains(recap, "changed=0 ") {
+		t.Errorf("the first run's recap: %s", recap)
+	}
+	waitCheckin(t, w, env, applied.Add(-time.Second), firstFire, "the first tick after the role", nil)
+	first := b.endState(env)
+
+	out = play()
+	if recap := playRecap(out); !strings.Contains(recap, "changed=0 ") || !strings.Contains(recap, "failed=0") {
+		t.Errorf("the second run changed something: %s\n%s", recap, out)
+	}
+
+	// install.sh with the same kit: the package is there, the identity enrolled; what it writes
+	// is what the role wrote, comments aside.
+	b.installFromKit(w, env, pkgs)
+	if after := b.endState(env); after != first {
+		t.Errorf("install.sh after the role changed the box's state:\nafter the role:\n%s\nafter install.sh:\n%s", first, after)
+	}
+}
+
+var recapLine = regexp.MustCompile(`(?m)^\S+\s*:\s*ok=\d+.*$`)
+
+func playRecap(out string) string { return recapLine.FindString(out) + " " }
+
+// endState is what install.sh and the role must agree on, read from the box: the package, the
+// units' states, owners and modes of what they write, the agent's groups, the identity's ACL,
+// and config.yaml without its comments.
+func (b *box) endState(env string) string {
+	b.t.Helper()
+	identity := "/opt/openziti/etc/identities/monky-host." + env + ".json"
+	return b.sh(strings.Join([]string{
+		"dpkg-query -W -f='${db:Status-Abbrev}${Version}\\n' monky-deployd",
+		"for u in monky-deployd.timer monky-deployd-proxy.service; do echo \"$u $(systemctl is-enabled $u) $(systemctl is-active $u)\"; done",
+		"stat -c '%n %U:%G %a' /etc/monky-deployd /etc/monky-deployd/config.yaml /var/lib/monky-deployd /opt/openziti/etc/identities " + identity,
+		"id -nG monky-deployd | tr ' ' '\\n' | sort | tr '\\n' ' '; echo",
+		"getfacl -cp " + identity + " /opt/openziti/etc/identities 2>/dev/null",
+		"grep -v '^#' /etc/monky-deployd/config.yaml",
+	}, " && "))
+}
