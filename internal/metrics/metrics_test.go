@@ -117,7 +117,7 @@ monky_deployd_token_ttl_seconds{env="env-qa-02",source="lease"} 10798.5
 monky_deployd_failures_total{env="env-qa-02"} 3
 # HELP monky_deployd_deploy_backoff_attempts Failed applies of the desired sha the agent is backing off from.
 # TYPE monky_deployd_deploy_backoff_attempts gauge
-monky_deployd_deploy_backoff_attempts{env="env-qa-02",sha="`+shaB+`"} 3
+monky_deployd_deploy_backoff_attempts{env="env-qa-02",sha="` + shaB + `"} 3
 # HELP monky_deployd_deploy_reverted_healthy 1 when the release brought back after the failure came up healthy, 0 when none was or it did not.
 # TYPE monky_deployd_deploy_reverted_healthy gauge
 monky_deployd_deploy_reverted_healthy{env="env-qa-02"} 1
