@@ -101,8 +101,12 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	counter("failures_total", "Attempts reported failed.", st.Counters.Failures)
 	counter("refusals_total", "Bundles refused.", st.Counters.Refusals)
 	counter("leases_total", "Deploy grants leased from tenancy.", st.Counters.Leases)
-	// Issue 12 (auto-revert and deploy backoff) adds its series here, from state's Backoff record:
-	// the backing-off sha and its attempts, and the next attempt's time.
+	if b := st.Backoff; b != nil && b.Sha != "" {
+		gauge("deploy_backoff_attempts", "Failed applies of the desired sha the agent is backing off from.", float64(b.Attempts), "sha", shaLabel(b.Sha))
+		gauge("deploy_backoff_next_attempt_timestamp_seconds", "When the backing-off sha is tried next (Unix time).", seconds(b.NextAttemptAt), "sha", shaLabel(b.Sha))
+		gauge("deploy_reverted_healthy", "1 when the release brought back after the failure came up healthy, 0 when none was or it did not.",
+			boolean(b.RevertedTo != "" && b.RevertHealthy != nil && *b.RevertHealthy))
+	}
 }
 
 func appliedSha(t Tick) string {

@@ -34,6 +34,7 @@ var (
 // fullTick is a tick that saw everything: a failed apply of shaB while shaA runs.
 func fullTick() Tick {
 	ok := t0.Add(-10 * time.Minute)
+	healthy := true
 	return Tick{
 		EnvID: "env-qa-02", Version: "0.2.0",
 		Start: t0, End: t0.Add(1500 * time.Millisecond), ExitCode: 1,
@@ -43,6 +44,7 @@ func fullTick() Tick {
 			LeaseBackoff: &state.LeaseBackoff{Until: t0.Add(30 * time.Minute), Reason: detail},
 			Counters:     state.Counters{Applies: 12, Failures: 3, Refusals: 1, Leases: 5},
 			LastTickOKAt: &ok,
+			Backoff:      &state.DeployBackoff{Sha: shaB, Attempts: 3, NextAttemptAt: t0.Add(8 * time.Minute), RevertedTo: shaA, RevertHealthy: &healthy},
 		},
 		Report: &Report{Result: protocol.ResultFailed, Delivered: true},
 		Containers: []protocol.Container{
@@ -113,9 +115,16 @@ monky_deployd_token_ttl_seconds{env="env-qa-02",source="lease"} 10798.5
 # HELP monky_deployd_failures_total Attempts reported failed.
 # TYPE monky_deployd_failures_total counter
 monky_deployd_failures_total{env="env-qa-02"} 3
+# HELP monky_deployd_deploy_backoff_attempts Failed applies of the desired sha the agent is backing off from.
+# TYPE monky_deployd_deploy_backoff_attempts gauge
+monky_deployd_deploy_backoff_attempts{env="env-qa-02",sha="` + shaB + `"} 3
+# HELP monky_deployd_deploy_reverted_healthy 1 when the release brought back after the failure came up healthy, 0 when none was or it did not.
+# TYPE monky_deployd_deploy_reverted_healthy gauge
+monky_deployd_deploy_reverted_healthy{env="env-qa-02"} 1
 `
 	if err := testutil.GatherAndCompare(g, strings.NewReader(want),
-		"monky_deployd_containers", "monky_deployd_token_ttl_seconds", "monky_deployd_failures_total"); err != nil {
+		"monky_deployd_containers", "monky_deployd_token_ttl_seconds", "monky_deployd_failures_total",
+		"monky_deployd_deploy_backoff_attempts", "monky_deployd_deploy_reverted_healthy"); err != nil {
 		t.Error(err)
 	}
 }
@@ -123,6 +132,7 @@ monky_deployd_failures_total{env="env-qa-02"} 3
 func TestNothingSecretOrUnbounded(t *testing.T) {
 	tick := fullTick()
 	tick.State.LastSha = "not a sha; password=hunter2-SECRET"
+	tick.State.Backoff.Sha = "not a sha; password=hunter2-SECRET"
 	tick.State.Token.Source = "SECRET-source"
 	got, err := Encode(tick)
 	if err != nil {

@@ -148,6 +148,13 @@ func TestSummariesCarryFleetctlsNextStep(t *testing.T) {
 		Mesh: &verdict.Mesh{Name: "monky-host.ENV", Online: &yes, MissingAttributes: []string{"openbao-client"}}})
 	drift := judge(verdict.Input{Agent: &verdict.Agent{EnvID: "ENV", LastCheckin: &fresh, DesiredSha: "a", AppliedSha: "b", DesiredAt: &last},
 		Mesh: &verdict.Mesh{Name: "monky-host.ENV", Online: &yes}})
+	applied, wanted, ok, next := "7a10c4e2aa", "9f3e21d0bb", true, now.Add(8*time.Minute)
+	backoff := judge(verdict.Input{Agent: &verdict.Agent{EnvID: "ENV", LastCheckin: &fresh, DesiredSha: wanted, AppliedSha: applied, LastResult: "failed",
+		Backoff: &verdict.Backoff{FailedSha: wanted, Attempts: 3, RevertedTo: applied, RevertHealthy: &ok, NextAttemptAt: &next}},
+		Mesh: &verdict.Mesh{Name: "monky-host.ENV", Online: &yes}})
+	if backoff == "" {
+		t.Fatal("no next step for a backing-off env")
+	}
 	r := map[string]string{}
 	for _, x := range rules(t) {
 		r[x.Alert] = strings.ReplaceAll(x.Annotations["summary"], "{{ $labels.env }}", "ENV")
@@ -158,6 +165,7 @@ func TestSummariesCarryFleetctlsNextStep(t *testing.T) {
 		"MonkyDeploydTickStale":     "systemctl enable --now monky-deployd.timer",
 		"MonkyIdentityAttrsMissing": attrs[strings.Index(attrs, ": ")+2:],
 		"MonkyAgentFailing":         strings.Split(drift, ": ")[1],
+		"MonkyDeployBackingOff":     backoff[strings.Index(backoff, ": ")+2:],
 	} {
 		if !strings.Contains(r[alert], step) {
 			t.Errorf("%s: summary %q lacks fleetctl's next step %q", alert, r[alert], step)

@@ -50,6 +50,8 @@ var (
 	descResult   = newDesc("env_last_result", "1 for the result of the env's last report.", "env", "site", "result")
 	descDrift    = newDesc("env_drift_seconds", "Seconds the desired release has differed from the applied one (0 when they agree).", envLabels...)
 	descTTL      = newDesc("env_token_ttl_seconds", "Seconds the agent's OpenBao token had left at its last check-in.", envLabels...)
+	descAttempts = newDesc("env_deploy_attempts", "Failed applies of the env's desired sha while it backs off (absent: not backing off).", envLabels...)
+	descNextTry  = newDesc("env_deploy_next_attempt_timestamp_seconds", "When the env's agent tries its backing-off desired sha next (Unix time; absent: not backing off or unknown).", envLabels...)
 	descEnvs     = newDesc("envs", "Envs in the view, by verdict.", "verdict")
 )
 
@@ -71,7 +73,7 @@ func NewView(doc *report.Document) (View, error) {
 
 // envDescs are the per-env families, in the order they are written.
 var envDescs = []*prometheus.Desc{descVerdict, descAge, descStale, descInterval, descOnline, descMissing,
-	descEnabled, descActive, descAgent, descResult, descDrift, descTTL, descEnvs}
+	descEnabled, descActive, descAgent, descResult, descDrift, descTTL, descAttempts, descNextTry, descEnvs}
 
 // envCollector emits the per-env series of a view; with only set, just that family's. A family
 // at a time is how a view of 10,000 envs is encoded: gathering all of them at once held every
@@ -156,6 +158,14 @@ func (c envCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		if e.TokenTTLS != nil {
 			g(descTTL, float64(*e.TokenTTLS))
+		}
+		if e.BackingOff() {
+			g(descAttempts, float64(e.Attempts))
+			if e.NextAttemptAt != nil {
+				if at, err := time.Parse(time.RFC3339, *e.NextAttemptAt); err == nil {
+					g(descNextTry, float64(at.UnixNano())/1e9)
+				}
+			}
 		}
 	}
 	if !want(descEnvs) {

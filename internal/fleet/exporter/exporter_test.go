@@ -43,6 +43,9 @@ func doc() *report.Document {
 	add(report.Env{EnvID: "env-b", Site: "cbs", Verdict: "OK", CheckinAgeS: ptr(int64(20)), StaleAfterS: 180, CheckinIntervalS: 60,
 		AgentVersion: "0.2.0", MeshOnline: ptr(true), IdentityID: ptr("z2"), MissingAttributes: []string{},
 		Timer: &protocol.AdminTimer{Enabled: ptr(true), Active: ptr(true)}, LastResult: "strange-new-result", TokenTTLS: ptr(int64(7200))})
+	add(report.Env{EnvID: "env-c", Site: "cbs", Verdict: "BACKOFF", CheckinAgeS: ptr(int64(30)), StaleAfterS: 180, CheckinIntervalS: 60,
+		LastResult: "failed", AppliedSha: "aaaa", DesiredSha: "cccc", FailedSha: ptr("cccc"), Attempts: 3,
+		NextAttemptAt: ptr(now.Add(8 * time.Minute).Format(time.RFC3339))})
 	add(report.Env{EnvID: "env-old", Verdict: "ORPHAN_IDENTITY", MeshOnline: ptr(false), IdentityID: ptr("z3")})
 	// The same env once more (an orphan identity named after an env with another identity).
 	add(report.Env{EnvID: "env-old", Verdict: "ORPHAN_IDENTITY", MeshOnline: ptr(true)})
@@ -97,6 +100,8 @@ func TestEncode(t *testing.T) {
 		"monky_fleet_env_last_result{env=env-b,result=other,site=cbs}":                  "1",
 		"monky_fleet_env_token_ttl_seconds{env=env-b,site=cbs}":                         "7200",
 		"monky_fleet_env_identity_missing_attributes{env=env-a,site=cbs}":               "0",
+		"monky_fleet_env_deploy_attempts{env=env-c,site=cbs}":                           "3",
+		"monky_fleet_env_deploy_next_attempt_timestamp_seconds{env=env-c,site=cbs}":     strconv.FormatInt(now.Add(8*time.Minute).Unix(), 10),
 		"monky_fleet_envs{verdict=ORPHAN_IDENTITY}":                                     "2",
 		"monky_fleet_envs{verdict=SILENT}":                                              "1",
 		"monky_fleet_envs{verdict=" + string(verdict.All()[len(verdict.All())-1]) + "}": "2",
@@ -119,6 +124,11 @@ func TestEncode(t *testing.T) {
 	}
 	if n != len(verdict.All()) {
 		t.Errorf("env-a has %d verdict series, want %d", n, len(verdict.All()))
+	}
+	for _, absent := range []string{"monky_fleet_env_deploy_attempts{env=env-a,site=cbs}", "monky_fleet_env_deploy_next_attempt_timestamp_seconds{env=env-b,site=cbs}"} {
+		if _, ok := got[absent]; ok {
+			t.Errorf("series %s for an env not backing off", absent)
+		}
 	}
 	for _, bad := range []string{"secret-ish", "systemctl", "strange-new-result"} {
 		if bytes.Contains(page, []byte(bad)) {
