@@ -43,6 +43,7 @@ func (b *Bundle) Check(releaseDir, project string) error {
 		Project:    project,
 		Env:        known,
 		WithValues: true,
+		Staged:     sortedNames(b.Files),
 	}
 	return j.Verdict(b.Meta.Agent.AllowPrivileged)
 }
@@ -100,6 +101,10 @@ type Judgement struct {
 	WithValues bool
 	// Stage prefixes the detail ("rendered: ") so a refusal says which judgement made it.
 	Stage string
+	// Staged are the release-relative, '/'-separated paths of the files the agent writes into
+	// the release (every bundle file). A container must not be able to rewrite them: a revert
+	// runs the release again. File, .env and bundle.json are always counted.
+	Staged []string
 	// rendered: Compose is compose's own JSON, which spells out every default; its caps are
 	// renderedScale times the file's.
 	rendered bool
@@ -184,7 +189,12 @@ func (j Judgement) Findings() ([]Finding, error) {
 	if err != nil {
 		return nil, err
 	}
-	return append(raw, judgeProject(p, j.ReleaseDir, j.Project)...), nil
+	return append(raw, judgeProject(p, j.ReleaseDir, j.Project, j.staged())...), nil
+}
+
+// staged is every release-relative path the agent writes into the release.
+func (j Judgement) staged() []string {
+	return append([]string{j.File, EnvFile, MetaFile}, j.Staged...)
 }
 
 // load runs compose-go's loader over the file: every document merged, `extends` applied,

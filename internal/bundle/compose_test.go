@@ -59,6 +59,46 @@ func TestJudgeAllowPrivileged(t *testing.T) {
 	}
 }
 
+// TestWritableBindOfReleaseRootIsRefused is review 8's finding 1: a container that can write
+// the release's own files rewrites what a revert runs again.
+func TestWritableBindOfReleaseRootIsRefused(t *testing.T) {
+	for _, src := range []string{".", "./"} {
+		err := composeBundle("", svc("    volumes:\n      - "+src+":/rel\n"), false, "").Check(rel, project)
+		if err == nil {
+			t.Fatalf("%s:/rel (writable) accepted", src)
+		}
+		assertRefusal(t, err, protocol.CodePrivileged, "api: volumes[0]: writable bind of the release directory")
+	}
+}
+
+// TestJudgeAcceptsHarmlessNeighbours: the allow-list's edges that stay allowed.
+func TestJudgeAcceptsHarmlessNeighbours(t *testing.T) {
+	cases := []struct{ name, body string }{
+		{"the release bound read-only", "    volumes: [\".:/rel:ro\"]\n"},
+		{"a bundle file's directory bound read-only", "    volumes: [\"./conf:/etc/app:ro\"]\n"},
+		{"a writable data directory holding no bundle file", "    volumes: [\"./data:/data\"]\n"},
+		{"json-file with rotation", "    logging: {driver: json-file, options: {max-size: 10m, max-file: \"3\", compress: \"true\", tag: \"{{.Name}}\"}}\n"},
+		{"local and non-blocking", "    logging: {driver: local, options: {mode: non-blocking, max-buffer-size: 4m}}\n"},
+		{"no logs", "    logging: {driver: none}\n"},
+		{"options without a driver", "    logging: {options: {max-size: 1m}}\n"},
+		{"oom_score_adj above 0", "    oom_score_adj: 500\n"},
+		{"oom_kill_disable false", "    oom_kill_disable: false\n"},
+		{"ulimits and shm_size", "    ulimits: {nofile: 65536, memlock: -1}\n    shm_size: 1g\n"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			b := composeBundle("", svc(c.body), false, "")
+			b.Files["conf/app.yml"] = "a: 1\n"
+			if err := b.Check(rel, project); err != nil {
+				t.Fatalf("refused: %v", err)
+			}
+		})
+	}
+	b := composeBundle("", svc("    volumes: [\"./conf:/etc/app\"]\n"), false, "")
+	b.Files["conf/app.yml"] = "a: 1\n"
+	assertRefusal(t, b.Check(rel, project), protocol.CodePrivileged, "api: volumes[0]: writable bind holding the release's own conf/app.yml")
+}
+
 func TestJudgeAcceptsRealWorldFiles(t *testing.T) {
 	files, err := filepath.Glob("testdata/compose/*.yml")
 	if err != nil || len(files) < 12 {

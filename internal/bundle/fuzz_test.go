@@ -232,7 +232,7 @@ func FuzzJudge(f *testing.F) {
 		if err != nil {
 			t.Fatalf("accepted, but does not load: %v", err)
 		}
-		if bad := hostReaching(p, rel); len(bad) > 0 {
+		if bad := hostReaching(p, rel, j.File); len(bad) > 0 {
 			t.Fatalf("accepted a file that reaches the host: %q\n%s", bad, data)
 		}
 	})
@@ -240,7 +240,7 @@ func FuzzJudge(f *testing.F) {
 
 // hostReaching lists what in p reaches outside its containers: the invariant FuzzJudge holds
 // the policy to.
-func hostReaching(p *types.Project, release string) []string {
+func hostReaching(p *types.Project, release, composeFile string) []string {
 	var out []string
 	add := func(svc, what string) { out = append(out, svc+": "+what) }
 	outside := func(path string) bool {
@@ -302,6 +302,30 @@ func hostReaching(p *types.Project, release string) []string {
 					add(name, "volume "+v.Source)
 				}
 			}
+		}
+		for _, v := range s.Volumes {
+			// a writable bind of the release's own files: a revert would run what a container wrote
+			if v.Type != types.VolumeTypeBind || v.ReadOnly {
+				continue
+			}
+			for _, f := range []string{composeFile, ".env", "bundle.json"} {
+				if f := filepath.Join(release, f); f == filepath.Clean(v.Source) || strings.HasPrefix(f, filepath.Clean(v.Source)+"/") {
+					add(name, "writable bind of the release's "+f)
+				}
+			}
+		}
+		if s.Logging != nil && s.Logging.Driver != "" && s.Logging.Driver != "json-file" && s.Logging.Driver != "local" && s.Logging.Driver != "none" {
+			add(name, "logging driver "+s.Logging.Driver)
+		}
+		if s.Logging != nil {
+			for o := range s.Logging.Options {
+				if strings.Contains(o, "address") || strings.Contains(o, "url") || strings.Contains(o, "socket") || strings.Contains(o, "endpoint") {
+					add(name, "logging option "+o)
+				}
+			}
+		}
+		if s.OomScoreAdj < 0 || s.OomKillDisable {
+			add(name, "the host's OOM killer")
 		}
 		for _, e := range s.EnvFiles {
 			if outside(e.Path) {

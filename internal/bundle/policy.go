@@ -28,12 +28,12 @@ var serviceRules = map[string]rule{
 	"command": nil, "container_name": nil, "depends_on": nil, "develop": nil, "dns": nil,
 	"dns_opt": nil, "dns_search": nil, "domainname": nil, "entrypoint": nil, "environment": nil,
 	"expose": nil, "external_links": nil, "extra_hosts": nil, "group_add": nil, "hostname": nil,
-	"healthcheck": nil, "image": nil, "init": nil, "labels": nil, "links": nil, "logging": nil,
-	"log_driver": nil, "log_opt": nil, "mem_limit": nil, "mem_reservation": nil,
-	"memswap_limit": nil, "mem_swappiness": nil, "mac_address": nil, "oom_kill_disable": nil,
-	"oom_score_adj": nil, "pids_limit": nil, "platform": nil, "ports": nil, "read_only": nil,
+	"healthcheck": nil, "image": nil, "init": nil, "labels": nil, "links": nil, "mem_limit": nil, "mem_reservation": nil,
+	"memswap_limit": nil, "mem_swappiness": nil, "mac_address": nil, "pids_limit": nil, "platform": nil, "ports": nil, "read_only": nil,
 	"restart": nil, "scale": nil, "shm_size": nil, "stdin_open": nil, "stop_grace_period": nil,
 	"stop_signal": nil, "tmpfs": nil, "tty": nil, "ulimits": nil, "user": nil, "working_dir": nil,
+	// ulimits and shm_size act within the container's own memory cgroup (bound them with
+	// mem_limit or deploy.resources.limits); they are the author's to size, not a host escape.
 	// secrets and configs a service uses are judged where they are defined (top level)
 	"secrets": nil, "configs": nil,
 
@@ -85,7 +85,22 @@ var serviceRules = map[string]rule{
 	"provider": func(j *judge, svc string, s *types.ServiceConfig) {
 		j.set(svc, "provider", "a program run on the host")
 	},
-	"models":          func(j *judge, svc string, s *types.ServiceConfig) { j.set(svc, "models", "the host's model runner") },
+	"models":  func(j *judge, svc string, s *types.ServiceConfig) { j.set(svc, "models", "the host's model runner") },
+	"logging": judgeLogging,
+	// compose's schema refuses the legacy keys today; judged all the same, should a loader
+	// ever fill them
+	"log_driver": func(j *judge, svc string, s *types.ServiceConfig) { j.logging(svc, "log_driver", s.LogDriver, "", nil) },
+	"log_opt":    func(j *judge, svc string, s *types.ServiceConfig) { j.logging(svc, "", "", "log_opt.", s.LogOpt) },
+	"oom_score_adj": func(j *judge, svc string, s *types.ServiceConfig) {
+		if s.OomScoreAdj < 0 {
+			j.priv(svc, "oom_score_adj", "below 0 the host's OOM killer kills the host's own processes first", fmt.Sprint(s.OomScoreAdj))
+		}
+	},
+	"oom_kill_disable": func(j *judge, svc string, s *types.ServiceConfig) {
+		if s.OomKillDisable {
+			j.priv(svc, "oom_kill_disable", "the host's OOM killer would kill the host's own processes instead", "true")
+		}
+	},
 	"credential_spec": func(j *judge, svc string, s *types.ServiceConfig) { j.set(svc, "credential_spec", "host credentials") },
 }
 
@@ -107,6 +122,19 @@ var AllowedCaps = []string{
 	"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "IPC_LOCK", "KILL", "MKNOD",
 	"NET_ADMIN", "NET_BIND_SERVICE", "NET_BROADCAST", "NET_RAW", "SETFCAP", "SETGID", "SETPCAP",
 	"SETUID", "SYS_CHROOT",
+}
+
+// AllowedLogDrivers are the logging drivers a service may use without allow_privileged: they
+// write to files under docker's own data-root. Any other (syslog, gelf, fluentd, journald,
+// splunk, awslogs, a plugin) has dockerd — root on the host — connect to an address or socket
+// the bundle names, or load a plugin.
+var AllowedLogDrivers = []string{"json-file", "local", "none"}
+
+// AllowedLogOptions are the logging options allowed with those drivers: size, rotation,
+// delivery mode and which metadata goes into each line.
+var AllowedLogOptions = []string{
+	"max-size", "max-file", "compress", "mode", "max-buffer-size",
+	"labels", "labels-regex", "env", "env-regex", "tag",
 }
 
 // Finding is one thing the judgement found, reported as `subject: key: what`.
@@ -186,7 +214,7 @@ func (j *judge) inside(p string) bool {
 
 // judgeProject runs the policy over a loaded project: every service (all profiles) and every
 // top-level definition.
-func judgeProject(p *types.Project, releaseDir, project string) []Finding {
+func judgeProject(p *types.Project, releaseDir, project string, staged []string) []Finding {
 	j := &judge{release: filepath.Clean(releaseDir), project: project, services: map[string]bool{}, p: p}
 	all := map[string]types.ServiceConfig{}
 	for n, s := range p.Services {
@@ -204,7 +232,46 @@ func judgeProject(p *types.Project, releaseDir, project string) []Finding {
 	}
 	j.topLevel()
 	j.plantedSymlinks(all)
+	j.releaseRewrites(all, staged)
 	return j.findings
+}
+
+// releaseRewrites refuses a writable bind of a staged release file or of a directory holding
+// one — the release directory itself included. A container that can rewrite the release's
+// compose file, .env or bundle.json changes what the agent runs when it reverts to this
+// release, and that file was judged before the container touched it. A read-only bind of such
+// a directory (a reverse proxy's ./conf:ro) stays allowed: the container cannot write there.
+func (j *judge) releaseRewrites(all map[string]types.ServiceConfig, staged []string) {
+	// every staged file and each directory on its way up to the release, as host paths
+	holds := map[string]string{j.release: ""}
+	for _, rel := range staged {
+		p := filepath.Join(j.release, filepath.FromSlash(rel))
+		if !j.inside(p) {
+			continue
+		}
+		for d := p; ; d = filepath.Dir(d) {
+			if _, seen := holds[d]; seen {
+				break // the release, or a directory an earlier file already marked
+			}
+			holds[d] = rel
+		}
+	}
+	for _, name := range sortedNames(all) {
+		for i, v := range all[name].Volumes {
+			if v.Type != types.VolumeTypeBind || v.ReadOnly || !j.inside(v.Source) {
+				continue
+			}
+			rel, ok := holds[filepath.Clean(v.Source)]
+			if !ok {
+				continue
+			}
+			what := "writable bind of the release directory: a container could rewrite the files a revert runs again; mount it read-only"
+			if rel != "" {
+				what = "writable bind holding the release's own " + rel + ": a container could rewrite what a revert runs again; mount it read-only"
+			}
+			j.priv(name, fmt.Sprintf("volumes[%d]", i), what, v.Source)
+		}
+	}
 }
 
 // hostPath is a host path compose or the engine resolves when a container starts.
@@ -303,6 +370,24 @@ func (j *judge) service(name string, s *types.ServiceConfig) {
 func judgePrivileged(j *judge, svc string, s *types.ServiceConfig) {
 	if s.Privileged {
 		j.priv(svc, "privileged", "the whole host", "true")
+	}
+}
+
+func judgeLogging(j *judge, svc string, s *types.ServiceConfig) {
+	if s.Logging != nil {
+		j.logging(svc, "logging.driver", s.Logging.Driver, "logging.options.", s.Logging.Options)
+	}
+}
+
+// logging judges a logging driver ("" is the engine's default) and its options.
+func (j *judge) logging(svc, driverKey, driver, optKey string, opts map[string]string) {
+	if driver != "" && !slices.Contains(AllowedLogDrivers, driver) {
+		j.priv(svc, driverKey, "not on the allow-list ("+strings.Join(AllowedLogDrivers, ", ")+"): dockerd would send logs where the bundle says", driver)
+	}
+	for _, o := range sortedNames(opts) {
+		if !slices.Contains(AllowedLogOptions, o) {
+			j.priv(svc, optKey+o, "not on the allow-list ("+strings.Join(AllowedLogOptions, ", ")+")", "")
+		}
 	}
 }
 

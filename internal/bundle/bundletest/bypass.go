@@ -111,6 +111,23 @@ func BypassClasses() []BypassClass {
 		Svc("    volumes: [\"./shared:/shared\"]\n")+"  b:\n    image: x\n    volumes: [\"./shared/evil:/host:ro\"]\n")
 	add("the release bound writable, a config file inside it", P, "config c: file: inside a writable bind of api",
 		Svc("    volumes: [\".:/app\"]\n    configs: [c]\n")+"configs:\n  c:\n    file: ./conf/c.json\n")
+	for _, src := range []string{".", "./", "./sub/.."} {
+		add("the release bound writable ("+src+")", P, "api: volumes[0]: writable bind of the release directory", bind(src))
+	}
+	add("the compose file bound writable", P, "api: volumes[0]: writable bind holding the release's own docker-compose.yml", bind("./docker-compose.yml"))
+	add("the .env bound writable", P, "api: volumes[0]: writable bind holding the release's own .env", bind("./.env"))
+	add("bundle.json bound writable", P, "api: volumes[0]: writable bind holding the release's own bundle.json", bind("./bundle.json"))
+	out = append(out, BypassClass{Name: "the compose file's directory bound writable", File: "deploy/dc.yml",
+		Compose: bind("./deploy"), Code: P, Want: "api: volumes[0]: writable bind holding the release's own deploy/dc.yml"})
+	add("logging to a host socket", P, "api: logging.driver: not on the allow-list (json-file, local, none): dockerd would send logs where the bundle says (syslog)",
+		Svc("    logging:\n      driver: syslog\n      options: {syslog-address: \"unix:///var/run/docker.sock\"}\n"))
+	add("logging to a plugin", P, "api: logging.driver", Svc("    logging: {driver: \"example/evil-plugin:latest\"}\n"))
+	add("logging option not on the allow-list", P, "api: logging.options.syslog-address: not on the allow-list",
+		Svc("    logging:\n      driver: json-file\n      options: {syslog-address: \"tcp://10.0.0.1:514\"}\n"))
+	add("logging driver from a variable", I, "api: logging: holds a variable", Svc("    logging: {driver: \"${LOGD:-syslog}\"}\n"))
+	add("oom_score_adj below 0", P, "api: oom_score_adj: below 0 the host's OOM killer kills the host's own processes first (-1000)",
+		Svc("    oom_score_adj: -1000\n"))
+	add("oom_kill_disable", P, "api: oom_kill_disable", Svc("    oom_kill_disable: true\n"))
 	return out
 }
 
