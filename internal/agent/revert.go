@@ -2,10 +2,8 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -253,21 +251,14 @@ func (a *Agent) revertCompose(ctx context.Context, dir string) (healthy bool, wh
 }
 
 // releaseMeta reads what compose needs of a staged release from its bundle.json: the compose
-// file and the health timeout (the config's unless the bundle set one). The bundle was checked
-// when it was applied; a file that no longer reads gives the defaults.
+// file and the health timeout (the config's unless the bundle set one).
 func (a *Agent) releaseMeta(dir string) (composeFile string, healthy time.Duration) {
+	m := readReleaseMeta(dir)
 	healthy = time.Duration(a.cfg.HealthyTimeoutS) * time.Second
-	var meta struct {
-		Agent struct {
-			HealthyTimeoutS int `json:"healthy_timeout_s"`
-		} `json:"agent"`
+	if m.Agent.HealthyTimeoutS > 0 {
+		healthy = time.Duration(m.Agent.HealthyTimeoutS) * time.Second
 	}
-	if raw, err := os.ReadFile(filepath.Join(dir, bundle.MetaFile)); err == nil {
-		if json.Unmarshal(raw, &meta) == nil && meta.Agent.HealthyTimeoutS > 0 {
-			healthy = time.Duration(meta.Agent.HealthyTimeoutS) * time.Second
-		}
-	}
-	return composeFileOf(dir), healthy
+	return m.ComposeFile, healthy
 }
 
 // finishRevert completes a revert a killed tick left pending, and reports the failure that

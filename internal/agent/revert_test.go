@@ -435,3 +435,40 @@ func TestABackoffFromTheFutureIsDue(t *testing.T) {
 		t.Errorf("backoff = %+v, want a second attempt", st.Backoff)
 	}
 }
+
+// A release's bundle.json is read back the way the bundle reader read it: a container that can
+// write the release directory does not pick the compose file with a key in other case or a key
+// given twice (encoding/json would take the last of either).
+func TestReleaseMetaIsReadBackStrictly(t *testing.T) {
+	for name, meta := range map[string]string{
+		"other case": `{"compose_file": "docker-compose.yml", "Compose_File": "evil.yml"}`,
+		"twice":      `{"compose_file": "docker-compose.yml", "compose_file": "evil.yml"}`,
+		"outside":    `{"compose_file": "../../evil.yml"}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t)
+			v1 := h.desire(bundleSpec{})
+			h.expectExit(agent.ExitOK)
+			dir := release.Dir(h.cfg.EnvDir(), v1)
+			if err := os.WriteFile(filepath.Join(dir, "bundle.json"), []byte(meta), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			h.clock.Advance(time.Minute)
+			h.expectExit(agent.ExitOK)
+			var files []string
+			for _, c := range h.docker.Calls() {
+				for i := 0; i+1 < len(c.Args); i++ {
+					if c.Args[i] == "-f" && strings.Contains(strings.Join(c.Args, " "), " ps") {
+						files = append(files, c.Args[i+1])
+					}
+				}
+			}
+			if len(files) == 0 {
+				t.Fatal("the heartbeat ran no compose ps with -f")
+			}
+			if want := filepath.Join(dir, "docker-compose.yml"); files[len(files)-1] != want {
+				t.Errorf("compose ps -f %s, want %s", files[len(files)-1], want)
+			}
+		})
+	}
+}
