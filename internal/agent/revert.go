@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"strings"
 	"time"
@@ -192,6 +193,12 @@ func (a *Agent) revert(ctx context.Context) error {
 	envDir := a.cfg.EnvDir()
 	dir := release.Dir(envDir, target)
 	healthy, why := false, ""
+	if refusal := a.judgeRelease(ctx, dir, target); refusal != "" {
+		return a.revertRefused(ctx, refusal)
+	}
+	if err := a.step("revert-judged"); err != nil {
+		return err
+	}
 	if err := release.Promote(envDir, target); err != nil {
 		why = err.Error()
 	} else {
@@ -219,6 +226,102 @@ func (a *Agent) revert(ctx context.Context) error {
 		a.log.Error("reverted to " + short(target) + " but it is not healthy: " + a.redact.Redact(why))
 	}
 	return a.step("reverted")
+}
+
+// revertRefused gives up a revert whose release no longer passes the judgement: the failed
+// release stays (`current` is pointed back at it if a killed tick had already moved it), and the
+// backoff says why nothing was brought back.
+func (a *Agent) revertRefused(ctx context.Context, refusal string) error {
+	bo := a.st.Backoff
+	target := bo.RevertedTo
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("revert to %s interrupted: %w", short(target), err)
+	}
+	envDir := a.cfg.EnvDir()
+	if cur, _, _ := release.Current(envDir); cur == target {
+		if err := release.Promote(envDir, bo.Sha); err != nil {
+			a.log.Warn("current not pointed back at the failed release", "error", err.Error())
+		}
+	}
+	bo.RevertedTo, bo.RevertPending, bo.RevertHealthy = "", false, nil
+	bo.NoRevert = "release " + short(target) + " refused: " + refusal
+	bo.NextAttemptAt = a.deps.Now().UTC().Add(state.BackoffDelay(bo.Attempts))
+	if err := a.saveState(); err != nil {
+		a.log.Warn("state not saved", "error", err.Error())
+	}
+	a.log.Error("not reverted: " + a.redact.Redact(bo.NoRevert))
+	return a.step("reverted")
+}
+
+// judgeRelease reads the staged release in dir back from disk and judges it as its apply was
+// judged: the strict bundle reader (its content must still hash to sha), the compose judgement,
+// and the judgement of what `docker compose config` makes of it with its own .env. A container
+// that could write the release directory must not have a revert run a file it rewrote. It
+// returns why the release may not run, "" when it may.
+func (a *Agent) judgeRelease(ctx context.Context, dir, sha string) string {
+	files, err := readRelease(dir)
+	if err != nil {
+		return err.Error()
+	}
+	b, err := bundle.Parse(files, sha)
+	if err != nil {
+		return "changed on disk since it was applied: " + err.Error()
+	}
+	if err := b.Check(dir, a.cfg.ComposeProject); err != nil {
+		return err.Error()
+	}
+	out, err := a.deps.Docker.Config(ctx, dir, b.Meta.ComposeFile)
+	if err != nil {
+		return "compose config: " + err.Error()
+	}
+	err = bundle.JudgeRendered(out, b.Meta.ComposeFile, dir, a.cfg.ComposeProject, b.Meta.Agent.AllowPrivileged)
+	clear(out)
+	if err != nil {
+		return err.Error()
+	}
+	return ""
+}
+
+// maxReleaseBytes caps what readRelease reads: a release is a bundle (tenancy's own cap is
+// 16 MiB) and its .env, never more unless something wrote into it.
+const maxReleaseBytes = 16 << 20
+
+// readRelease reads every file of a staged release but its rendered .env, by '/'-separated path,
+// through an os.Root so that no link leads the reads out of dir. Anything but a regular file or
+// a directory (a link planted by a container) is an error: Stage writes none.
+func readRelease(dir string) (map[string]string, error) {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, fmt.Errorf("release directory: %w", err)
+	}
+	defer root.Close()
+	files := map[string]string{}
+	total := 0
+	err = fs.WalkDir(root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
+		switch {
+		case err != nil:
+			return err
+		case d.IsDir():
+			return nil
+		case !d.Type().IsRegular():
+			return fmt.Errorf("%s is not a regular file (%s)", p, d.Type())
+		case p == ".env":
+			return nil
+		}
+		raw, err := root.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		if total += len(raw); total > maxReleaseBytes {
+			return fmt.Errorf("holds more than %d MiB", maxReleaseBytes>>20)
+		}
+		files[p] = string(raw)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("changed on disk since it was applied: %w", err)
+	}
+	return files, nil
 }
 
 // revertCompose runs compose for the release in dir and says whether it came up healthy, and

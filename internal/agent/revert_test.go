@@ -310,7 +310,7 @@ func TestBackoffResets(t *testing.T) {
 }
 
 // The steps of a failed apply's revert; Deps.Step is called after each.
-var revertSteps = []string{"failed", "revert-promote", "revert-up", "revert-healthy", "reverted"}
+var revertSteps = []string{"failed", "revert-judged", "revert-promote", "revert-up", "revert-healthy", "reverted"}
 
 // A tick killed at any step of a revert leaves a box the next tick converges: v1 running and
 // healthy, current on v1, the failure reported with what the revert did, v2 backing off.
@@ -469,6 +469,54 @@ func TestReleaseMetaIsReadBackStrictly(t *testing.T) {
 			if want := filepath.Join(dir, "docker-compose.yml"); files[len(files)-1] != want {
 				t.Errorf("compose ps -f %s, want %s", files[len(files)-1], want)
 			}
+		})
+	}
+}
+
+// A revert judges the release it brings back as its apply did: a v1 whose container rewrote its
+// own compose file (or planted a link in it) is not run again; the failed v2 stays, and the
+// report says why nothing was reverted.
+func TestRevertRefusesAReleaseChangedOnDisk(t *testing.T) {
+	for name, tamper := range map[string]func(dir string) error{
+		"compose file rewritten": func(dir string) error {
+			f := filepath.Join(dir, "docker-compose.yml")
+			raw, err := os.ReadFile(f)
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(f, []byte(strings.Replace(string(raw), "image:", "privileged: true\n    image:", 1)), 0o600)
+		},
+		"file added": func(dir string) error {
+			return os.WriteFile(filepath.Join(dir, "docker-compose.override.yml"), []byte("services: {}\n"), 0o600)
+		},
+		"link planted": func(dir string) error {
+			return os.Symlink("/etc/passwd", filepath.Join(dir, "passwd"))
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t)
+			v1, v2 := failingV2(t, h, nil)
+			if err := tamper(release.Dir(h.cfg.EnvDir(), v1)); err != nil {
+				t.Fatal(err)
+			}
+			ups := h.docker.Count("compose up")
+			h.expectExit(agent.ExitFailed)
+			if n := h.docker.Count("compose up") - ups; n != 1 {
+				t.Errorf("%d compose up, want 1 (v2 only; the changed v1 is not run)", n)
+			}
+			r := h.lastReport()
+			if r.Result != "failed" || r.Sha != v2 || r.RevertedTo != "" || r.RevertHealthy != nil ||
+				!strings.Contains(r.Detail, "not reverted: release "+v1[:12]+" refused: ") {
+				t.Errorf("report = %+v", r)
+			}
+			if cur := currentRelease(t, h); cur != v2 {
+				t.Errorf("current → %.12s, want the failed %.12s (nothing was brought back)", cur, v2)
+			}
+			st := h.state()
+			if bo := st.Backoff; bo == nil || bo.Attempts != 1 || bo.RevertPending || bo.RevertedTo != "" || !strings.Contains(bo.NoRevert, "refused") {
+				t.Errorf("backoff = %+v", bo)
+			}
+			h.expectLog("not reverted: release " + v1[:12] + " refused: ")
 		})
 	}
 }
