@@ -26,6 +26,16 @@ type applyAttempt struct {
 	sha      string
 	b        *bundle.Bundle // nil until the bundle parsed
 	promoted bool           // `current` may point at sha: the box changed
+	// autoRevert is the bundle's agent.auto_revert when b is nil (an apply a killed tick left).
+	autoRevert *bool
+}
+
+// bundleAutoRevert is the bundle's agent.auto_revert, nil when it did not set one.
+func (at *applyAttempt) bundleAutoRevert() *bool {
+	if at.b != nil {
+		return at.b.Meta.Agent.AutoRevert
+	}
+	return at.autoRevert
 }
 
 // holdBackoff decides, for a check-in that says apply, whether the desired sha is still
@@ -115,6 +125,7 @@ func healthWord(ok bool) string {
 func (a *Agent) failApply(ctx context.Context, at *applyAttempt, detail, logTail string, cs []protocol.Container) error {
 	a.attempt = nil // what fails from here on is the revert, not another attempt
 	a.failedThisTick = true
+	a.st.Applying = nil
 	bo := a.st.NoteDeployFailure(at.sha, a.deps.Now())
 	if at.promoted {
 		bo.RevertedTo, bo.NoRevert = a.revertTarget(at)
@@ -164,8 +175,8 @@ func withRevert(detail string, bo *state.DeployBackoff) string {
 // cannot run backwards says so itself.
 func (a *Agent) revertTarget(at *applyAttempt) (target, why string) {
 	auto, src := a.cfg.AutoRevert, "config auto_revert is false"
-	if at.b != nil && at.b.Meta.Agent.AutoRevert != nil {
-		auto, src = *at.b.Meta.Agent.AutoRevert, "bundle.json agent.auto_revert is false"
+	if ar := at.bundleAutoRevert(); ar != nil {
+		auto, src = *ar, "bundle.json agent.auto_revert is false"
 	}
 	prev := a.st.AppliedSha
 	switch {
@@ -362,6 +373,19 @@ func (a *Agent) releaseMeta(dir string) (composeFile string, healthy time.Durati
 		healthy = time.Duration(m.Agent.HealthyTimeoutS) * time.Second
 	}
 	return m.ComposeFile, healthy
+}
+
+// finishKilledApply counts an apply a killed tick left between `compose up` and its recorded
+// outcome as the failure it is (systemd stopped a tick whose wait outlasted TimeoutStartSec, or
+// the box lost power): it enters the backoff, the release that ran before is brought back, and
+// `failed` is reported. Without this the unhealthy release would keep running unreported.
+func (a *Agent) finishKilledApply(ctx context.Context) error {
+	ap := a.st.Applying
+	detail := "the tick was killed during compose up or the wait for health (started " + ap.StartedAt.UTC().Format(time.RFC3339) + ")"
+	a.log.Error("failed: " + short(ap.Sha) + ": " + detail)
+	a.attempt = &applyAttempt{sha: ap.Sha, promoted: true, autoRevert: ap.AutoRevert}
+	defer func() { a.attempt = nil }()
+	return a.failApply(ctx, a.attempt, detail, "", nil)
 }
 
 // finishRevert completes a revert a killed tick left pending, and reports the failure that

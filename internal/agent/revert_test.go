@@ -520,3 +520,58 @@ func TestRevertRefusesAReleaseChangedOnDisk(t *testing.T) {
 		})
 	}
 }
+
+// A tick killed between `compose up` and the recorded outcome (systemd's TimeoutStartSec during
+// a long wait for health) is counted by the next tick as a failure: the backoff, a revert to the
+// release that ran before, and a `failed` report. Before, the unhealthy release ran unreported.
+func TestATickKilledDuringTheApplyIsCountedAsAFailure(t *testing.T) {
+	for _, at := range []string{"applying", "up"} {
+		t.Run(at, func(t *testing.T) {
+			h := newHarness(t)
+			v1, v2 := failingV2(t, h, nil)
+			h.step = func(name string) error {
+				if name == at {
+					return errCrash
+				}
+				return nil
+			}
+			if code := h.tick(); code == agent.ExitOK {
+				t.Fatalf("the crashed tick exited 0")
+			}
+			st, err := state.Load(h.cfg.StatePath())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Applying == nil || st.Applying.Sha != v2 || st.Backoff != nil {
+				t.Fatalf("after a crash at %s: applying %+v backoff %+v", at, st.Applying, st.Backoff)
+			}
+			h.step = nil
+			ups := h.docker.Count("compose up")
+			h.expectExit(agent.ExitFailed)
+			st = h.state()
+			if st.Applying != nil || st.Backoff == nil || st.Backoff.Sha != v2 || st.Backoff.Attempts != 1 ||
+				st.Backoff.RevertedTo != v1 || st.Backoff.RevertHealthy == nil || !*st.Backoff.RevertHealthy {
+				t.Fatalf("state after recovery: applying %+v backoff %+v", st.Applying, st.Backoff)
+			}
+			if n := h.docker.Count("compose up") - ups; n != 1 {
+				t.Errorf("%d compose up, want 1 (v1 back)", n)
+			}
+			if got := h.docker.Images()["api"]; got != goodAPI {
+				t.Errorf("api runs %s, want v1's %s", got, goodAPI)
+			}
+			r := h.lastReport()
+			if r.Result != "failed" || r.Sha != v2 || r.RevertedTo != v1 || !strings.Contains(r.Detail, "killed during compose up") {
+				t.Errorf("report = %+v", r)
+			}
+			h.expectLog("failed: " + v2[:12] + ": the tick was killed during compose up")
+
+			// The next tick backs off instead of applying v2 again.
+			h.clock.Advance(time.Minute)
+			ups = h.docker.Count("compose up")
+			h.expectExit(agent.ExitFailed)
+			if h.docker.Count("compose up") != ups {
+				t.Error("a tick in the backoff ran compose up")
+			}
+		})
+	}
+}
