@@ -3,9 +3,11 @@ package agent
 import (
 	"context"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/bundle"
@@ -255,12 +257,12 @@ func (a *Agent) revertRefused(ctx context.Context, refusal string) error {
 		}
 	}
 	bo.RevertedTo, bo.RevertPending, bo.RevertHealthy = "", false, nil
-	bo.NoRevert = "release " + short(target) + " refused: " + refusal
+	bo.NoRevert = a.redact.Redact("release " + short(target) + " refused: " + refusal)
 	bo.NextAttemptAt = a.deps.Now().UTC().Add(state.BackoffDelay(bo.Attempts))
 	if err := a.saveState(); err != nil {
 		a.log.Warn("state not saved", "error", err.Error())
 	}
-	a.log.Error("not reverted: " + a.redact.Redact(bo.NoRevert))
+	a.log.Error("not reverted: " + bo.NoRevert)
 	return a.step("reverted")
 }
 
@@ -319,13 +321,11 @@ func readRelease(dir string) (map[string]string, error) {
 		case p == ".env":
 			return nil
 		}
-		raw, err := root.ReadFile(p)
+		raw, err := readRegular(root, p, maxReleaseBytes-total)
 		if err != nil {
 			return err
 		}
-		if total += len(raw); total > maxReleaseBytes {
-			return fmt.Errorf("holds more than %d MiB", maxReleaseBytes>>20)
-		}
+		total += len(raw)
 		files[p] = string(raw)
 		return nil
 	})
@@ -333,6 +333,30 @@ func readRelease(dir string) (map[string]string, error) {
 		return nil, fmt.Errorf("changed on disk since it was applied: %w", err)
 	}
 	return files, nil
+}
+
+// readRegular reads the regular file p under root, at most limit bytes. It opens without
+// blocking and checks the opened file, so a file swapped for a FIFO after the walk saw it cannot
+// hang the tick, and a file grown huge is not read into memory.
+func readRegular(root *os.Root, p string, limit int) ([]byte, error) {
+	f, err := root.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil {
+		return nil, err
+	} else if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file (%s)", p, fi.Mode().Type())
+	}
+	raw, err := io.ReadAll(io.LimitReader(f, int64(limit)+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(raw) > limit {
+		return nil, fmt.Errorf("holds more than %d MiB", maxReleaseBytes>>20)
+	}
+	return raw, nil
 }
 
 // revertCompose runs compose for the release in dir and says whether it came up healthy, and

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -488,6 +489,17 @@ func TestRevertRefusesAReleaseChangedOnDisk(t *testing.T) {
 		},
 		"file added": func(dir string) error {
 			return os.WriteFile(filepath.Join(dir, "docker-compose.override.yml"), []byte("services: {}\n"), 0o600)
+		},
+		"fifo planted": func(dir string) error {
+			return syscall.Mkfifo(filepath.Join(dir, "fifo"), 0o600)
+		},
+		"file grown huge": func(dir string) error {
+			f, err := os.OpenFile(filepath.Join(dir, "docker-compose.yml"), os.O_WRONLY|os.O_APPEND, 0)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			return f.Truncate(64 << 20) // sparse: no disk is used
 		},
 		"link planted": func(dir string) error {
 			return os.Symlink("/etc/passwd", filepath.Join(dir, "passwd"))
