@@ -277,6 +277,13 @@ func (a *Agent) run(ctx context.Context) error {
 		return err
 	}
 	a.adoptVault(resp.Vault)
+	if a.st.Applying != nil {
+		if resp.Action == protocol.ActionDown {
+			a.st.Applying = nil // the retire takes the project down, whatever it was doing
+		} else {
+			return a.finishKilledApply(ctx)
+		}
+	}
 	if bo := a.st.Backoff; bo != nil && bo.RevertPending && resp.Action != protocol.ActionDown {
 		if err := a.finishRevert(ctx); err != nil {
 			return err

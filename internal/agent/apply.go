@@ -17,6 +17,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/registryauth"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/release"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/state"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/version"
 )
 
@@ -279,6 +280,14 @@ func (a *Agent) runCompose(ctx context.Context, b *bundle.Bundle, dir string) er
 	if err := a.step("pull"); err != nil {
 		return err
 	}
+	// Saved before `up`: a tick killed from here until the outcome is recorded is found by the
+	// next one (finishKilledApply). Not saved (a full disk): the apply goes on, and the report
+	// names the write error.
+	a.st.Applying = &state.ApplyInProgress{Sha: sha, StartedAt: a.deps.Now().UTC(), AutoRevert: b.Meta.Agent.AutoRevert}
+	_ = a.saveState()
+	if err := a.step("applying"); err != nil {
+		return err
+	}
 	a.log.Info("compose up -d --remove-orphans")
 	if err := d.Up(ctx, dir, file); err != nil {
 		return a.fail(ctx, sha, "compose up: "+err.Error(), a.logsTail(ctx, dir, file))
@@ -302,6 +311,7 @@ func (a *Agent) runCompose(ctx context.Context, b *bundle.Bundle, dir string) er
 		return err
 	}
 
+	a.st.Applying = nil
 	a.st.AppliedSha = sha
 	a.st.AddHistory(sha)
 	a.st.LastSha = sha

@@ -2,18 +2,19 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/bundle"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/compose"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/release"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/runner"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/strictjson"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/version"
 )
 
@@ -231,15 +232,35 @@ func (a *Agent) current() (sha, dir string, err error) {
 // composeFileOf finds the compose file of a promoted release: the bundle's own choice is in its
 // bundle.json, which the release directory keeps.
 func composeFileOf(dir string) string {
-	var meta struct {
-		ComposeFile string `json:"compose_file"`
+	return readReleaseMeta(dir).ComposeFile
+}
+
+// releaseMetaWire is what the agent reads back of a staged release's bundle.json.
+type releaseMetaWire struct {
+	ComposeFile string `json:"compose_file"`
+	Agent       struct {
+		HealthyTimeoutS int `json:"healthy_timeout_s"`
+	} `json:"agent"`
+}
+
+// readReleaseMeta reads a staged release's bundle.json back the way the bundle reader first read
+// it (internal/strictjson: keys match exactly, a key given twice is no document): a container
+// that can write the release directory must not win with `"COMPOSE_FILE"` or a second key. A file
+// that does not read, a compose file outside the release, or a timeout out of range gives the
+// defaults; the revert judges the release in full before it runs it (revertCompose).
+func readReleaseMeta(dir string) releaseMetaWire {
+	var m releaseMetaWire
+	raw, err := os.ReadFile(filepath.Join(dir, bundle.MetaFile))
+	if err != nil || strictjson.Unmarshal(raw, &m) != nil {
+		m = releaseMetaWire{}
 	}
-	if raw, err := os.ReadFile(filepath.Join(dir, "bundle.json")); err == nil {
-		if json.Unmarshal(raw, &meta) == nil && meta.ComposeFile != "" {
-			return meta.ComposeFile
-		}
+	if m.ComposeFile == "" || !filepath.IsLocal(m.ComposeFile) {
+		m.ComposeFile = bundle.DefaultComposeFile
 	}
-	return "docker-compose.yml"
+	if m.Agent.HealthyTimeoutS < 0 || m.Agent.HealthyTimeoutS > protocol.MaxHealthyTimeoutS {
+		m.Agent.HealthyTimeoutS = 0
+	}
+	return m
 }
 
 // down retires the env: containers go, volumes only when tenancy asks for it AND the box's

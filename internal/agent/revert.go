@@ -2,11 +2,12 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
-	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/bundle"
@@ -27,6 +28,16 @@ type applyAttempt struct {
 	sha      string
 	b        *bundle.Bundle // nil until the bundle parsed
 	promoted bool           // `current` may point at sha: the box changed
+	// autoRevert is the bundle's agent.auto_revert when b is nil (an apply a killed tick left).
+	autoRevert *bool
+}
+
+// bundleAutoRevert is the bundle's agent.auto_revert, nil when it did not set one.
+func (at *applyAttempt) bundleAutoRevert() *bool {
+	if at.b != nil {
+		return at.b.Meta.Agent.AutoRevert
+	}
+	return at.autoRevert
 }
 
 // holdBackoff decides, for a check-in that says apply, whether the desired sha is still
@@ -116,6 +127,7 @@ func healthWord(ok bool) string {
 func (a *Agent) failApply(ctx context.Context, at *applyAttempt, detail, logTail string, cs []protocol.Container) error {
 	a.attempt = nil // what fails from here on is the revert, not another attempt
 	a.failedThisTick = true
+	a.st.Applying = nil
 	bo := a.st.NoteDeployFailure(at.sha, a.deps.Now())
 	if at.promoted {
 		bo.RevertedTo, bo.NoRevert = a.revertTarget(at)
@@ -165,8 +177,8 @@ func withRevert(detail string, bo *state.DeployBackoff) string {
 // cannot run backwards says so itself.
 func (a *Agent) revertTarget(at *applyAttempt) (target, why string) {
 	auto, src := a.cfg.AutoRevert, "config auto_revert is false"
-	if at.b != nil && at.b.Meta.Agent.AutoRevert != nil {
-		auto, src = *at.b.Meta.Agent.AutoRevert, "bundle.json agent.auto_revert is false"
+	if ar := at.bundleAutoRevert(); ar != nil {
+		auto, src = *ar, "bundle.json agent.auto_revert is false"
 	}
 	prev := a.st.AppliedSha
 	switch {
@@ -194,6 +206,12 @@ func (a *Agent) revert(ctx context.Context) error {
 	envDir := a.cfg.EnvDir()
 	dir := release.Dir(envDir, target)
 	healthy, why := false, ""
+	if refusal := a.judgeRelease(ctx, dir, target); refusal != "" {
+		return a.revertRefused(ctx, refusal)
+	}
+	if err := a.step("revert-judged"); err != nil {
+		return err
+	}
 	if err := release.Promote(envDir, target); err != nil {
 		why = err.Error()
 	} else {
@@ -221,6 +239,124 @@ func (a *Agent) revert(ctx context.Context) error {
 		a.log.Error("reverted to " + short(target) + " but it is not healthy: " + a.redact.Redact(why))
 	}
 	return a.step("reverted")
+}
+
+// revertRefused gives up a revert whose release no longer passes the judgement: the failed
+// release stays (`current` is pointed back at it if a killed tick had already moved it), and the
+// backoff says why nothing was brought back.
+func (a *Agent) revertRefused(ctx context.Context, refusal string) error {
+	bo := a.st.Backoff
+	target := bo.RevertedTo
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("revert to %s interrupted: %w", short(target), err)
+	}
+	envDir := a.cfg.EnvDir()
+	if cur, _, _ := release.Current(envDir); cur == target {
+		if err := release.Promote(envDir, bo.Sha); err != nil {
+			a.log.Warn("current not pointed back at the failed release", "error", err.Error())
+		}
+	}
+	bo.RevertedTo, bo.RevertPending, bo.RevertHealthy = "", false, nil
+	bo.NoRevert = a.redact.Redact("release " + short(target) + " refused: " + refusal)
+	bo.NextAttemptAt = a.deps.Now().UTC().Add(state.BackoffDelay(bo.Attempts))
+	if err := a.saveState(); err != nil {
+		a.log.Warn("state not saved", "error", err.Error())
+	}
+	a.log.Error("not reverted: " + bo.NoRevert)
+	return a.step("reverted")
+}
+
+// judgeRelease reads the staged release in dir back from disk and judges it as its apply was
+// judged: the strict bundle reader (its content must still hash to sha), the compose judgement,
+// and the judgement of what `docker compose config` makes of it with its own .env. A container
+// that could write the release directory must not have a revert run a file it rewrote. It
+// returns why the release may not run, "" when it may.
+func (a *Agent) judgeRelease(ctx context.Context, dir, sha string) string {
+	files, err := readRelease(dir)
+	if err != nil {
+		return err.Error()
+	}
+	b, err := bundle.Parse(files, sha)
+	if err != nil {
+		return "changed on disk since it was applied: " + err.Error()
+	}
+	if err := b.Check(dir, a.cfg.ComposeProject); err != nil {
+		return err.Error()
+	}
+	out, err := a.deps.Docker.Config(ctx, dir, b.Meta.ComposeFile)
+	if err != nil {
+		return "compose config: " + err.Error()
+	}
+	err = bundle.JudgeRendered(out, b.Meta.ComposeFile, dir, a.cfg.ComposeProject, b.Meta.Agent.AllowPrivileged)
+	clear(out)
+	if err != nil {
+		return err.Error()
+	}
+	return ""
+}
+
+// maxReleaseBytes caps what readRelease reads: a release is a bundle (tenancy's own cap is
+// 16 MiB) and its .env, never more unless something wrote into it.
+const maxReleaseBytes = 16 << 20
+
+// readRelease reads every file of a staged release but its rendered .env, by '/'-separated path,
+// through an os.Root so that no link leads the reads out of dir. Anything but a regular file or
+// a directory (a link planted by a container) is an error: Stage writes none.
+func readRelease(dir string) (map[string]string, error) {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, fmt.Errorf("release directory: %w", err)
+	}
+	defer root.Close()
+	files := map[string]string{}
+	total := 0
+	err = fs.WalkDir(root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
+		switch {
+		case err != nil:
+			return err
+		case d.IsDir():
+			return nil
+		case !d.Type().IsRegular():
+			return fmt.Errorf("%s is not a regular file (%s)", p, d.Type())
+		case p == ".env":
+			return nil
+		}
+		raw, err := readRegular(root, p, maxReleaseBytes-total)
+		if err != nil {
+			return err
+		}
+		total += len(raw)
+		files[p] = string(raw)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("changed on disk since it was applied: %w", err)
+	}
+	return files, nil
+}
+
+// readRegular reads the regular file p under root, at most limit bytes. It opens without
+// blocking and checks the opened file, so a file swapped for a FIFO after the walk saw it cannot
+// hang the tick, and a file grown huge is not read into memory.
+func readRegular(root *os.Root, p string, limit int) ([]byte, error) {
+	f, err := root.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil {
+		return nil, err
+	} else if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file (%s)", p, fi.Mode().Type())
+	}
+	raw, err := io.ReadAll(io.LimitReader(f, int64(limit)+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(raw) > limit {
+		return nil, fmt.Errorf("holds more than %d MiB", maxReleaseBytes>>20)
+	}
+	return raw, nil
 }
 
 // revertCompose runs compose for the release in dir and says whether it came up healthy, and
@@ -253,21 +389,27 @@ func (a *Agent) revertCompose(ctx context.Context, dir string) (healthy bool, wh
 }
 
 // releaseMeta reads what compose needs of a staged release from its bundle.json: the compose
-// file and the health timeout (the config's unless the bundle set one). The bundle was checked
-// when it was applied; a file that no longer reads gives the defaults.
+// file and the health timeout (the config's unless the bundle set one).
 func (a *Agent) releaseMeta(dir string) (composeFile string, healthy time.Duration) {
+	m := readReleaseMeta(dir)
 	healthy = time.Duration(a.cfg.HealthyTimeoutS) * time.Second
-	var meta struct {
-		Agent struct {
-			HealthyTimeoutS int `json:"healthy_timeout_s"`
-		} `json:"agent"`
+	if m.Agent.HealthyTimeoutS > 0 {
+		healthy = time.Duration(m.Agent.HealthyTimeoutS) * time.Second
 	}
-	if raw, err := os.ReadFile(filepath.Join(dir, bundle.MetaFile)); err == nil {
-		if json.Unmarshal(raw, &meta) == nil && meta.Agent.HealthyTimeoutS > 0 {
-			healthy = time.Duration(meta.Agent.HealthyTimeoutS) * time.Second
-		}
-	}
-	return composeFileOf(dir), healthy
+	return m.ComposeFile, healthy
+}
+
+// finishKilledApply counts an apply a killed tick left between `compose up` and its recorded
+// outcome as the failure it is (systemd stopped a tick whose wait outlasted TimeoutStartSec, or
+// the box lost power): it enters the backoff, the release that ran before is brought back, and
+// `failed` is reported. Without this the unhealthy release would keep running unreported.
+func (a *Agent) finishKilledApply(ctx context.Context) error {
+	ap := a.st.Applying
+	detail := "the tick was killed during compose up or the wait for health (started " + ap.StartedAt.UTC().Format(time.RFC3339) + ")"
+	a.log.Error("failed: " + short(ap.Sha) + ": " + detail)
+	a.attempt = &applyAttempt{sha: ap.Sha, promoted: true, autoRevert: ap.AutoRevert}
+	defer func() { a.attempt = nil }()
+	return a.failApply(ctx, a.attempt, detail, "", nil)
 }
 
 // finishRevert completes a revert a killed tick left pending, and reports the failure that

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -310,7 +311,7 @@ func TestBackoffResets(t *testing.T) {
 }
 
 // The steps of a failed apply's revert; Deps.Step is called after each.
-var revertSteps = []string{"failed", "revert-promote", "revert-up", "revert-healthy", "reverted"}
+var revertSteps = []string{"failed", "revert-judged", "revert-promote", "revert-up", "revert-healthy", "reverted"}
 
 // A tick killed at any step of a revert leaves a box the next tick converges: v1 running and
 // healthy, current on v1, the failure reported with what the revert did, v2 backing off.
@@ -433,5 +434,156 @@ func TestABackoffFromTheFutureIsDue(t *testing.T) {
 	h.expectLog("backoff over: trying")
 	if st := h.state(); st.Backoff.Attempts != 2 {
 		t.Errorf("backoff = %+v, want a second attempt", st.Backoff)
+	}
+}
+
+// A release's bundle.json is read back the way the bundle reader read it: a container that can
+// write the release directory does not pick the compose file with a key in other case or a key
+// given twice (encoding/json would take the last of either).
+func TestReleaseMetaIsReadBackStrictly(t *testing.T) {
+	for name, meta := range map[string]string{
+		"other case": `{"compose_file": "docker-compose.yml", "Compose_File": "evil.yml"}`,
+		"twice":      `{"compose_file": "docker-compose.yml", "compose_file": "evil.yml"}`,
+		"outside":    `{"compose_file": "../../evil.yml"}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t)
+			v1 := h.desire(bundleSpec{})
+			h.expectExit(agent.ExitOK)
+			dir := release.Dir(h.cfg.EnvDir(), v1)
+			if err := os.WriteFile(filepath.Join(dir, "bundle.json"), []byte(meta), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			h.clock.Advance(time.Minute)
+			h.expectExit(agent.ExitOK)
+			var files []string
+			for _, c := range h.docker.Calls() {
+				for i := 0; i+1 < len(c.Args); i++ {
+					if c.Args[i] == "-f" && strings.Contains(strings.Join(c.Args, " "), " ps") {
+						files = append(files, c.Args[i+1])
+					}
+				}
+			}
+			if len(files) == 0 {
+				t.Fatal("the heartbeat ran no compose ps with -f")
+			}
+			if want := filepath.Join(dir, "docker-compose.yml"); files[len(files)-1] != want {
+				t.Errorf("compose ps -f %s, want %s", files[len(files)-1], want)
+			}
+		})
+	}
+}
+
+// A revert judges the release it brings back as its apply did: a v1 whose container rewrote its
+// own compose file (or planted a link in it) is not run again; the failed v2 stays, and the
+// report says why nothing was reverted.
+func TestRevertRefusesAReleaseChangedOnDisk(t *testing.T) {
+	for name, tamper := range map[string]func(dir string) error{
+		"compose file rewritten": func(dir string) error {
+			f := filepath.Join(dir, "docker-compose.yml")
+			raw, err := os.ReadFile(f)
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(f, []byte(strings.Replace(string(raw), "image:", "privileged: true\n    image:", 1)), 0o600)
+		},
+		"file added": func(dir string) error {
+			return os.WriteFile(filepath.Join(dir, "docker-compose.override.yml"), []byte("services: {}\n"), 0o600)
+		},
+		"fifo planted": func(dir string) error {
+			return syscall.Mkfifo(filepath.Join(dir, "fifo"), 0o600)
+		},
+		"file grown huge": func(dir string) error {
+			f, err := os.OpenFile(filepath.Join(dir, "docker-compose.yml"), os.O_WRONLY|os.O_APPEND, 0)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			return f.Truncate(64 << 20) // sparse: no disk is used
+		},
+		"link planted": func(dir string) error {
+			return os.Symlink("/etc/passwd", filepath.Join(dir, "passwd"))
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t)
+			v1, v2 := failingV2(t, h, nil)
+			if err := tamper(release.Dir(h.cfg.EnvDir(), v1)); err != nil {
+				t.Fatal(err)
+			}
+			ups := h.docker.Count("compose up")
+			h.expectExit(agent.ExitFailed)
+			if n := h.docker.Count("compose up") - ups; n != 1 {
+				t.Errorf("%d compose up, want 1 (v2 only; the changed v1 is not run)", n)
+			}
+			r := h.lastReport()
+			if r.Result != "failed" || r.Sha != v2 || r.RevertedTo != "" || r.RevertHealthy != nil ||
+				!strings.Contains(r.Detail, "not reverted: release "+v1[:12]+" refused: ") {
+				t.Errorf("report = %+v", r)
+			}
+			if cur := currentRelease(t, h); cur != v2 {
+				t.Errorf("current → %.12s, want the failed %.12s (nothing was brought back)", cur, v2)
+			}
+			st := h.state()
+			if bo := st.Backoff; bo == nil || bo.Attempts != 1 || bo.RevertPending || bo.RevertedTo != "" || !strings.Contains(bo.NoRevert, "refused") {
+				t.Errorf("backoff = %+v", bo)
+			}
+			h.expectLog("not reverted: release " + v1[:12] + " refused: ")
+		})
+	}
+}
+
+// A tick killed between `compose up` and the recorded outcome (systemd's TimeoutStartSec during
+// a long wait for health) is counted by the next tick as a failure: the backoff, a revert to the
+// release that ran before, and a `failed` report. Before, the unhealthy release ran unreported.
+func TestATickKilledDuringTheApplyIsCountedAsAFailure(t *testing.T) {
+	for _, at := range []string{"applying", "up"} {
+		t.Run(at, func(t *testing.T) {
+			h := newHarness(t)
+			v1, v2 := failingV2(t, h, nil)
+			h.step = func(name string) error {
+				if name == at {
+					return errCrash
+				}
+				return nil
+			}
+			if code := h.tick(); code == agent.ExitOK {
+				t.Fatalf("the crashed tick exited 0")
+			}
+			st, err := state.Load(h.cfg.StatePath())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Applying == nil || st.Applying.Sha != v2 || st.Backoff != nil {
+				t.Fatalf("after a crash at %s: applying %+v backoff %+v", at, st.Applying, st.Backoff)
+			}
+			h.step = nil
+			ups := h.docker.Count("compose up")
+			h.expectExit(agent.ExitFailed)
+			st = h.state()
+			if st.Applying != nil || st.Backoff == nil || st.Backoff.Sha != v2 || st.Backoff.Attempts != 1 ||
+				st.Backoff.RevertedTo != v1 || st.Backoff.RevertHealthy == nil || !*st.Backoff.RevertHealthy {
+				t.Fatalf("state after recovery: applying %+v backoff %+v", st.Applying, st.Backoff)
+			}
+			if n := h.docker.Count("compose up") - ups; n != 1 {
+				t.Errorf("%d compose up, want 1 (v1 back)", n)
+			}
+			if got := h.docker.Images()["api"]; got != goodAPI {
+				t.Errorf("api runs %s, want v1's %s", got, goodAPI)
+			}
+			r := h.lastReport()
+			if r.Result != "failed" || r.Sha != v2 || r.RevertedTo != v1 || !strings.Contains(r.Detail, "killed during compose up") {
+				t.Errorf("report = %+v", r)
+			}
+			h.expectLog("failed: " + v2[:12] + ": the tick was killed during compose up")
+
+			// The next tick backs off instead of applying v2 again.
+			h.clock.Advance(time.Minute)
+			ups = h.docker.Count("compose up")
+			h.expectExit(agent.ExitFailed)
+			if h.docker.Count("compose up") != ups {
+				t.Error("a tick in the backoff ran compose up")
+			}
+		})
 	}
 }

@@ -25,7 +25,11 @@ import (
 )
 
 // The steps of a tick, in order; Deps.Step is called after each.
-var steps = []string{"lock", "token", "checkin", "bundle", "checks", "lease", "secrets", "stage", "judged", "promote", "pull", "up", "healthy", "state"}
+var steps = []string{"lock", "token", "checkin", "bundle", "checks", "lease", "secrets", "stage", "judged", "promote", "pull", "applying", "up", "healthy", "state"}
+
+// The steps after which an apply is under way (state.json "applying"): a tick killed there is a
+// failed apply for the next one.
+var killedApply = map[string]bool{"applying": true, "up": true, "healthy": true}
 
 var errCrash = errors.New("injected crash")
 
@@ -68,6 +72,20 @@ func TestATickKilledAtAnyStepIsRecoveredByTheNext(t *testing.T) {
 			assertNoTempFiles(t, h.cfg.StateDir)
 
 			h.step = nil
+			if killedApply[at] {
+				// Killed between `compose up` and the recorded outcome: the next tick counts it
+				// as a failure, brings the first release back and reports; after the backoff
+				// the second is tried again.
+				h.expectExit(agent.ExitFailed)
+				if st := h.state(); st.Applying != nil || st.Backoff == nil || st.Backoff.Sha != second ||
+					st.Backoff.Attempts != 1 || st.Backoff.RevertedTo != first || st.AppliedSha != first {
+					t.Fatalf("after a crash at %s: applying %+v backoff %+v", at, st.Applying, st.Backoff)
+				}
+				if r := h.lastReport(); r.Result != "failed" || r.Sha != second || r.RevertedTo != first {
+					t.Errorf("report after a crash at %s = %+v", at, r)
+				}
+				h.endBackoff()
+			}
 			h.expectExit(agent.ExitOK)
 			if st := h.state(); st.AppliedSha != second {
 				t.Errorf("the next tick did not converge: applied %.12s", st.AppliedSha)

@@ -323,6 +323,9 @@ func parseMeta(files map[string]string) (Meta, error) {
 	if m.Agent.HealthyTimeoutS < 0 {
 		return Meta{}, invalid("%s: agent.healthy_timeout_s: must not be negative", MetaFile)
 	}
+	if m.Agent.HealthyTimeoutS > protocol.MaxHealthyTimeoutS {
+		return Meta{}, invalid("%s: agent.healthy_timeout_s: at most %d seconds, got %d", MetaFile, protocol.MaxHealthyTimeoutS, m.Agent.HealthyTimeoutS)
+	}
 	if m.ComposeFile == "" {
 		m.ComposeFile = DefaultComposeFile
 	}

@@ -311,6 +311,7 @@ func TestValidationErrors(t *testing.T) {
 		{"disk.factor", "env_id: e\ndisk:\n  factor: 0.9\n", "disk.factor", []string{"at least 1"}},
 		{"disk.headroom_bytes", "env_id: e\ndisk:\n  headroom_bytes: -1\n", "disk.headroom_bytes", nil},
 		{"healthy_timeout_s", "env_id: e\nhealthy_timeout_s: 0\n", "healthy_timeout_s", []string{"positive"}},
+		{"healthy_timeout_s above the cap", "env_id: e\nhealthy_timeout_s: 7200\n", "healthy_timeout_s", []string{"at most 1800", "7200"}},
 		{"volumes_on_absent", "env_id: e\nvolumes_on_absent: delete\n", "volumes_on_absent", []string{"keep or purge"}},
 		{"compose_project", "env_id: e\ncompose_project: Monky\n", "compose_project", nil},
 		{"docker_bin", "env_id: e\ndocker_bin: 'sudo docker'\n", "docker_bin", nil},

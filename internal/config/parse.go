@@ -18,6 +18,8 @@ import (
 	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 )
 
 // Error is a config the agent will not run with. Callers map it to exit 78. Key is the dotted
@@ -408,6 +410,9 @@ func (d *decoder) finish(c *Config) error {
 	}
 	if c.HealthyTimeoutS <= 0 {
 		return e("healthy_timeout_s", "must be a positive number of seconds, got %d", c.HealthyTimeoutS)
+	}
+	if c.HealthyTimeoutS > protocol.MaxHealthyTimeoutS {
+		return e("healthy_timeout_s", "at most %d seconds (the unit's TimeoutStartSec must outlast two waits), got %d", protocol.MaxHealthyTimeoutS, c.HealthyTimeoutS)
 	}
 	switch c.VolumesOnAbsent {
 	case VolumesKeep, VolumesPurge:

@@ -18,6 +18,11 @@ const (
 	ActionDown  = "down"
 )
 
+// MaxHealthyTimeoutS caps healthy_timeout_s, the bundle's and the config's. The unit's
+// TimeoutStartSec is 1h and one tick may wait for health twice (the apply, then the revert) after
+// a pull: a longer wait would have systemd kill the tick mid-wait, with nothing reported.
+const MaxHealthyTimeoutS = 1800
+
 // Results the agent reports.
 const (
 	ResultApplied   = "applied"

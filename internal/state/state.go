@@ -76,6 +76,10 @@ type State struct {
 	// Backoff is a desired sha whose apply failed: it is not tried again before NextAttemptAt,
 	// and the release it replaced was brought back (RevertedTo). Nil when no apply is failing.
 	Backoff *DeployBackoff `json:"deploy_backoff,omitempty"`
+	// Applying is set, and saved, just before `compose up` of an apply and cleared when its
+	// outcome is recorded: a tick killed in between (systemd's TimeoutStartSec, a SIGKILL) finds
+	// it set, and the next tick counts the kill as a failure of Sha, reverts and reports.
+	Applying *ApplyInProgress `json:"applying,omitempty"`
 	// Counters count what ticks did, for the metrics textfile: every tick is its own process, so
 	// a counter that must grow across ticks lives here.
 	Counters Counters `json:"counters,omitzero"`
@@ -158,6 +162,15 @@ type DeployBackoff struct {
 	RevertPending bool `json:"revert_pending,omitempty"`
 	// RevertHealthy says whether the reverted release came up healthy; nil while none ended.
 	RevertHealthy *bool `json:"revert_healthy,omitempty"`
+}
+
+// ApplyInProgress is an apply whose `compose up` started and whose outcome is not recorded yet.
+// Its revert target is applied_sha, which changes only when the apply is recorded healthy.
+type ApplyInProgress struct {
+	Sha       string    `json:"sha"`
+	StartedAt time.Time `json:"started_at"`
+	// AutoRevert is the bundle's agent.auto_revert (nil: the config's decides).
+	AutoRevert *bool `json:"auto_revert,omitempty"`
 }
 
 // Backoff schedule of a failing desired sha: 2 min after the first failure, doubling, at most
@@ -359,7 +372,7 @@ var stateKeys = []string{
 	"env_id", "applied_sha", "history", "last_result", "last_detail", "last_sha", "token",
 	"agent_version", "pending_upgrade_from", "last_checkin_at", "last_apply_at",
 	"docker_root_dir", "docker_version", "docker_info_at", "pending_lease", "previous_token",
-	"lease_backoff", "docker_info_failed_at", "deploy_backoff", "counters", "last_tick_ok_at", "refused_sha",
+	"lease_backoff", "docker_info_failed_at", "deploy_backoff", "applying", "counters", "last_tick_ok_at", "refused_sha",
 }
 
 // legacyLastError is the Python agent's name for LastDetail; read, never written back (a stale
@@ -450,6 +463,15 @@ func (s *State) UnmarshalJSON(data []byte) error {
 		}
 		if n.Backoff.Sha == "" || n.Backoff.Attempts < 1 {
 			return errors.New("deploy_backoff: want a sha and a positive attempts count")
+		}
+	}
+	if v, ok := raw["applying"]; ok && !isNull(v) {
+		n.Applying = &ApplyInProgress{}
+		if err := json.Unmarshal(v, n.Applying); err != nil {
+			return fmt.Errorf("applying: %w", err)
+		}
+		if n.Applying.Sha == "" {
+			return errors.New("applying: want a sha")
 		}
 	}
 	for _, f := range []struct {

@@ -47,6 +47,8 @@ func TestLoadCorrupt(t *testing.T) {
 		"deploy_backoff time": `{"deploy_backoff": {"sha": "ab", "attempts": 1, "next_attempt_at": "soon"}}`,
 		"deploy_backoff no n": `{"deploy_backoff": {"sha": "ab", "attempts": 0}}`,
 		"deploy_backoff list": `{"deploy_backoff": ["ab"]}`,
+		"applying no sha":     `{"applying": {"started_at": "2026-12-02T10:00:00Z"}}`,
+		"applying list":       `{"applying": ["ab"]}`,
 	}
 	for name, content := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -325,7 +327,8 @@ func FuzzDecode(f *testing.F) {
 	for _, s := range []string{`{}`, `null`, `[]`, `{"history":[{"sha":"a"},"b","a"]}`, `{"token":{"ttl":1e99}}`,
 		`{"last_apply_at":"2026-01-01 00:00:00"}`, `{"x":{"y":[1,2]},"token":{"z":null}}`, `{"last_error":"e","last_detail":""}`,
 		`{"deploy_backoff":{"sha":"9f3e","attempts":3,"next_attempt_at":"2026-12-02T10:08:00Z","reverted_to":"7a10","revert_healthy":true}}`,
-		`{"counters":{"applies":2,"leases":1},"last_tick_ok_at":"2026-01-01T00:00:00Z"}`, `{"counters":{"failures":-1}}`, `{"counters":[]}`} {
+		`{"counters":{"applies":2,"leases":1},"last_tick_ok_at":"2026-01-01T00:00:00Z"}`, `{"counters":{"failures":-1}}`, `{"counters":[]}`,
+		`{"applying":{"sha":"9f3e","started_at":"2026-12-02T10:00:00Z","auto_revert":false}}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
