@@ -8,47 +8,21 @@
 #                                     is there, 1 when it is not (nothing is built)
 #
 # The path is this script's alone to know: callers ask it rather than spell the version.
+# The cache, the lock and the arguments are scripts/lib/gotool.sh's.
 set -euo pipefail
-
-usage() {
-  echo "usage: $0 [--print-path [--no-build]]" >&2
-  exit 2
-}
-
-build=1
-for arg in "$@"; do
-  case "$arg" in
-    --print-path) ;;  # what the script always does; accepted so callers can say so
-    --no-build) build=0 ;;
-    *) usage ;;
-  esac
-done
+# shellcheck source=lib/gotool.sh
+. "$(dirname "$0")/lib/gotool.sh"
 
 VERSION="2.4.0"
 PSEUDO="v0.0.0-20250828202315-f9407a27fbee"   # the commit of OpenBao's v2.4.0 release
-GO=${GO:-go}
-CACHE="${MONKY_TOOL_CACHE:-$("$GO" env GOCACHE)/../monky-tools}"
-bin="$CACHE/bao-$VERSION"
 
-if [ ! -x "$bin" ]; then
-  if [ "$build" = 0 ]; then
-    echo "$bin"
-    exit 1
-  fi
-  mkdir -p "$CACHE"
-  work=$(mktemp -d)
-  trap 'rm -rf "$work"' EXIT
-  echo "bao: building OpenBao $VERSION from the Go module proxy (several minutes the first time)" >&2
-  (
-    cd "$work"
-    "$GO" mod init monky-tools/bao >/dev/null 2>&1
-    "$GO" mod edit -require="github.com/openbao/openbao@$PSEUDO" \
-      -require="github.com/openbao/openbao/api/v2@v$VERSION" \
-      -require="github.com/openbao/openbao/sdk/v2@v$VERSION"
-    # go-kms-wrapping's module files are missing from the checksum database.
-    export GONOSUMDB=github.com/openbao GOFLAGS=-mod=mod
-    "$GO" build -trimpath -ldflags "-s -w" -o "$bin.tmp" github.com/openbao/openbao >&2
-    mv "$bin.tmp" "$bin"
-  )
-fi
-echo "$bin"
+gotool_build() {
+  "$GO" mod edit -require="github.com/openbao/openbao@$PSEUDO" \
+    -require="github.com/openbao/openbao/api/v2@v$VERSION" \
+    -require="github.com/openbao/openbao/sdk/v2@v$VERSION"
+  # go-kms-wrapping's module files are missing from the checksum database.
+  export GONOSUMDB=github.com/openbao GOFLAGS=-mod=mod
+  "$GO" build -trimpath -ldflags "-s -w" -o "$1" github.com/openbao/openbao >&2
+}
+
+gotool_main bao "$VERSION" "OpenBao $VERSION" "$@"
