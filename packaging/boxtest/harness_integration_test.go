@@ -31,9 +31,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goreleaser/nfpm/v2"
-	"github.com/goreleaser/nfpm/v2/files"
-
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/devstack"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/devstack/appimage"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/devstack/baodev"
@@ -44,6 +41,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/tenancy/tenancytest"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/packaging/debpkg"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/packaging/pkgtest"
 )
 
 const module = "scm.tikali.ai/tikali/applications/monky/monky-deployd"
@@ -79,10 +77,7 @@ func randomHex(n int) string {
 // missing fails the test in CI and skips it elsewhere, like itest.Require.
 func missing(t testing.TB, why string) {
 	t.Helper()
-	if itest.InCI(os.Getenv("CI")) {
-		t.Fatalf("CI=%s: %s (run scripts/integration-setup.sh) — CI is set, so this is a failure, not a skip", os.Getenv("CI"), why)
-	}
-	t.Skipf("%s (run scripts/integration-setup.sh)", why)
+	pkgtest.Missing(t, why+" (run scripts/integration-setup.sh)")
 }
 
 // artifacts are built once per test binary.
@@ -146,13 +141,7 @@ func TestMain(m *testing.M) {
 }
 
 func run(dir string, env []string, name string, args ...string) (string, error) {
-	cmd := exec.Command(name, args...)
-	cmd.Dir = dir
-	cmd.Env = env
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	return out.String(), err
+	return pkgtest.Run(dir, env, name, args...)
 }
 
 // nextVersion is VERSION with its patch number one higher ("0.2.0" → "0.2.1").
@@ -245,32 +234,11 @@ func build(t *testing.T) artifacts {
 	return built
 }
 
-// oldPackage builds the stand-in of the Python agent's package (packaging/debtest/testdata/oldpkg,
-// shared with the chroot tests): units under /lib/systemd/system, a prerm that — in 0.1.8 —
-// disables the timer on every call, upgrades included.
+// oldPackage builds the stand-in of the Python agent's package (shared with the chroot tests):
+// units under /lib/systemd/system, a prerm that — in 0.1.8 — disables the timer on every call,
+// upgrades included.
 func oldPackage(root, dir, version string) (string, error) {
-	td := filepath.Join(root, "packaging", "debtest", "testdata", "oldpkg")
-	f := func(src, dst string, mode os.FileMode) *files.Content {
-		return &files.Content{Source: filepath.Join(td, src), Destination: dst, Type: files.TypeFile,
-			FileInfo: &files.ContentFileInfo{Owner: "root", Group: "root", Mode: mode}}
-	}
-	info := nfpm.WithDefaults(&nfpm.Info{
-		Name: debpkg.Name, Arch: "amd64", Version: version, Maintainer: "stand-in <stand-in@example.invalid>",
-		Description: "stand-in for the Python agent package " + version,
-		Overridables: nfpm.Overridables{
-			Contents: files.Contents{
-				f("monky-deployd.py", "/opt/monky-deployd/venv/bin/monky-deployd", 0o755),
-				f("monky-deployd.service", "/lib/systemd/system/monky-deployd.service", 0o644),
-				f("monky-deployd.timer", "/lib/systemd/system/monky-deployd.timer", 0o644),
-				f("monky-deployd-proxy.service", "/lib/systemd/system/monky-deployd-proxy.service", 0o644),
-			},
-			Scripts: nfpm.Scripts{
-				PostInstall: filepath.Join(td, "postinst"),
-				PreRemove:   filepath.Join(td, "prerm-"+version),
-			},
-		},
-	})
-	return debpkg.Write(info, filepath.Join(dir, "old-"+version))
+	return pkgtest.OldPackage(root, dir, version)
 }
 
 // theWorld is the dev stack the boxes check in with: real OpenBao, the registry with auth, the
@@ -396,10 +364,23 @@ type box struct {
 	name string
 }
 
+// boxOptions take away what newBox gives a box by default.
+type boxOptions struct {
+	// noDockerGroup: no group docker at all (docker installed after the agent, or never): the
+	// agent's account cannot use the host's socket until one appears.
+	noDockerGroup bool
+}
+
 // newBox starts a box from the image, waits for systemd to be up, and gives it what a Debian
 // server running Docker has: the docker CLI and compose plugin (the host's static ones), a
 // docker group with the host socket's gid, and the tunneller's stand-ins (see the package doc).
 func newBox(t *testing.T, a artifacts) *box {
+	t.Helper()
+	return newBoxWith(t, a, boxOptions{})
+}
+
+// newBoxWith is newBox without what o takes away.
+func newBoxWith(t *testing.T, a artifacts, o boxOptions) *box {
 	t.Helper()
 	b := &box{t: t, name: "monky-boxtest-" + randomHex(4)}
 	dockerBin, composeBin := hostDockerCLI(t)
@@ -431,13 +412,15 @@ func newBox(t *testing.T, a artifacts) *box {
 	// restarts after an enrolment; the stand-in's only keeps a process up.
 	b.write("/etc/systemd/system/ziti-edge-tunnel.service",
 		"[Unit]\nDescription=ziti-edge-tunnel stand-in\n[Service]\nExecStart=/bin/sleep infinity\n[Install]\nWantedBy=multi-user.target\n")
-	// -o: the socket's gid may already be some group of the box (messagebus, systemd-journal…).
-	b.sh(fmt.Sprintf("groupadd -o -g %d docker", gid))
+	if !o.noDockerGroup {
+		b.sh(dockerGroupAdd(gid))
+	}
 	b.write("/etc/systemd/system/monky-deployd.timer.d/boxtest-interval.conf", timerDropIn)
 	b.sh("systemctl daemon-reload && systemctl enable --now ziti-edge-tunnel.service")
 	if out := b.sh("getent hosts " + tenancyName); !strings.HasPrefix(out, "127.0.0.1") {
 		t.Fatalf("the box resolves %s to %q, want 127.0.0.1", tenancyName, out)
 	}
+	// As root (the socket's owner): the engine answers whatever the groups.
 	if out := b.sh("docker version --format '{{.Server.Version}}' && docker compose version"); !strings.Contains(out, "v2.") {
 		t.Fatalf("the box cannot reach the host's engine with compose v2:\n%s", out)
 	}
@@ -479,6 +462,10 @@ func hostDockerCLI(t *testing.T) (dockerBin, composeBin string) {
 	}
 	return dockerBin, composeBin
 }
+
+// dockerGroupAdd is the command that makes group docker with the host socket's gid. -o: that gid
+// may already be some group of the box (messagebus, systemd-journal…).
+func dockerGroupAdd(gid int) string { return fmt.Sprintf("groupadd -o -g %d docker", gid) }
 
 func socketGID(t *testing.T) int {
 	t.Helper()
@@ -596,6 +583,13 @@ func (b *box) unit(unit string) (enabled, active string) {
 // test's (the URL in the command and MONKY_DEPLOYD_BASE_URL), and there is no sudo (root already).
 func (b *box) installFromKit(w *devstack.World, env string, pkgs *packageServer) string {
 	b.t.Helper()
+	return b.installFromKitEdited(w, env, pkgs, nil)
+}
+
+// installFromKitEdited is installFromKit with the command line changed by edit (nil: as it is)
+// after the adaptations, as an operator changes an option of the kit's command.
+func (b *box) installFromKitEdited(w *devstack.World, env string, pkgs *packageServer, edit func(string) string) string {
+	b.t.Helper()
 	b.cp(filepath.Join(w.Kits, env), "/root/kit")
 	cmdFile, err := os.ReadFile(filepath.Join(w.Kits, env, kit.CommandFile))
 	if err != nil {
@@ -610,6 +604,9 @@ func (b *box) installFromKit(w *devstack.World, env string, pkgs *packageServer)
 	// OpenBao's CA, as an operator adds it to the kit's command (install.sh --bao-ca).
 	b.write("/root/openbao-ca.pem", string(baoCAPEM))
 	line += " --bao-ca /root/openbao-ca.pem"
+	if edit != nil {
+		line = edit(line)
+	}
 	out, err := b.execEnv([]string{kit.TokenVar + "=" + deployToken, "MONKY_DEPLOYD_BASE_URL=" + pkgs.base()},
 		"bash", "-c", "set -o pipefail; cd /root/kit && "+line)
 	if err != nil {

@@ -4,7 +4,6 @@ package debtest
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -17,12 +16,10 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/goreleaser/nfpm/v2"
-	"github.com/goreleaser/nfpm/v2/files"
 	"golang.org/x/sys/unix"
 
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/itest"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/packaging/debpkg"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/packaging/pkgtest"
 )
 
 // chrootPATH is the PATH maintainer scripts and install.sh see inside the chroot.
@@ -47,13 +44,7 @@ func needRoot(t *testing.T) {
 	}
 }
 
-func missing(t *testing.T, why string) {
-	t.Helper()
-	if itest.InCI(os.Getenv("CI")) {
-		t.Fatalf("CI=%s: %s", os.Getenv("CI"), why)
-	}
-	t.Skip(why)
-}
+func missing(t *testing.T, why string) { t.Helper(); pkgtest.Missing(t, why) }
 
 // repoRoot is the module root (the directory holding go.mod).
 func repoRoot(t *testing.T) string {
@@ -76,16 +67,7 @@ func repoRoot(t *testing.T) string {
 
 func run(t *testing.T, dir string, env []string, name string, args ...string) (string, error) {
 	t.Helper()
-	cmd := exec.Command(name, args...)
-	cmd.Dir = dir
-	if env != nil {
-		cmd.Env = env
-	}
-	var out bytes.Buffer
-	cmd.Stdout = &out
-	cmd.Stderr = &out
-	err := cmd.Run()
-	return out.String(), err
+	return pkgtest.Run(dir, env, name, args...)
 }
 
 func mustRun(t *testing.T, dir string, env []string, name string, args ...string) string {
@@ -233,45 +215,19 @@ func firstLines(s string, n int) string {
 
 // oldPackage builds a stand-in of the Python agent's package at version 0.1.8 or 0.1.9.
 func oldPackage(root, dir, version string) (string, error) {
-	td := filepath.Join(root, "packaging", "debtest", "testdata", "oldpkg")
-	f := func(src, dst string, mode os.FileMode) *files.Content {
-		return &files.Content{Source: filepath.Join(td, src), Destination: dst, Type: files.TypeFile,
-			FileInfo: &files.ContentFileInfo{Owner: "root", Group: "root", Mode: mode}}
-	}
-	info := nfpm.WithDefaults(&nfpm.Info{
-		Name: debpkg.Name, Arch: "amd64", Version: version, Maintainer: "stand-in <stand-in@example.invalid>",
-		Description: "stand-in for the Python agent package " + version,
-		Overridables: nfpm.Overridables{
-			Contents: files.Contents{
-				f("monky-deployd.py", "/opt/monky-deployd/venv/bin/monky-deployd", 0o755),
-				f("monky-deployd.service", "/lib/systemd/system/monky-deployd.service", 0o644),
-				f("monky-deployd.timer", "/lib/systemd/system/monky-deployd.timer", 0o644),
-				f("monky-deployd-proxy.service", "/lib/systemd/system/monky-deployd-proxy.service", 0o644),
-			},
-			Scripts: nfpm.Scripts{
-				PostInstall: filepath.Join(td, "postinst"),
-				PreRemove:   filepath.Join(td, "prerm-"+version),
-			},
-		},
-	})
-	return debpkg.Write(info, filepath.Join(dir, "old-"+version))
+	return pkgtest.OldPackage(root, dir, version)
 }
 
 // passwdPackage builds the package that satisfies monky-deployd's Depends: passwd inside the
 // chroot, carrying the useradd/groupadd/usermod stand-ins.
 func passwdPackage(root, dir string) (string, error) {
 	sd := filepath.Join(root, "packaging", "debtest", "testdata", "standins")
-	var contents files.Contents
+	var fs []pkgtest.File
 	for _, n := range []string{"useradd", "groupadd", "usermod"} {
-		contents = append(contents, &files.Content{Source: filepath.Join(sd, n), Destination: "/usr/sbin/" + n,
-			Type: files.TypeFile, FileInfo: &files.ContentFileInfo{Owner: "root", Group: "root", Mode: 0o755}})
+		fs = append(fs, pkgtest.File{Source: filepath.Join(sd, n), Dest: "/usr/sbin/" + n, Mode: 0o755})
 	}
-	info := nfpm.WithDefaults(&nfpm.Info{
-		Name: "monky-test-passwd", Arch: "amd64", Version: "1.0.0", Maintainer: "stand-in <stand-in@example.invalid>",
-		Description:  "useradd, groupadd and usermod stand-ins for the packaging tests",
-		Overridables: nfpm.Overridables{Provides: []string{"passwd"}, Contents: contents},
-	})
-	return debpkg.Write(info, filepath.Join(dir, "passwd"))
+	return pkgtest.Standin{Name: "monky-test-passwd", Version: "1.0.0", Provides: []string{"passwd"}, Files: fs,
+		Description: "useradd, groupadd and usermod stand-ins for the packaging tests"}.Build(filepath.Join(dir, "passwd"))
 }
 
 // box is a throw-away root: busybox-static for the shell and the small tools, the real dpkg
