@@ -19,6 +19,7 @@ func shellScripts(t *testing.T) []string {
 		"packaging/install.sh",
 		"packaging/scripts/*.sh",
 		"scripts/packaging-*.sh",
+		"scripts/build-bao.sh", "scripts/build-ziti.sh", // with scripts/lib/gotool.sh, which they source
 		"packaging/debtest/testdata/standins/*",
 		"packaging/debtest/testdata/oldpkg/*",
 	} {

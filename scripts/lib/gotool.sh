@@ -47,7 +47,7 @@ gotool_main() {
     trap 'rm -rf "$gotool_work"' EXIT
     echo "$name: building $what from the Go module proxy (several minutes the first time)" >&2
     (
-      cd "$gotool_work"
+      cd "$gotool_work" || exit 1
       "$GO" mod init "monky-tools/$name" >/dev/null 2>&1
       gotool_build "$bin.tmp"
       mv "$bin.tmp" "$bin"
