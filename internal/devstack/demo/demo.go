@@ -317,7 +317,7 @@ func (p *printer) intro(w *devstack.World) {
 	p.line("control plane (127.0.0.1 only; its files are in %s)", s.Dir())
 	p.line("  tenancy agent API   %-28s the agents check in, fetch bundles, lease grants, report", s.Tenancy.URL)
 	p.line("  tenancy admin API   %-28s fleetctl reads the agents' check-ins; kits are revealed here", s.Admin.URL)
-	p.line("  ziti management     %-28s host identities: attributes, online or not", s.Ziti.URL)
+	p.line("  ziti management     %-28s host identities: attributes, online or not — the in-process fake (no controller or router: the agents reach tenancy directly)", s.Ziti.URL)
 	p.line("  OpenBao             %-28s %s, configured like production (jwt-tenancy, see-env)", s.Bao.Addr(), s.Bao.Kind())
 	switch {
 	case w.Docker == "":
