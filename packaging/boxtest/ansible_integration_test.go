@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/devstack"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/kit"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/itest"
 )
@@ -33,6 +34,35 @@ func TestBoxAnsibleRole(t *testing.T) {
 	pkgs := newPackageServer(t, a)
 	b := newBox(t, a)
 
+	play := rolePlayer(t, playbook, w, env, pkgs, b)
+
+	out := play()
+	applied := time.Now()
+	if recap := playRecap(out); !strings.Contains(recap, "failed=0") || strings.Contains(recap, "changed=0 ") {
+		t.Errorf("the first run's recap: %s", recap)
+	}
+	waitCheckin(t, w, env, applied.Add(-time.Second), firstFire, "the first tick after the role", nil)
+	first := b.endState(env)
+
+	out = play()
+	if recap := playRecap(out); !strings.Contains(recap, "changed=0 ") || !strings.Contains(recap, "failed=0") {
+		t.Errorf("the second run changed something: %s\n%s", recap, out)
+	}
+
+	// install.sh with the same kit: the package is there, the identity enrolled; what it writes
+	// is what the role wrote, comments aside.
+	b.installFromKit(w, env, pkgs)
+	if after := b.endState(env); after != first {
+		t.Errorf("install.sh after the role changed the box's state:\nafter the role:\n%s\nafter install.sh:\n%s", first, after)
+	}
+}
+
+// rolePlayer returns a function that applies ansible/monky-deployd.yml to box b with env's kit
+// (its host_vars.yml, and its secrets as the vaulted variables it names, in a 0600 file: never
+// on a command line) and returns ansible's output; it fails the test when the play fails or
+// prints a secret.
+func rolePlayer(t *testing.T, playbook string, w *devstack.World, env string, pkgs *packageServer, b *box) func() string {
+	t.Helper()
 	dir := t.TempDir()
 	kitDir := filepath.Join(w.Kits, env)
 	read := func(name string) string {
@@ -61,7 +91,7 @@ func TestBoxAnsibleRole(t *testing.T) {
 		t.Fatal(err)
 	}
 	root := itest.ModuleRoot(t)
-	play := func() string {
+	return func() string {
 		t.Helper()
 		// ansible_become=false: the docker connection is root already and the box has no sudo.
 		out, err := run(dir, append(os.Environ(), "ANSIBLE_ROLES_PATH="+filepath.Join(root, "ansible", "roles"),
@@ -79,25 +109,34 @@ func TestBoxAnsibleRole(t *testing.T) {
 		return out
 	}
 
-	out := play()
+}
+
+// TestBoxAnsibleRoleWithoutTunnellerUnit: a box with the tunneller's binary but no unit (the
+// `sdk` and `proxy` transports need only its `enroll`). The enrolment notifies the "Restart
+// ziti-edge-tunnel" handler, which used to fail the play on the missing unit; now the play
+// succeeds, says that no unit was restarted, and the agent checks in.
+func TestBoxAnsibleRoleWithoutTunnellerUnit(t *testing.T) {
+	a := build(t)
+	playbook, err := exec.LookPath("ansible-playbook")
+	if err != nil {
+		missing(t, "ansible-playbook not found (scripts/packaging-deps.sh installs Debian's ansible)")
+	}
+	w := theWorld(t)
+	env := newEnv(t, w, "rolenounit")
+	pkgs := newPackageServer(t, a)
+	b := newBoxWith(t, a, boxOptions{noTunnellerUnit: true})
+	if got := b.sh("systemctl show -p LoadState --value ziti-edge-tunnel.service"); got == "loaded" {
+		t.Fatalf("the box has a ziti-edge-tunnel unit (LoadState %s)", got)
+	}
+	out := rolePlayer(t, playbook, w, env, pkgs, b)()
 	applied := time.Now()
-	if recap := playRecap(out); !strings.Contains(recap, "failed=0") || strings.Contains(recap, "changed=0 ") {
-		t.Errorf("the first run's recap: %s", recap)
+	if recap := playRecap(out); !strings.Contains(recap, "failed=0") {
+		t.Errorf("the run's recap: %s\n%s", recap, out)
+	}
+	if !strings.Contains(out, "no ziti-edge-tunnel.service is loaded here") {
+		t.Errorf("the play does not say that no tunneller unit was restarted:\n%s", out)
 	}
 	waitCheckin(t, w, env, applied.Add(-time.Second), firstFire, "the first tick after the role", nil)
-	first := b.endState(env)
-
-	out = play()
-	if recap := playRecap(out); !strings.Contains(recap, "changed=0 ") || !strings.Contains(recap, "failed=0") {
-		t.Errorf("the second run changed something: %s\n%s", recap, out)
-	}
-
-	// install.sh with the same kit: the package is there, the identity enrolled; what it writes
-	// is what the role wrote, comments aside.
-	b.installFromKit(w, env, pkgs)
-	if after := b.endState(env); after != first {
-		t.Errorf("install.sh after the role changed the box's state:\nafter the role:\n%s\nafter install.sh:\n%s", first, after)
-	}
 }
 
 var recapLine = regexp.MustCompile(`(?m)^\S+\s*:\s*ok=\d+.*$`)

@@ -369,6 +369,8 @@ type boxOptions struct {
 	// noDockerGroup: no group docker at all (docker installed after the agent, or never): the
 	// agent's account cannot use the host's socket until one appears.
 	noDockerGroup bool
+	// noTunnellerUnit: the tunneller's binary (its enroll) without its systemd unit.
+	noTunnellerUnit bool
 }
 
 // newBox starts a box from the image, waits for systemd to be up, and gives it what a Debian
@@ -410,13 +412,19 @@ func newBoxWith(t *testing.T, a artifacts, o boxOptions) *box {
 	b.cp(standin, "/usr/local/bin/ziti-edge-tunnel")
 	// The tunneller's package ships a unit, which install.sh try-restarts and the role's handler
 	// restarts after an enrolment; the stand-in's only keeps a process up.
-	b.write("/etc/systemd/system/ziti-edge-tunnel.service",
-		"[Unit]\nDescription=ziti-edge-tunnel stand-in\n[Service]\nExecStart=/bin/sleep infinity\n[Install]\nWantedBy=multi-user.target\n")
+	if !o.noTunnellerUnit {
+		b.write("/etc/systemd/system/ziti-edge-tunnel.service",
+			"[Unit]\nDescription=ziti-edge-tunnel stand-in\n[Service]\nExecStart=/bin/sleep infinity\n[Install]\nWantedBy=multi-user.target\n")
+	}
 	if !o.noDockerGroup {
 		b.sh(dockerGroupAdd(gid))
 	}
 	b.write("/etc/systemd/system/monky-deployd.timer.d/boxtest-interval.conf", timerDropIn)
-	b.sh("systemctl daemon-reload && systemctl enable --now ziti-edge-tunnel.service")
+	if o.noTunnellerUnit {
+		b.sh("systemctl daemon-reload")
+	} else {
+		b.sh("systemctl daemon-reload && systemctl enable --now ziti-edge-tunnel.service")
+	}
 	if out := b.sh("getent hosts " + tenancyName); !strings.HasPrefix(out, "127.0.0.1") {
 		t.Fatalf("the box resolves %s to %q, want 127.0.0.1", tenancyName, out)
 	}
