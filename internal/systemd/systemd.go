@@ -18,6 +18,9 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/runner"
 )
 
+// TimerUnit is the agent's heartbeat, the unit whose state every check-in reports.
+const TimerUnit = "monky-deployd.timer"
+
 // BootedDir exists exactly when the system was booted with systemd (what sd_booted(3) checks).
 const BootedDir = "/run/systemd/system"
 
