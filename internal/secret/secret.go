@@ -188,3 +188,28 @@ func (r *Redactor) TruncateHead(s string, n int) string {
 	}
 	return s[:cut] + ellipsis
 }
+
+// Mask replaces every non-empty value in s with `***`: for the one or two secrets a client holds
+// while it builds an error, where a Redactor's escaped forms are not needed.
+func Mask(s string, values ...string) string {
+	for _, v := range values {
+		if v != "" {
+			s = strings.ReplaceAll(s, v, mask)
+		}
+	}
+	return s
+}
+
+// MaskError returns err with values masked in its text; errors.Is/As still see err's chain.
+// It holds the masked text, never the values.
+func MaskError(err error, values ...string) error {
+	return maskedError{err: err, msg: Mask(err.Error(), values...)}
+}
+
+type maskedError struct {
+	err error
+	msg string
+}
+
+func (m maskedError) Error() string { return m.msg }
+func (m maskedError) Unwrap() error { return m.err }

@@ -344,32 +344,15 @@ func (c *Client) transportError(ctx context.Context, op string, err error, token
 		// retrying every minute changes nothing until someone fixes the config or the attrs.
 		temp = false
 	}
-	msg := err.Error()
-	if t := token.Reveal(); t != "" {
-		msg = strings.ReplaceAll(msg, t, "***")
-	}
-	return &APIError{Op: op, Err: redactErr{err: err, msg: msg}, temporary: temp}
+	// No transport error is known to quote a header, but the guarantee is cheap.
+	return &APIError{Op: op, Err: secret.MaskError(err, token.Reveal()), temporary: temp}
 }
-
-// redactErr keeps the chain of a transport error for errors.Is/As while masking the token in
-// its text (no transport error is known to quote a header, but the guarantee is cheap). It holds
-// the masked text, never the token.
-type redactErr struct {
-	err error
-	msg string
-}
-
-func (r redactErr) Error() string { return r.msg }
-func (r redactErr) Unwrap() error { return r.err }
 
 func (c *Client) statusError(op string, resp *http.Response, body []byte, token secret.Value) error {
 	eb := protocol.ParseErrorBody(body)
 	code, msg := eb.Code, eb.Message
 	msg = strings.Join(strings.Fields(msg), " ")
-	if t := token.Reveal(); t != "" {
-		msg = strings.ReplaceAll(msg, t, "***")
-		code = strings.ReplaceAll(code, t, "***")
-	}
+	msg, code = secret.Mask(msg, token.Reveal()), secret.Mask(code, token.Reveal())
 	if len(msg) > maxMessage {
 		msg = msg[:maxMessage] + "…"
 	}
@@ -423,7 +406,7 @@ func firstLine(body []byte, token secret.Value) string {
 	}
 	if t := token.Reveal(); t != "" {
 		// A token that is not valid UTF-8 may match half a rune; what is left of it goes.
-		line = strings.ToValidUTF8(strings.ReplaceAll(line, t, "***"), "")
+		line = strings.ToValidUTF8(secret.Mask(line, t), "")
 	}
 	if len(line) > 120 {
 		cut := 120
