@@ -5,7 +5,6 @@ package tenancy
 import (
 	"bytes"
 	"context"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,11 +19,11 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/neterr"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/noredirect"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/strictjson"
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/transport"
 )
 
 // Sentinels an *APIError or *ProtocolError matches with errors.Is. Each maps to one line of
@@ -323,27 +322,15 @@ func (c *Client) do(ctx context.Context, op, method, path string, token secret.V
 }
 
 func (c *Client) transportError(ctx context.Context, op string, err error, token secret.Value) error {
-	var redirect *noredirect.Error
-	if errors.As(err, &redirect) {
+	class := neterr.Classify(ctx, err)
+	if class == neterr.Redirect {
 		// Not temporary: whatever answers with a redirect (an ingress, a login proxy) will
 		// answer the same next minute, and exit 1 keeps the box in `systemctl --failed`.
+		var redirect *noredirect.Error
+		errors.As(err, &redirect)
 		return &APIError{Op: op, Err: redirect}
 	}
-	temp := true
-	var ua x509.UnknownAuthorityError
-	var he x509.HostnameError
-	var ci x509.CertificateInvalidError
-	switch {
-	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
-		// The caller gave up (shutdown); that is not the network's fault.
-		temp = false
-	case errors.As(err, &ua), errors.As(err, &he), errors.As(err, &ci):
-		temp = false
-	case errors.Is(err, transport.ErrUnmapped), errors.Is(err, transport.ErrServiceNotVisible):
-		// The transport has no route, or the mesh said the identity may not see the service:
-		// retrying every minute changes nothing until someone fixes the config or the attrs.
-		temp = false
-	}
+	temp := class == neterr.Network || class == neterr.Other
 	// No transport error is known to quote a header, but the guarantee is cheap.
 	return &APIError{Op: op, Err: secret.MaskError(err, token.Reveal()), temporary: temp}
 }

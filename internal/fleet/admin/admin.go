@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/neterr"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/noredirect"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
@@ -29,44 +30,12 @@ const (
 // Errors callers branch on.
 var (
 	// ErrUnauthorized: tenancy refused the admin token (HTTP 401).
-	ErrUnauthorized = errors.New("unauthorized")
+	ErrUnauthorized error = &neterr.Status{Status: http.StatusUnauthorized, Text: "unauthorized"}
 	// ErrForbidden: the token is valid but not an admin's (HTTP 403).
-	ErrForbidden = errors.New("forbidden")
+	ErrForbidden error = &neterr.Status{Status: http.StatusForbidden, Text: "forbidden"}
 	// ErrBackendUnknown: tenancy does not know the env (404 BACKEND_UNKNOWN).
-	ErrBackendUnknown = errors.New("backend unknown")
+	ErrBackendUnknown error = &neterr.Status{Status: http.StatusNotFound, Code: protocol.CodeBackendUnknown, Text: "backend unknown"}
 )
-
-// StatusError is a non-2xx answer of tenancy.
-type StatusError struct {
-	Op      string
-	Status  int
-	Code    string
-	Message string
-}
-
-func (e *StatusError) Error() string {
-	s := fmt.Sprintf("tenancy: %s: HTTP %d", e.Op, e.Status)
-	if e.Code != "" {
-		s += " " + e.Code
-	}
-	if e.Message != "" {
-		s += ": " + e.Message
-	}
-	return s
-}
-
-// Is matches the sentinels by status and code.
-func (e *StatusError) Is(target error) bool {
-	switch target {
-	case ErrUnauthorized:
-		return e.Status == http.StatusUnauthorized
-	case ErrForbidden:
-		return e.Status == http.StatusForbidden
-	case ErrBackendUnknown:
-		return e.Status == http.StatusNotFound && e.Code == protocol.CodeBackendUnknown
-	}
-	return false
-}
 
 // Client calls one tenancy with one admin token. It is safe for concurrent use.
 type Client struct {
@@ -223,7 +192,7 @@ func (c *Client) do(ctx context.Context, op, method, path string, q url.Values, 
 		if msg == "" {
 			msg = http.StatusText(resp.StatusCode)
 		}
-		return nil, &StatusError{Op: op, Status: resp.StatusCode, Code: eb.Code, Message: oneLine(msg, 300)}
+		return nil, &neterr.StatusError{Service: "tenancy", Op: op, Status: resp.StatusCode, Code: eb.Code, Message: oneLine(msg, 300)}
 	}
 	return b, nil
 }
