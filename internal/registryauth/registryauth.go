@@ -20,6 +20,7 @@ import (
 	"unicode"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/atomicfile"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/clip"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/strictjson"
 )
@@ -105,7 +106,7 @@ func parseJSON(text string) (Auth, string, error) {
 		case errors.As(err, &se) && se.Trailing:
 			return Auth{}, "", invalid("the value has trailing data after the JSON object")
 		case errors.As(err, &se) && se.Duplicate && !strings.Contains(se.Pointer[1:], "/"):
-			return Auth{}, "", invalid(fmt.Sprintf("JSON field %q is given twice", clipName(se.Key)))
+			return Auth{}, "", invalid(fmt.Sprintf("JSON field %q is given twice", clip.Head(se.Key, 32)))
 		}
 		return Auth{}, "", invalid("the value starts with '{' but is not a JSON object")
 	}
@@ -133,14 +134,6 @@ func parseJSON(text string) (Auth, string, error) {
 		return Auth{}, "", err
 	}
 	return a, password, nil
-}
-
-// clipName keeps a member name short in a message.
-func clipName(s string) string {
-	if len(s) > 32 {
-		return s[:32]
-	}
-	return s
 }
 
 // checkRegistry accepts what docker accepts as an auths key: a host[:port], optionally with a

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/clip"
 )
 
 const mask = "***"
@@ -150,43 +152,23 @@ func (r *Redactor) redactWith(s, m string) string {
 	return s
 }
 
-// Truncate redacts s and cuts it to at most n bytes, keeping the END (the last lines of a log
-// are the ones that explain a failure) and never splitting a UTF-8 sequence. It is for log
-// tails; a detail is cut with TruncateHead.
+// Truncate redacts s and keeps at most its last n bytes: the last lines of a log are the ones
+// that explain a failure. A detail is cut with TruncateHead.
 func (r *Redactor) Truncate(s string, n int) string {
-	s = r.Redact(s)
-	if len(s) <= n {
-		return s
-	}
-	s = s[len(s)-n:]
-	for i := 0; i < len(s) && i < 4; i++ {
-		if s[i]&0xC0 != 0x80 {
-			return s[i:]
-		}
-	}
-	return s
+	return clip.LastBytes(r.Redact(s), n)
 }
 
-// ellipsis marks a detail that TruncateHead cut.
-const ellipsis = "…"
-
-// TruncateHead redacts s and cuts it to at most n bytes, keeping the START and ending in "…"
-// when it cut, never splitting a UTF-8 sequence. A detail reads from its start: a refusal's
-// `CODE:` prefix and its first findings are what tenancy and fleetctl show, and what an
-// operator greps for.
+// TruncateHead redacts s and keeps at most n bytes of its start, the last of them "…" when it
+// cut: a refusal's `CODE:` prefix and first findings are what an operator greps for.
 func (r *Redactor) TruncateHead(s string, n int) string {
 	s = r.Redact(s)
-	if len(s) <= n {
+	switch {
+	case len(s) <= n:
 		return s
-	}
-	if n < len(ellipsis) {
+	case n < len("…"):
 		return ""
 	}
-	cut := n - len(ellipsis)
-	for cut > 0 && s[cut]&0xC0 == 0x80 {
-		cut-- // s[cut] continues a sequence: cut before the sequence starts
-	}
-	return s[:cut] + ellipsis
+	return clip.Head(s, n-len("…"))
 }
 
 // Mask replaces every non-empty value in s with `***`: for the one or two secrets a client holds

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/clip"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/runner"
 )
@@ -135,7 +136,7 @@ func ParseShow(b []byte) (map[string]string, error) {
 		}
 		k, v, ok := strings.Cut(line, "=")
 		if !ok || k == "" || strings.ContainsAny(k, " \t") {
-			return nil, fmt.Errorf("systemd: show: line %d is not KEY=VALUE: %q", i+1, truncate(line, 60))
+			return nil, fmt.Errorf("systemd: show: line %d is not KEY=VALUE: %q", i+1, clip.Head(line, 60))
 		}
 		props[k] = strings.TrimSpace(v)
 	}
@@ -200,11 +201,11 @@ func ParseTimespan(v string) (time.Duration, bool, error) {
 		num, suffix := f[:i], f[i:]
 		unit, ok := timespanUnits[suffix]
 		if num == "" || !ok {
-			return 0, false, fmt.Errorf("systemd: timespan %q: bad component %q", truncate(v, 60), f)
+			return 0, false, fmt.Errorf("systemd: timespan %q: bad component %q", clip.Head(v, 60), f)
 		}
 		x, err := strconv.ParseFloat(num, 64)
 		if err != nil {
-			return 0, false, fmt.Errorf("systemd: timespan %q: bad number %q", truncate(v, 60), num)
+			return 0, false, fmt.Errorf("systemd: timespan %q: bad number %q", clip.Head(v, 60), num)
 		}
 		d := x * float64(unit)
 		if d > float64(1<<62) || total > 1<<62 {
@@ -213,11 +214,4 @@ func ParseTimespan(v string) (time.Duration, bool, error) {
 		total += time.Duration(d)
 	}
 	return total, total > 0, nil
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/clip"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/neterr"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/noredirect"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
@@ -199,5 +200,5 @@ func (c *Client) do(ctx context.Context, op, method, path string, q url.Values, 
 
 // oneLine keeps a server message from spilling a stack trace or HTML page into the terminal.
 func oneLine(s string, n int) string {
-	return clip(strings.Join(strings.Fields(s), " "), n)
+	return clip.Head(strings.Join(strings.Fields(s), " "), n)
 }
