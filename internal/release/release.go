@@ -5,7 +5,6 @@ package release
 
 import (
 	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -17,6 +16,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/atomicfile"
 )
 
 // Names inside an environment directory.
@@ -90,14 +91,14 @@ func Stage(envDir, sha string, files map[string]string, env string) (string, err
 		if err := os.MkdirAll(filepath.Dir(target), 0o700); err != nil {
 			return "", fmt.Errorf("release: stage %s: file %q: %w", sha, p, err)
 		}
-		if err := writeFile(target, files[p]); err != nil {
+		if err := atomicfile.WriteNew(target, []byte(files[p]), 0o600); err != nil {
 			return "", fmt.Errorf("release: stage %s: file %q: %w", sha, p, err)
 		}
 		if err := hook("file-written"); err != nil {
 			return "", err
 		}
 	}
-	if err := writeFile(filepath.Join(tmp, EnvFile), env); err != nil {
+	if err := atomicfile.WriteNew(filepath.Join(tmp, EnvFile), []byte(env), 0o600); err != nil {
 		// The error names the file only; env is secret.
 		return "", fmt.Errorf("release: stage %s: write %s: %w", sha, EnvFile, scrub(err))
 	}
@@ -105,7 +106,7 @@ func Stage(envDir, sha string, files map[string]string, env string) (string, err
 		return "", err
 	}
 	for _, d := range dirs {
-		if err := syncDir(d); err != nil {
+		if err := atomicfile.SyncDir(d); err != nil {
 			return "", fmt.Errorf("release: stage %s: %w", sha, err)
 		}
 	}
@@ -118,7 +119,7 @@ func Stage(envDir, sha string, files map[string]string, env string) (string, err
 		return "", fmt.Errorf("release: stage %s: %w", sha, err)
 	}
 	done = true
-	if err := syncDir(releases); err != nil {
+	if err := atomicfile.SyncDir(releases); err != nil {
 		return final, fmt.Errorf("release: stage %s: %w", sha, err)
 	}
 	return final, nil
@@ -173,11 +174,7 @@ func Promote(envDir, sha string) error {
 	if !fi.IsDir() {
 		return fmt.Errorf("release: promote %s: %s is not a directory", sha, Dir(envDir, sha))
 	}
-	suffix, err := randomSuffix()
-	if err != nil {
-		return fmt.Errorf("release: promote %s: %w", sha, err)
-	}
-	tmp := filepath.Join(envDir, CurrentLink+".tmp-"+suffix)
+	tmp := filepath.Join(envDir, CurrentLink+".tmp-"+rand.Text())
 	// Relative target: the environment directory can move (or be seen through another mount
 	// path) without breaking the link.
 	if err := os.Symlink(ReleasesDir+"/"+sha, tmp); err != nil {
@@ -194,7 +191,7 @@ func Promote(envDir, sha string) error {
 	if err := hook("link-swapped"); err != nil {
 		return err
 	}
-	if err := syncDir(envDir); err != nil {
+	if err := atomicfile.SyncDir(envDir); err != nil {
 		return fmt.Errorf("release: promote %s: %w", sha, err)
 	}
 	return nil
@@ -325,22 +322,6 @@ func checkPath(p string) error {
 	return nil
 }
 
-func writeFile(path, content string) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.WriteString(content); err != nil {
-		_ = f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		_ = f.Close()
-		return err
-	}
-	return f.Close()
-}
-
 // scrub keeps the operation, path and errno of a file error and drops anything else.
 func scrub(err error) error {
 	var pe *fs.PathError
@@ -352,24 +333,4 @@ func scrub(err error) error {
 		return errno
 	}
 	return errors.New("write failed")
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("fsync %s: %w", dir, err)
-	}
-	return nil
-}
-
-func randomSuffix() (string, error) {
-	b := make([]byte, 6)
-	if _, err := rand.Read(b); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(b), nil
 }
