@@ -7,6 +7,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/compose-spec/compose-go/v2/dotenv"
+
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
 )
@@ -221,9 +223,9 @@ func encodeValue(v string) (string, string) {
 	} else {
 		enc = `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`, "$", "$$").Replace(v) + `"`
 	}
-	// Belt and braces: read it back with compose's rules before trusting it.
-	got, rest, err := readValue(enc, nil)
-	if err != nil || got != v || rest != "" {
+	// Belt and braces: read it back with compose's own reader before trusting it.
+	got, err := dotenv.UnmarshalWithLookup("K="+enc, nil)
+	if err != nil || len(got) != 1 || got["K"] != v {
 		return "", "cannot be written so that docker compose reads it back unchanged"
 	}
 	return enc, ""
