@@ -130,11 +130,9 @@ func SyncDir(dir string) error {
 // tempSuffixLen is the length of the random hex part of a temp file's name (8 bytes).
 const tempSuffixLen = 16
 
-// RemoveLeftovers removes the temp files a WriteFile of path left behind when its process was
-// killed between creating and renaming one (`.<base>.tmp-<16 hex digits>` beside path). Only
-// names of exactly that shape are touched, and never a directory. The caller must hold whatever
-// lock serialises writers of path, or it may remove a write in flight. It returns the paths it
-// removed; a failure to remove one does not stop the others.
+// RemoveLeftovers removes the `.<base>.tmp-<16 hex>` files beside path that a killed WriteFile
+// left, and nothing else. The caller holds the lock that serialises writers of path, or it may
+// remove a write in flight. A failure to remove one does not stop the others.
 func RemoveLeftovers(path string) ([]string, error) {
 	dir, base := filepath.Split(path)
 	if dir == "" {

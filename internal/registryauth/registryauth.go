@@ -1,11 +1,7 @@
-// Package registryauth turns the registry pull credential a bundle's manifest names
-// (`use: registry-auth`) into the agent's own Docker config, so that every docker call made with
-// DOCKER_CONFIG=<state_dir>/docker can pull from the private registry.
-//
-// The credential is never an env var: a `.env` entry would hand the registry password to every
-// container. And it must live in a directory the agent owns and names explicitly — the unit runs
-// as its own user, so a `docker login` by a human or by root is invisible to it and looks exactly
-// like no credential at all (seed 0.1.7, env-dev-01).
+// Package registryauth turns the registry credential a manifest names (`use: registry-auth`) into
+// the agent's own Docker config. Never an env var (every container would see the password), and
+// in a directory the agent owns: the unit's user cannot see a human's or root's `docker login`
+// (seed 0.1.7, env-dev-01).
 package registryauth
 
 import (
@@ -44,14 +40,9 @@ type Auth struct {
 
 func invalid(msg string) error { return fmt.Errorf("registry-auth: %s: %w", msg, ErrInvalid) }
 
-// Parse reads the secret's value in either shape the seeded robot account has been written in:
-//   - a JSON object {"registry": …, "username": …, "password": …} (registry optional, then
-//     defaultRegistry; other fields ignored);
-//   - `username:password`, split at the FIRST colon (a password may contain colons, a docker
-//     username may not), with defaultRegistry.
-//
-// Surrounding whitespace of the whole value is dropped (KV values often end in a newline).
-// Errors wrap ErrInvalid, name what is wrong and never contain any part of the value.
+// Parse reads the credential as JSON {"registry", "username", "password"} (registry defaults to
+// defaultRegistry) or as `username:password`, split at the FIRST colon (a password may hold
+// colons, a docker username may not). Errors wrap ErrInvalid and never quote the value.
 func Parse(value secret.Value, defaultRegistry string) (Auth, error) {
 	text := strings.TrimSpace(value.Reveal())
 	if text == "" {
@@ -161,11 +152,9 @@ type dockerAuth struct {
 	Auth string `json:"auth"`
 }
 
-// WriteDockerConfig writes <dir>/config.json (0600, atomically) holding only a's credential:
-// {"auths": {"<registry>": {"auth": base64("<username>:<password>")}}}. dir is created if needed
-// and forced to 0700. The whole file is the agent's: it is replaced, not merged, so a stray
-// `credsStore` or a stale registry cannot creep in. Writing the same Auth twice yields the same
-// bytes (the agent writes it on every apply).
+// WriteDockerConfig atomically replaces <dir>/config.json (0600, dir 0700) with a's credential
+// only: replaced, never merged, so a stray `credsStore` or a stale registry cannot creep in. The
+// same Auth always yields the same bytes.
 func WriteDockerConfig(dir string, a Auth) error {
 	if a.Registry == "" || a.Username == "" || a.Password.Empty() {
 		return fmt.Errorf("registry-auth: write docker config in %q: incomplete credential", dir)

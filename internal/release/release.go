@@ -45,12 +45,10 @@ var exchange = func(a, b string) error {
 // Dir is the directory of the release sha under envDir.
 func Dir(envDir, sha string) string { return filepath.Join(envDir, ReleasesDir, sha) }
 
-// Stage writes a release: every bundle file (by relative, '/'-separated path) and the rendered
-// .env, all 0600 in 0700 directories, into a hidden staging directory that is then renamed to
-// releases/<sha>. A release of the same sha already staged is replaced by an atomic exchange
-// where the filesystem supports it (else by renaming it aside first); its content is the same
-// bundle, but .env may carry new secret values. On error nothing is left under the final name
-// that was not there before. env holds secret values: it never appears in an error.
+// Stage writes the bundle files and the rendered .env (0600, dirs 0700) into a staging directory
+// renamed to releases/<sha>, exchanging atomically with a release of the same sha (its .env may
+// carry new secrets). On error nothing new is left under the final name; env never appears in an
+// error.
 func Stage(envDir, sha string, files map[string]string, env string) (string, error) {
 	if err := checkSha(sha); err != nil {
 		return "", err
@@ -230,11 +228,9 @@ func Current(envDir string) (sha, dir string, err error) {
 	return sha, dir, nil
 }
 
-// Prune removes every staged release but the ones named in keep and the one `current` points
-// to, and every staging leftover of an interrupted Stage or Promote. Each release's .env holds
-// the secrets of the day it was applied: a release kept after the secrets rotated keeps the old
-// values readable on disk, so nothing is kept "just in case". Entries it does not recognise are
-// left alone. It returns the paths it removed; a failure to remove one does not stop the others.
+// Prune removes every release but keep and `current`'s, and every leftover of an interrupted
+// Stage or Promote: each .env holds the secrets of its day, so nothing is kept "just in case".
+// Unknown entries are left alone; a failure to remove one does not stop the others.
 func Prune(envDir string, keep []string) ([]string, error) {
 	for _, sha := range keep {
 		if err := checkSha(sha); err != nil {

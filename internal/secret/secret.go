@@ -48,12 +48,9 @@ type Redactor struct {
 // shred every log line without protecting anything.
 const minLen = 3
 
-// Add registers values to be masked. Values with surrounding whitespace are also registered
-// trimmed, and multi-line values line by line, because tools echo them that way. Each of these is
-// also registered in the escaped forms a value takes on its way into text: JSON (with and without
-// HTML escaping), Go's %q (and its ASCII-only %+q), and URL query and path escaping — a password
-// with a quote or a backslash reaches a log line or a report escaped, not raw. A form the caller
-// derives itself (a base64 `auth`) is not guessed here: the code that derives it registers it.
+// Add registers values to be masked, also trimmed, line by line, and in the escaped forms they
+// take on their way into text (JSON, %q, %+q, URL, .env): a password with a quote reaches a log
+// escaped, not raw. A form the caller derives (a base64 `auth`) is registered by that caller.
 func (r *Redactor) Add(values ...string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

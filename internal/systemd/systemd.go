@@ -44,14 +44,10 @@ func TimerState(ctx context.Context, r runner.Runner, unit string, now time.Time
 // showProps are the properties asked of `systemctl show`.
 var showProps = []string{"LoadState", "UnitFileState", "ActiveState", "NextElapseUSecRealtime", "NextElapseUSecMonotonic"}
 
-// TimerState returns the unit's state observed at now. Unit and ObservedAt are always set;
-// Enabled, Active and NextElapse are nil when systemd is not running, systemctl is missing or
-// fails, or its answer lacks the property. Enabled means UnitFileState enabled or
-// enabled-runtime (static, indirect, linked, masked are not: none of them starts the timer at
-// boot); Active means ActiveState active; NextElapse is RFC 3339 UTC. A unit systemd does not
-// know (LoadState not-found) leaves every field nil: `systemctl show` answers "inactive" for any
-// name at all, which is no observation of the agent's timer. An empty UnitFileState leaves
-// Enabled nil (unknown, never a guessed false); ActiveState and the next elapse are still read.
+// TimerState returns the unit's state at now; a field is nil when it cannot be observed (no
+// systemd, systemctl failing, property missing, or a unit systemd does not know: `systemctl show`
+// says "inactive" for any name). Enabled is UnitFileState enabled or enabled-runtime only, the
+// states that start the timer at boot.
 func (p Probe) TimerState(ctx context.Context, unit string, now time.Time) *protocol.Timer {
 	observed := now.UTC().Format(time.RFC3339)
 	t := &protocol.Timer{Unit: unit, ObservedAt: &observed}

@@ -206,11 +206,9 @@ func (c *Client) Checkin(ctx context.Context, token secret.Value, req protocol.C
 	return decodeCheckin(body, req.EnvID)
 }
 
-// Bundle fetches GET {bundleURL} and returns its files and the X-Bundle-Sha (or
-// X-Bundle-Sha256) header, lowercased ("" when absent). bundleURL is a path under the base URL;
-// of an absolute URL only the path and query are used, so the bearer never leaves for another
-// host. An oversized or undecodable body is a *protocol.Refusal BUNDLE_INVALID. Checking the
-// files and the sha is the bundle package's job.
+// Bundle fetches GET {bundleURL} (its path and query only, so the bearer never leaves for another
+// host) and returns its files and the lowercased X-Bundle-Sha header. A body too large or
+// undecodable is BUNDLE_INVALID; checking files and sha is the bundle package's job.
 func (c *Client) Bundle(ctx context.Context, token secret.Value, bundleURL string) (files map[string]string, headerSha string, err error) {
 	limit := c.MaxBundleBytes
 	if limit <= 0 {

@@ -54,20 +54,10 @@ type proxySpec struct {
 	svc  serviceInfo
 }
 
-// RunProxy is `monky-deployd proxy`: it holds one ziti context, listens on opts.TenancyProxyAddr
-// and opts.BaoProxyAddr (loopback only; an empty address skips that listener) and forwards each
-// accepted connection as a byte stream to TenancyService / BaoService. It logs each listener and
-// every failed dial with the service's name.
-//
-// The identity is pre-flighted and loaded before anything listens, so a broken identity fails
-// the unit at once with an *IdentityError. A failed dial is retried per connection; repeated
-// failures with no answer from the mesh rebuild the context (not with an injected Dialer).
-//
-// opts.Mode is ignored (the proxy is always the SDK), as are the *HostPort fields.
-//
-// When ctx is done (the caller maps SIGTERM to that) the listeners close, streams in flight get
-// a grace period to finish and are then cut; RunProxy returns nil. It returns an error for bad
-// options, an identity fault, a listen failure, or a listener that dies on its own.
+// RunProxy is `monky-deployd proxy`: one ziti context forwarding each connection accepted on the
+// loopback proxy addresses to its service. The identity is loaded before anything listens, so a
+// broken one fails the unit at once; dials are retried per connection and repeated unanswered
+// failures rebuild the context. When ctx is done, streams get a grace period and RunProxy returns nil.
 func RunProxy(ctx context.Context, opts Options) error {
 	logger := loggerOrDiscard(opts.Logger)
 	h := opts.hooks

@@ -73,11 +73,9 @@ type Agents struct {
 	Pages  int
 }
 
-// ListAgents reads every page of GET /v1/admin/agents (filtered by site when not ""), following
-// the cursor until it is null. progress, when not nil, is called after each page. Any page that
-// fails or does not parse fails the whole listing: a verdict must never come from half the fleet.
-// The pages are read one after another: prefetching saved 4% in the benchmark, not worth a
-// goroutine and a hand-written JSON scanner.
+// ListAgents reads every page of GET /v1/admin/agents (of site, when not ""), calling progress
+// after each. Any page that fails fails the listing: a verdict must never come from half the
+// fleet. Pages are read in turn; prefetching the next saved 4% in the benchmark.
 func (c *Client) ListAgents(ctx context.Context, site string, progress func(pages, agents int)) (*Agents, error) {
 	out := &Agents{}
 	dup := map[string]bool{}
