@@ -29,7 +29,7 @@ const kvReadLimit = 16
 // secrets, then the release, then compose.
 func (a *Agent) apply(ctx context.Context, resp *protocol.CheckinResponse) error {
 	sha := resp.DesiredSha
-	log := a.log.With("sha", short(sha))
+	log := a.log.With("sha", protocol.ShortSha(sha))
 	if r, ok := a.st.RefusedFor(sha, version.Version); ok {
 		return a.repeatRefusal(ctx, r)
 	}
@@ -59,7 +59,7 @@ func (a *Agent) apply(ctx context.Context, resp *protocol.CheckinResponse) error
 	}
 	at.b = b
 	if headerSha != "" && headerSha != b.Sha {
-		log.Warn("bundle header sha disagrees with its content", "header", short(headerSha), "content", short(b.Sha))
+		log.Warn("bundle header sha disagrees with its content", "header", protocol.ShortSha(headerSha), "content", protocol.ShortSha(b.Sha))
 	}
 	if err := a.step("checks"); err != nil {
 		return err
@@ -94,7 +94,7 @@ func (a *Agent) apply(ctx context.Context, resp *protocol.CheckinResponse) error
 	if err := release.Promote(a.cfg.EnvDir(), sha); err != nil {
 		return a.fail(ctx, sha, err.Error(), "")
 	}
-	log.Info("promoted release " + short(sha) + " → " + dir)
+	log.Info("promoted release " + protocol.ShortSha(sha) + " → " + dir)
 	if err := a.step("promote"); err != nil {
 		return err
 	}
@@ -129,7 +129,7 @@ func (a *Agent) checkBundle(ctx context.Context, files map[string]string, sha st
 		return nil, nil, err
 	}
 	if a.st.IsRollback(sha) && !b.Meta.Agent.AllowRollback {
-		return nil, nil, protocol.Refuse(protocol.CodeRollback, "%s was applied before and is not the running release; bundle.json agent.allow_rollback is not set", short(sha))
+		return nil, nil, protocol.Refuse(protocol.CodeRollback, "%s was applied before and is not the running release; bundle.json agent.allow_rollback is not set", protocol.ShortSha(sha))
 	}
 	return b, paths, a.checkDisk(ctx, b)
 }
@@ -328,7 +328,7 @@ func (a *Agent) runCompose(ctx context.Context, b *bundle.Bundle, dir string) er
 	if err := a.step("state"); err != nil {
 		return err
 	}
-	a.log.Info("applied " + short(sha))
+	a.log.Info("applied " + protocol.ShortSha(sha))
 	a.report(ctx, protocol.Report{Sha: sha, Result: protocol.ResultApplied, Containers: cs})
 	a.pruneReleases()
 	if a.opt.Prune {

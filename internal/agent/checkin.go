@@ -37,7 +37,7 @@ func (a *Agent) checkin(ctx context.Context) (*protocol.CheckinResponse, error) 
 	if err = a.classify("tenancy: checkin", err); err != nil {
 		return nil, err
 	}
-	a.log.Info("checkin: action=" + resp.Action + " desired=" + short(resp.DesiredSha) + " applied=" + short(a.st.AppliedSha))
+	a.log.Info("checkin: action=" + resp.Action + " desired=" + protocol.ShortSha(resp.DesiredSha) + " applied=" + protocol.ShortSha(a.st.AppliedSha))
 	if a.st.PendingUpgradeFrom != "" {
 		a.log.Info("first check-in since the upgrade", "upgraded_from", a.st.PendingUpgradeFrom, "version", version.Version)
 	}
@@ -171,14 +171,4 @@ func storagePaths(cfg *config.Config, dockerRoot string) []string {
 		paths = append(paths, cfg.ContainerdRoot)
 	}
 	return paths
-}
-
-func short(sha string) string {
-	if sha == "" {
-		return "-"
-	}
-	if len(sha) > 12 {
-		return sha[:12]
-	}
-	return sha
 }

@@ -223,7 +223,7 @@ func dockerHint(err error) string {
 func (a *Agent) current() (sha, dir string, err error) {
 	sha, dir, err = release.Current(a.cfg.EnvDir())
 	if errors.Is(err, release.ErrDangling) {
-		a.log.Warn("current release directory is missing; using the compose project name alone", "release", short(sha))
+		a.log.Warn("current release directory is missing; using the compose project name alone", "release", protocol.ShortSha(sha))
 		return sha, "", nil
 	}
 	return sha, dir, err

@@ -51,7 +51,7 @@ func (a *Agent) holdBackoff(resp *protocol.CheckinResponse) bool {
 	if a.st.BackingOff(resp.DesiredSha, now) {
 		return true
 	}
-	a.log.Info(fmt.Sprintf("backoff over: trying %s again (attempt %d)", short(bo.Sha), bo.Attempts+1))
+	a.log.Info(fmt.Sprintf("backoff over: trying %s again (attempt %d)", protocol.ShortSha(bo.Sha), bo.Attempts+1))
 	return false
 }
 
@@ -68,11 +68,11 @@ func (a *Agent) forgetBackoff(resp *protocol.CheckinResponse) {
 	case resp.Action == protocol.ActionApply && bo.Sha == resp.DesiredSha, bo.RevertPending && resp.Action != protocol.ActionDown:
 		return
 	case resp.Action == protocol.ActionDown:
-		a.log.Info(fmt.Sprintf("backoff of %s dropped: the env is retired", short(bo.Sha)))
+		a.log.Info(fmt.Sprintf("backoff of %s dropped: the env is retired", protocol.ShortSha(bo.Sha)))
 	case resp.Action == protocol.ActionNone:
-		a.log.Info(fmt.Sprintf("backoff of %s dropped: tenancy has nothing to apply", short(bo.Sha)))
+		a.log.Info(fmt.Sprintf("backoff of %s dropped: tenancy has nothing to apply", protocol.ShortSha(bo.Sha)))
 	default:
-		a.log.Info(fmt.Sprintf("backoff of %s dropped: desired is now %s", short(bo.Sha), short(resp.DesiredSha)))
+		a.log.Info(fmt.Sprintf("backoff of %s dropped: desired is now %s", protocol.ShortSha(bo.Sha), protocol.ShortSha(resp.DesiredSha)))
 	}
 	a.st.Backoff = nil
 	if err := a.saveState(); err != nil {
@@ -99,12 +99,12 @@ func (a *Agent) backingOff(ctx context.Context, resp *protocol.CheckinResponse) 
 // 2026-12-02T10:08:00Z (in 8m0s)`.
 func BackoffNote(bo *state.DeployBackoff, now time.Time) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s failed %d×", short(bo.Sha), bo.Attempts)
+	fmt.Fprintf(&b, "%s failed %d×", protocol.ShortSha(bo.Sha), bo.Attempts)
 	switch {
 	case bo.RevertedTo != "" && bo.RevertHealthy != nil:
-		fmt.Fprintf(&b, ", reverted to %s (%s)", short(bo.RevertedTo), healthWord(*bo.RevertHealthy))
+		fmt.Fprintf(&b, ", reverted to %s (%s)", protocol.ShortSha(bo.RevertedTo), healthWord(*bo.RevertHealthy))
 	case bo.RevertedTo != "":
-		fmt.Fprintf(&b, ", reverting to %s", short(bo.RevertedTo))
+		fmt.Fprintf(&b, ", reverting to %s", protocol.ShortSha(bo.RevertedTo))
 	case bo.NoRevert != "":
 		fmt.Fprintf(&b, ", not reverted: %s", bo.NoRevert)
 	}
@@ -165,7 +165,7 @@ func (a *Agent) failApply(ctx context.Context, at *applyAttempt, detail, logTail
 func withRevert(detail string, bo *state.DeployBackoff) string {
 	switch {
 	case bo.RevertedTo != "" && bo.RevertHealthy != nil:
-		return fmt.Sprintf("%s; reverted to %s (%s)", detail, short(bo.RevertedTo), healthWord(*bo.RevertHealthy))
+		return fmt.Sprintf("%s; reverted to %s (%s)", detail, protocol.ShortSha(bo.RevertedTo), healthWord(*bo.RevertHealthy))
 	case bo.NoRevert != "":
 		return detail + "; not reverted: " + bo.NoRevert
 	}
@@ -190,7 +190,7 @@ func (a *Agent) revertTarget(at *applyAttempt) (target, why string) {
 		return "", "the failed release is the one that ran before"
 	}
 	if fi, err := os.Stat(release.Dir(a.cfg.EnvDir(), prev)); err != nil || !fi.IsDir() {
-		return "", "release " + short(prev) + " is no longer on disk; the failed release is left as it is"
+		return "", "release " + protocol.ShortSha(prev) + " is no longer on disk; the failed release is left as it is"
 	}
 	return prev, ""
 }
@@ -224,7 +224,7 @@ func (a *Agent) revert(ctx context.Context) error {
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("revert to %s interrupted: %w", short(target), err)
+		return fmt.Errorf("revert to %s interrupted: %w", protocol.ShortSha(target), err)
 	}
 	bo.RevertPending = false
 	bo.RevertHealthy = &healthy
@@ -234,9 +234,9 @@ func (a *Agent) revert(ctx context.Context) error {
 		a.log.Warn("state not saved", "error", err.Error())
 	}
 	if healthy {
-		a.log.Info("reverted to " + short(target) + ": healthy")
+		a.log.Info("reverted to " + protocol.ShortSha(target) + ": healthy")
 	} else {
-		a.log.Error("reverted to " + short(target) + " but it is not healthy: " + a.redact.Redact(why))
+		a.log.Error("reverted to " + protocol.ShortSha(target) + " but it is not healthy: " + a.redact.Redact(why))
 	}
 	return a.step("reverted")
 }
@@ -248,7 +248,7 @@ func (a *Agent) revertRefused(ctx context.Context, refusal string) error {
 	bo := a.st.Backoff
 	target := bo.RevertedTo
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("revert to %s interrupted: %w", short(target), err)
+		return fmt.Errorf("revert to %s interrupted: %w", protocol.ShortSha(target), err)
 	}
 	envDir := a.cfg.EnvDir()
 	if cur, _, _ := release.Current(envDir); cur == target {
@@ -257,7 +257,7 @@ func (a *Agent) revertRefused(ctx context.Context, refusal string) error {
 		}
 	}
 	bo.RevertedTo, bo.RevertPending, bo.RevertHealthy = "", false, nil
-	bo.NoRevert = a.redact.Redact("release " + short(target) + " refused: " + refusal)
+	bo.NoRevert = a.redact.Redact("release " + protocol.ShortSha(target) + " refused: " + refusal)
 	bo.NextAttemptAt = a.deps.Now().UTC().Add(state.BackoffDelay(bo.Attempts))
 	if err := a.saveState(); err != nil {
 		a.log.Warn("state not saved", "error", err.Error())
@@ -406,7 +406,7 @@ func (a *Agent) releaseMeta(dir string) (composeFile string, healthy time.Durati
 func (a *Agent) finishKilledApply(ctx context.Context) error {
 	ap := a.st.Applying
 	detail := "the tick was killed during compose up or the wait for health (started " + ap.StartedAt.UTC().Format(time.RFC3339) + ")"
-	a.log.Error("failed: " + short(ap.Sha) + ": " + detail)
+	a.log.Error("failed: " + protocol.ShortSha(ap.Sha) + ": " + detail)
 	a.attempt = &applyAttempt{sha: ap.Sha, promoted: true, autoRevert: ap.AutoRevert}
 	defer func() { a.attempt = nil }()
 	return a.failApply(ctx, a.attempt, detail, "", nil)
@@ -416,7 +416,7 @@ func (a *Agent) finishKilledApply(ctx context.Context) error {
 // started it (that report had not gone out).
 func (a *Agent) finishRevert(ctx context.Context) error {
 	bo := a.st.Backoff
-	a.log.Warn("a revert to " + short(bo.RevertedTo) + " was interrupted; finishing it")
+	a.log.Warn("a revert to " + protocol.ShortSha(bo.RevertedTo) + " was interrupted; finishing it")
 	if err := a.revert(ctx); err != nil {
 		return err
 	}

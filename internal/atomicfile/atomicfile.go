@@ -17,20 +17,15 @@ import (
 var (
 	rename   = os.Rename
 	syncFile = func(f *os.File) error { return f.Sync() }
-	syncDir  = syncDirectory
+	syncDir  = SyncDir
 	// afterCreate runs once the temp file exists and before anything is written to it.
 	afterCreate = func(tmp string) {}
 )
 
 // WriteFile atomically replaces path with data, with mode perm exactly (umask does not apply).
-//
-// The temp file lives in path's directory (a rename across filesystems is not atomic), is
-// created with perm from the start — never wider, so a secret is never readable by others even
-// for a moment — and is written, fsynced, renamed over path, and the directory is fsynced so the
-// rename itself survives a power cut. On any failure the temp file is removed and the old file
-// is left as it was; no temp file is ever left behind. A symlink at path is replaced, not
-// followed. If only the final directory fsync fails, the new content is already in place and the
-// error says so.
+// The temp file beside path is created with perm from the start, so a secret is never readable by
+// others even for a moment; file and directory are fsynced so the rename survives a power cut,
+// and a failure leaves the old file and no temp file. A symlink at path is replaced, not followed.
 func WriteFile(path string, data []byte, perm os.FileMode) (err error) {
 	perm = perm.Perm()
 	dir, base := filepath.Split(path)
@@ -51,16 +46,8 @@ func WriteFile(path string, data []byte, perm os.FileMode) (err error) {
 		}
 	}()
 	afterCreate(tmp)
-	// The umask may have narrowed perm at creation; set it exactly (this can only widen the file
-	// up to perm, never beyond it).
-	if err = f.Chmod(perm); err != nil {
-		return fmt.Errorf("atomicfile: write %q: chmod: %w", path, err)
-	}
-	if _, err = f.Write(data); err != nil {
+	if err = fill(f, data, perm); err != nil {
 		return fmt.Errorf("atomicfile: write %q: %w", path, err)
-	}
-	if err = syncFile(f); err != nil {
-		return fmt.Errorf("atomicfile: write %q: fsync: %w", path, err)
 	}
 	if err = f.Close(); err != nil {
 		return fmt.Errorf("atomicfile: write %q: close: %w", path, err)
@@ -71,6 +58,36 @@ func WriteFile(path string, data []byte, perm os.FileMode) (err error) {
 	if derr := syncDir(dir); derr != nil {
 		// The temp file is gone (renamed), so the deferred cleanup has nothing to remove.
 		return fmt.Errorf("atomicfile: write %q: new content in place but directory fsync failed: %w", path, derr)
+	}
+	return nil
+}
+
+// WriteNew creates path, which must not exist, with data and mode perm exactly, and fsyncs it:
+// for the files of a directory that is itself renamed into place (a release, a kit). The caller
+// removes what is left on failure and fsyncs the directory.
+func WriteNew(path string, data []byte, perm os.FileMode) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm.Perm())
+	if err != nil {
+		return err
+	}
+	if err := fill(f, data, perm.Perm()); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// fill sets perm exactly (the umask may have narrowed it at creation; this can only widen the
+// file up to perm), writes data and fsyncs.
+func fill(f *os.File, data []byte, perm os.FileMode) error {
+	if err := f.Chmod(perm); err != nil {
+		return fmt.Errorf("chmod: %w", err)
+	}
+	if _, err := f.Write(data); err != nil {
+		return err
+	}
+	if err := syncFile(f); err != nil {
+		return fmt.Errorf("fsync: %w", err)
 	}
 	return nil
 }
@@ -96,7 +113,8 @@ func createTemp(dir, base string, perm os.FileMode) (*os.File, string, error) {
 	return nil, "", errors.New("could not find a free temp file name")
 }
 
-func syncDirectory(dir string) error {
+// SyncDir fsyncs a directory, so that a rename or a new file in it survives a power cut.
+func SyncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return err
@@ -112,11 +130,9 @@ func syncDirectory(dir string) error {
 // tempSuffixLen is the length of the random hex part of a temp file's name (8 bytes).
 const tempSuffixLen = 16
 
-// RemoveLeftovers removes the temp files a WriteFile of path left behind when its process was
-// killed between creating and renaming one (`.<base>.tmp-<16 hex digits>` beside path). Only
-// names of exactly that shape are touched, and never a directory. The caller must hold whatever
-// lock serialises writers of path, or it may remove a write in flight. It returns the paths it
-// removed; a failure to remove one does not stop the others.
+// RemoveLeftovers removes the `.<base>.tmp-<16 hex>` files beside path that a killed WriteFile
+// left, and nothing else. The caller holds the lock that serialises writers of path, or it may
+// remove a write in flight. A failure to remove one does not stop the others.
 func RemoveLeftovers(path string) ([]string, error) {
 	dir, base := filepath.Split(path)
 	if dir == "" {

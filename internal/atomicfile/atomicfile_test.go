@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
@@ -185,7 +186,7 @@ func TestWriteFileDirSyncFailureReportsContentInPlace(t *testing.T) {
 	dir := t.TempDir()
 	p := filepath.Join(dir, "f")
 	syncDir = func(string) error { return errors.New("injected") }
-	defer func() { syncDir = syncDirectory }()
+	defer func() { syncDir = SyncDir }()
 	err := WriteFile(p, []byte("x"), 0o600)
 	if err == nil {
 		t.Fatal("want the directory fsync error")
@@ -290,5 +291,23 @@ func TestRemoveLeftovers(t *testing.T) {
 	}
 	if _, err := RemoveLeftovers(dir + "/"); err == nil {
 		t.Error("a directory name was accepted as a file")
+	}
+}
+
+func TestWriteNew(t *testing.T) {
+	old := syscall.Umask(0o077)
+	defer syscall.Umask(old)
+	p := filepath.Join(t.TempDir(), "f")
+	if err := WriteNew(p, []byte("x"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(p); err != nil || fi.Mode().Perm() != 0o640 {
+		t.Fatalf("mode %v, %v: want 0640 despite the umask", fi.Mode().Perm(), err)
+	}
+	if err := WriteNew(p, []byte("y"), 0o640); !errors.Is(err, fs.ErrExist) {
+		t.Fatalf("second WriteNew = %v, want ErrExist", err)
+	}
+	if b, _ := os.ReadFile(p); string(b) != "x" {
+		t.Fatalf("content %q, want the first write's", b)
 	}
 }

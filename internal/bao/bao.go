@@ -9,7 +9,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"net/http"
 	"net/url"
@@ -23,9 +22,9 @@ import (
 	"github.com/openbao/openbao/api/v2"
 	"golang.org/x/sync/errgroup"
 
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/neterr"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/noredirect"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/transport"
 )
 
 // Sentinels callers branch on with errors.Is. Every error of this package names its subject (a
@@ -516,11 +515,7 @@ func serverMessage(re *api.ResponseError, secrets ...string) string {
 	msg = occurred.ReplaceAllString(msg, "")
 	msg = strings.TrimPrefix(msg, "* ")
 	msg = strings.ReplaceAll(msg, "; * ", "; ")
-	for _, s := range secrets {
-		if s != "" {
-			msg = strings.ReplaceAll(msg, s, "***")
-		}
-	}
+	msg = secret.Mask(msg, secrets...)
 	if len(msg) > 300 {
 		msg = msg[:300] + "…"
 	}
@@ -529,15 +524,6 @@ func serverMessage(re *api.ResponseError, secrets ...string) string {
 	}
 	return msg
 }
-
-// maskedErr keeps an error's chain for errors.Is/As while its text has every secret masked.
-type maskedErr struct {
-	err error
-	msg string
-}
-
-func (m maskedErr) Error() string { return m.msg }
-func (m maskedErr) Unwrap() error { return m.err }
 
 // classify maps an api/transport error onto the sentinels. The api library's own error text is
 // multi-line and includes the request URL; only the status and OpenBao's messages are kept.
@@ -559,51 +545,22 @@ func classify(ctx context.Context, subject string, err error, secrets ...string)
 	if errors.Is(err, api.ErrSecretNotFound) {
 		return fmt.Errorf("%s: %w", subject, ErrNotFound)
 	}
-	var redirect *noredirect.Error
-	if errors.As(err, &redirect) {
-		// Not temporary (the same answer comes next minute), and only the target's scheme,
-		// host and path: the *url.Error around it quotes the whole URL.
+	switch neterr.Classify(ctx, err) {
+	case neterr.Redirect:
+		// Only the target's scheme, host and path: the *url.Error around it quotes the whole URL.
+		var redirect *noredirect.Error
+		errors.As(err, &redirect)
 		return fmt.Errorf("%s: %w", subject, redirect)
-	}
-	if isTLS(err) {
-		return fmt.Errorf("%s: %w: %s", subject, ErrTLS, mask(err.Error(), secrets))
-	}
-	if ctx.Err() != nil && errors.Is(ctx.Err(), context.Canceled) {
+	case neterr.TLS:
+		return fmt.Errorf("%s: %w: %s", subject, ErrTLS, secret.Mask(err.Error(), secrets...))
+	case neterr.Canceled:
 		return fmt.Errorf("%s: %w", subject, ctx.Err())
-	}
-	if errors.Is(err, transport.ErrUnmapped) || errors.Is(err, transport.ErrServiceNotVisible) {
-		// No route, or the identity may not see the service: not something a retry fixes.
-		return fmt.Errorf("%s: %w", subject, maskedErr{err: err, msg: mask(err.Error(), secrets)})
-	}
-	var ue *url.Error
-	if errors.As(err, &ue) || errors.Is(err, context.DeadlineExceeded) || isNetwork(err) ||
-		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-		// The chain is kept (the transport's own sentinels, e.g. an unmapped target, decide
-		// what the agent does); the text is masked.
-		return fmt.Errorf("%s: %w: %w", subject, ErrTemporary, maskedErr{err: err, msg: mask(err.Error(), secrets)})
+	case neterr.NoRoute:
+		return fmt.Errorf("%s: %w", subject, secret.MaskError(err, secrets...))
+	case neterr.Network:
+		// The chain is kept (the transport's own sentinels decide what the agent does).
+		return fmt.Errorf("%s: %w: %w", subject, ErrTemporary, secret.MaskError(err, secrets...))
 	}
 	// What is left is a 200 whose body did not parse: not temporary, a protocol fault.
-	return fmt.Errorf("%s: unreadable answer: %s", subject, mask(err.Error(), secrets))
-}
-
-func isNetwork(err error) bool {
-	var ne interface{ Timeout() bool }
-	return errors.As(err, &ne)
-}
-
-func isTLS(err error) bool {
-	var ua x509.UnknownAuthorityError
-	var he x509.HostnameError
-	var ci x509.CertificateInvalidError
-	var cv *tls.CertificateVerificationError
-	return errors.As(err, &ua) || errors.As(err, &he) || errors.As(err, &ci) || errors.As(err, &cv)
-}
-
-func mask(s string, secrets []string) string {
-	for _, x := range secrets {
-		if x != "" {
-			s = strings.ReplaceAll(s, x, "***")
-		}
-	}
-	return s
+	return fmt.Errorf("%s: unreadable answer: %s", subject, secret.Mask(err.Error(), secrets...))
 }

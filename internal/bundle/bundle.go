@@ -152,7 +152,7 @@ func Parse(files map[string]string, desiredSha string) (*Bundle, error) {
 	sha := Sha(files)
 	if !strings.EqualFold(sha, desiredSha) {
 		return nil, protocol.Refuse(protocol.CodeBundleShaMismatch,
-			"content sha %s does not match desired sha %s", short(sha), short(desiredSha))
+			"content sha %s does not match desired sha %s", protocol.ShortSha(sha), protocol.ShortSha(desiredSha))
 	}
 	meta, err := parseMeta(files)
 	if err != nil {
@@ -169,16 +169,6 @@ func Parse(files map[string]string, desiredSha string) (*Bundle, error) {
 		Entries:     entries,
 		EnvTemplate: files[EnvTemplateFile],
 	}, nil
-}
-
-func short(sha string) string {
-	if len(sha) > 12 {
-		return sha[:12]
-	}
-	if sha == "" {
-		return "(none)"
-	}
-	return sha
 }
 
 // checkPaths enforces the path and size rules before anything else looks at the bundle: a path

@@ -161,7 +161,7 @@ func TestParseRefusals(t *testing.T) {
 
 		{"sha mismatch", goodFiles(), "7a10c3d2e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1", protocol.CodeBundleShaMismatch,
 			"does not match desired sha 7a10c3d2e4f5"},
-		{"sha missing", goodFiles(), "-", protocol.CodeBundleShaMismatch, "desired sha (none)"},
+		{"sha missing", goodFiles(), "-", protocol.CodeBundleShaMismatch, "desired sha -"},
 
 		{"bundle.json missing", with(goodFiles(), "bundle.json", deleted), "", protocol.CodeBundleInvalid, "bundle.json: missing"},
 		{"bundle.json not JSON", with(goodFiles(), "bundle.json", "{"), "", protocol.CodeBundleInvalid, "bundle.json: not valid JSON"},

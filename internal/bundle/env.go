@@ -7,32 +7,16 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/compose-spec/compose-go/v2/dotenv"
+
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
 )
 
-// RenderEnv renders .env.template with the secret values read for this apply.
-//
-// A reference is `${NAME}` (NAME as in [A-Za-z_][A-Za-z0-9_]*); `$$` is an escaped dollar and
-// is copied as is, and so is `$NAME` without braces (compose may interpolate it later; it is not
-// a reference to a secret). A line whose first non-blank character is `#` is a comment: it is
-// copied unchanged and its references do not count — the template's own header once said
-// "substitutes every ${VAR}" and the first bundle on env-qa-02 was refused for it (0.1.5).
-//
-// A reference with no value anywhere outside comments is ENV_INCOMPLETE `unresolved: A, B`
-// (sorted, unique), before any value is looked at. Then every value must come back byte for byte
-// when docker compose reads the file:
-//   - a line `KEY=${VAR}` (also `export KEY=…`, `KEY: …`, `KEY="${VAR}"`, `KEY='${VAR}'`, with an
-//     optional trailing ` # comment`) gets the value alone: raw when it is plain (no blank at
-//     either end; no quote, `#`, `$`, `\` or control character), else in single quotes (literal
-//     to compose) when it has no `'`, `\` or newline, else in double quotes with `\\`, `\"`,
-//     `\n` and `$$`;
-//   - a reference inside a longer value (`URL=https://${HOST}/x`) is substituted only when the
-//     value is plain.
-//
-// A value that cannot be written safely — a NUL, a carriage return, invalid UTF-8, or a non-plain
-// value inside a longer one — is ENV_UNSAFE_VALUE naming every such variable. Details name
-// variables, never values.
+// RenderEnv fills the `${NAME}` references of .env.template with the secret values; `$$` and
+// `$NAME` are left to compose, and comment lines are copied and not counted (0.1.5 refused a bundle
+// over a header comment). Missing values are ENV_INCOMPLETE; a value compose would not read back
+// byte for byte is ENV_UNSAFE_VALUE. Details name variables, never values.
 func RenderEnv(template string, values map[string]secret.Value) (string, error) {
 	lines := strings.Split(template, "\n")
 
@@ -202,7 +186,8 @@ func plain(v string) bool {
 	return true
 }
 
-// encodeValue writes v as the whole value of a .env line, or says why it cannot.
+// encodeValue writes v as the whole value of a .env line, or says why it cannot: raw when plain,
+// single-quoted (literal to compose) without ', \ or newline, else double-quoted with \\, \", \n, $$.
 func encodeValue(v string) (string, string) {
 	switch {
 	case !utf8.ValidString(v):
@@ -221,9 +206,9 @@ func encodeValue(v string) (string, string) {
 	} else {
 		enc = `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`, "$", "$$").Replace(v) + `"`
 	}
-	// Belt and braces: read it back with compose's rules before trusting it.
-	got, rest, err := readValue(enc, nil)
-	if err != nil || got != v || rest != "" {
+	// Belt and braces: read it back with compose's own reader before trusting it.
+	got, err := dotenv.UnmarshalWithLookup("K="+enc, nil)
+	if err != nil || len(got) != 1 || got["K"] != v {
 		return "", "cannot be written so that docker compose reads it back unchanged"
 	}
 	return enc, ""

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/compose-spec/compose-go/v2/dotenv"
+
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
 )
@@ -69,7 +71,7 @@ func TestRenderEnv(t *testing.T) {
 			if tt.read == nil {
 				return
 			}
-			read, err := parseDotenv(got)
+			read, err := dotenv.UnmarshalWithLookup(got, nil)
 			if err != nil {
 				t.Fatalf("reading back: %v", err)
 			}
@@ -114,48 +116,6 @@ func TestRenderEnvRefusals(t *testing.T) {
 				if strings.Contains(err.Error(), v.Reveal()) {
 					t.Errorf("error %q reveals the value of %s", err, name)
 				}
-			}
-		})
-	}
-}
-
-// TestReadDotenv pins the reader to what docker compose v2.40.3 was seen to read (via
-// `docker compose config --format json`, `$$` in its output undone).
-func TestReadDotenv(t *testing.T) {
-	src := "# comment ${X}\n" +
-		"A='sp ace # $x ${y}'\n" +
-		`B="it's \\ \"q\" \$\$ \$\${z} line1\nline2"` + "\n" +
-		"C=plain  # trailing\n" +
-		"export D = spaced\n" +
-		"E: yaml style\n" +
-		"F=a#b\n" +
-		"G='multi\nline'\n" +
-		"H=\"\\0101\\c\"\n" +
-		"I=$$lit and $C\n"
-	want := map[string]string{
-		"A": "sp ace # $x ${y}",
-		"B": "it's \\ \"q\" $$ $${z} line1\nline2",
-		"C": "plain",
-		"D": "spaced",
-		"E": "yaml style",
-		"F": "a#b",
-		"G": "multi\nline",
-		"H": "A\\c",
-		"I": "$lit and plain",
-	}
-	got, err := parseDotenv(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for k, v := range want {
-		if got[k] != v {
-			t.Errorf("%s = %q, want %q", k, got[k], v)
-		}
-	}
-	for _, bad := range []string{"A='open\n", "A=\"open", "BAD KEY=x\n", "A!=x\n", "A=${X:-d}\n"} {
-		t.Run(bad, func(t *testing.T) {
-			if _, err := parseDotenv(bad); err == nil {
-				t.Errorf("parseDotenv(%q) accepted", bad)
 			}
 		})
 	}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/compose-spec/compose-go/v2/dotenv"
 	"github.com/compose-spec/compose-go/v2/types"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/bundle/bundletest"
@@ -161,7 +162,7 @@ func readsBack(t *testing.T, template string, values map[string]secret.Value, wa
 	if err != nil {
 		return
 	}
-	read, perr := parseDotenv(out)
+	read, perr := dotenv.UnmarshalWithLookup(out, nil)
 	if perr != nil {
 		t.Fatalf("rendered .env %q does not read back: %v", out, perr)
 	}

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/clip"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/runner"
 )
@@ -62,7 +63,7 @@ func (d *Docker) ComposeVersion(ctx context.Context) (string, error) {
 	}
 	v := strings.TrimPrefix(strings.TrimSpace(string(res.Stdout)), "v")
 	if v == "" || strings.ContainsAny(v, " \n\t") {
-		return "", fmt.Errorf("compose: docker compose version: unexpected output %q", truncate(string(res.Stdout), 80))
+		return "", fmt.Errorf("compose: docker compose version: unexpected output %q", clip.Head(string(res.Stdout), 80))
 	}
 	return v, nil
 }

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/clip"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/runner"
 )
 
@@ -73,7 +74,7 @@ func Tail(out string, limit int) string {
 		}
 		if size+add > limit {
 			if len(picked) == 0 {
-				picked = append(picked, "…"+lastRunes(line, limit-len("…")))
+				picked = append(picked, "…"+clip.LastBytes(line, limit-len("…")))
 			}
 			break
 		}
@@ -84,28 +85,4 @@ func Tail(out string, limit int) string {
 		picked[i], picked[j] = picked[j], picked[i]
 	}
 	return strings.Join(picked, " | ")
-}
-
-// lastRunes returns the end of s, at most n bytes, cut on a rune boundary.
-func lastRunes(s string, n int) string {
-	if n <= 0 {
-		return ""
-	}
-	if len(s) <= n {
-		return s
-	}
-	s = s[len(s)-n:]
-	for len(s) > 0 && !isRuneStart(s[0]) {
-		s = s[1:]
-	}
-	return s
-}
-
-func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }

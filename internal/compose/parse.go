@@ -8,6 +8,7 @@ import (
 	"io"
 	"strings"
 
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/clip"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 )
 
@@ -22,7 +23,7 @@ func ParseInfo(b []byte) (Info, error) {
 	}
 	b = bytes.TrimSpace(b)
 	if len(b) == 0 || b[0] != '{' {
-		return Info{}, fmt.Errorf("compose: docker info: output is not a JSON object: %q", truncate(string(b), 80))
+		return Info{}, fmt.Errorf("compose: docker info: output is not a JSON object: %q", clip.Head(string(b), 80))
 	}
 	if err := json.Unmarshal(b, &raw); err != nil {
 		return Info{}, fmt.Errorf("compose: docker info: %w", err)

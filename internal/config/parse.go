@@ -1,7 +1,6 @@
 package config
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +17,8 @@ import (
 	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/yamldoc"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 )
@@ -110,26 +111,12 @@ func Parse(data []byte, file string) (cfg *Config, err error) {
 }
 
 func parseDocument(data []byte, file string) (*yaml.Node, error) {
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var doc yaml.Node
-	if err := dec.Decode(&doc); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, nil // empty file, or only comments: every key at its default
-		}
-		return nil, &Error{File: file, Msg: "invalid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}
-	}
-	var next yaml.Node
-	if err := dec.Decode(&next); !errors.Is(err, io.EOF) {
-		return nil, &Error{File: file, Line: next.Line, Msg: "more than one YAML document (a second '---')"}
-	}
-	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 {
-		return nil, &Error{File: file, Msg: "invalid YAML document"}
-	}
-	root := doc.Content[0]
+	root, err := yamldoc.Root(data)
+	var de *yamldoc.Error
 	switch {
-	case root.Kind == yaml.ScalarNode && root.ShortTag() == "!!null":
-		return nil, nil
-	case root.Kind != yaml.MappingNode:
+	case errors.As(err, &de):
+		return nil, &Error{File: file, Line: de.Line, Msg: de.Msg}
+	case root != nil && root.Kind != yaml.MappingNode:
 		return nil, &Error{File: file, Line: root.Line, Msg: "want a mapping of keys at the top level, got " + describe(root)}
 	}
 	return root, nil

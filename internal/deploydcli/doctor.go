@@ -55,7 +55,7 @@ func osDoctorDeps() doctorDeps {
 		groupName:   doctor.GroupName,
 		lookupGroup: doctor.LookupGroup,
 		timer: func(ctx context.Context, now time.Time) *protocol.Timer {
-			return systemd.TimerState(ctx, run, timerUnit, now)
+			return systemd.TimerState(ctx, run, systemd.TimerUnit, now)
 		},
 		meter:    diskspace.Meter{},
 		hostname: host,

@@ -21,6 +21,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/runner"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/runner/runnertest"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/systemd"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/tenancy/tenancytest"
 )
 
@@ -98,7 +99,7 @@ containerd_root: %s/containerd
 	box.run.Expect("docker", []string{"info", "--format", "{{json .}}"}).Returns(`{"DockerRootDir":"/var/lib/docker","ServerVersion":"29.0.1"}`, "", 0)
 	box.run.Expect("docker", []string{"compose", "version", "--short"}).Returns("2.40.3\n", "", 0)
 	enabled := true
-	box.timer = &protocol.Timer{Unit: timerUnit, Enabled: &enabled, Active: &enabled}
+	box.timer = &protocol.Timer{Unit: systemd.TimerUnit, Enabled: &enabled, Active: &enabled}
 	me := doctor.Account{Name: "agent", UID: uint32(os.Geteuid())}
 	box.deps = doctorDeps{
 		runner:   box.run,

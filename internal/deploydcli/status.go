@@ -98,7 +98,7 @@ func runStatus(ctx context.Context, opts statusOptions, g *globals, run runner.R
 		LastCheckinAt: st.LastCheckinAt,
 		LastApplyAt:   st.LastApplyAt,
 		History:       st.History,
-		Timer:         systemd.TimerState(ctx, run, timerUnit, now),
+		Timer:         systemd.TimerState(ctx, run, systemd.TimerUnit, now),
 	}
 	if st.Backoff != nil {
 		doc.Backoff = st.Backoff

@@ -21,9 +21,6 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/transport"
 )
 
-// timerUnit is the unit whose state every check-in reports.
-const timerUnit = "monky-deployd.timer"
-
 // transportOptions maps the config onto the transport's view of it.
 func transportOptions(cfg *config.Config, log *slog.Logger) transport.Options {
 	return transport.Options{
@@ -90,7 +87,7 @@ func wire(cfg *config.Config, log *slog.Logger) (agent.Deps, func(), error) {
 			Now:       time.Now,
 		},
 		Timer: func(ctx context.Context) *protocol.Timer {
-			return systemd.TimerState(ctx, run, timerUnit, time.Now())
+			return systemd.TimerState(ctx, run, systemd.TimerUnit, time.Now())
 		},
 		Disk:     &diskspace.Meter{},
 		Now:      time.Now,

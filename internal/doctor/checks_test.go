@@ -442,9 +442,9 @@ func TestTimerCheck(t *testing.T) {
 func TestTimerCheckThroughSystemctl(t *testing.T) {
 	f := newFixture(t, "")
 	booted := t.TempDir()
-	f.run.ExpectPrefix("systemctl", []string{"show", TimerUnit}).Returns("UnitFileState=disabled\nActiveState=inactive\nNextElapseUSecRealtime=\nNextElapseUSecMonotonic=\n", "", 0)
+	f.run.ExpectPrefix("systemctl", []string{"show", systemd.TimerUnit}).Returns("UnitFileState=disabled\nActiveState=inactive\nNextElapseUSecRealtime=\nNextElapseUSecMonotonic=\n", "", 0)
 	f.env.Timer = func(ctx context.Context) *protocol.Timer {
-		return systemd.Probe{Runner: f.run, BootedDir: booted}.TimerState(ctx, TimerUnit, f.env.Now())
+		return systemd.Probe{Runner: f.run, BootedDir: booted}.TimerState(ctx, systemd.TimerUnit, f.env.Now())
 	}
 	want{status: Fail, detail: []string{"enabled=false"}, fix: []string{"systemctl enable --now monky-deployd.timer"}}.assert(t, f.check("timer"))
 }

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/clip"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/compose"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/diskspace"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/runner"
@@ -61,16 +62,9 @@ func composeMajor(v string) (int, error) {
 	head, _, _ := strings.Cut(s, ".")
 	n, err := strconv.Atoi(head)
 	if err != nil || n < 0 || head == "" || len(head) > 4 {
-		return 0, fmt.Errorf("compose version %q is not a version number", truncate(v, 40))
+		return 0, fmt.Errorf("compose version %q is not a version number", clip.Head(v, 40))
 	}
 	return n, nil
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }
 
 func (c *checker) pluginDirs() []string {

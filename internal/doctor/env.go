@@ -21,9 +21,6 @@ import (
 // AgentUser is the account the package's units run the agent as (User=monky-deployd).
 const AgentUser = "monky-deployd"
 
-// TimerUnit is the agent's heartbeat.
-const TimerUnit = "monky-deployd.timer"
-
 // DefaultPluginDirs are the docker CLI's system plugin directories. DOCKER_CONFIG moves the
 // per-user plugin directory along with the credentials, so a compose plugin found only under
 // ~/.docker/cli-plugins works for a human and vanishes for the agent.
@@ -119,7 +116,7 @@ type Env struct {
 	// environment, see tickEnv).
 	Runner runner.Runner
 	Meter  Meter
-	// Timer reads TimerUnit's state; Enabled is nil where systemd is absent or unreadable.
+	// Timer reads systemd.TimerUnit's state; Enabled is nil where systemd is absent or unreadable.
 	Timer func(ctx context.Context) *protocol.Timer
 	// PluginDirs are where a system-wide compose plugin may live (nil: DefaultPluginDirs).
 	PluginDirs []string

@@ -31,6 +31,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/runner"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/runner/runnertest"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/state"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/systemd"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/tenancy"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/tenancy/tenancytest"
 )
@@ -179,7 +180,7 @@ func newFixture(t *testing.T, extraYAML string) *fixture {
 	f.sock = filepath.Join(dir, "docker.sock")
 	f.fs.stat[f.sock] = FileInfo{Mode: fs.ModeSocket | 0o660, UID: 0, GID: dockerGID}
 	enabled, active, next := true, true, "2026-12-02T10:01:00Z"
-	f.tm = &protocol.Timer{Unit: TimerUnit, Enabled: &enabled, Active: &active, NextElapse: &next}
+	f.tm = &protocol.Timer{Unit: systemd.TimerUnit, Enabled: &enabled, Active: &active, NextElapse: &next}
 
 	f.env = &Env{
 		ConfigPath:  cfgPath,

@@ -16,6 +16,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/config"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/systemd"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/tenancy"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/transport"
 )
@@ -30,7 +31,7 @@ func (c *checker) timerCheck(ctx context.Context) Result {
 			return skip("no systemd here, and laptop_mode is on: run `monky-deployd tick` yourself or from your own scheduler")
 		}
 		return fail("systemd is not running or systemctl cannot be read: nothing runs tick on this box",
-			"run the agent on a systemd host with "+TimerUnit+" enabled, or set laptop_mode: true and run `monky-deployd tick` from your own scheduler")
+			"run the agent on a systemd host with "+systemd.TimerUnit+" enabled, or set laptop_mode: true and run `monky-deployd tick` from your own scheduler")
 	}
 	enabled := *t.Enabled
 	active := t.Active != nil && *t.Active
@@ -39,14 +40,14 @@ func (c *checker) timerCheck(ctx context.Context) Result {
 		next = ", next run " + *t.NextElapse
 	}
 	if enabled && active {
-		return ok("%s is enabled and active%s", TimerUnit, next)
+		return ok("%s is enabled and active%s", systemd.TimerUnit, next)
 	}
 	when := ""
 	if active {
 		when = " after the next reboot"
 	}
-	return fail(fmt.Sprintf("%s is enabled=%t active=%t: no tick runs%s", TimerUnit, enabled, active, when),
-		"systemctl enable --now "+TimerUnit)
+	return fail(fmt.Sprintf("%s is enabled=%t active=%t: no tick runs%s", systemd.TimerUnit, enabled, active, when),
+		"systemctl enable --now "+systemd.TimerUnit)
 }
 
 // bootstrapPresent reports whether the kit's bootstrap grant is on disk. It is stat'ed, never
@@ -136,11 +137,7 @@ func (c *checker) tenancy(ctx context.Context) Result {
 	resp, err := c.env.Tenancy.Checkin(ctx, tok, c.checkinRequest(ctx))
 	switch {
 	case err == nil:
-		desired := resp.DesiredSha
-		if len(desired) > 12 {
-			desired = desired[:12]
-		}
-		return ok("tenancy at %s accepted the token (env %s, action=%s, desired %s)", url, resp.EnvID, resp.Action, orDash(desired))
+		return ok("tenancy at %s accepted the token (env %s, action=%s, desired %s)", url, resp.EnvID, resp.Action, protocol.ShortSha(resp.DesiredSha))
 	case errors.Is(err, tenancy.ErrUnauthenticated):
 		fix := c.needsKitFix()
 		if c.bootstrapPresent() {

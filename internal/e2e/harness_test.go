@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/clip"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/devstack"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/devstack/appimage"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/report"
@@ -190,16 +191,9 @@ func (f *fleet) fatalWithJournals(format string, args ...any) {
 	f.t.Helper()
 	var b strings.Builder
 	for _, box := range f.boxes {
-		fmt.Fprintf(&b, "\n=== journal of %s\n%s", box.Env, tail(box.Journal(), 3000))
+		fmt.Fprintf(&b, "\n=== journal of %s\n%s", box.Env, clip.Tail(box.Journal(), 3000))
 	}
 	f.t.Fatalf(format+"%s", append(args, b.String())...)
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return "…" + s[len(s)-n:]
-	}
-	return s
 }
 
 // statusEnv is one element of `fleetctl status -o json`, decoded with the type that writes it

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/clip"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/devstack/dockercli"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/devstack/process"
 )
@@ -240,7 +241,7 @@ func probeBuilt(override, script string) (string, error) {
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return "", fmt.Errorf("scripts/%s: %w: %s", script, err, tail(stderr.String(), 2000))
+		return "", fmt.Errorf("scripts/%s: %w: %s", script, err, clip.Tail(strings.TrimSpace(stderr.String()), 2000))
 	}
 	return probeExecutable(strings.TrimSpace(string(out)))
 }
@@ -289,8 +290,6 @@ func docker(t testing.TB, dockerConfig string, args ...string) string {
 }
 
 func firstWords(args []string, n int) string { return dockercli.FirstWords(args, n) }
-
-func tail(s string, n int) string { return dockercli.Tail(s, n) }
 
 // randomHex returns n random bytes as hex: user names, passwords, tokens, project names.
 func randomHex(n int) string {

@@ -222,3 +222,14 @@ func ParseErrorBody(b []byte) ErrorBody {
 	}
 	return out
 }
+
+// ShortSha is a bundle sha as the journal and refusal details show it: 12 hex digits, "-" for none.
+func ShortSha(sha string) string {
+	if sha == "" {
+		return "-"
+	}
+	if len(sha) > 12 {
+		return sha[:12]
+	}
+	return sha
+}

@@ -1,11 +1,7 @@
-// Package registryauth turns the registry pull credential a bundle's manifest names
-// (`use: registry-auth`) into the agent's own Docker config, so that every docker call made with
-// DOCKER_CONFIG=<state_dir>/docker can pull from the private registry.
-//
-// The credential is never an env var: a `.env` entry would hand the registry password to every
-// container. And it must live in a directory the agent owns and names explicitly — the unit runs
-// as its own user, so a `docker login` by a human or by root is invisible to it and looks exactly
-// like no credential at all (seed 0.1.7, env-dev-01).
+// Package registryauth turns the registry credential a manifest names (`use: registry-auth`) into
+// the agent's own Docker config. Never an env var (every container would see the password), and
+// in a directory the agent owns: the unit's user cannot see a human's or root's `docker login`
+// (seed 0.1.7, env-dev-01).
 package registryauth
 
 import (
@@ -20,6 +16,7 @@ import (
 	"unicode"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/atomicfile"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/clip"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/strictjson"
 )
@@ -43,14 +40,9 @@ type Auth struct {
 
 func invalid(msg string) error { return fmt.Errorf("registry-auth: %s: %w", msg, ErrInvalid) }
 
-// Parse reads the secret's value in either shape the seeded robot account has been written in:
-//   - a JSON object {"registry": …, "username": …, "password": …} (registry optional, then
-//     defaultRegistry; other fields ignored);
-//   - `username:password`, split at the FIRST colon (a password may contain colons, a docker
-//     username may not), with defaultRegistry.
-//
-// Surrounding whitespace of the whole value is dropped (KV values often end in a newline).
-// Errors wrap ErrInvalid, name what is wrong and never contain any part of the value.
+// Parse reads the credential as JSON {"registry", "username", "password"} (registry defaults to
+// defaultRegistry) or as `username:password`, split at the FIRST colon (a password may hold
+// colons, a docker username may not). Errors wrap ErrInvalid and never quote the value.
 func Parse(value secret.Value, defaultRegistry string) (Auth, error) {
 	text := strings.TrimSpace(value.Reveal())
 	if text == "" {
@@ -105,7 +97,7 @@ func parseJSON(text string) (Auth, string, error) {
 		case errors.As(err, &se) && se.Trailing:
 			return Auth{}, "", invalid("the value has trailing data after the JSON object")
 		case errors.As(err, &se) && se.Duplicate && !strings.Contains(se.Pointer[1:], "/"):
-			return Auth{}, "", invalid(fmt.Sprintf("JSON field %q is given twice", clipName(se.Key)))
+			return Auth{}, "", invalid(fmt.Sprintf("JSON field %q is given twice", clip.Head(se.Key, 32)))
 		}
 		return Auth{}, "", invalid("the value starts with '{' but is not a JSON object")
 	}
@@ -135,14 +127,6 @@ func parseJSON(text string) (Auth, string, error) {
 	return a, password, nil
 }
 
-// clipName keeps a member name short in a message.
-func clipName(s string) string {
-	if len(s) > 32 {
-		return s[:32]
-	}
-	return s
-}
-
 // checkRegistry accepts what docker accepts as an auths key: a host[:port], optionally with a
 // scheme or path (`https://index.docker.io/v1/`). It refuses what would corrupt the file or
 // never match a pull: whitespace and control characters.
@@ -168,11 +152,9 @@ type dockerAuth struct {
 	Auth string `json:"auth"`
 }
 
-// WriteDockerConfig writes <dir>/config.json (0600, atomically) holding only a's credential:
-// {"auths": {"<registry>": {"auth": base64("<username>:<password>")}}}. dir is created if needed
-// and forced to 0700. The whole file is the agent's: it is replaced, not merged, so a stray
-// `credsStore` or a stale registry cannot creep in. Writing the same Auth twice yields the same
-// bytes (the agent writes it on every apply).
+// WriteDockerConfig atomically replaces <dir>/config.json (0600, dir 0700) with a's credential
+// only: replaced, never merged, so a stray `credsStore` or a stale registry cannot creep in. The
+// same Auth always yields the same bytes.
 func WriteDockerConfig(dir string, a Auth) error {
 	if a.Registry == "" || a.Username == "" || a.Password.Empty() {
 		return fmt.Errorf("registry-auth: write docker config in %q: incomplete credential", dir)

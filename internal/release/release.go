@@ -5,7 +5,6 @@ package release
 
 import (
 	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -17,6 +16,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/atomicfile"
 )
 
 // Names inside an environment directory.
@@ -44,12 +45,10 @@ var exchange = func(a, b string) error {
 // Dir is the directory of the release sha under envDir.
 func Dir(envDir, sha string) string { return filepath.Join(envDir, ReleasesDir, sha) }
 
-// Stage writes a release: every bundle file (by relative, '/'-separated path) and the rendered
-// .env, all 0600 in 0700 directories, into a hidden staging directory that is then renamed to
-// releases/<sha>. A release of the same sha already staged is replaced by an atomic exchange
-// where the filesystem supports it (else by renaming it aside first); its content is the same
-// bundle, but .env may carry new secret values. On error nothing is left under the final name
-// that was not there before. env holds secret values: it never appears in an error.
+// Stage writes the bundle files and the rendered .env (0600, dirs 0700) into a staging directory
+// renamed to releases/<sha>, exchanging atomically with a release of the same sha (its .env may
+// carry new secrets). On error nothing new is left under the final name; env never appears in an
+// error.
 func Stage(envDir, sha string, files map[string]string, env string) (string, error) {
 	if err := checkSha(sha); err != nil {
 		return "", err
@@ -90,14 +89,14 @@ func Stage(envDir, sha string, files map[string]string, env string) (string, err
 		if err := os.MkdirAll(filepath.Dir(target), 0o700); err != nil {
 			return "", fmt.Errorf("release: stage %s: file %q: %w", sha, p, err)
 		}
-		if err := writeFile(target, files[p]); err != nil {
+		if err := atomicfile.WriteNew(target, []byte(files[p]), 0o600); err != nil {
 			return "", fmt.Errorf("release: stage %s: file %q: %w", sha, p, err)
 		}
 		if err := hook("file-written"); err != nil {
 			return "", err
 		}
 	}
-	if err := writeFile(filepath.Join(tmp, EnvFile), env); err != nil {
+	if err := atomicfile.WriteNew(filepath.Join(tmp, EnvFile), []byte(env), 0o600); err != nil {
 		// The error names the file only; env is secret.
 		return "", fmt.Errorf("release: stage %s: write %s: %w", sha, EnvFile, scrub(err))
 	}
@@ -105,7 +104,7 @@ func Stage(envDir, sha string, files map[string]string, env string) (string, err
 		return "", err
 	}
 	for _, d := range dirs {
-		if err := syncDir(d); err != nil {
+		if err := atomicfile.SyncDir(d); err != nil {
 			return "", fmt.Errorf("release: stage %s: %w", sha, err)
 		}
 	}
@@ -118,7 +117,7 @@ func Stage(envDir, sha string, files map[string]string, env string) (string, err
 		return "", fmt.Errorf("release: stage %s: %w", sha, err)
 	}
 	done = true
-	if err := syncDir(releases); err != nil {
+	if err := atomicfile.SyncDir(releases); err != nil {
 		return final, fmt.Errorf("release: stage %s: %w", sha, err)
 	}
 	return final, nil
@@ -173,11 +172,7 @@ func Promote(envDir, sha string) error {
 	if !fi.IsDir() {
 		return fmt.Errorf("release: promote %s: %s is not a directory", sha, Dir(envDir, sha))
 	}
-	suffix, err := randomSuffix()
-	if err != nil {
-		return fmt.Errorf("release: promote %s: %w", sha, err)
-	}
-	tmp := filepath.Join(envDir, CurrentLink+".tmp-"+suffix)
+	tmp := filepath.Join(envDir, CurrentLink+".tmp-"+rand.Text())
 	// Relative target: the environment directory can move (or be seen through another mount
 	// path) without breaking the link.
 	if err := os.Symlink(ReleasesDir+"/"+sha, tmp); err != nil {
@@ -194,7 +189,7 @@ func Promote(envDir, sha string) error {
 	if err := hook("link-swapped"); err != nil {
 		return err
 	}
-	if err := syncDir(envDir); err != nil {
+	if err := atomicfile.SyncDir(envDir); err != nil {
 		return fmt.Errorf("release: promote %s: %w", sha, err)
 	}
 	return nil
@@ -233,11 +228,9 @@ func Current(envDir string) (sha, dir string, err error) {
 	return sha, dir, nil
 }
 
-// Prune removes every staged release but the ones named in keep and the one `current` points
-// to, and every staging leftover of an interrupted Stage or Promote. Each release's .env holds
-// the secrets of the day it was applied: a release kept after the secrets rotated keeps the old
-// values readable on disk, so nothing is kept "just in case". Entries it does not recognise are
-// left alone. It returns the paths it removed; a failure to remove one does not stop the others.
+// Prune removes every release but keep and `current`'s, and every leftover of an interrupted
+// Stage or Promote: each .env holds the secrets of its day, so nothing is kept "just in case".
+// Unknown entries are left alone; a failure to remove one does not stop the others.
 func Prune(envDir string, keep []string) ([]string, error) {
 	for _, sha := range keep {
 		if err := checkSha(sha); err != nil {
@@ -325,22 +318,6 @@ func checkPath(p string) error {
 	return nil
 }
 
-func writeFile(path, content string) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.WriteString(content); err != nil {
-		_ = f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		_ = f.Close()
-		return err
-	}
-	return f.Close()
-}
-
 // scrub keeps the operation, path and errno of a file error and drops anything else.
 func scrub(err error) error {
 	var pe *fs.PathError
@@ -352,24 +329,4 @@ func scrub(err error) error {
 		return errno
 	}
 	return errors.New("write failed")
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("fsync %s: %w", dir, err)
-	}
-	return nil
-}
-
-func randomSuffix() (string, error) {
-	b := make([]byte, 6)
-	if _, err := rand.Read(b); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(b), nil
 }

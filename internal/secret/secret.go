@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/clip"
 )
 
 const mask = "***"
@@ -46,12 +48,9 @@ type Redactor struct {
 // shred every log line without protecting anything.
 const minLen = 3
 
-// Add registers values to be masked. Values with surrounding whitespace are also registered
-// trimmed, and multi-line values line by line, because tools echo them that way. Each of these is
-// also registered in the escaped forms a value takes on its way into text: JSON (with and without
-// HTML escaping), Go's %q (and its ASCII-only %+q), and URL query and path escaping — a password
-// with a quote or a backslash reaches a log line or a report escaped, not raw. A form the caller
-// derives itself (a base64 `auth`) is not guessed here: the code that derives it registers it.
+// Add registers values to be masked, also trimmed, line by line, and in the escaped forms they
+// take on their way into text (JSON, %q, %+q, URL, .env): a password with a quote reaches a log
+// escaped, not raw. A form the caller derives (a base64 `auth`) is registered by that caller.
 func (r *Redactor) Add(values ...string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -150,41 +149,46 @@ func (r *Redactor) redactWith(s, m string) string {
 	return s
 }
 
-// Truncate redacts s and cuts it to at most n bytes, keeping the END (the last lines of a log
-// are the ones that explain a failure) and never splitting a UTF-8 sequence. It is for log
-// tails; a detail is cut with TruncateHead.
+// Truncate redacts s and keeps at most its last n bytes: the last lines of a log are the ones
+// that explain a failure. A detail is cut with TruncateHead.
 func (r *Redactor) Truncate(s string, n int) string {
+	return clip.LastBytes(r.Redact(s), n)
+}
+
+// TruncateHead redacts s and keeps at most n bytes of its start, the last of them "…" when it
+// cut: a refusal's `CODE:` prefix and first findings are what an operator greps for.
+func (r *Redactor) TruncateHead(s string, n int) string {
 	s = r.Redact(s)
-	if len(s) <= n {
+	switch {
+	case len(s) <= n:
 		return s
+	case n < len("…"):
+		return ""
 	}
-	s = s[len(s)-n:]
-	for i := 0; i < len(s) && i < 4; i++ {
-		if s[i]&0xC0 != 0x80 {
-			return s[i:]
+	return clip.Head(s, n-len("…"))
+}
+
+// Mask replaces every non-empty value in s with `***`: for the one or two secrets a client holds
+// while it builds an error, where a Redactor's escaped forms are not needed.
+func Mask(s string, values ...string) string {
+	for _, v := range values {
+		if v != "" {
+			s = strings.ReplaceAll(s, v, mask)
 		}
 	}
 	return s
 }
 
-// ellipsis marks a detail that TruncateHead cut.
-const ellipsis = "…"
-
-// TruncateHead redacts s and cuts it to at most n bytes, keeping the START and ending in "…"
-// when it cut, never splitting a UTF-8 sequence. A detail reads from its start: a refusal's
-// `CODE:` prefix and its first findings are what tenancy and fleetctl show, and what an
-// operator greps for.
-func (r *Redactor) TruncateHead(s string, n int) string {
-	s = r.Redact(s)
-	if len(s) <= n {
-		return s
-	}
-	if n < len(ellipsis) {
-		return ""
-	}
-	cut := n - len(ellipsis)
-	for cut > 0 && s[cut]&0xC0 == 0x80 {
-		cut-- // s[cut] continues a sequence: cut before the sequence starts
-	}
-	return s[:cut] + ellipsis
+// MaskError returns err with values masked in its text; errors.Is/As still see err's chain.
+// It holds the masked text, never the values.
+func MaskError(err error, values ...string) error {
+	return maskedError{err: err, msg: Mask(err.Error(), values...)}
 }
+
+type maskedError struct {
+	err error
+	msg string
+}
+
+func (m maskedError) Error() string { return m.msg }
+func (m maskedError) Unwrap() error { return m.err }

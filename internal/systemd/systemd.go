@@ -14,9 +14,13 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/clip"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/runner"
 )
+
+// TimerUnit is the agent's heartbeat, the unit whose state every check-in reports.
+const TimerUnit = "monky-deployd.timer"
 
 // BootedDir exists exactly when the system was booted with systemd (what sd_booted(3) checks).
 const BootedDir = "/run/systemd/system"
@@ -40,14 +44,10 @@ func TimerState(ctx context.Context, r runner.Runner, unit string, now time.Time
 // showProps are the properties asked of `systemctl show`.
 var showProps = []string{"LoadState", "UnitFileState", "ActiveState", "NextElapseUSecRealtime", "NextElapseUSecMonotonic"}
 
-// TimerState returns the unit's state observed at now. Unit and ObservedAt are always set;
-// Enabled, Active and NextElapse are nil when systemd is not running, systemctl is missing or
-// fails, or its answer lacks the property. Enabled means UnitFileState enabled or
-// enabled-runtime (static, indirect, linked, masked are not: none of them starts the timer at
-// boot); Active means ActiveState active; NextElapse is RFC 3339 UTC. A unit systemd does not
-// know (LoadState not-found) leaves every field nil: `systemctl show` answers "inactive" for any
-// name at all, which is no observation of the agent's timer. An empty UnitFileState leaves
-// Enabled nil (unknown, never a guessed false); ActiveState and the next elapse are still read.
+// TimerState returns the unit's state at now; a field is nil when it cannot be observed (no
+// systemd, systemctl failing, property missing, or a unit systemd does not know: `systemctl show`
+// says "inactive" for any name). Enabled is UnitFileState enabled or enabled-runtime only, the
+// states that start the timer at boot.
 func (p Probe) TimerState(ctx context.Context, unit string, now time.Time) *protocol.Timer {
 	observed := now.UTC().Format(time.RFC3339)
 	t := &protocol.Timer{Unit: unit, ObservedAt: &observed}
@@ -132,7 +132,7 @@ func ParseShow(b []byte) (map[string]string, error) {
 		}
 		k, v, ok := strings.Cut(line, "=")
 		if !ok || k == "" || strings.ContainsAny(k, " \t") {
-			return nil, fmt.Errorf("systemd: show: line %d is not KEY=VALUE: %q", i+1, truncate(line, 60))
+			return nil, fmt.Errorf("systemd: show: line %d is not KEY=VALUE: %q", i+1, clip.Head(line, 60))
 		}
 		props[k] = strings.TrimSpace(v)
 	}
@@ -197,11 +197,11 @@ func ParseTimespan(v string) (time.Duration, bool, error) {
 		num, suffix := f[:i], f[i:]
 		unit, ok := timespanUnits[suffix]
 		if num == "" || !ok {
-			return 0, false, fmt.Errorf("systemd: timespan %q: bad component %q", truncate(v, 60), f)
+			return 0, false, fmt.Errorf("systemd: timespan %q: bad component %q", clip.Head(v, 60), f)
 		}
 		x, err := strconv.ParseFloat(num, 64)
 		if err != nil {
-			return 0, false, fmt.Errorf("systemd: timespan %q: bad number %q", truncate(v, 60), num)
+			return 0, false, fmt.Errorf("systemd: timespan %q: bad number %q", clip.Head(v, 60), num)
 		}
 		d := x * float64(unit)
 		if d > float64(1<<62) || total > 1<<62 {
@@ -210,11 +210,4 @@ func ParseTimespan(v string) (time.Duration, bool, error) {
 		total += time.Duration(d)
 	}
 	return total, total > 0, nil
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }

@@ -5,7 +5,6 @@ package tenancy
 import (
 	"bytes"
 	"context"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,11 +19,11 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/neterr"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/noredirect"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/strictjson"
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/transport"
 )
 
 // Sentinels an *APIError or *ProtocolError matches with errors.Is. Each maps to one line of
@@ -207,11 +206,9 @@ func (c *Client) Checkin(ctx context.Context, token secret.Value, req protocol.C
 	return decodeCheckin(body, req.EnvID)
 }
 
-// Bundle fetches GET {bundleURL} and returns its files and the X-Bundle-Sha (or
-// X-Bundle-Sha256) header, lowercased ("" when absent). bundleURL is a path under the base URL;
-// of an absolute URL only the path and query are used, so the bearer never leaves for another
-// host. An oversized or undecodable body is a *protocol.Refusal BUNDLE_INVALID. Checking the
-// files and the sha is the bundle package's job.
+// Bundle fetches GET {bundleURL} (its path and query only, so the bearer never leaves for another
+// host) and returns its files and the lowercased X-Bundle-Sha header. A body too large or
+// undecodable is BUNDLE_INVALID; checking files and sha is the bundle package's job.
 func (c *Client) Bundle(ctx context.Context, token secret.Value, bundleURL string) (files map[string]string, headerSha string, err error) {
 	limit := c.MaxBundleBytes
 	if limit <= 0 {
@@ -323,53 +320,24 @@ func (c *Client) do(ctx context.Context, op, method, path string, token secret.V
 }
 
 func (c *Client) transportError(ctx context.Context, op string, err error, token secret.Value) error {
-	var redirect *noredirect.Error
-	if errors.As(err, &redirect) {
+	class := neterr.Classify(ctx, err)
+	if class == neterr.Redirect {
 		// Not temporary: whatever answers with a redirect (an ingress, a login proxy) will
 		// answer the same next minute, and exit 1 keeps the box in `systemctl --failed`.
+		var redirect *noredirect.Error
+		errors.As(err, &redirect)
 		return &APIError{Op: op, Err: redirect}
 	}
-	temp := true
-	var ua x509.UnknownAuthorityError
-	var he x509.HostnameError
-	var ci x509.CertificateInvalidError
-	switch {
-	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
-		// The caller gave up (shutdown); that is not the network's fault.
-		temp = false
-	case errors.As(err, &ua), errors.As(err, &he), errors.As(err, &ci):
-		temp = false
-	case errors.Is(err, transport.ErrUnmapped), errors.Is(err, transport.ErrServiceNotVisible):
-		// The transport has no route, or the mesh said the identity may not see the service:
-		// retrying every minute changes nothing until someone fixes the config or the attrs.
-		temp = false
-	}
-	msg := err.Error()
-	if t := token.Reveal(); t != "" {
-		msg = strings.ReplaceAll(msg, t, "***")
-	}
-	return &APIError{Op: op, Err: redactErr{err: err, msg: msg}, temporary: temp}
+	temp := class == neterr.Network || class == neterr.Other
+	// No transport error is known to quote a header, but the guarantee is cheap.
+	return &APIError{Op: op, Err: secret.MaskError(err, token.Reveal()), temporary: temp}
 }
-
-// redactErr keeps the chain of a transport error for errors.Is/As while masking the token in
-// its text (no transport error is known to quote a header, but the guarantee is cheap). It holds
-// the masked text, never the token.
-type redactErr struct {
-	err error
-	msg string
-}
-
-func (r redactErr) Error() string { return r.msg }
-func (r redactErr) Unwrap() error { return r.err }
 
 func (c *Client) statusError(op string, resp *http.Response, body []byte, token secret.Value) error {
 	eb := protocol.ParseErrorBody(body)
 	code, msg := eb.Code, eb.Message
 	msg = strings.Join(strings.Fields(msg), " ")
-	if t := token.Reveal(); t != "" {
-		msg = strings.ReplaceAll(msg, t, "***")
-		code = strings.ReplaceAll(code, t, "***")
-	}
+	msg, code = secret.Mask(msg, token.Reveal()), secret.Mask(code, token.Reveal())
 	if len(msg) > maxMessage {
 		msg = msg[:maxMessage] + "…"
 	}
@@ -423,7 +391,7 @@ func firstLine(body []byte, token secret.Value) string {
 	}
 	if t := token.Reveal(); t != "" {
 		// A token that is not valid UTF-8 may match half a rune; what is left of it goes.
-		line = strings.ToValidUTF8(strings.ReplaceAll(line, t, "***"), "")
+		line = strings.ToValidUTF8(secret.Mask(line, t), "")
 	}
 	if len(line) > 120 {
 		cut := 120

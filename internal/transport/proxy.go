@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/cenkalti/backoff/v4"
 )
 
 // Proxy timings. A dial is tried a few times because the mesh drops circuits while an edge
@@ -27,8 +29,11 @@ const (
 	defaultRebuildInterval = time.Minute
 )
 
-func defaultRetryDelay(attempt int) time.Duration {
-	return time.Duration(attempt) * 500 * time.Millisecond
+// doubling returns delays that start at first and double up to most, without jitter: 0.5 s and
+// 1 s between the three dial attempts; 5 ms up to 1 s between failed accepts, as net/http waits.
+func doubling(first, most time.Duration) backoff.BackOff {
+	return backoff.NewExponentialBackOff(backoff.WithInitialInterval(first), backoff.WithMaxInterval(most),
+		backoff.WithMultiplier(2), backoff.WithRandomizationFactor(0), backoff.WithMaxElapsedTime(0))
 }
 
 // proxyHooks lets tests watch the proxy and shorten its timings. Zero values mean the defaults.
@@ -36,7 +41,7 @@ type proxyHooks struct {
 	onListen        func(service string, addr net.Addr) // after each listener is bound
 	onDrain         func()                              // after the listeners are closed, before the drain
 	newDialer       func() (ServiceDialer, error)       // replaces the identity loader; rebuilds allowed
-	retryDelay      func(attempt int) time.Duration
+	dialBackOff     func() backoff.BackOff
 	drainTimeout    time.Duration
 	dialAttempts    int
 	rebuildAfter    int
@@ -49,20 +54,10 @@ type proxySpec struct {
 	svc  serviceInfo
 }
 
-// RunProxy is `monky-deployd proxy`: it holds one ziti context, listens on opts.TenancyProxyAddr
-// and opts.BaoProxyAddr (loopback only; an empty address skips that listener) and forwards each
-// accepted connection as a byte stream to TenancyService / BaoService. It logs each listener and
-// every failed dial with the service's name.
-//
-// The identity is pre-flighted and loaded before anything listens, so a broken identity fails
-// the unit at once with an *IdentityError. A failed dial is retried per connection; repeated
-// failures with no answer from the mesh rebuild the context (not with an injected Dialer).
-//
-// opts.Mode is ignored (the proxy is always the SDK), as are the *HostPort fields.
-//
-// When ctx is done (the caller maps SIGTERM to that) the listeners close, streams in flight get
-// a grace period to finish and are then cut; RunProxy returns nil. It returns an error for bad
-// options, an identity fault, a listen failure, or a listener that dies on its own.
+// RunProxy is `monky-deployd proxy`: one ziti context forwarding each connection accepted on the
+// loopback proxy addresses to its service. The identity is loaded before anything listens, so a
+// broken one fails the unit at once; dials are retried per connection and repeated unanswered
+// failures rebuild the context. When ctx is done, streams get a grace period and RunProxy returns nil.
 func RunProxy(ctx context.Context, opts Options) error {
 	logger := loggerOrDiscard(opts.Logger)
 	h := opts.hooks
@@ -128,11 +123,11 @@ func RunProxy(ctx context.Context, opts Options) error {
 		dialer:   rd,
 		logger:   logger,
 		attempts: orInt(h.dialAttempts, defaultDialAttempts),
-		delay:    h.retryDelay,
+		backOff:  h.dialBackOff,
 		conns:    make(map[net.Conn]struct{}),
 	}
-	if p.delay == nil {
-		p.delay = defaultRetryDelay
+	if p.backOff == nil {
+		p.backOff = func() backoff.BackOff { return doubling(500*time.Millisecond, time.Minute) }
 	}
 	// Streams outlive ctx by the drain period; streamCtx bounds their dials and is cut when
 	// the drain gives up.
@@ -213,7 +208,7 @@ type proxy struct {
 	dialer   *rebuildingDialer
 	logger   *slog.Logger
 	attempts int
-	delay    func(int) time.Duration
+	backOff  func() backoff.BackOff
 	closing  atomic.Bool
 
 	mu    sync.Mutex
@@ -221,7 +216,7 @@ type proxy struct {
 }
 
 func (p *proxy) accept(ctx context.Context, ln net.Listener, s proxySpec, handlers *sync.WaitGroup) error {
-	var backoff time.Duration
+	wait := doubling(5*time.Millisecond, time.Second)
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -232,9 +227,9 @@ func (p *proxy) accept(ctx context.Context, ln net.Listener, s proxySpec, handle
 				return fmt.Errorf("proxy: listener %s for %s closed: %w", ln.Addr(), s.svc.name, err)
 			}
 			// Out of file descriptors and the like: wait and try again, as net/http does.
-			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			p.logger.Warn("proxy: accept failed; retrying", "addr", ln.Addr().String(), "err", err.Error(), "in", backoff)
-			t := time.NewTimer(backoff)
+			d := wait.NextBackOff()
+			p.logger.Warn("proxy: accept failed; retrying", "addr", ln.Addr().String(), "err", err.Error(), "in", d)
+			t := time.NewTimer(d)
 			select {
 			case <-ctx.Done():
 				t.Stop()
@@ -243,7 +238,7 @@ func (p *proxy) accept(ctx context.Context, ln net.Listener, s proxySpec, handle
 			}
 			continue
 		}
-		backoff = 0
+		wait.Reset()
 		handlers.Add(1)
 		go func() {
 			defer handlers.Done()
@@ -271,6 +266,7 @@ func (p *proxy) handle(ctx context.Context, client net.Conn, svc serviceInfo) {
 // dial tries the service a few times. An answer from the mesh ("not visible", "no
 // terminators") or an identity fault is final: retrying cannot change it within a connection.
 func (p *proxy) dial(ctx context.Context, svc serviceInfo) (net.Conn, error) {
+	wait := p.backOff()
 	for attempt := 1; ; attempt++ {
 		c, err := p.dialer.dial(ctx, svc)
 		if err == nil {
@@ -281,7 +277,7 @@ func (p *proxy) dial(ctx context.Context, svc serviceInfo) (net.Conn, error) {
 			return nil, err
 		}
 		p.logger.Debug("proxy: dial failed; retrying", "service", svc.name, "attempt", attempt, "err", err.Error())
-		t := time.NewTimer(p.delay(attempt))
+		t := time.NewTimer(wait.NextBackOff())
 		select {
 		case <-ctx.Done():
 			t.Stop()

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/cenkalti/backoff/v4"
 )
 
 func TestRunProxyRefusesBadListenAddresses(t *testing.T) {
@@ -157,7 +159,7 @@ func TestProxyDialFailures(t *testing.T) {
 			addrs, stop := startProxy(t, Options{
 				Logger: logger, Dialer: tc.dialer,
 				TenancyService: tenancySvc, TenancyProxyAddr: "127.0.0.1:0",
-				hooks: &proxyHooks{retryDelay: func(int) time.Duration { return 0 }},
+				hooks: &proxyHooks{dialBackOff: func() backoff.BackOff { return &backoff.ZeroBackOff{} }},
 			})
 			c, err := net.Dial("tcp", addrs[tenancySvc])
 			if err != nil {
@@ -348,5 +350,23 @@ func TestRebuildInterval(t *testing.T) {
 	}
 	if err := rd.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestDoublingDelays(t *testing.T) {
+	b := doubling(5*time.Millisecond, time.Second)
+	var got []time.Duration
+	for range 10 {
+		got = append(got, b.NextBackOff())
+	}
+	want := []time.Duration{5, 10, 20, 40, 80, 160, 320, 640, 1000, 1000}
+	for i := range want {
+		if got[i] != want[i]*time.Millisecond {
+			t.Fatalf("delays %v, want %v ms", got, want)
+		}
+	}
+	b.Reset()
+	if d := b.NextBackOff(); d != 5*time.Millisecond {
+		t.Errorf("after Reset: %v, want 5ms", d)
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/clip"
 )
 
 // Run runs `docker args…` and returns its stdout. dockerConfig, when set, becomes DOCKER_CONFIG;
@@ -29,7 +31,7 @@ func Run(ctx context.Context, dockerConfig string, stdin []byte, args ...string)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		return stdout.String(), fmt.Errorf("docker %s: %w: %s", FirstWords(args, 3), err, Tail(stderr.String(), 2000))
+		return stdout.String(), fmt.Errorf("docker %s: %w: %s", FirstWords(args, 3), err, clip.Tail(strings.TrimSpace(stderr.String()), 2000))
 	}
 	return stdout.String(), nil
 }
@@ -111,13 +113,4 @@ func FirstWords(args []string, n int) string {
 		args = args[:n]
 	}
 	return strings.Join(args, " ")
-}
-
-// Tail is the end of s (n bytes), trimmed, marked with "…" when cut.
-func Tail(s string, n int) string {
-	s = strings.TrimSpace(s)
-	if len(s) > n {
-		return "…" + s[len(s)-n:]
-	}
-	return s
 }

@@ -88,10 +88,7 @@ esac`, "still present", []string{"volume rm -f v1"}, 1},
 	}
 }
 
-func TestTailAndFirstWords(t *testing.T) {
-	if got := Tail(" abcdef ", 3); got != "…def" {
-		t.Errorf("Tail = %q", got)
-	}
+func TestFirstWords(t *testing.T) {
 	if got := FirstWords([]string{"login", "--username", "u", "--password", "x"}, 3); got != "login --username u" {
 		t.Errorf("FirstWords = %q", got)
 	}

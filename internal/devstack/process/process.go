@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/clip"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
 )
 
@@ -118,16 +119,7 @@ func (p *Process) LogTail() string {
 	if err != nil {
 		return fmt.Sprintf("(log unreadable: %v)", err)
 	}
-	return p.redact.Redact(Tail(string(b), 4000))
-}
-
-// Tail is the last n bytes of s, trimmed, marked with "…" when cut.
-func Tail(s string, n int) string {
-	s = strings.TrimSpace(s)
-	if len(s) > n {
-		return "…" + s[len(s)-n:]
-	}
-	return s
+	return p.redact.Redact(clip.Tail(strings.TrimSpace(string(b)), 4000))
 }
 
 // FreePort asks the kernel for a free port on 127.0.0.1. Another process may take it before the

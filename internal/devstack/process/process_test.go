@@ -102,9 +102,4 @@ func TestHelpers(t *testing.T) {
 	if _, err := HTTPStatus(context.Background(), fmt.Sprintf("http://127.0.0.1:%d/", port)); err == nil {
 		t.Error("HTTPStatus of a closed port")
 	}
-	for _, tc := range []struct{ in, want string }{{"  abc  ", "abc"}, {"abcdef", "…def"}} {
-		if got := Tail(tc.in, 3); got != tc.want {
-			t.Errorf("Tail(%q) = %q, want %q", tc.in, got, tc.want)
-		}
-	}
 }

@@ -25,6 +25,7 @@ import (
 	"sync"
 	"time"
 
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/clip"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/devstack/process"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
 )
@@ -191,7 +192,7 @@ func (c *Controller) LogTail() string {
 	c.mu.Unlock()
 	if p == nil {
 		b, _ := os.ReadFile(filepath.Join(c.dir, "quickstart.log"))
-		return process.Tail(strings.ReplaceAll(string(b), c.Password.Reveal(), "***"), 4000)
+		return clip.Tail(strings.TrimSpace(strings.ReplaceAll(string(b), c.Password.Reveal(), "***")), 4000)
 	}
 	return p.LogTail()
 }
@@ -214,7 +215,7 @@ func (c *Controller) CLI(ctx context.Context, args ...string) (string, error) {
 		for i, a := range args {
 			shown[i] = strings.ReplaceAll(a, c.Password.Reveal(), "***")
 		}
-		return text, fmt.Errorf("zitidev: ziti %s: %w\n%s", strings.Join(shown, " "), err, process.Tail(text, 2000))
+		return text, fmt.Errorf("zitidev: ziti %s: %w\n%s", strings.Join(shown, " "), err, clip.Tail(strings.TrimSpace(text), 2000))
 	}
 	return text, nil
 }

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/clip"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/neterr"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/noredirect"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
@@ -29,44 +31,12 @@ const (
 // Errors callers branch on.
 var (
 	// ErrUnauthorized: tenancy refused the admin token (HTTP 401).
-	ErrUnauthorized = errors.New("unauthorized")
+	ErrUnauthorized error = &neterr.Status{Status: http.StatusUnauthorized, Text: "unauthorized"}
 	// ErrForbidden: the token is valid but not an admin's (HTTP 403).
-	ErrForbidden = errors.New("forbidden")
+	ErrForbidden error = &neterr.Status{Status: http.StatusForbidden, Text: "forbidden"}
 	// ErrBackendUnknown: tenancy does not know the env (404 BACKEND_UNKNOWN).
-	ErrBackendUnknown = errors.New("backend unknown")
+	ErrBackendUnknown error = &neterr.Status{Status: http.StatusNotFound, Code: protocol.CodeBackendUnknown, Text: "backend unknown"}
 )
-
-// StatusError is a non-2xx answer of tenancy.
-type StatusError struct {
-	Op      string
-	Status  int
-	Code    string
-	Message string
-}
-
-func (e *StatusError) Error() string {
-	s := fmt.Sprintf("tenancy: %s: HTTP %d", e.Op, e.Status)
-	if e.Code != "" {
-		s += " " + e.Code
-	}
-	if e.Message != "" {
-		s += ": " + e.Message
-	}
-	return s
-}
-
-// Is matches the sentinels by status and code.
-func (e *StatusError) Is(target error) bool {
-	switch target {
-	case ErrUnauthorized:
-		return e.Status == http.StatusUnauthorized
-	case ErrForbidden:
-		return e.Status == http.StatusForbidden
-	case ErrBackendUnknown:
-		return e.Status == http.StatusNotFound && e.Code == protocol.CodeBackendUnknown
-	}
-	return false
-}
 
 // Client calls one tenancy with one admin token. It is safe for concurrent use.
 type Client struct {
@@ -103,75 +73,29 @@ type Agents struct {
 	Pages  int
 }
 
-// ListAgents reads every page of GET /v1/admin/agents (filtered by site when not ""), following
-// the cursor until it is null. progress, when not nil, is called after each page with the pages
-// and agents read so far. Any page that fails or does not parse fails the whole listing: a
-// verdict must never come from half the fleet.
-//
-// The cursor chains the pages, so they cannot be fetched at once; instead the next page is
-// requested as soon as this one's cursor is known, while this one is decoded and checked.
+// ListAgents reads every page of GET /v1/admin/agents (of site, when not ""), calling progress
+// after each. Any page that fails fails the listing: a verdict must never come from half the
+// fleet. Pages are read in turn; prefetching the next saved 4% in the benchmark.
 func (c *Client) ListAgents(ctx context.Context, site string, progress func(pages, agents int)) (*Agents, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	type rawPage struct {
-		n    int
-		body []byte
-	}
-	pages := make(chan rawPage, 2)
-	fetchErr := make(chan error, 1)
-	go func() {
-		defer close(pages)
-		seen := map[string]bool{}
-		cursor := ""
-		for n := 1; ; n++ {
-			q := url.Values{}
-			if site != "" {
-				q.Set("site", site)
-			}
-			if cursor != "" {
-				q.Set("cursor", cursor)
-			}
-			body, err := c.do(ctx, pageOp(n), http.MethodGet, "/v1/admin/agents", q, nil)
-			if err != nil {
-				fetchErr <- err
-				return
-			}
-			// Only the cursor, to ask for the next page now; the full check happens below.
-			var head struct {
-				Next *string `json:"next"`
-			}
-			var headErr error
-			var ok bool
-			if head.Next, ok = peekNext(body); !ok {
-				headErr = json.Unmarshal(body, &head)
-			}
-			select {
-			case pages <- rawPage{n, body}:
-			case <-ctx.Done():
-				return
-			}
-			switch {
-			case headErr != nil || head.Next == nil || *head.Next == "":
-				return // the last page, or one whose full parse will say what is wrong
-			case seen[*head.Next]:
-				fetchErr <- fmt.Errorf("tenancy: %s: cursor repeats an earlier page; the listing would never end", pageOp(n))
-				return
-			case n >= maxPages:
-				fetchErr <- fmt.Errorf("tenancy: %s: more than %d pages", pageOp(n), maxPages)
-				return
-			}
-			seen[*head.Next] = true
-			cursor = *head.Next
-		}
-	}()
-
 	out := &Agents{}
 	dup := map[string]bool{}
-	complete := false
-	for p := range pages {
-		page, now, err := ParseAgentsPage(p.body)
+	seen := map[string]bool{}
+	cursor := ""
+	for n := 1; ; n++ {
+		q := url.Values{}
+		if site != "" {
+			q.Set("site", site)
+		}
+		if cursor != "" {
+			q.Set("cursor", cursor)
+		}
+		body, err := c.do(ctx, pageOp(n), http.MethodGet, "/v1/admin/agents", q, nil)
 		if err != nil {
-			return nil, fmt.Errorf("tenancy: %s: %w", pageOp(p.n), err)
+			return nil, err
+		}
+		page, now, err := ParseAgentsPage(body)
+		if err != nil {
+			return nil, fmt.Errorf("tenancy: %s: %w", pageOp(n), err)
 		}
 		out.Pages++
 		if now.After(out.Now) {
@@ -187,22 +111,17 @@ func (c *Client) ListAgents(ctx context.Context, site string, progress func(page
 		if progress != nil {
 			progress(out.Pages, len(out.Agents))
 		}
-		complete = page.Next == nil
-	}
-	select {
-	case err := <-fetchErr:
-		return nil, err
-	default:
-	}
-	if !complete {
-		// The fetching stopped before a page said it was the last (the caller gave up).
-		cause := context.Cause(ctx)
-		if cause == nil {
-			cause = errors.New("no page said it was the last")
+		switch {
+		case page.Next == nil:
+			return out, nil
+		case seen[*page.Next]:
+			return nil, fmt.Errorf("tenancy: %s: cursor repeats an earlier page; the listing would never end", pageOp(n))
+		case n >= maxPages:
+			return nil, fmt.Errorf("tenancy: %s: more than %d pages", pageOp(n), maxPages)
 		}
-		return nil, fmt.Errorf("tenancy: list agents: stopped after %d pages: %w", out.Pages, cause)
+		seen[*page.Next] = true
+		cursor = *page.Next
 	}
-	return out, nil
 }
 
 func pageOp(n int) string { return fmt.Sprintf("list agents (page %d)", n) }
@@ -272,12 +191,12 @@ func (c *Client) do(ctx context.Context, op, method, path string, q url.Values, 
 		if msg == "" {
 			msg = http.StatusText(resp.StatusCode)
 		}
-		return nil, &StatusError{Op: op, Status: resp.StatusCode, Code: eb.Code, Message: oneLine(msg, 300)}
+		return nil, &neterr.StatusError{Service: "tenancy", Op: op, Status: resp.StatusCode, Code: eb.Code, Message: oneLine(msg, 300)}
 	}
 	return b, nil
 }
 
 // oneLine keeps a server message from spilling a stack trace or HTML page into the terminal.
 func oneLine(s string, n int) string {
-	return clip(strings.Join(strings.Fields(s), " "), n)
+	return clip.Head(strings.Join(strings.Fields(s), " "), n)
 }

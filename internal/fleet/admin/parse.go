@@ -7,8 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/clip"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/strictjson"
 )
@@ -136,7 +136,7 @@ func ParseKit(b []byte) (*protocol.KitResponse, error) {
 			continue
 		}
 		if !f.re.MatchString(f.value) {
-			return nil, fmt.Errorf("%s: %q is not %s", f.name, clip(f.value, 80), f.want)
+			return nil, fmt.Errorf("%s: %q is not %s", f.name, clip.Head(f.value, 80), f.want)
 		}
 	}
 	if m := kitBaoAddrRE.FindStringSubmatch(k.BaoAddr); m != nil && m[1] != "" {
@@ -186,18 +186,7 @@ func decode(b []byte, v any) error {
 func parseTime(field, v string) (time.Time, error) {
 	t, err := time.Parse(time.RFC3339, v)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("%s: %q is not an RFC 3339 time", field, clip(v, 40))
+		return time.Time{}, fmt.Errorf("%s: %q is not an RFC 3339 time", field, clip.Head(v, 40))
 	}
 	return t, nil
-}
-
-// clip cuts s to at most n bytes without splitting a UTF-8 sequence.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
 }

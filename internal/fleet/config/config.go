@@ -13,6 +13,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/yamldoc"
+
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
 )
 
@@ -81,16 +83,12 @@ var inlineSecrets = map[string]string{
 // to its directory.
 func Parse(data []byte, name string) (*File, error) {
 	f := &File{Path: name}
-	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
+	root, err := yamldoc.Root(data)
+	if err != nil {
 		return nil, fmt.Errorf("config %s: %w: %v", name, ErrInvalid, err)
 	}
-	if doc.Kind == 0 || len(doc.Content) == 0 {
+	if root == nil {
 		return f, nil // empty file
-	}
-	root := doc.Content[0]
-	if root.Kind == yaml.ScalarNode && root.Tag == "!!null" {
-		return f, nil
 	}
 	if root.Kind != yaml.MappingNode {
 		return nil, bad(name, root, "the file must be a mapping with ziti:, tenancy: and exporter: sections")
@@ -107,7 +105,7 @@ func Parse(data []byte, name string) (*File, error) {
 			return nil, bad(name, sk, fmt.Sprintf("key %q appears twice", section))
 		}
 		seen[section] = true
-		if sv.Kind == yaml.ScalarNode && sv.Tag == "!!null" {
+		if yamldoc.IsNull(sv) {
 			continue
 		}
 		if sv.Kind != yaml.MappingNode {
@@ -128,7 +126,7 @@ func Parse(data []byte, name string) (*File, error) {
 			}
 			seen[key] = true
 			switch {
-			case v.Kind == yaml.ScalarNode && v.Tag == "!!null":
+			case yamldoc.IsNull(v):
 			case v.Kind == yaml.ScalarNode && v.Tag == "!!str":
 				*dest = v.Value
 			default:

@@ -52,6 +52,7 @@ tenancy:
 		{name: "list root", body: "- a\n", wantErr: "must be a mapping"},
 		{name: "section not a map", body: "ziti: https://x\n", wantErr: "ziti: want a mapping"},
 		{name: "not yaml", body: "ziti: [\n", wantErr: "invalid configuration"},
+		{name: "two documents", body: "ziti:\n  url: a\n---\nziti:\n  url: b\n", wantErr: "more than one YAML document"},
 		{name: "exporter", body: "exporter:\n  listen: 127.0.0.1:9465\n", check: func(t *testing.T, f *File) {
 			if f.Exporter.Listen != "127.0.0.1:9465" {
 				t.Errorf("%+v", f)

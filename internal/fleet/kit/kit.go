@@ -5,7 +5,6 @@ package kit
 
 import (
 	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/atomicfile"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
 )
@@ -260,7 +260,7 @@ func (s *Staging) Commit(k Kit) (string, error) {
 		return "", fmt.Errorf("kit: %w", err)
 	}
 	for _, f := range Files(k) {
-		if err := writeFile(filepath.Join(s.dir, f.Name), f.Content, f.Mode); err != nil {
+		if err := atomicfile.WriteNew(filepath.Join(s.dir, f.Name), f.Content, f.Mode); err != nil {
 			s.Abort()
 			return "", fmt.Errorf("kit: write %s: %w", f.Name, err)
 		}
@@ -271,7 +271,7 @@ func (s *Staging) Commit(k Kit) (string, error) {
 			s.Abort()
 			return "", fmt.Errorf("kit: %s: %w", s.final, ErrExists)
 		}
-		old = s.final + ".superseded-" + randomSuffix()
+		old = s.final + ".superseded-" + rand.Text()
 		if err := os.Rename(s.final, old); err != nil {
 			s.Abort()
 			return "", fmt.Errorf("kit: move the old kit aside: %w", err)
@@ -288,40 +288,6 @@ func (s *Staging) Commit(k Kit) (string, error) {
 		// The old kit's grant is superseded: keeping its secrets around helps nobody.
 		_ = os.RemoveAll(old)
 	}
-	syncDir(filepath.Dir(s.final))
+	_ = atomicfile.SyncDir(filepath.Dir(s.final))
 	return s.final, nil
-}
-
-func writeFile(path string, content []byte, mode fs.FileMode) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(content); err != nil {
-		f.Close()
-		return err
-	}
-	// The umask may have narrowed the mode; the kit's modes are part of its contract.
-	if err := f.Chmod(mode); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
-}
-
-func syncDir(dir string) {
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		_ = d.Close()
-	}
-}
-
-func randomSuffix() string {
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }

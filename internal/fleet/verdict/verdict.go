@@ -7,7 +7,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
-	"unicode/utf8"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/clip"
 )
 
 // Verdict is the state of one env.
@@ -195,7 +196,7 @@ func Evaluate(in Input, now time.Time, th Thresholds) Result {
 		if d == "" {
 			d = "(no detail)"
 		}
-		step := a.LastResult + ": " + clip(d, detailWidth)
+		step := a.LastResult + ": " + clip.Runes(d, detailWidth)
 		if bo != nil {
 			step += "; " + backoffPhrase(bo, now)
 		}
@@ -326,12 +327,3 @@ func orUnknown(s string) string {
 
 // oneLine folds whitespace, so that a multi-line compose error stays on its table row.
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
-
-// clip cuts s to n runes, marking the cut.
-func clip(s string, n int) string {
-	if utf8.RuneCountInString(s) <= n {
-		return s
-	}
-	r := []rune(s)
-	return string(r[:n-1]) + "…"
-}

@@ -234,7 +234,8 @@ func TestCompareVersions(t *testing.T) {
 		{"0.2.0", "0.2.0", 0}, {"0.1.9", "0.2.0", -1}, {"0.10.0", "0.9.9", 1}, {"1.0.0", "0.99.99", 1},
 		{"0.2.0-dev", "0.2.0", -1}, {"0.2.0-rc.1", "0.2.0-rc.2", -1}, {"0.2.0-rc.10", "0.2.0-rc.2", 1},
 		{"0.2.0-1", "0.2.0-alpha", -1}, {"0.2.0-alpha", "0.2.0-alpha.1", -1}, {"v0.2.0", "0.2.0", 0},
-		{"0.2.0+deb12", "0.2.0", 0},
+		{"0.2.0+deb12", "0.2.0", 0}, {"0.2.0-rc.1+deb12", "0.2.0-rc.1", 0}, {"0.1.9", "0.2.0-rc.1", -1},
+		{"0.2.0-rc.1", "0.1.10", 1},
 	} {
 		got := mustVersion(t, tc.a).Compare(mustVersion(t, tc.b))
 		if got != tc.want {
@@ -244,7 +245,7 @@ func TestCompareVersions(t *testing.T) {
 }
 
 func TestParseVersionRejects(t *testing.T) {
-	for _, s := range []string{"", "v", "1", "1.2", "1.2.3.4", "a.b.c", "1.2.3-", "1.2.3+", "1.2.3-a..b", "-1.2.3", "1.2.3-a b", "1234567890.0.0"} {
+	for _, s := range []string{"", "v", "1", "1.2", "1.2.3.4", "a.b.c", "1.2.3-", "1.2.3+", "1.2.3-a..b", "-1.2.3", "1.2.3-a b", "99999999999999999999.0.0", "01.2.3", "vv1.2.3", "0.2.0~rc1", "1.2.3+a+b"} {
 		if _, err := ParseVersion(s); err == nil {
 			t.Errorf("ParseVersion(%q) accepted", s)
 		}

@@ -9,15 +9,16 @@ import (
 	"github.com/go-openapi/runtime"
 	"github.com/openziti/edge-api/rest_model"
 
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/neterr"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/noredirect"
 )
 
 // Errors callers branch on.
 var (
 	// ErrUnauthorized: the controller refused the credentials or the session (HTTP 401).
-	ErrUnauthorized = errors.New("unauthorized")
+	ErrUnauthorized error = &neterr.Status{Status: http.StatusUnauthorized, Text: "unauthorized"}
 	// ErrNotFound: no such identity (HTTP 404, or an empty lookup by name).
-	ErrNotFound = errors.New("not found")
+	ErrNotFound error = &neterr.Status{Status: http.StatusNotFound, Text: "not found"}
 	// ErrNoEnrollment: the identity has no pending one-time-token enrolment.
 	ErrNoEnrollment = errors.New("no pending enrollment")
 	// ErrListChanged: the identity list changed while it was paged through, twice in a row, so
@@ -27,37 +28,6 @@ var (
 	// pages differently from what it was asked and said.
 	ErrPaging = errors.New("the controller paged differently from what it was asked and said")
 )
-
-// StatusError is an HTTP error answer of the controller, with the code and message of its
-// {"error": …} envelope when it sent one.
-type StatusError struct {
-	Op      string
-	Status  int
-	Code    string
-	Message string
-}
-
-func (e *StatusError) Error() string {
-	s := fmt.Sprintf("ziti: %s: HTTP %d", e.Op, e.Status)
-	if e.Code != "" {
-		s += " " + e.Code
-	}
-	if e.Message != "" {
-		s += ": " + e.Message
-	}
-	return s
-}
-
-// Is lets errors.Is match the sentinels by status.
-func (e *StatusError) Is(target error) bool {
-	switch target {
-	case ErrUnauthorized:
-		return e.Status == http.StatusUnauthorized
-	case ErrNotFound:
-		return e.Status == http.StatusNotFound
-	}
-	return false
-}
 
 // wrap turns what the generated client returns into an error that reads without pointer dumps.
 func wrap(op string, err error) error {
@@ -71,7 +41,7 @@ func wrap(op string, err error) error {
 		status = apiErr.Code
 	}
 	if status != 0 {
-		se := &StatusError{Op: op, Status: status}
+		se := &neterr.StatusError{Service: "ziti", Op: op, Status: status}
 		var withPayload interface {
 			GetPayload() *rest_model.APIErrorEnvelope
 		}
@@ -86,11 +56,11 @@ func wrap(op string, err error) error {
 		return se
 	}
 	var redirect *noredirect.Error
-	if errors.As(err, &redirect) {
-		return fmt.Errorf("ziti: %s: %w", op, redirect) // not the *url.Error: it quotes the query
-	}
 	var unknownCA x509.UnknownAuthorityError
-	if errors.As(err, &unknownCA) {
+	switch {
+	case errors.As(err, &redirect):
+		return fmt.Errorf("ziti: %s: %w", op, redirect) // not the *url.Error: it quotes the query
+	case errors.As(err, &unknownCA):
 		return fmt.Errorf("ziti: %s: %w (set ziti.ca_file to the controller's CA bundle)", op, err)
 	}
 	return fmt.Errorf("ziti: %s: %w", op, err)
