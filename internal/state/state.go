@@ -85,9 +85,10 @@ type State struct {
 	Counters Counters `json:"counters,omitzero"`
 	// LastTickOKAt is when the last tick that exited 0 ended (the textfile's last success).
 	LastTickOKAt *time.Time `json:"last_tick_ok_at,omitempty"`
-	// Refused remembers the last bundle the compose judgement refused, so that the ticks that
-	// are told to apply the same sha again neither fetch nor judge it (nor lease for it): the
-	// verdict is a function of the bundle and the agent's policy, and the heartbeat repeats it.
+	// Refused remembers the last bundle the compose judgement or the disk check refused, so
+	// that the ticks that are told to apply the same sha again neither fetch nor judge it (nor
+	// lease for it): the verdict is a function of the bundle and the agent's policy (and, for
+	// the disk, of free space that is measured again each tick), and the heartbeat repeats it.
 	Refused *RefusedSha `json:"refused_sha,omitempty"`
 
 	// extra keeps fields this version does not know, so a downgrade or a newer writer loses
@@ -120,14 +121,65 @@ type PendingLease struct {
 	BearerAccessor string `json:"bearer_accessor,omitempty"`
 }
 
-// RefusedSha is a bundle the compose judgement refused. AgentVersion is the agent that judged
-// it: another version may judge by another policy, so it judges again.
+// RefusedSha is a bundle the compose judgement or the disk check refused. AgentVersion is the
+// agent that judged it: another version may judge by another policy, so it judges again.
 type RefusedSha struct {
 	Sha          string    `json:"sha"`
 	Code         string    `json:"code"`
 	Detail       string    `json:"detail"` // `CODE: detail`, as reported (redacted, capped)
 	At           time.Time `json:"at"`
 	AgentVersion string    `json:"agent_version"`
+	// Disk is, for a DISK_INSUFFICIENT refusal, the free space of every filesystem measured
+	// when it was judged; RequiredBytes is what the bundle needed then. The refusal stands only
+	// while a fresh measure finds the same filesystems with about the same free space and the
+	// config asks the same (DiskChanged). Empty for any other code.
+	Disk          []DiskFree `json:"disk,omitempty"`
+	RequiredBytes int64      `json:"required_bytes,omitempty"`
+	// NeedBytes is the bundle's agent.disk_need_bytes (0: none declared), so that a changed
+	// disk config (factor, headroom) is noticed without fetching the bundle again.
+	NeedBytes int64 `json:"need_bytes,omitempty"`
+}
+
+// DiskFree is one filesystem measured by the disk check: the path asked about (docker's
+// data-root, containerd's root) and the bytes free on it.
+type DiskFree struct {
+	Path      string `json:"path"`
+	FreeBytes int64  `json:"free_bytes"`
+}
+
+// DiskSlack is the least move of a filesystem's free space that re-judges a disk refusal: a
+// box's free space drifts by logs and pulls of other tenants all the time, and a refusal
+// re-judged on every drift would fetch the bundle on every tick again. A move of more than
+// max(1% of the free space measured at the refusal, 64 MiB) is a change (the agent measures
+// free space only, not a filesystem's size, so the 1% is of what was free).
+func DiskSlack(free int64) int64 {
+	return max(free/100, 64<<20)
+}
+
+// DiskChanged says why a disk refusal no longer stands for the filesystems measured now,
+// "" when it does: another set of paths, or a path whose free space moved by more than
+// DiskSlack of what it had.
+func (r *RefusedSha) DiskChanged(now []DiskFree) string {
+	if len(r.Disk) == 0 {
+		return "no measure was kept with the refusal"
+	}
+	then := map[string]int64{}
+	for _, d := range r.Disk {
+		then[d.Path] = d.FreeBytes
+	}
+	if len(now) != len(then) {
+		return "the filesystems measured changed"
+	}
+	for _, d := range now {
+		was, ok := then[d.Path]
+		if !ok {
+			return "the filesystems measured changed"
+		}
+		if diff := d.FreeBytes - was; diff > DiskSlack(was) || -diff > DiskSlack(was) {
+			return fmt.Sprintf("free space on %s moved from %d MiB to %d MiB", d.Path, was>>20, d.FreeBytes>>20)
+		}
+	}
+	return ""
 }
 
 // RefusedFor returns the remembered refusal of sha by agent version v, if there is one.
@@ -136,6 +188,29 @@ func (s *State) RefusedFor(sha, v string) (*RefusedSha, bool) {
 		return r, true
 	}
 	return nil, false
+}
+
+// checkRefused rejects a refused_sha no agent writes, naming the field.
+func checkRefused(r *RefusedSha) error {
+	if r.RequiredBytes < 0 {
+		return errors.New("refused_sha: required_bytes: negative")
+	}
+	if r.NeedBytes < 0 {
+		return errors.New("refused_sha: need_bytes: negative")
+	}
+	seen := map[string]bool{}
+	for i, d := range r.Disk {
+		switch {
+		case d.Path == "":
+			return fmt.Errorf("refused_sha: disk[%d]: path: empty", i)
+		case seen[d.Path]:
+			return fmt.Errorf("refused_sha: disk[%d]: path: %q listed twice", i, d.Path)
+		case d.FreeBytes < 0:
+			return fmt.Errorf("refused_sha: disk[%d]: free_bytes: negative", i)
+		}
+		seen[d.Path] = true
+	}
+	return nil
 }
 
 // LeaseBackoff is a hold on new leases until Until, after OpenBao refused a lease login.
@@ -448,6 +523,9 @@ func (s *State) UnmarshalJSON(data []byte) error {
 		n.Refused = &RefusedSha{}
 		if err := json.Unmarshal(v, n.Refused); err != nil {
 			return fmt.Errorf("refused_sha: %w", err)
+		}
+		if err := checkRefused(n.Refused); err != nil {
+			return err
 		}
 	}
 	if v, ok := raw["lease_backoff"]; ok && !isNull(v) {
