@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -333,6 +335,7 @@ func (a *Agent) runCompose(ctx context.Context, b *bundle.Bundle, dir string) er
 
 	a.st.Applying = nil
 	a.st.AppliedSha = sha
+	a.st.AppliedFiles = &state.ReleaseFiles{Sha: sha, Files: slices.Sorted(maps.Keys(b.Files))}
 	a.st.AddHistory(sha)
 	a.st.LastSha = sha
 	a.st.LastResult = protocol.ResultApplied

@@ -90,6 +90,12 @@ type State struct {
 	// lease for it): the verdict is a function of the bundle and the agent's policy (and, for
 	// the disk, of free space that is measured again each tick), and the heartbeat repeats it.
 	Refused *RefusedSha `json:"refused_sha,omitempty"`
+	// AppliedFiles lists the files the agent staged for the applied release, saved in the same
+	// write as AppliedSha. A revert reads back only these (an app's own ./data beside them is
+	// not the release's), and they must still hash to Sha: the list needs no hash of its own,
+	// because the bundle sha covers every name and content. Nil in a state an older agent wrote:
+	// the revert then reads the whole release directory strictly.
+	AppliedFiles *ReleaseFiles `json:"applied_files,omitempty"`
 
 	// extra keeps fields this version does not know, so a downgrade or a newer writer loses
 	// nothing when this version saves.
@@ -182,6 +188,22 @@ func (r *RefusedSha) DiskChanged(now []DiskFree) string {
 	return ""
 }
 
+// ReleaseFiles is the list of files (bundle paths, '/'-separated; the rendered .env apart) the
+// agent staged for the release Sha.
+type ReleaseFiles struct {
+	Sha   string   `json:"sha"`
+	Files []string `json:"files"`
+}
+
+// StagedFiles returns the files staged for the release sha, nil when the state does not know
+// them (a release applied by an older agent, or a record of another sha).
+func (s *State) StagedFiles(sha string) []string {
+	if f := s.AppliedFiles; f != nil && sha != "" && f.Sha == sha {
+		return f.Files
+	}
+	return nil
+}
+
 // RefusedFor returns the remembered refusal of sha by agent version v, if there is one.
 func (s *State) RefusedFor(sha, v string) (*RefusedSha, bool) {
 	if r := s.Refused; r != nil && sha != "" && r.Sha == sha && r.AgentVersion == v {
@@ -209,6 +231,27 @@ func checkRefused(r *RefusedSha) error {
 			return fmt.Errorf("refused_sha: disk[%d]: free_bytes: negative", i)
 		}
 		seen[d.Path] = true
+	}
+	return nil
+}
+
+// checkReleaseFiles rejects an applied_files no agent writes, naming the field.
+func checkReleaseFiles(f *ReleaseFiles) error {
+	if f.Sha == "" {
+		return errors.New("applied_files: sha: empty")
+	}
+	if len(f.Files) == 0 {
+		return errors.New("applied_files: files: empty")
+	}
+	seen := map[string]bool{}
+	for i, p := range f.Files {
+		switch {
+		case p == "":
+			return fmt.Errorf("applied_files: files[%d]: empty", i)
+		case seen[p]:
+			return fmt.Errorf("applied_files: files[%d]: %q listed twice", i, p)
+		}
+		seen[p] = true
 	}
 	return nil
 }
@@ -448,6 +491,7 @@ var stateKeys = []string{
 	"agent_version", "pending_upgrade_from", "last_checkin_at", "last_apply_at",
 	"docker_root_dir", "docker_version", "docker_info_at", "pending_lease", "previous_token",
 	"lease_backoff", "docker_info_failed_at", "deploy_backoff", "applying", "counters", "last_tick_ok_at", "refused_sha",
+	"applied_files",
 }
 
 // legacyLastError is the Python agent's name for LastDetail; read, never written back (a stale
@@ -525,6 +569,15 @@ func (s *State) UnmarshalJSON(data []byte) error {
 			return fmt.Errorf("refused_sha: %w", err)
 		}
 		if err := checkRefused(n.Refused); err != nil {
+			return err
+		}
+	}
+	if v, ok := raw["applied_files"]; ok && !isNull(v) {
+		n.AppliedFiles = &ReleaseFiles{}
+		if err := json.Unmarshal(v, n.AppliedFiles); err != nil {
+			return fmt.Errorf("applied_files: %w", err)
+		}
+		if err := checkReleaseFiles(n.AppliedFiles); err != nil {
 			return err
 		}
 	}

@@ -147,7 +147,8 @@ func TestSaveModeAndRoundTrip(t *testing.T) {
 		Refused:       &RefusedSha{Sha: shaB, Code: "PRIVILEGED_REFUSED", Detail: "PRIVILEGED_REFUSED: dc.yml: 1 finding(s)", At: at, AgentVersion: "0.2.0"},
 		PreviousToken: &TokenMeta{Source: SourceBootstrap, Accessor: "old", Addr: "https://bao-old:8200"},
 		Token:         &TokenMeta{Source: SourceBootstrap, Accessor: "acc", ObtainedAt: at, TTLSec: 3600, Addr: "https://bao:8200"},
-		Counters:      Counters{Applies: 3, Failures: 2, Refusals: 1, Leases: 4}, LastTickOKAt: &at}
+		Counters:      Counters{Applies: 3, Failures: 2, Refusals: 1, Leases: 4}, LastTickOKAt: &at,
+		AppliedFiles: &ReleaseFiles{Sha: shaB, Files: []string{"bundle.json", "conf/app.conf", "docker-compose.yml"}}}
 	s.RecordApplied(shaB, at)
 	if err := Save(p, s); err != nil {
 		t.Fatal(err)
@@ -574,5 +575,38 @@ func TestDiskChanged(t *testing.T) {
 	}
 	if why := (&RefusedSha{Code: "DISK_INSUFFICIENT"}).DiskChanged([]DiskFree{{"/d", 1}}); why == "" {
 		t.Error("a disk refusal kept without measures stands")
+	}
+}
+
+// applied_files belongs to one sha; one no agent writes is refused by field, and a state
+// without it (an older agent's) knows no staged files.
+func TestAppliedFiles(t *testing.T) {
+	s := &State{AppliedSha: shaB, AppliedFiles: &ReleaseFiles{Sha: shaB, Files: []string{"a", "b/c"}}}
+	if got := s.StagedFiles(shaB); strings.Join(got, ",") != "a,b/c" {
+		t.Errorf("StagedFiles = %q", got)
+	}
+	for _, sha := range []string{"ab12", ""} {
+		if got := s.StagedFiles(sha); got != nil {
+			t.Errorf("StagedFiles(%q) = %q, want none", sha, got)
+		}
+	}
+	var old State
+	if err := json.Unmarshal([]byte(`{"applied_sha": "`+shaB+`"}`), &old); err != nil || old.StagedFiles(shaB) != nil {
+		t.Errorf("a state without applied_files: %v, %q", err, old.StagedFiles(shaB))
+	}
+	for _, c := range []struct{ body, want string }{
+		{`{"files": ["a"]}`, "applied_files: sha"},
+		{`{"sha": "x"}`, "applied_files: files"},
+		{`{"sha": "x", "files": []}`, "applied_files: files"},
+		{`{"sha": "x", "files": ["a", ""]}`, "applied_files: files[1]"},
+		{`{"sha": "x", "files": ["a", "a"]}`, "applied_files: files[1]"},
+		{`{"sha": "x", "files": "a"}`, "applied_files"},
+		{`[]`, "applied_files"},
+	} {
+		var st State
+		err := json.Unmarshal([]byte(`{"applied_files": `+c.body+`}`), &st)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want one naming %q", c.body, err, c.want)
+		}
 	}
 }
