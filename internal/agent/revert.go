@@ -308,7 +308,7 @@ func (a *Agent) judgeRelease(ctx context.Context, dir, sha string) string {
 	return ""
 }
 
-// maxReleaseBytes caps what readRelease reads: a release is a bundle (tenancy's own cap is
+// maxReleaseBytes caps what a read-back of a release reads: a release is a bundle (tenancy's own cap is
 // 16 MiB) and its .env, never more unless something wrote into it.
 const maxReleaseBytes = 16 << 20
 
@@ -316,36 +316,21 @@ const maxReleaseBytes = 16 << 20
 // through an os.Root so that no link leads the reads out of dir. Anything but a regular file or
 // a directory (a link planted by a container) is an error: Stage writes none.
 func readRelease(dir string) (map[string]string, error) {
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		return nil, fmt.Errorf("release directory: %w", err)
-	}
-	defer root.Close()
-	files := map[string]string{}
-	total := 0
-	err = fs.WalkDir(root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
-		switch {
-		case err != nil:
-			return err
-		case d.IsDir():
-			return nil
-		case !d.Type().IsRegular():
-			return fmt.Errorf("%s is not a regular file (%s)", p, d.Type())
-		case p == ".env":
-			return nil
-		}
-		raw, err := readRegular(root, p, maxReleaseBytes-total, nil)
-		if err != nil {
-			return err
-		}
-		total += len(raw)
-		files[p] = string(raw)
-		return nil
+	return readReleaseFiles(dir, func(root *os.Root, read func(p string, want fs.FileInfo) error) error {
+		return fs.WalkDir(root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
+			switch {
+			case err != nil:
+				return err
+			case d.IsDir():
+				return nil
+			case !d.Type().IsRegular():
+				return fmt.Errorf("%s is not a regular file (%s)", p, d.Type())
+			case p == ".env":
+				return nil
+			}
+			return read(p, nil)
+		})
 	})
-	if err != nil {
-		return nil, fmt.Errorf("changed on disk since it was applied: %w", err)
-	}
-	return files, nil
 }
 
 // readStaged reads the staged files of the release in dir, by '/'-separated path, through an
@@ -354,14 +339,7 @@ func readRelease(dir string) (map[string]string, error) {
 // file's place) is an error, and so is a .env that is not a regular file: compose reads it.
 // Whatever else the directory holds is not the release's and is not read.
 func readStaged(dir string, staged []string) (map[string]string, error) {
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		return nil, fmt.Errorf("release directory: %w", err)
-	}
-	defer root.Close()
-	files := map[string]string{}
-	total := 0
-	err = func() error {
+	return readReleaseFiles(dir, func(root *os.Root, read func(p string, want fs.FileInfo) error) error {
 		if fi, err := root.Lstat(release.EnvFile); err == nil && !fi.Mode().IsRegular() {
 			return fmt.Errorf("%s is not a regular file (%s)", release.EnvFile, typeName(fi.Mode()))
 		} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -372,15 +350,34 @@ func readStaged(dir string, staged []string) (map[string]string, error) {
 			if err != nil {
 				return err
 			}
-			raw, err := readRegular(root, p, maxReleaseBytes-total, fi)
-			if err != nil {
+			if err := read(p, fi); err != nil {
 				return err
 			}
-			total += len(raw)
-			files[p] = string(raw)
 		}
 		return nil
-	}()
+	})
+}
+
+// readReleaseFiles opens dir as an os.Root and collects the files pick reads through read
+// (readRegular, within maxReleaseBytes in all). Any error of pick's is the release having
+// changed on disk.
+func readReleaseFiles(dir string, pick func(root *os.Root, read func(p string, want fs.FileInfo) error) error) (map[string]string, error) {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, fmt.Errorf("release directory: %w", err)
+	}
+	defer root.Close()
+	files := map[string]string{}
+	total := 0
+	err = pick(root, func(p string, want fs.FileInfo) error {
+		raw, err := readRegular(root, p, maxReleaseBytes-total, want)
+		if err != nil {
+			return err
+		}
+		total += len(raw)
+		files[p] = string(raw)
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("changed on disk since it was applied: %w", err)
 	}
