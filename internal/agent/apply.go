@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -31,7 +33,11 @@ func (a *Agent) apply(ctx context.Context, resp *protocol.CheckinResponse) error
 	sha := resp.DesiredSha
 	log := a.log.With("sha", protocol.ShortSha(sha))
 	if r, ok := a.st.RefusedFor(sha, version.Version); ok {
-		return a.repeatRefusal(ctx, r)
+		why := a.refusalLapsed(r)
+		if why == "" {
+			return a.repeatRefusal(ctx, r)
+		}
+		log.Info("judging the refused sha again: " + why)
 	}
 	at := &applyAttempt{sha: sha}
 	a.attempt = at
@@ -167,10 +173,7 @@ func (a *Agent) checkDisk(ctx context.Context, b *bundle.Bundle) error {
 		return fmt.Errorf("disk: %w", err)
 	}
 	need := b.Meta.Agent.DiskNeedBytes
-	required := a.cfg.Disk.HeadroomBytes
-	if need > 0 {
-		required = int64(float64(need)*a.cfg.Disk.Factor) + a.cfg.Disk.HeadroomBytes
-	}
+	required := a.diskRequired(need)
 	if free >= required {
 		return nil
 	}
@@ -180,7 +183,26 @@ func (a *Agent) checkDisk(ctx context.Context, b *bundle.Bundle) error {
 	} else {
 		sized = fmt.Sprintf("a pull needs at least %d MiB headroom (bundle declares no size)", mib(required))
 	}
-	return protocol.Refuse(protocol.CodeDisk, "image storage (%s) has %d MiB free, %s", describe(measured), mib(free), sized)
+	refusal := protocol.Refuse(protocol.CodeDisk, "image storage (%s) has %d MiB free, %s", describe(measured), mib(free), sized)
+	a.rememberRefusal(b.Sha, refusal)
+	a.st.Refused.Disk, a.st.Refused.RequiredBytes, a.st.Refused.NeedBytes = diskFrees(measured), required, max(need, 0)
+	return refusal
+}
+
+// diskRequired is the free space a bundle declaring need bytes (0: none) must find.
+func (a *Agent) diskRequired(need int64) int64 {
+	if need > 0 {
+		return int64(float64(need)*a.cfg.Disk.Factor) + a.cfg.Disk.HeadroomBytes
+	}
+	return a.cfg.Disk.HeadroomBytes
+}
+
+func diskFrees(ms []diskspace.Measure) []state.DiskFree {
+	out := make([]state.DiskFree, len(ms))
+	for i, m := range ms {
+		out[i] = state.DiskFree{Path: m.Path, FreeBytes: m.Free}
+	}
+	return out
 }
 
 func describe(ms []diskspace.Measure) string {
@@ -313,6 +335,7 @@ func (a *Agent) runCompose(ctx context.Context, b *bundle.Bundle, dir string) er
 
 	a.st.Applying = nil
 	a.st.AppliedSha = sha
+	a.st.AppliedFiles = &state.ReleaseFiles{Sha: sha, Files: slices.Sorted(maps.Keys(b.Files))}
 	a.st.AddHistory(sha)
 	a.st.LastSha = sha
 	a.st.LastResult = protocol.ResultApplied

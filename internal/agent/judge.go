@@ -15,22 +15,53 @@ import (
 // the bundle ships it (checkBundle), and after the .env is rendered, before anything is pulled,
 // on what `docker compose config` makes of the staged release. A bundle either refused is
 // remembered by sha, so the ticks that are asked to apply it again repeat the verdict without
-// fetching, judging or leasing.
+// fetching, judging or leasing. So is a disk refusal, with the free space it was judged on: it is
+// repeated until that free space changes (refusalLapsed).
 
 // repeatRefusal reports a remembered refusal of the desired sha as this tick's: the same
 // journal line and the same report as when it was judged.
 func (a *Agent) repeatRefusal(ctx context.Context, r *state.RefusedSha) error {
-	a.log.Error("refused: " + r.Detail + " (judged " + r.At.UTC().Format("2006-01-02T15:04:05Z") + "; not fetched again)")
+	why := "not fetched again"
+	if r.Code == protocol.CodeDisk {
+		why = "free space unchanged, not fetched again"
+	}
+	a.log.Error("refused: " + r.Detail + " (judged " + r.At.UTC().Format("2006-01-02T15:04:05Z") + "; " + why + ")")
 	a.record(r.Sha, protocol.ResultRefused, r.Detail)
 	a.report(ctx, protocol.Report{Sha: r.Sha, Result: protocol.ResultRefused, Detail: r.Detail})
 	return fmt.Errorf("%w: %s", ErrRefused, r.Detail)
 }
 
-// rememberRefusal keeps a compose judgement's refusal of sha in state (saved with the refusal's
-// own record). Any other error is not a verdict on the bundle and is not remembered.
+// refusalLapsed says why a remembered refusal must be judged again, "" when it stands. A
+// compose judgement's verdict is a function of the bundle and the agent's policy: it stands. A
+// disk refusal is a verdict on the box as it was: it stands while the same filesystems have
+// about the same free space (state.RefusedSha.DiskChanged), the config asks the same and the
+// tightest of them still does not hold what the bundle needs. Measuring costs a statfs per
+// path; fetching and judging the bundle costs a tenancy round trip and `docker info`.
+func (a *Agent) refusalLapsed(r *state.RefusedSha) string {
+	if r.Code != protocol.CodeDisk {
+		return ""
+	}
+	if a.st.DockerRootDir == "" {
+		return "docker's data-root is not known"
+	}
+	free, measured, err := a.deps.Disk.Tightest(storagePaths(a.cfg, a.st.DockerRootDir))
+	switch {
+	case err != nil:
+		return "free space not measured: " + err.Error()
+	case a.diskRequired(r.NeedBytes) != r.RequiredBytes:
+		return "the disk config changed"
+	case free >= r.RequiredBytes:
+		return fmt.Sprintf("image storage now has %d MiB free", mib(free))
+	}
+	return r.DiskChanged(diskFrees(measured))
+}
+
+// rememberRefusal keeps a compose judgement's or the disk check's refusal of sha in state (saved
+// with the refusal's own record). Any other error is not a verdict on the bundle and is not
+// remembered.
 func (a *Agent) rememberRefusal(sha string, err error) {
 	var r *protocol.Refusal
-	if !errors.As(err, &r) || (r.Code != protocol.CodeBundleInvalid && r.Code != protocol.CodePrivileged) {
+	if !errors.As(err, &r) || (r.Code != protocol.CodeBundleInvalid && r.Code != protocol.CodePrivileged && r.Code != protocol.CodeDisk) {
 		return
 	}
 	a.st.Refused = &state.RefusedSha{

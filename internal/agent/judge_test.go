@@ -168,3 +168,123 @@ func (h *harness) saveState(st *state.State) {
 		h.t.Fatal(err)
 	}
 }
+
+// A disk refusal is remembered with the free space it was judged on: while the same
+// filesystems hold about as much (state.DiskSlack), the ticks repeat it without fetching the
+// bundle; a move past the slack (either way), another set of filesystems, or a changed disk
+// config judges it again.
+func TestDiskRefusalIsJudgedAgainOnlyWhenFreeSpaceChanged(t *testing.T) {
+	const mib = int64(1 << 20)
+	refused := func(t *testing.T) (*harness, protocol.Report) {
+		h := newHarness(t)
+		if err := os.MkdirAll(h.docker.RootDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		h.free[h.docker.RootDir] = 32 * mib
+		h.free[h.cfg.ContainerdRoot] = 32 * mib
+		h.desire(bundleSpec{})
+		h.expectExit(agent.ExitFailed)
+		r := h.lastReport()
+		if r.Result != protocol.ResultRefused || !strings.HasPrefix(r.Detail, "DISK_INSUFFICIENT: ") {
+			t.Fatalf("report = %+v", r)
+		}
+		st := h.state()
+		if st.Refused == nil || st.Refused.Code != protocol.CodeDisk || len(st.Refused.Disk) != 2 || st.Refused.Disk[0].FreeBytes != 32*mib {
+			t.Fatalf("refused_sha = %+v", st.Refused)
+		}
+		return h, r
+	}
+	// tick runs one tick and says whether it fetched the bundle.
+	tick := func(h *harness, want int) bool {
+		h.t.Helper()
+		n := len(h.ten.BundleFetches(env))
+		h.expectExit(want)
+		return len(h.ten.BundleFetches(env)) != n
+	}
+
+	t.Run("same free space repeats the refusal without a fetch", func(t *testing.T) {
+		h, first := refused(t)
+		h.free[h.docker.RootDir] = 32*mib + 60*mib // drift inside the 64 MiB slack
+		for range 2 {
+			if tick(h, agent.ExitFailed) {
+				t.Fatal("the refused sha was fetched again with the free space unchanged")
+			}
+			if r := h.lastReport(); r.Result != protocol.ResultRefused || r.Detail != first.Detail {
+				t.Errorf("repeated report = %+v, want the stored refusal", r)
+			}
+		}
+		h.expectLog("; free space unchanged, not fetched again)")
+		if h.ten.LeasesGranted(env) != 0 || h.docker.Count("compose pull") != 0 {
+			t.Error("a repeated disk refusal leased or pulled")
+		}
+	})
+	t.Run("free space grown past the slack is judged again and applies", func(t *testing.T) {
+		h, _ := refused(t)
+		h.free[h.docker.RootDir] = 500 << 30
+		h.free[h.cfg.ContainerdRoot] = 500 << 30
+		if !tick(h, agent.ExitOK) {
+			t.Error("not fetched again after the free space grew")
+		}
+		if r := h.lastReport(); r.Result != protocol.ResultApplied {
+			t.Errorf("report = %+v", r)
+		}
+		h.expectLog("judging the refused sha again: image storage now has")
+	})
+	t.Run("a move of a path that is not the tightest is judged again", func(t *testing.T) {
+		h, _ := refused(t)
+		h.free[h.cfg.ContainerdRoot] = 500 << 30
+		if !tick(h, agent.ExitFailed) {
+			t.Error("not judged again after containerd's root grew past the slack")
+		}
+	})
+	t.Run("free space shrunk past the slack is judged again", func(t *testing.T) {
+		h := newHarness(t)
+		if err := os.MkdirAll(h.docker.RootDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		h.free[h.docker.RootDir] = 1000 * mib
+		h.desire(bundleSpec{})
+		h.expectExit(agent.ExitFailed)
+		h.free[h.docker.RootDir] = 900 * mib // 100 MiB less: past max(10 MiB, 64 MiB)
+		if !tick(h, agent.ExitFailed) {
+			t.Error("not judged again after the free space shrank past the slack")
+		}
+		if st := h.state(); st.Refused == nil || st.Refused.Disk[0].FreeBytes != 900*mib {
+			t.Errorf("the new judgement's measure is not kept: %+v", st.Refused)
+		}
+		h.expectLog("judging the refused sha again: free space on ")
+		if tick(h, agent.ExitFailed) {
+			t.Error("the new measure did not hold the refusal")
+		}
+	})
+	t.Run("another set of filesystems is judged again", func(t *testing.T) {
+		h, _ := refused(t)
+		if err := os.Remove(h.cfg.ContainerdRoot); err != nil { // containerd's root is gone: not measured
+			t.Fatal(err)
+		}
+		if !tick(h, agent.ExitFailed) {
+			t.Error("not judged again after the measured paths changed")
+		}
+		h.expectLog("judging the refused sha again: the filesystems measured changed")
+		if st := h.state(); st.Refused == nil || len(st.Refused.Disk) != 1 {
+			t.Errorf("refused_sha = %+v", st.Refused)
+		}
+	})
+	t.Run("a changed disk config is judged again", func(t *testing.T) {
+		h, _ := refused(t)
+		h.cfg.Disk.HeadroomBytes = 16 * mib
+		if !tick(h, agent.ExitOK) {
+			t.Error("not judged again after the headroom changed")
+		}
+		h.expectLog("judging the refused sha again: the disk config changed")
+	})
+	t.Run("a compose refusal is not re-measured", func(t *testing.T) {
+		h := newHarness(t)
+		h.desire(bundleSpec{compose: bundletest.Svc("    privileged: true\n")})
+		h.expectExit(agent.ExitFailed)
+		h.free[h.docker.RootDir] = 1 << 20
+		if tick(h, agent.ExitFailed) {
+			t.Error("a compose refusal was fetched again")
+		}
+	})
+}

@@ -284,6 +284,7 @@ func (a *Agent) down(ctx context.Context, resp *protocol.CheckinResponse) error 
 	a.st.LastResult = protocol.ResultDown
 	a.st.LastDetail = ""
 	a.st.AppliedSha = ""
+	a.st.AppliedFiles = nil
 	_ = a.saveState() // a failure is named in the report and the exit (stateErr)
 	a.log.Info("down: project removed", "volumes_removed", volumes)
 	a.report(ctx, protocol.Report{Sha: resp.DesiredSha, Result: protocol.ResultDown})

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -271,8 +272,20 @@ func (a *Agent) revertRefused(ctx context.Context, refusal string) error {
 // and the judgement of what `docker compose config` makes of it with its own .env. A container
 // that could write the release directory must not have a revert run a file it rewrote. It
 // returns why the release may not run, "" when it may.
+//
+// The files read back are the ones the agent staged, as state.json lists them (applied_files):
+// an app that writes ./data inside its release directory (a writable bind the compose judgement
+// allows, since it holds no staged file) can still be reverted to. The list needs no hash of its
+// own: a name added, dropped or changed makes the files read hash to another sha. A release an
+// older agent applied has no list, and its whole directory is read strictly, as before.
 func (a *Agent) judgeRelease(ctx context.Context, dir, sha string) string {
-	files, err := readRelease(dir)
+	var files map[string]string
+	var err error
+	if staged := a.st.StagedFiles(sha); staged != nil {
+		files, err = readStaged(dir, staged)
+	} else {
+		files, err = readRelease(dir)
+	}
 	if err != nil {
 		return err.Error()
 	}
@@ -295,7 +308,7 @@ func (a *Agent) judgeRelease(ctx context.Context, dir, sha string) string {
 	return ""
 }
 
-// maxReleaseBytes caps what readRelease reads: a release is a bundle (tenancy's own cap is
+// maxReleaseBytes caps what a read-back of a release reads: a release is a bundle (tenancy's own cap is
 // 16 MiB) and its .env, never more unless something wrote into it.
 const maxReleaseBytes = 16 << 20
 
@@ -303,6 +316,52 @@ const maxReleaseBytes = 16 << 20
 // through an os.Root so that no link leads the reads out of dir. Anything but a regular file or
 // a directory (a link planted by a container) is an error: Stage writes none.
 func readRelease(dir string) (map[string]string, error) {
+	return readReleaseFiles(dir, func(root *os.Root, read func(p string, want fs.FileInfo) error) error {
+		return fs.WalkDir(root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
+			switch {
+			case err != nil:
+				return err
+			case d.IsDir():
+				return nil
+			case !d.Type().IsRegular():
+				return fmt.Errorf("%s is not a regular file (%s)", p, d.Type())
+			case p == ".env":
+				return nil
+			}
+			return read(p, nil)
+		})
+	})
+}
+
+// readStaged reads the staged files of the release in dir, by '/'-separated path, through an
+// os.Root so that no link leads the reads out of dir. A staged file, or a directory on its way,
+// that is now anything but a regular file or a directory (a link, a FIFO, a directory in a
+// file's place) is an error, and so is a .env that is not a regular file: compose reads it.
+// Whatever else the directory holds is not the release's and is not read.
+func readStaged(dir string, staged []string) (map[string]string, error) {
+	return readReleaseFiles(dir, func(root *os.Root, read func(p string, want fs.FileInfo) error) error {
+		if fi, err := root.Lstat(release.EnvFile); err == nil && !fi.Mode().IsRegular() {
+			return fmt.Errorf("%s is not a regular file (%s)", release.EnvFile, typeName(fi.Mode()))
+		} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		for _, p := range staged {
+			fi, err := checkStagedPath(root, p)
+			if err != nil {
+				return err
+			}
+			if err := read(p, fi); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// readReleaseFiles opens dir as an os.Root and collects the files pick reads through read
+// (readRegular, within maxReleaseBytes in all). Any error of pick's is the release having
+// changed on disk.
+func readReleaseFiles(dir string, pick func(root *os.Root, read func(p string, want fs.FileInfo) error) error) (map[string]string, error) {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return nil, fmt.Errorf("release directory: %w", err)
@@ -310,18 +369,8 @@ func readRelease(dir string) (map[string]string, error) {
 	defer root.Close()
 	files := map[string]string{}
 	total := 0
-	err = fs.WalkDir(root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
-		switch {
-		case err != nil:
-			return err
-		case d.IsDir():
-			return nil
-		case !d.Type().IsRegular():
-			return fmt.Errorf("%s is not a regular file (%s)", p, d.Type())
-		case p == ".env":
-			return nil
-		}
-		raw, err := readRegular(root, p, maxReleaseBytes-total)
+	err = pick(root, func(p string, want fs.FileInfo) error {
+		raw, err := readRegular(root, p, maxReleaseBytes-total, want)
 		if err != nil {
 			return err
 		}
@@ -335,10 +384,48 @@ func readRelease(dir string) (map[string]string, error) {
 	return files, nil
 }
 
+// checkStagedPath checks, without following links, that every directory on the way to the
+// staged file p is a directory and p itself a regular file, whose FileInfo it returns. os.Root
+// would follow a link that stays inside the release (to a copy in a writable ./data, say), which
+// a container could then rewrite between this read and compose's.
+func checkStagedPath(root *os.Root, p string) (fs.FileInfo, error) {
+	parts := strings.Split(p, "/")
+	var fi fs.FileInfo
+	for i := range parts {
+		sub := strings.Join(parts[:i+1], "/")
+		var err error
+		if fi, err = root.Lstat(sub); err != nil {
+			return nil, err
+		}
+		last := i == len(parts)-1
+		switch {
+		case !last && !fi.IsDir():
+			return nil, fmt.Errorf("%s is not a directory (%s)", sub, typeName(fi.Mode()))
+		case last && !fi.Mode().IsRegular():
+			return nil, fmt.Errorf("%s is not a regular file (%s)", sub, typeName(fi.Mode()))
+		}
+	}
+	return fi, nil
+}
+
+// typeName names a file mode's type for an error: "symlink", "fifo", "directory".
+func typeName(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeSymlink != 0:
+		return "symlink"
+	case m&fs.ModeNamedPipe != 0:
+		return "fifo"
+	case m.IsDir():
+		return "directory"
+	}
+	return m.Type().String()
+}
+
 // readRegular reads the regular file p under root, at most limit bytes. It opens without
 // blocking and checks the opened file, so a file swapped for a FIFO after the walk saw it cannot
-// hang the tick, and a file grown huge is not read into memory.
-func readRegular(root *os.Root, p string, limit int) ([]byte, error) {
+// hang the tick, and a file grown huge is not read into memory. want, when set, is what an
+// Lstat of p found: the file opened must be that one (os.Root follows a link planted since).
+func readRegular(root *os.Root, p string, limit int, want fs.FileInfo) ([]byte, error) {
 	f, err := root.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
@@ -348,6 +435,8 @@ func readRegular(root *os.Root, p string, limit int) ([]byte, error) {
 		return nil, err
 	} else if !fi.Mode().IsRegular() {
 		return nil, fmt.Errorf("%s is not a regular file (%s)", p, fi.Mode().Type())
+	} else if want != nil && !os.SameFile(fi, want) {
+		return nil, fmt.Errorf("%s was replaced while it was read", p)
 	}
 	raw, err := io.ReadAll(io.LimitReader(f, int64(limit)+1))
 	if err != nil {

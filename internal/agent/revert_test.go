@@ -314,12 +314,14 @@ func TestBackoffResets(t *testing.T) {
 var revertSteps = []string{"failed", "revert-judged", "revert-promote", "revert-up", "revert-healthy", "reverted"}
 
 // A tick killed at any step of a revert leaves a box the next tick converges: v1 running and
-// healthy, current on v1, the failure reported with what the revert did, v2 backing off.
+// healthy, current on v1, the failure reported with what the revert did, v2 backing off. v1's
+// app wrote ./data beside its release: the read-back of the staged files ignores it each time.
 func TestATickKilledDuringARevertIsRecoveredByTheNext(t *testing.T) {
 	for _, at := range revertSteps {
 		t.Run(at, func(t *testing.T) {
 			h := newHarness(t)
 			v1, v2 := failingV2(t, h, nil)
+			plantAppData(t, release.Dir(h.cfg.EnvDir(), v1))
 			reached := false
 			h.step = func(name string) error {
 				if name == at {
@@ -474,10 +476,32 @@ func TestReleaseMetaIsReadBackStrictly(t *testing.T) {
 	}
 }
 
-// A revert judges the release it brings back as its apply did: a v1 whose container rewrote its
-// own compose file (or planted a link in it) is not run again; the failed v2 stays, and the
-// report says why nothing was reverted.
+// A revert judges the release it brings back as its apply did: a v1 whose staged files were
+// rewritten, removed, or replaced by a link, a FIFO or a directory is not run again; the failed
+// v2 stays, and the report says why nothing was reverted.
 func TestRevertRefusesAReleaseChangedOnDisk(t *testing.T) {
+	// aside moves the staged file name to data/name and puts what make makes in its place.
+	aside := func(name string, make func(old, p string) error) func(dir string) error {
+		return func(dir string) error {
+			if err := os.MkdirAll(filepath.Join(dir, "data"), 0o700); err != nil {
+				return err
+			}
+			p, old := filepath.Join(dir, name), filepath.Join(dir, "data", name)
+			if err := os.Rename(p, old); err != nil {
+				return err
+			}
+			return make(old, p)
+		}
+	}
+	why := map[string]string{
+		"compose file rewritten":                      "BUNDLE_SHA_MISMATCH",
+		"staged file removed":                         "statat .env.template: no such file",
+		"fifo in a staged file's place":               "manifest.json is not a regular file (fifo)",
+		"directory in a staged file's place":          ".env.template is not a regular file (directory)",
+		"link to a copy in place of the compose file": "docker-compose.yml is not a regular file (symlink)",
+		"link in place of .env":                       ".env is not a regular file (symlink)",
+		"file grown huge":                             "holds more than 16 MiB",
+	}
 	for name, tamper := range map[string]func(dir string) error{
 		"compose file rewritten": func(dir string) error {
 			f := filepath.Join(dir, "docker-compose.yml")
@@ -487,12 +511,22 @@ func TestRevertRefusesAReleaseChangedOnDisk(t *testing.T) {
 			}
 			return os.WriteFile(f, []byte(strings.Replace(string(raw), "image:", "privileged: true\n    image:", 1)), 0o600)
 		},
-		"file added": func(dir string) error {
-			return os.WriteFile(filepath.Join(dir, "docker-compose.override.yml"), []byte("services: {}\n"), 0o600)
+		"staged file removed": func(dir string) error {
+			return os.Remove(filepath.Join(dir, ".env.template"))
 		},
-		"fifo planted": func(dir string) error {
-			return syscall.Mkfifo(filepath.Join(dir, "fifo"), 0o600)
-		},
+		"fifo in a staged file's place": aside("manifest.json", func(_, p string) error {
+			return syscall.Mkfifo(p, 0o600)
+		}),
+		"directory in a staged file's place": aside(".env.template", func(_, p string) error {
+			return os.Mkdir(p, 0o700)
+		}),
+		// the link's target holds the very same bytes: only its type gives it away
+		"link to a copy in place of the compose file": aside("docker-compose.yml", func(old, p string) error {
+			return os.Symlink("data/docker-compose.yml", p)
+		}),
+		"link in place of .env": aside(".env", func(old, p string) error {
+			return os.Symlink("data/.env", p)
+		}),
 		"file grown huge": func(dir string) error {
 			f, err := os.OpenFile(filepath.Join(dir, "docker-compose.yml"), os.O_WRONLY|os.O_APPEND, 0)
 			if err != nil {
@@ -500,9 +534,6 @@ func TestRevertRefusesAReleaseChangedOnDisk(t *testing.T) {
 			}
 			defer f.Close()
 			return f.Truncate(64 << 20) // sparse: no disk is used
-		},
-		"link planted": func(dir string) error {
-			return os.Symlink("/etc/passwd", filepath.Join(dir, "passwd"))
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -528,7 +559,7 @@ func TestRevertRefusesAReleaseChangedOnDisk(t *testing.T) {
 			if bo := st.Backoff; bo == nil || bo.Attempts != 1 || bo.RevertPending || bo.RevertedTo != "" || !strings.Contains(bo.NoRevert, "refused") {
 				t.Errorf("backoff = %+v", bo)
 			}
-			h.expectLog("not reverted: release " + v1[:12] + " refused: ")
+			h.expectLog("not reverted: release " + v1[:12] + " refused: changed on disk since it was applied: " + why[name])
 		})
 	}
 }
@@ -585,5 +616,88 @@ func TestATickKilledDuringTheApplyIsCountedAsAFailure(t *testing.T) {
 				t.Error("a tick in the backoff ran compose up")
 			}
 		})
+	}
+}
+
+// plantAppData writes what an app with a writable ./data bind leaves in its release directory:
+// files, a FIFO and a link under ./data, and a stray file at the top.
+func plantAppData(t *testing.T, dir string) {
+	t.Helper()
+	data := filepath.Join(dir, "data")
+	if err := os.MkdirAll(filepath.Join(data, "db"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, err := range []error{
+		os.WriteFile(filepath.Join(data, "x"), []byte("written by the app"), 0o644),
+		os.WriteFile(filepath.Join(data, "db", "pages"), make([]byte, 4096), 0o644),
+		syscall.Mkfifo(filepath.Join(data, "fifo"), 0o600),
+		os.Symlink("/etc/passwd", filepath.Join(data, "passwd")),
+		os.WriteFile(filepath.Join(dir, "docker-compose.override.yml"), []byte("services: {}\n"), 0o600),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A release whose app wrote ./data beside its staged files is reverted to: the read-back
+// verifies the files the agent staged (state.json applied_files) and ignores the rest.
+func TestRevertIgnoresWhatTheAppWroteBesideItsRelease(t *testing.T) {
+	h := newHarness(t)
+	v1, v2 := failingV2(t, h, nil)
+	if st := h.state(); st.AppliedFiles == nil || st.AppliedFiles.Sha != v1 ||
+		strings.Join(st.AppliedFiles.Files, ",") != ".env.template,bundle.json,docker-compose.yml,manifest.json" {
+		t.Fatalf("applied_files = %+v", st.AppliedFiles)
+	}
+	plantAppData(t, release.Dir(h.cfg.EnvDir(), v1))
+	h.expectExit(agent.ExitFailed)
+	r := h.lastReport()
+	if r.Result != "failed" || r.Sha != v2 || r.RevertedTo != v1 || r.RevertHealthy == nil || !*r.RevertHealthy {
+		t.Fatalf("report = %+v, want failed and reverted to %.12s (healthy)", r, v1)
+	}
+	if cur := currentRelease(t, h); cur != v1 {
+		t.Errorf("current → %.12s, want %.12s", cur, v1)
+	}
+	if got, err := os.ReadFile(filepath.Join(release.Dir(h.cfg.EnvDir(), v1), "data", "x")); err != nil || string(got) != "written by the app" {
+		t.Errorf("the app's data: %q, %v", got, err)
+	}
+}
+
+// A release applied by an older agent has no applied_files: its whole directory is read back
+// strictly, and anything beside the bundle refuses the revert, as before.
+func TestRevertWithoutAStagedListReadsTheWholeRelease(t *testing.T) {
+	h := newHarness(t)
+	v1, _ := failingV2(t, h, nil)
+	st := h.state()
+	st.AppliedFiles = nil
+	h.saveState(st)
+	plantAppData(t, release.Dir(h.cfg.EnvDir(), v1))
+	h.expectExit(agent.ExitFailed)
+	if r := h.lastReport(); r.RevertedTo != "" || !strings.Contains(r.Detail, "not reverted: release "+v1[:12]+" refused: changed on disk since it was applied") {
+		t.Errorf("report = %+v", r)
+	}
+}
+
+// A directory on the way to a staged file replaced by a link (to a copy with the same bytes in
+// ./data, which a container could rewrite) refuses the revert.
+func TestRevertRefusesALinkedDirectoryOfTheRelease(t *testing.T) {
+	h := newHarness(t)
+	h.docker.ImageHealth[badAPI] = "unhealthy"
+	v1 := h.desire(bundleSpec{extra: map[string]string{"conf/app.conf": "level=info\n"}})
+	h.expectExit(agent.ExitOK)
+	h.desire(v2Spec(nil))
+	dir := release.Dir(h.cfg.EnvDir(), v1)
+	if err := os.MkdirAll(filepath.Join(dir, "data"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(dir, "conf"), filepath.Join(dir, "data", "conf")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("data/conf", filepath.Join(dir, "conf")); err != nil {
+		t.Fatal(err)
+	}
+	h.expectExit(agent.ExitFailed)
+	if r := h.lastReport(); r.RevertedTo != "" || !strings.Contains(r.Detail, "conf is not a directory (symlink)") {
+		t.Errorf("report = %+v", r)
 	}
 }

@@ -84,6 +84,12 @@ func (a *Agent) bootstrap(ctx context.Context, offMeshQuiet bool) error {
 		a.log.Info(fmt.Sprintf("kit re-run: backoff of %s reset; the next apply tries it at once", protocol.ShortSha(bo.Sha)))
 		a.st.Backoff = nil
 	}
+	// So does a disk refusal (an operator freeing space then re-running the kit expects a new
+	// judgement); a compose refusal is the bundle's and stays.
+	if r := a.st.Refused; r != nil && r.Code == protocol.CodeDisk {
+		a.log.Info(fmt.Sprintf("kit re-run: disk refusal of %s forgotten; the next apply judges it again", short(r.Sha)))
+		a.st.Refused = nil
+	}
 	// A new token generation: a lease grant kept under the previous one was superseded with it
 	// (storeToken forgets it).
 	if err := a.storeToken(tok, sourceBootstrap, addr, asked); err != nil {

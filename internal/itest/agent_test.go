@@ -212,6 +212,9 @@ type bundleOpts struct {
 	logEnv      string
 	extraEnvVar string
 	pull        string
+	// dataBind gives worker a writable bind of ./data, a directory of its release that holds
+	// no staged file (allowed by the compose judgement).
+	dataBind bool
 }
 
 // bundle is a two-service app of the test image: web reads the rendered .env, worker gets one
@@ -250,6 +253,9 @@ func (w *world) bundle(o bundleOpts) map[string]string {
     environment:
       DB_PASSWORD: ${DB_PASSWORD}%s
 `, img, webEnv, health, img, health)
+	if o.dataBind {
+		compose = strings.Replace(compose, "  worker:\n", "  worker:\n    volumes: [\"./data:/data\"]\n", 1)
+	}
 	if o.volume {
 		compose = strings.Replace(compose, "  worker:\n", "  worker:\n    volumes: [\"data:/data\"]\n", 1) + "volumes:\n  data: {}\n"
 	}

@@ -3,6 +3,7 @@
 package itest
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -249,5 +250,42 @@ func TestRevertSplitOfDockerCalls(t *testing.T) {
 	os.WriteFile(log, []byte(lines[0]+"\n"+lines[1]+"\n"), 0o600)
 	if _, err := readRevert(log); err == nil || !strings.Contains(err.Error(), "want 2") {
 		t.Errorf("a log with one up: %v", err)
+	}
+}
+
+// A release whose app writes into its own directory (worker's writable bind of ./data) is
+// reverted to with the real engine: the revert reads back only the files the agent staged.
+func TestRevertToAReleaseWhoseAppWroteData(t *testing.T) {
+	w := newWorld(t)
+	b := w.newBox(t, "env-i12-data", "")
+	sha1 := w.ten.SetDesired(b.env, w.bundle(bundleOpts{tag: "v1", webHealthy: true, registry: true, dataBind: true}))
+	b.expect(0)
+	// `docker cp` into the container's /data writes through the bind, as the app itself would
+	src := filepath.Join(t.TempDir(), "x")
+	if err := os.WriteFile(src, []byte("the app's own data\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if out, err := runDocker(ctx, "", nil, "cp", src, b.containers()["worker"].Name+":/data/x"); err != nil {
+		t.Fatalf("docker cp: %v: %s", err, out)
+	}
+	written := filepath.Join(b.dir, "state", b.env, "releases", sha1, "data", "x")
+	if _, err := os.Stat(written); err != nil {
+		t.Fatalf("the app's write did not land in the release directory: %v", err)
+	}
+
+	sha2 := w.ten.SetDesired(b.env, w.bundle(bundleOpts{tag: "v2", webHealthy: false, registry: true, dataBind: true,
+		agent: map[string]any{"healthy_timeout_s": 8}}))
+	b.expect(1)
+	r := b.report()
+	if r.Result != "failed" || r.Sha != sha2 || r.RevertedTo != sha1 || r.RevertHealthy == nil || !*r.RevertHealthy {
+		t.Fatalf("report = %+v, want failed %.12s reverted to %.12s (healthy)\n%s", r, sha2, sha1, b.last)
+	}
+	if c := b.containers()["worker"]; c.Image != w.images["v1"].Ref || c.Health != "healthy" {
+		t.Errorf("worker after the revert = %v", c)
+	}
+	if got, err := os.ReadFile(written); err != nil || string(got) != "the app's own data\n" {
+		t.Errorf("the app's data after the revert: %q, %v", got, err)
 	}
 }

@@ -85,10 +85,17 @@ type State struct {
 	Counters Counters `json:"counters,omitzero"`
 	// LastTickOKAt is when the last tick that exited 0 ended (the textfile's last success).
 	LastTickOKAt *time.Time `json:"last_tick_ok_at,omitempty"`
-	// Refused remembers the last bundle the compose judgement refused, so that the ticks that
-	// are told to apply the same sha again neither fetch nor judge it (nor lease for it): the
-	// verdict is a function of the bundle and the agent's policy, and the heartbeat repeats it.
+	// Refused remembers the last bundle the compose judgement or the disk check refused, so
+	// that the ticks that are told to apply the same sha again neither fetch nor judge it (nor
+	// lease for it): the verdict is a function of the bundle and the agent's policy (and, for
+	// the disk, of free space that is measured again each tick), and the heartbeat repeats it.
 	Refused *RefusedSha `json:"refused_sha,omitempty"`
+	// AppliedFiles lists the files the agent staged for the applied release, saved in the same
+	// write as AppliedSha. A revert reads back only these (an app's own ./data beside them is
+	// not the release's), and they must still hash to Sha: the list needs no hash of its own,
+	// because the bundle sha covers every name and content. Nil in a state an older agent wrote:
+	// the revert then reads the whole release directory strictly.
+	AppliedFiles *ReleaseFiles `json:"applied_files,omitempty"`
 
 	// extra keeps fields this version does not know, so a downgrade or a newer writer loses
 	// nothing when this version saves.
@@ -120,14 +127,81 @@ type PendingLease struct {
 	BearerAccessor string `json:"bearer_accessor,omitempty"`
 }
 
-// RefusedSha is a bundle the compose judgement refused. AgentVersion is the agent that judged
-// it: another version may judge by another policy, so it judges again.
+// RefusedSha is a bundle the compose judgement or the disk check refused. AgentVersion is the
+// agent that judged it: another version may judge by another policy, so it judges again.
 type RefusedSha struct {
 	Sha          string    `json:"sha"`
 	Code         string    `json:"code"`
 	Detail       string    `json:"detail"` // `CODE: detail`, as reported (redacted, capped)
 	At           time.Time `json:"at"`
 	AgentVersion string    `json:"agent_version"`
+	// Disk is, for a DISK_INSUFFICIENT refusal, the free space of every filesystem measured
+	// when it was judged; RequiredBytes is what the bundle needed then. The refusal stands only
+	// while a fresh measure finds the same filesystems with about the same free space and the
+	// config asks the same (DiskChanged). Empty for any other code.
+	Disk          []DiskFree `json:"disk,omitempty"`
+	RequiredBytes int64      `json:"required_bytes,omitempty"`
+	// NeedBytes is the bundle's agent.disk_need_bytes (0: none declared), so that a changed
+	// disk config (factor, headroom) is noticed without fetching the bundle again.
+	NeedBytes int64 `json:"need_bytes,omitempty"`
+}
+
+// DiskFree is one filesystem measured by the disk check: the path asked about (docker's
+// data-root, containerd's root) and the bytes free on it.
+type DiskFree struct {
+	Path      string `json:"path"`
+	FreeBytes int64  `json:"free_bytes"`
+}
+
+// DiskSlack is the least move of a filesystem's free space that re-judges a disk refusal: a
+// box's free space drifts by logs and pulls of other tenants all the time, and a refusal
+// re-judged on every drift would fetch the bundle on every tick again. A move of more than
+// max(1% of the free space measured at the refusal, 64 MiB) is a change (the agent measures
+// free space only, not a filesystem's size, so the 1% is of what was free).
+func DiskSlack(free int64) int64 {
+	return max(free/100, 64<<20)
+}
+
+// DiskChanged says why a disk refusal no longer stands for the filesystems measured now,
+// "" when it does: another set of paths, or a path whose free space moved by more than
+// DiskSlack of what it had.
+func (r *RefusedSha) DiskChanged(now []DiskFree) string {
+	if len(r.Disk) == 0 {
+		return "no measure was kept with the refusal"
+	}
+	then := map[string]int64{}
+	for _, d := range r.Disk {
+		then[d.Path] = d.FreeBytes
+	}
+	if len(now) != len(then) {
+		return "the filesystems measured changed"
+	}
+	for _, d := range now {
+		was, ok := then[d.Path]
+		if !ok {
+			return "the filesystems measured changed"
+		}
+		if diff := d.FreeBytes - was; diff > DiskSlack(was) || -diff > DiskSlack(was) {
+			return fmt.Sprintf("free space on %s moved from %d MiB to %d MiB", d.Path, was>>20, d.FreeBytes>>20)
+		}
+	}
+	return ""
+}
+
+// ReleaseFiles is the list of files (bundle paths, '/'-separated; the rendered .env apart) the
+// agent staged for the release Sha.
+type ReleaseFiles struct {
+	Sha   string   `json:"sha"`
+	Files []string `json:"files"`
+}
+
+// StagedFiles returns the files staged for the release sha, nil when the state does not know
+// them (a release applied by an older agent, or a record of another sha).
+func (s *State) StagedFiles(sha string) []string {
+	if f := s.AppliedFiles; f != nil && sha != "" && f.Sha == sha {
+		return f.Files
+	}
+	return nil
 }
 
 // RefusedFor returns the remembered refusal of sha by agent version v, if there is one.
@@ -136,6 +210,50 @@ func (s *State) RefusedFor(sha, v string) (*RefusedSha, bool) {
 		return r, true
 	}
 	return nil, false
+}
+
+// checkRefused rejects a refused_sha no agent writes, naming the field.
+func checkRefused(r *RefusedSha) error {
+	if r.RequiredBytes < 0 {
+		return errors.New("refused_sha: required_bytes: negative")
+	}
+	if r.NeedBytes < 0 {
+		return errors.New("refused_sha: need_bytes: negative")
+	}
+	seen := map[string]bool{}
+	for i, d := range r.Disk {
+		switch {
+		case d.Path == "":
+			return fmt.Errorf("refused_sha: disk[%d]: path: empty", i)
+		case seen[d.Path]:
+			return fmt.Errorf("refused_sha: disk[%d]: path: %q listed twice", i, d.Path)
+		case d.FreeBytes < 0:
+			return fmt.Errorf("refused_sha: disk[%d]: free_bytes: negative", i)
+		}
+		seen[d.Path] = true
+	}
+	return nil
+}
+
+// checkReleaseFiles rejects an applied_files no agent writes, naming the field.
+func checkReleaseFiles(f *ReleaseFiles) error {
+	if f.Sha == "" {
+		return errors.New("applied_files: sha: empty")
+	}
+	if len(f.Files) == 0 {
+		return errors.New("applied_files: files: empty")
+	}
+	seen := map[string]bool{}
+	for i, p := range f.Files {
+		switch {
+		case p == "":
+			return fmt.Errorf("applied_files: files[%d]: empty", i)
+		case seen[p]:
+			return fmt.Errorf("applied_files: files[%d]: %q listed twice", i, p)
+		}
+		seen[p] = true
+	}
+	return nil
 }
 
 // LeaseBackoff is a hold on new leases until Until, after OpenBao refused a lease login.
@@ -373,6 +491,7 @@ var stateKeys = []string{
 	"agent_version", "pending_upgrade_from", "last_checkin_at", "last_apply_at",
 	"docker_root_dir", "docker_version", "docker_info_at", "pending_lease", "previous_token",
 	"lease_backoff", "docker_info_failed_at", "deploy_backoff", "applying", "counters", "last_tick_ok_at", "refused_sha",
+	"applied_files",
 }
 
 // legacyLastError is the Python agent's name for LastDetail; read, never written back (a stale
@@ -448,6 +567,18 @@ func (s *State) UnmarshalJSON(data []byte) error {
 		n.Refused = &RefusedSha{}
 		if err := json.Unmarshal(v, n.Refused); err != nil {
 			return fmt.Errorf("refused_sha: %w", err)
+		}
+		if err := checkRefused(n.Refused); err != nil {
+			return err
+		}
+	}
+	if v, ok := raw["applied_files"]; ok && !isNull(v) {
+		n.AppliedFiles = &ReleaseFiles{}
+		if err := json.Unmarshal(v, n.AppliedFiles); err != nil {
+			return fmt.Errorf("applied_files: %w", err)
+		}
+		if err := checkReleaseFiles(n.AppliedFiles); err != nil {
+			return err
 		}
 	}
 	if v, ok := raw["lease_backoff"]; ok && !isNull(v) {

@@ -147,7 +147,8 @@ func TestSaveModeAndRoundTrip(t *testing.T) {
 		Refused:       &RefusedSha{Sha: shaB, Code: "PRIVILEGED_REFUSED", Detail: "PRIVILEGED_REFUSED: dc.yml: 1 finding(s)", At: at, AgentVersion: "0.2.0"},
 		PreviousToken: &TokenMeta{Source: SourceBootstrap, Accessor: "old", Addr: "https://bao-old:8200"},
 		Token:         &TokenMeta{Source: SourceBootstrap, Accessor: "acc", ObtainedAt: at, TTLSec: 3600, Addr: "https://bao:8200"},
-		Counters:      Counters{Applies: 3, Failures: 2, Refusals: 1, Leases: 4}, LastTickOKAt: &at}
+		Counters:      Counters{Applies: 3, Failures: 2, Refusals: 1, Leases: 4}, LastTickOKAt: &at,
+		AppliedFiles: &ReleaseFiles{Sha: shaB, Files: []string{"bundle.json", "conf/app.conf", "docker-compose.yml"}}}
 	s.RecordApplied(shaB, at)
 	if err := Save(p, s); err != nil {
 		t.Fatal(err)
@@ -490,5 +491,122 @@ func TestRefusedFor(t *testing.T) {
 	}
 	if _, ok := (&State{}).RefusedFor(shaB, "0.2.0"); ok {
 		t.Error("an empty state remembers a refusal")
+	}
+}
+
+// A disk refusal keeps the free space it was judged on; it round-trips, a refused_sha an older
+// agent wrote (no disk fields) still loads, and a disk measure no agent writes is refused by
+// field.
+func TestDiskRefusalJSON(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "state.json")
+	at := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	s := &State{Refused: &RefusedSha{Sha: shaB, Code: "DISK_INSUFFICIENT", Detail: "DISK_INSUFFICIENT: image storage …", At: at,
+		AgentVersion: "0.2.0", Disk: []DiskFree{{"/var/lib/docker", 32 << 20}, {"/var/lib/containerd", 5 << 30}},
+		RequiredBytes: 2 << 30, NeedBytes: 1 << 30}}
+	if err := Save(p, s); err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := os.ReadFile(p)
+	if !strings.Contains(string(raw), `"free_bytes": 33554432`) || !strings.Contains(string(raw), `"path": "/var/lib/docker"`) {
+		t.Errorf("state.json lacks the measures:\n%s", raw)
+	}
+	got, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, s) {
+		t.Errorf("round trip:\n got %+v\nwant %+v", got.Refused, s.Refused)
+	}
+
+	old := `{"applied_sha": "` + shaB + `", "refused_sha": {"sha": "ab12", "code": "PRIVILEGED_REFUSED", "detail": "PRIVILEGED_REFUSED: x", "at": "2026-12-02T10:00:00Z", "agent_version": "0.2.0"}}`
+	if err := os.WriteFile(p, []byte(old), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err = Load(p)
+	if err != nil {
+		t.Fatalf("a refused_sha without disk fields: %v", err)
+	}
+	if r := got.Refused; r == nil || r.Sha != "ab12" || r.Disk != nil || r.RequiredBytes != 0 {
+		t.Errorf("old refused_sha read as %+v", r)
+	}
+
+	for _, c := range []struct{ body, want string }{
+		{`{"disk": [{"path": "", "free_bytes": 1}]}`, "refused_sha: disk[0]: path"},
+		{`{"disk": [{"path": "/a", "free_bytes": -1}]}`, "refused_sha: disk[0]: free_bytes"},
+		{`{"disk": [{"path": "/a", "free_bytes": 1}, {"path": "/a", "free_bytes": 2}]}`, "refused_sha: disk[1]: path"},
+		{`{"disk": [{"path": "/a", "free_bytes": "1"}]}`, "refused_sha"},
+		{`{"disk": {"path": "/a"}}`, "refused_sha"},
+		{`{"required_bytes": -5}`, "refused_sha: required_bytes"},
+		{`{"need_bytes": -5}`, "refused_sha: need_bytes"},
+	} {
+		var st State
+		err := json.Unmarshal([]byte(`{"refused_sha": `+c.body+`}`), &st)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want one naming %q", c.body, err, c.want)
+		}
+	}
+}
+
+// The rule that re-judges a disk refusal: another set of paths, or a move of a path's free
+// space by more than max(1% of what it had, 64 MiB), either way.
+func TestDiskChanged(t *testing.T) {
+	const gib, mib = int64(1 << 30), int64(1 << 20)
+	r := &RefusedSha{Code: "DISK_INSUFFICIENT", Disk: []DiskFree{{"/d", 32 * mib}, {"/c", 500 * gib}}}
+	for _, c := range []struct {
+		name    string
+		now     []DiskFree
+		changed bool
+	}{
+		{"same", []DiskFree{{"/d", 32 * mib}, {"/c", 500 * gib}}, false},
+		{"same, other order", []DiskFree{{"/c", 500 * gib}, {"/d", 32 * mib}}, false},
+		{"small path within 64 MiB", []DiskFree{{"/d", 96 * mib}, {"/c", 500 * gib}}, false},
+		{"small path past 64 MiB", []DiskFree{{"/d", 97 * mib}, {"/c", 500 * gib}}, true},
+		{"small path shrinks to nothing", []DiskFree{{"/d", 0}, {"/c", 500 * gib}}, false},
+		{"large path within 1%", []DiskFree{{"/d", 32 * mib}, {"/c", 500*gib - 5*gib}}, false},
+		{"large path shrinks past 1%", []DiskFree{{"/d", 32 * mib}, {"/c", 500*gib - 6*gib}}, true},
+		{"large path grows past 1%", []DiskFree{{"/d", 32 * mib}, {"/c", 506 * gib}}, true},
+		{"a path gone", []DiskFree{{"/d", 32 * mib}}, true},
+		{"a path added", []DiskFree{{"/d", 32 * mib}, {"/c", 500 * gib}, {"/e", gib}}, true},
+		{"a path renamed", []DiskFree{{"/d", 32 * mib}, {"/x", 500 * gib}}, true},
+	} {
+		if why := r.DiskChanged(c.now); (why != "") != c.changed {
+			t.Errorf("%s: DiskChanged = %q, want changed %v", c.name, why, c.changed)
+		}
+	}
+	if why := (&RefusedSha{Code: "DISK_INSUFFICIENT"}).DiskChanged([]DiskFree{{"/d", 1}}); why == "" {
+		t.Error("a disk refusal kept without measures stands")
+	}
+}
+
+// applied_files belongs to one sha; one no agent writes is refused by field, and a state
+// without it (an older agent's) knows no staged files.
+func TestAppliedFiles(t *testing.T) {
+	s := &State{AppliedSha: shaB, AppliedFiles: &ReleaseFiles{Sha: shaB, Files: []string{"a", "b/c"}}}
+	if got := s.StagedFiles(shaB); strings.Join(got, ",") != "a,b/c" {
+		t.Errorf("StagedFiles = %q", got)
+	}
+	for _, sha := range []string{"ab12", ""} {
+		if got := s.StagedFiles(sha); got != nil {
+			t.Errorf("StagedFiles(%q) = %q, want none", sha, got)
+		}
+	}
+	var old State
+	if err := json.Unmarshal([]byte(`{"applied_sha": "`+shaB+`"}`), &old); err != nil || old.StagedFiles(shaB) != nil {
+		t.Errorf("a state without applied_files: %v, %q", err, old.StagedFiles(shaB))
+	}
+	for _, c := range []struct{ body, want string }{
+		{`{"files": ["a"]}`, "applied_files: sha"},
+		{`{"sha": "x"}`, "applied_files: files"},
+		{`{"sha": "x", "files": []}`, "applied_files: files"},
+		{`{"sha": "x", "files": ["a", ""]}`, "applied_files: files[1]"},
+		{`{"sha": "x", "files": ["a", "a"]}`, "applied_files: files[1]"},
+		{`{"sha": "x", "files": "a"}`, "applied_files"},
+		{`[]`, "applied_files"},
+	} {
+		var st State
+		err := json.Unmarshal([]byte(`{"applied_files": `+c.body+`}`), &st)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want one naming %q", c.body, err, c.want)
+		}
 	}
 }
