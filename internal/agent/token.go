@@ -87,7 +87,7 @@ func (a *Agent) bootstrap(ctx context.Context, offMeshQuiet bool) error {
 	// So does a disk refusal (an operator freeing space then re-running the kit expects a new
 	// judgement); a compose refusal is the bundle's and stays.
 	if r := a.st.Refused; r != nil && r.Code == protocol.CodeDisk {
-		a.log.Info(fmt.Sprintf("kit re-run: disk refusal of %s forgotten; the next apply judges it again", short(r.Sha)))
+		a.log.Info(fmt.Sprintf("kit re-run: disk refusal of %s forgotten; the next apply judges it again", protocol.ShortSha(r.Sha)))
 		a.st.Refused = nil
 	}
 	// A new token generation: a lease grant kept under the previous one was superseded with it
