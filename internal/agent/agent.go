@@ -245,7 +245,7 @@ func (e *redactedError) Unwrap() error { return e.err }
 // (`.state.json.tmp-…`, `.bao.token.tmp-…`, …): each may hold a token or a grant, and a full
 // disk is made of such leftovers. The caller holds the tick lock, so no write is in flight.
 func (a *Agent) removeLeftovers() {
-	for _, p := range []string{a.cfg.StatePath(), a.cfg.TokenPath(), a.nextTokenPath(), a.leaseGrantPath(), filepath.Join(a.cfg.DockerConfigDir(), registryauth.ConfigFile)} {
+	for _, p := range []string{a.cfg.StatePath(), a.cfg.TokenPath(), a.files().Staged, a.files().Grant, filepath.Join(a.cfg.DockerConfigDir(), registryauth.ConfigFile)} {
 		removed, err := atomicfile.RemoveLeftovers(p)
 		if err != nil {
 			a.log.Warn("temp files of a killed tick could not be removed", "error", err.Error())

@@ -9,6 +9,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/state"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/token"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/version"
 )
 
@@ -53,7 +54,7 @@ func (a *Agent) RunForeign(ctx context.Context, f Foreign) error {
 		st = &state.State{}
 	}
 	a.st = st
-	tok, err := state.ReadToken(a.cfg.TokenPath())
+	tok, err := token.Read(a.files().Token)
 	if err != nil || tok.Reveal() == "" {
 		why := "no token"
 		if err != nil {

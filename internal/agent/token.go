@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -14,17 +13,16 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/state"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/tenancy"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/token"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/transport"
 )
 
-const (
-	sourceBootstrap = "bootstrap"
-	sourceLease     = "lease"
-)
+// files are the token's files in state_dir.
+func (a *Agent) files() token.Files { return token.In(a.cfg) }
 
 // ensureToken loads the token from disk, or logs in with the bootstrap grant when there is none.
 func (a *Agent) ensureToken(ctx context.Context) error {
-	tok, err := state.ReadToken(a.cfg.TokenPath())
+	tok, err := token.Read(a.files().Token)
 	if err != nil {
 		return err
 	}
@@ -86,7 +84,7 @@ func (a *Agent) bootstrap(ctx context.Context, offMeshQuiet bool) error {
 	}
 	// A new token generation: a lease grant kept under the previous one was superseded with it
 	// (storeToken forgets it).
-	if err := a.storeToken(tok, sourceBootstrap, addr, asked); err != nil {
+	if err := a.storeToken(tok, state.SourceBootstrap, addr, asked); err != nil {
 		return err
 	}
 	if err := os.Remove(a.cfg.BootstrapFile); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -109,11 +107,11 @@ func roleMissing(err error) bool {
 // lease grant belonged to the token generation that ended and is forgotten.
 func (a *Agent) storeToken(tok bao.Token, source, addr string, asked time.Time) error {
 	a.redact.Add(tok.Value.Reveal())
-	if err := state.WriteToken(a.cfg.TokenPath(), tok.Value); err != nil {
+	if err := token.Write(a.files().Token, tok.Value); err != nil {
 		return err
 	}
 	a.token = tok.Value
-	a.st.Token = a.tokenMeta(tok, source, addr, asked)
+	a.st.Token = token.Meta(tok, source, addr, asked)
 	a.st.PendingLease = nil
 	if err := a.saveState(); err != nil {
 		return err
@@ -121,20 +119,6 @@ func (a *Agent) storeToken(tok bao.Token, source, addr string, asked time.Time) 
 	a.removeLeaseGrantFile()
 	return nil
 }
-
-// tokenMeta is the record of tok. Its TTL counts from asked, when the login was sent: OpenBao
-// minted the token after that, so the TTL the check-in reports is never more than it has left.
-func (a *Agent) tokenMeta(tok bao.Token, source, addr string, asked time.Time) *state.TokenMeta {
-	return &state.TokenMeta{
-		Source:     source,
-		Accessor:   tok.Accessor,
-		ObtainedAt: asked,
-		TTLSec:     int64(tok.TTL.Seconds()),
-		Addr:       addr,
-	}
-}
-
-func (a *Agent) nextTokenPath() string { return a.cfg.TokenPath() + ".new" }
 
 // swapToken makes the lease token tok, logged in with g, the agent's token in place of the
 // current one, so that a kill between any two writes leaves something the next tick recovers
@@ -146,34 +130,23 @@ func (a *Agent) nextTokenPath() string { return a.cfg.TokenPath() + ".new" }
 //  3. bao.token.new is renamed over bao.token.
 //
 // The caller revokes the previous token, then clears previous_token (finishSwap).
-func (a *Agent) swapToken(tok bao.Token, g leaseGrant, asked time.Time) error {
+func (a *Agent) swapToken(tok bao.Token, g token.Grant, asked time.Time) error {
 	a.redact.Add(tok.Value.Reveal())
-	if err := state.WriteToken(a.nextTokenPath(), tok.Value); err != nil {
+	if err := a.files().Stage(tok.Value); err != nil {
 		return err
 	}
 	if err := a.step("token-staged"); err != nil {
 		return err
 	}
-	prev := &state.TokenMeta{}
-	if a.st.Token != nil {
-		p := *a.st.Token
-		prev = &p
-	}
-	if prev.Addr == "" {
-		prev.Addr = a.tokenAddr()
-	}
-	a.st.PreviousToken = prev
-	a.st.Token = a.tokenMeta(tok, sourceLease, g.addr, asked)
-	a.st.PendingLease = nil
-	a.st.LeaseBackoff = nil
+	token.Record(a.st, tok, g.Addr, asked, a.tokenAddr())
 	if err := a.saveState(); err != nil {
 		return err
 	}
 	if err := a.step("token-recorded"); err != nil {
 		return err
 	}
-	if err := os.Rename(a.nextTokenPath(), a.cfg.TokenPath()); err != nil {
-		return fmt.Errorf("state: replace token: %w", err)
+	if err := a.files().Commit(); err != nil {
+		return err
 	}
 	a.token = tok.Value
 	return a.step("token-swapped")
@@ -194,30 +167,25 @@ func (a *Agent) finishSwap() error {
 // recoverTokenSwap, at the start of a tick, finishes a swap a killed tick left half done. It
 // looks at local files only.
 func (a *Agent) recoverTokenSwap() error {
-	_, err := os.Lstat(a.nextTokenPath())
-	staged := err == nil
-	switch {
-	case staged && a.st.PreviousToken != nil:
-		// State already names the new token: put it in place. The previous token's value is
-		// gone with the rename; it was not revoked and expires on its own.
-		if err := os.Rename(a.nextTokenPath(), a.cfg.TokenPath()); err != nil {
-			return fmt.Errorf("state: finish an interrupted token swap: %w", err)
-		}
-		a.log.Warn("an interrupted token swap was finished; the previous token was not revoked and expires on its own", "previous_source", a.st.PreviousToken.Source)
-	case staged:
-		// The new token never reached state: bao.token and state agree on the current token,
-		// and the grant that gave the new one is still kept for the next login.
-		if err := state.RemoveToken(a.nextTokenPath()); err != nil {
-			return err
-		}
+	var prevSource string
+	if a.st.PreviousToken != nil {
+		prevSource = a.st.PreviousToken.Source
+	}
+	r, err := a.files().Recover(a.st)
+	if err != nil {
+		return err
+	}
+	switch r {
+	case token.Finished:
+		a.log.Warn("an interrupted token swap was finished; the previous token was not revoked and expires on its own", "previous_source", prevSource)
+	case token.Undone:
 		a.log.Warn("an interrupted token swap was undone; the kept lease grant logs in again at the next apply")
 		return nil
-	case a.st.PreviousToken != nil:
-		a.log.Warn("an interrupted token swap left the previous token possibly unrevoked; it expires on its own", "previous_source", a.st.PreviousToken.Source)
+	case token.Unrevoked:
+		a.log.Warn("an interrupted token swap left the previous token possibly unrevoked; it expires on its own", "previous_source", prevSource)
 	default:
 		return nil
 	}
-	a.st.PreviousToken = nil
 	return a.saveState()
 }
 
@@ -237,7 +205,7 @@ func (a *Agent) supersedeToken(ctx context.Context, what string) error {
 	a.token = secret.Value{}
 	a.st.Token = nil
 	a.st.PendingLease = nil
-	moved, err := state.SupersedeToken(a.cfg.TokenPath(), a.deps.Now())
+	moved, err := token.Supersede(a.files().Token, a.deps.Now())
 	if err != nil {
 		return err
 	}
@@ -328,15 +296,8 @@ func isTemporary(err error) bool {
 	return errors.Is(err, tenancy.ErrTemporary) || errors.Is(err, bao.ErrTemporary) || errors.Is(err, ErrTemporary)
 }
 
-// tokenAddr is the OpenBao that minted the current token: the only one that can look it up,
-// renew or revoke it, or read secrets with it. A state written before the address was recorded
-// falls back to the tick's OpenBao address.
-func (a *Agent) tokenAddr() string {
-	if a.st.Token != nil && a.st.Token.Addr != "" {
-		return a.st.Token.Addr
-	}
-	return a.vault.Addr
-}
+// tokenAddr is the OpenBao that minted the current token (token.Addr).
+func (a *Agent) tokenAddr() string { return token.Addr(a.st, a.vault.Addr) }
 
 // leaseBackoff is how long no new lease is taken after OpenBao refused a lease login for good:
 // tenancy's window of 5 leases.
@@ -390,7 +351,7 @@ func (a *Agent) tokenForApply(ctx context.Context) (secret.Value, error) {
 			a.log.Info("token expired; leasing again", "token_source", a.tokenSource())
 		default:
 			working = true
-			if a.tokenSource() == sourceLease {
+			if a.tokenSource() == state.SourceLease {
 				tok, ok, err := a.keepLeaseToken(ctx, client, info)
 				if ok || err != nil {
 					return tok, err
@@ -399,7 +360,7 @@ func (a *Agent) tokenForApply(ctx context.Context) (secret.Value, error) {
 		}
 	}
 	reason := "apply"
-	if a.tokenSource() == sourceLease {
+	if a.tokenSource() == state.SourceLease {
 		reason = "renew" // a lease token near its end is replaced; the bootstrap token is swapped
 	}
 	looked := a.token
@@ -407,7 +368,7 @@ func (a *Agent) tokenForApply(ctx context.Context) (secret.Value, error) {
 	if a.token != looked {
 		// A 401 on the lease dropped the token looked up above, and a re-bootstrap may have
 		// replaced it: only a fresh bootstrap token works.
-		working = !a.token.Empty() && a.tokenSource() == sourceBootstrap
+		working = !a.token.Empty() && a.tokenSource() == state.SourceBootstrap
 	}
 	switch {
 	case err == nil:
@@ -500,35 +461,14 @@ func (a *Agent) keepLeaseToken(ctx context.Context, client Bao, info bao.TokenIn
 	return secret.Value{}, false, nil
 }
 
-func (a *Agent) tokenSource() string {
-	if a.st.Token == nil {
-		return ""
-	}
-	return a.st.Token.Source
-}
-
-func (a *Agent) tokenAccessor() string {
-	if a.st.Token == nil {
-		return ""
-	}
-	return a.st.Token.Accessor
-}
-
-// leaseGrant is a login grant from tenancy and where it logs in.
-type leaseGrant struct {
-	jwt               secret.Value
-	addr, mount, role string
-	expiresAt         time.Time
-	// bearer is the accessor of the token that leased it.
-	bearer string
-}
+func (a *Agent) tokenSource() string { return token.Source(a.st) }
 
 // lease turns a login grant from tenancy into the agent's token and revokes the previous one.
 // The grant is the one kept from an earlier tick whose login failed, while it lasts; else a new
 // one is leased — unless OpenBao refused a lease login within the last hour.
 func (a *Agent) lease(ctx context.Context, reason string) (secret.Value, error) {
 	if g, ok := a.pendingGrant(); ok {
-		a.log.Info("logging in with the lease grant kept from an earlier tick", "expires_at", g.expiresAt.Format(time.RFC3339))
+		a.log.Info("logging in with the lease grant kept from an earlier tick", "expires_at", g.ExpiresAt.Format(time.RFC3339))
 		tok, err := a.loginWithGrant(ctx, g)
 		if err == nil {
 			a.log.Info("leased a new OpenBao token", "reason", reason, "ttl_s", a.st.Token.TTLSec, "grant", "kept")
@@ -557,7 +497,7 @@ func (a *Agent) lease(ctx context.Context, reason string) (secret.Value, error) 
 	case err == nil:
 		a.log.Info("leased a new OpenBao token", "reason", reason, "ttl_s", a.st.Token.TTLSec)
 	case errors.Is(err, ErrTemporary) && kept:
-		a.log.Warn("lease login failed; the grant is kept for the next tick, no new lease until it expires", "expires_at", g.expiresAt.Format(time.RFC3339))
+		a.log.Warn("lease login failed; the grant is kept for the next tick, no new lease until it expires", "expires_at", g.ExpiresAt.Format(time.RFC3339))
 	case isRefusedLogin(err):
 		a.dropPendingGrant()
 		return secret.Value{}, a.backOff(err)
@@ -578,7 +518,7 @@ func (a *Agent) backOff(err error) error {
 }
 
 // newGrant asks tenancy for a login grant.
-func (a *Agent) newGrant(ctx context.Context, reason string) (leaseGrant, error) {
+func (a *Agent) newGrant(ctx context.Context, reason string) (token.Grant, error) {
 	var resp *protocol.LeaseResponse
 	err := a.withAuth(ctx, "tenancy: lease", func(tok secret.Value) error {
 		var err error
@@ -586,42 +526,42 @@ func (a *Agent) newGrant(ctx context.Context, reason string) (leaseGrant, error)
 		return err
 	})
 	if err != nil {
-		return leaseGrant{}, err
+		return token.Grant{}, err
 	}
 	a.st.Counters.Leases++ // saved with the kept grant, before its first login
 	// The bearer after withAuth: a 401 may have re-bootstrapped on the way.
-	g := leaseGrant{jwt: secret.New(resp.LoginJWT), addr: resp.Addr, mount: resp.Mount, role: resp.Role, bearer: a.tokenAccessor()}
-	a.redact.Add(g.jwt.Reveal())
-	if g.addr == "" && resp.Vault != nil {
-		g.addr = resp.Vault.Addr // the shape before tenancy's AgentLeaseOut
+	g := token.Grant{JWT: secret.New(resp.LoginJWT), Addr: resp.Addr, Mount: resp.Mount, Role: resp.Role, Bearer: token.Accessor(a.st)}
+	a.redact.Add(g.JWT.Reveal())
+	if g.Addr == "" && resp.Vault != nil {
+		g.Addr = resp.Vault.Addr // the shape before tenancy's AgentLeaseOut
 	}
-	if g.addr == "" {
-		g.addr = a.vault.Addr
+	if g.Addr == "" {
+		g.Addr = a.vault.Addr
 	}
-	if g.mount == "" {
-		g.mount = a.vault.AuthMount
+	if g.Mount == "" {
+		g.Mount = a.vault.AuthMount
 	}
-	if g.role == "" {
-		g.role = a.vault.AuthRole
+	if g.Role == "" {
+		g.Role = a.vault.AuthRole
 	}
 	ttl := time.Duration(resp.TTLSec) * time.Second
 	if ttl <= 0 {
 		ttl = time.Hour // tenancy's grant lifetime of record
 	}
-	g.expiresAt = a.deps.Now().UTC().Add(ttl)
+	g.ExpiresAt = a.deps.Now().UTC().Add(ttl)
 	return g, nil
 }
 
 // loginWithGrant logs in with g, makes the new token the agent's (swapToken, which also forgets
 // the kept grant) and revokes the previous token at the OpenBao that minted it. A login that
 // fails for a reason retrying does not cure is a *refusedLogin.
-func (a *Agent) loginWithGrant(ctx context.Context, g leaseGrant) (secret.Value, error) {
-	client, err := a.deps.NewBao(g.addr)
+func (a *Agent) loginWithGrant(ctx context.Context, g token.Grant) (secret.Value, error) {
+	client, err := a.deps.NewBao(g.Addr)
 	if err != nil {
 		return secret.Value{}, &refusedLogin{err: fmt.Errorf("lease login: %w", err)}
 	}
 	asked := a.deps.Now().UTC()
-	tok, err := client.Login(ctx, g.mount, g.role, g.jwt)
+	tok, err := client.Login(ctx, g.Mount, g.Role, g.JWT)
 	if err != nil {
 		err = a.classify("bao: lease login", err)
 		if !errors.Is(err, ErrTemporary) {
@@ -637,7 +577,7 @@ func (a *Agent) loginWithGrant(ctx context.Context, g leaseGrant) (secret.Value,
 		a.log.Warn("lease token TTL is not above bao.renew_below_s; it is renewed or replaced when half of it is left", "ttl_s", int64(tok.TTL.Seconds()), "renew_below_s", a.cfg.Bao.RenewBelowS)
 	}
 	if !old.Empty() && old.Reveal() != tok.Value.Reveal() {
-		a.revoke(ctx, client, g.addr, old, oldAddr)
+		a.revoke(ctx, client, g.Addr, old, oldAddr)
 	}
 	if err := a.step("token-revoked"); err != nil {
 		return secret.Value{}, err
@@ -660,37 +600,27 @@ func (a *Agent) revoke(ctx context.Context, client Bao, addr string, old secret.
 	}
 }
 
-func (a *Agent) leaseGrantPath() string { return filepath.Join(a.cfg.StateDir, "lease.jwt") }
-
-// grantUsable tells whether the kept grant p may still log in: not expired, and leased under
-// the current token (a grant of a dropped token generation was superseded with it).
-func (a *Agent) grantUsable(p *state.PendingLease) bool {
-	return a.deps.Now().Before(p.ExpiresAt) && p.BearerAccessor == a.tokenAccessor() && a.st.Token != nil
-}
-
 // pendingGrant is the grant an earlier tick leased and could not log in with, while it lasts.
-func (a *Agent) pendingGrant() (leaseGrant, bool) {
-	p := a.st.PendingLease
-	if p == nil {
-		return leaseGrant{}, false
+func (a *Agent) pendingGrant() (token.Grant, bool) {
+	if a.st.PendingLease == nil {
+		return token.Grant{}, false
 	}
-	jwt, err := state.ReadToken(a.leaseGrantPath())
-	if err != nil || jwt.Empty() || !a.grantUsable(p) {
+	g, ok := a.files().Kept(a.st, a.deps.Now())
+	if !ok {
 		a.dropPendingGrant()
-		return leaseGrant{}, false
+		return token.Grant{}, false
 	}
-	a.redact.Add(jwt.Reveal())
-	return leaseGrant{jwt: jwt, addr: p.Addr, mount: p.Mount, role: p.Role, expiresAt: p.ExpiresAt, bearer: p.BearerAccessor}, true
+	a.redact.Add(g.JWT.Reveal())
+	return g, true
 }
 
 // keepGrant stores g for a later login (0600, like the token beside it); false if it could not.
-func (a *Agent) keepGrant(g leaseGrant) bool {
-	if err := state.WriteToken(a.leaseGrantPath(), g.jwt); err != nil {
-		a.log.Warn("lease grant could not be kept for the next tick", "error", err.Error())
-		return false
+func (a *Agent) keepGrant(g token.Grant) bool {
+	err := a.files().Keep(a.st, g)
+	if err == nil {
+		err = a.saveState()
 	}
-	a.st.PendingLease = &state.PendingLease{Addr: g.addr, Mount: g.mount, Role: g.role, ExpiresAt: g.expiresAt, BearerAccessor: g.bearer}
-	if err := a.saveState(); err != nil {
+	if err != nil {
 		a.log.Warn("lease grant could not be kept for the next tick", "error", err.Error())
 		return false
 	}
@@ -709,8 +639,8 @@ func (a *Agent) dropPendingGrant() {
 }
 
 func (a *Agent) removeLeaseGrantFile() {
-	if err := state.RemoveToken(a.leaseGrantPath()); err != nil {
-		a.log.Warn("kept lease grant could not be deleted", "path", a.leaseGrantPath(), "error", err.Error())
+	if err := token.Remove(a.files().Grant); err != nil {
+		a.log.Warn("kept lease grant could not be deleted", "path", a.files().Grant, "error", err.Error())
 	}
 }
 
@@ -721,14 +651,14 @@ func (a *Agent) removeLeaseGrantFile() {
 func (a *Agent) tidyLeaseState() {
 	changed := false
 	if p := a.st.PendingLease; p != nil {
-		if _, err := os.Lstat(a.leaseGrantPath()); err != nil || !a.grantUsable(p) {
+		if _, err := os.Lstat(a.files().Grant); err != nil || !token.Usable(a.st, a.deps.Now()) {
 			a.log.Info("kept lease grant dropped: expired, missing, or leased under a token since replaced", "expires_at", p.ExpiresAt.Format(time.RFC3339))
 			a.st.PendingLease = nil
 			changed = true
 		}
 	}
 	if a.st.PendingLease == nil {
-		if _, err := os.Lstat(a.leaseGrantPath()); err == nil {
+		if _, err := os.Lstat(a.files().Grant); err == nil {
 			a.removeLeaseGrantFile()
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/runner"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/state"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/token"
 )
 
 // AgentUser is the account the package's units run the agent as (User=monky-deployd).
@@ -239,7 +240,7 @@ func (c *checker) timerState(ctx context.Context) *protocol.Timer {
 // the empty token.
 func (c *checker) readToken() (secret.Value, error) {
 	c.tokenOnce.Do(func() {
-		c.token, c.tokenErr = state.ReadToken(c.cfg().TokenPath())
+		c.token, c.tokenErr = token.Read(c.cfg().TokenPath())
 		c.red.Add(c.token.Reveal())
 	})
 	return c.token, c.tokenErr

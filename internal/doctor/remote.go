@@ -17,6 +17,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/tenancy"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/token"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/transport"
 )
 
@@ -224,10 +225,10 @@ func (c *checker) openbao(ctx context.Context) Result {
 		ca = "the system roots (" + cfg.Bao.CAFile + " does not exist)"
 	}
 	tok, _ := c.readToken()
-	// A token minted by another OpenBao than bao.addr (a lease's addr) lives there: the tick
-	// looks it up there first, and at bao.addr only when that one does not answer.
+	// The tick looks the token up where it was minted (a lease's addr) first, and at bao.addr
+	// only when that one does not answer.
 	var moved string
-	if elsewhere := c.tokenAddr(); !tok.Empty() && elsewhere != "" && elsewhere != addr {
+	if elsewhere := token.Addr(c.agentState(), addr); !tok.Empty() && elsewhere != addr {
 		r, done := c.tokenAt(ctx, elsewhere, tok, ca)
 		if done {
 			return r
@@ -326,12 +327,4 @@ func (c *checker) tokenAt(ctx context.Context, addr string, tok secret.Value, ca
 		return fail(fmt.Sprintf("the OpenBao at %s that minted the token refuses it (%s): expired or revoked", addr, cfg.TokenPath()), fix), true
 	}
 	return Result{Detail: fmt.Sprintf("the OpenBao at %s that minted the token does not answer (%v)", addr, err)}, false
-}
-
-// tokenAddr is the OpenBao address state.json records for the token ("" when none is recorded).
-func (c *checker) tokenAddr() string {
-	if st := c.agentState(); st.Token != nil {
-		return st.Token.Addr
-	}
-	return ""
 }
