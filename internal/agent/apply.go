@@ -162,7 +162,7 @@ func (a *Agent) checkDisk(ctx context.Context, b *bundle.Bundle) error {
 		}
 		a.noteDockerInfo(info)
 	}
-	free, measured, err := a.deps.Disk.Tightest(storagePaths(a.cfg, a.st.DockerRootDir))
+	free, measured, err := a.deps.Disk.Tightest(a.cfg.StoragePaths(a.st.DockerRootDir))
 	if err != nil {
 		return fmt.Errorf("disk: %w", err)
 	}

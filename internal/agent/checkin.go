@@ -10,10 +10,6 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/compose"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/tenancy"
 
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/config"
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/diskspace"
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/state"
-
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/version"
@@ -114,63 +110,7 @@ func (a *Agent) checkinRequest(ctx context.Context) protocol.CheckinRequest {
 	if a.deps.Timer != nil {
 		timer = a.deps.Timer(ctx)
 	}
-	return CheckinRequest(a.cfg, a.st, Telemetry{Now: a.deps.Now(), Hostname: a.deps.Hostname, Timer: timer, Disk: a.deps.Disk})
-}
-
-// Telemetry is what a check-in reports beyond config and state.
-type Telemetry struct {
-	Now      time.Time
-	Hostname string
-	Timer    *protocol.Timer
-	// Disk measures the image storage; nil leaves disk_free_bytes null.
-	Disk interface {
-		Tightest(paths []string) (int64, []diskspace.Measure, error)
-	}
-}
-
-// CheckinRequest is the check-in a tick sends for cfg and st. `monky-deployd doctor` sends the
-// same one, so that its check-in leaves tenancy's view of the box as the last tick left it.
-func CheckinRequest(cfg *config.Config, st *state.State, t Telemetry) protocol.CheckinRequest {
-	req := protocol.CheckinRequest{
-		EnvID:         cfg.EnvID,
-		AgentVersion:  version.Version,
-		Transport:     cfg.Transport,
-		Hostname:      t.Hostname,
-		LastResult:    st.LastResult,
-		UpgradedFrom:  st.PendingUpgradeFrom,
-		Timer:         t.Timer,
-		DockerVersion: st.DockerVersion,
-	}
-	if st.AppliedSha != "" {
-		s := st.AppliedSha
-		req.AppliedSha = &s
-	}
-	if bo := st.Backoff; bo != nil {
-		req.FailedSha, req.Attempts = bo.Sha, bo.Attempts
-		req.NextAttemptAt = bo.NextAttemptAt.UTC().Format(time.RFC3339)
-		req.RevertedTo, req.RevertHealthy = bo.RevertedTo, bo.RevertHealthy
-	}
-	if tok := st.Token; tok != nil && tok.TTLSec > 0 {
-		left := max(tok.TTLSec-int64(t.Now.Sub(tok.ObtainedAt)/time.Second), 0)
-		req.TokenTTLSec = &left
-	}
-	// Disk and docker facts come from the last `docker info` the agent made (refreshed on every
-	// apply, and by a tick when the cache is empty or older than dockerFactsMaxAge).
-	if st.DockerRootDir != "" && t.Disk != nil {
-		if free, _, err := t.Disk.Tightest(storagePaths(cfg, st.DockerRootDir)); err == nil {
-			req.DiskFreeBytes = &free
-		}
-	}
-	return req
-}
-
-// storagePaths are the filesystems a pull fills: docker's data-root and containerd's root.
-func storagePaths(cfg *config.Config, dockerRoot string) []string {
-	paths := []string{dockerRoot}
-	if cfg.ContainerdRoot != "" && cfg.ContainerdRoot != dockerRoot {
-		paths = append(paths, cfg.ContainerdRoot)
-	}
-	return paths
+	return tenancy.CheckinRequest(a.cfg, a.st, tenancy.Telemetry{Now: a.deps.Now(), Hostname: a.deps.Hostname, Timer: timer, Disk: a.deps.Disk})
 }
 
 func short(sha string) string {

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/bao"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/config"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
@@ -195,11 +194,11 @@ func (c *checker) probeTenancy(ctx context.Context, base string) (status int, co
 func (c *checker) checkinRequest(ctx context.Context) protocol.CheckinRequest {
 	cfg := c.cfg()
 	st := c.agentState()
-	tel := agent.Telemetry{Now: c.now(), Hostname: c.env.Hostname, Timer: c.timerState(ctx)}
+	tel := tenancy.Telemetry{Now: c.now(), Hostname: c.env.Hostname, Timer: c.timerState(ctx)}
 	if c.env.Meter != nil {
 		tel.Disk = c.env.Meter
 	}
-	return agent.CheckinRequest(cfg, st, tel)
+	return tenancy.CheckinRequest(cfg, st, tel)
 }
 
 // openbao: reachable over TLS that verifies against the configured CA, and the token valid. With
