@@ -207,7 +207,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.tidyLeaseState()
 
 	err = a.redacted(a.run(ctx))
-	var off *tenancyUnreachable
+	var off *offMesh
 	if errors.As(err, &off) {
 		// PROTOCOL step 2: a laptop off the mesh is not a fault. Only the check-in's transport
 		// failure qualifies; any other temporary failure is a box that reached tenancy and
@@ -256,11 +256,12 @@ func (a *Agent) removeLeftovers() {
 	}
 }
 
-// tenancyUnreachable is a check-in that got no answer, or a 5xx, in laptop mode.
-type tenancyUnreachable struct{ err error }
+// offMesh is a laptop off the mesh: in laptop mode, a check-in that got no answer or a 5xx,
+// or a bootstrap login OpenBao did not answer.
+type offMesh struct{ err error }
 
-func (e *tenancyUnreachable) Error() string { return e.err.Error() }
-func (e *tenancyUnreachable) Unwrap() error { return e.err }
+func (e *offMesh) Error() string { return e.err.Error() }
+func (e *offMesh) Unwrap() error { return e.err }
 
 func (a *Agent) run(ctx context.Context) error {
 	if err := a.ensureToken(ctx); err != nil {
@@ -329,12 +330,9 @@ func (a *Agent) loadState() (*state.State, error) {
 	return st, nil
 }
 
-// noteVersion records the agent's own version, remembering the previous one until a check-in
-// has carried it as upgraded_from: that is how fleetctl's gate sees an upgrade land.
-//
-// A state file the Python agent (≤ 0.1.9) left has no version in it: the version comes from the
-// file the package's postinst leaves in the state directory, else the upgrade is still reported,
-// as "unknown", rather than not at all.
+// noteVersion records the agent's version, keeping the previous one until a check-in carried it
+// as upgraded_from (how fleetctl's gate sees an upgrade land). The Python agent's state has no
+// version: the postinst's upgraded-from file names it, else it is reported as "unknown".
 func (a *Agent) noteVersion() {
 	a.st.NoteAgentVersion(version.Version)
 	if a.st.PendingUpgradeFrom != state.PriorVersionUnknown {

@@ -28,7 +28,7 @@ func (a *Agent) checkin(ctx context.Context) (*protocol.CheckinResponse, error) 
 		return err
 	})
 	if a.cfg.LaptopMode && errors.Is(err, tenancy.ErrTemporary) {
-		return nil, &tenancyUnreachable{err: fmt.Errorf("%w: %w", err, ErrTemporary)}
+		return nil, &offMesh{err: fmt.Errorf("%w: %w", err, ErrTemporary)}
 	}
 	if err = a.classify("tenancy: checkin", err); err != nil {
 		return nil, err

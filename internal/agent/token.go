@@ -38,7 +38,7 @@ func (a *Agent) ensureToken(ctx context.Context) error {
 
 // bootstrap exchanges the kit's deploy grant for a first OpenBao token, and deletes the grant
 // once the login succeeded: it is single-purpose and must not linger on disk. offMeshQuiet makes
-// a temporary login failure a laptop off the mesh (tenancyUnreachable): no warning, exit 0.
+// a temporary login failure a laptop off the mesh (offMesh): no warning, exit 0.
 func (a *Agent) bootstrap(ctx context.Context, offMeshQuiet bool) error {
 	raw, err := os.ReadFile(a.cfg.BootstrapFile)
 	if errors.Is(err, os.ErrNotExist) {
@@ -63,7 +63,7 @@ func (a *Agent) bootstrap(ctx context.Context, offMeshQuiet bool) error {
 	tok, err := client.Login(ctx, a.vault.AuthMount, a.vault.AuthRole, grant)
 	if err != nil {
 		if offMeshQuiet && isTemporary(err) {
-			return &tenancyUnreachable{err: fmt.Errorf("bao: bootstrap login: %w: %w", err, ErrTemporary)}
+			return &offMesh{err: fmt.Errorf("bao: bootstrap login: %w: %w", err, ErrTemporary)}
 		}
 		if isTemporary(err) {
 			return a.classify("bao: bootstrap login", err)
@@ -120,16 +120,9 @@ func (a *Agent) storeToken(tok bao.Token, source, addr string, asked time.Time) 
 	return nil
 }
 
-// swapToken makes the lease token tok, logged in with g, the agent's token in place of the
-// current one, so that a kill between any two writes leaves something the next tick recovers
-// from (recoverTokenSwap) without a second lease and without revoking the token in use:
-//  1. the new token goes to bao.token.new (state still describes bao.token, and the grant that
-//     gave the new token is still kept: a kill here costs a login, not a lease);
-//  2. state records the new token, the previous one (previous_token: a swap under way) and
-//     no kept grant, in one write;
-//  3. bao.token.new is renamed over bao.token.
-//
-// The caller revokes the previous token, then clears previous_token (finishSwap).
+// swapToken makes the lease token tok the agent's in three writes (token.Files.Stage, Record,
+// Commit), so a kill between any two costs neither a second lease nor the token in use
+// (recoverTokenSwap). The caller revokes the previous token, then calls finishSwap.
 func (a *Agent) swapToken(tok bao.Token, g token.Grant, asked time.Time) error {
 	a.redact.Add(tok.Value.Reveal())
 	if err := a.files().Stage(tok.Value); err != nil {
@@ -189,13 +182,9 @@ func (a *Agent) recoverTokenSwap() error {
 	return a.saveState()
 }
 
-// supersedeToken puts aside the token tenancy refused with 401 AGENT_UNAUTHENTICATED, and
-// forgets any lease grant kept under it: the kit re-reveal that superseded the token superseded
-// that grant too, and OpenBao's jwt mount, which keeps no replay state, would still log in with
-// it. The token is first revoked at the OpenBao that minted it, while that still can be done
-// (tenancy no longer stands behind it, so no one should be able to use it), then kept, 0600, as
-// bao.token.superseded rather than deleted: status and doctor show it, and it is the evidence
-// should the refusal itself have been the fault.
+// supersedeToken puts aside the token tenancy refused (401 AGENT_UNAUTHENTICATED), and the
+// grant kept under it, which the same kit re-reveal superseded. It is revoked while that can be
+// done, then kept 0600 as bao.token.superseded: the evidence should the refusal be the fault.
 func (a *Agent) supersedeToken(ctx context.Context, what string) error {
 	old := a.token
 	revoked := false
@@ -326,16 +315,11 @@ func isRefusedLogin(err error) bool {
 	return errors.As(err, &r)
 }
 
-// tokenForApply returns the token to read this bundle's secrets with. Whatever its source, a
-// token on disk is first looked up: an OpenBao that cannot be reached ends the tick (exit 75)
-// before any lease is spent, since the login with it would fail the same way. A lease-derived
-// token is reused while it has more than renew_below_s left, renewed when it can be, and only
-// then replaced; the bootstrap token is swapped for a lease (PROTOCOL: before the first apply
-// that needs secrets). Tenancy allows 5 leases an hour, and a failing deploy retried by the
-// timer used to burn them all and then fail on LEASE_RATE_LIMITED forever (env-qa-02 pilot,
-// seed 0.1.6): so a lease whose login fails for a temporary reason is kept for the next tick
-// (lease.jwt), one refused for good holds off new leases for an hour, and while the current
-// token works the apply goes on with it, swap deferred.
+// tokenForApply returns the token to read this bundle's secrets with: the current one looked up
+// (an OpenBao that does not answer ends the tick before a lease is spent), reused, renewed or
+// swapped for a lease. Tenancy allows 5 leases an hour and a retried failing deploy once burnt
+// them all (seed 0.1.6): a grant whose login failed is kept, a refused one holds off new leases
+// for an hour, and a working token carries the apply meanwhile.
 func (a *Agent) tokenForApply(ctx context.Context) (secret.Value, error) {
 	// working: OpenBao confirmed the current token is valid this tick.
 	working := false
@@ -389,12 +373,9 @@ func (a *Agent) tokenForApply(ctx context.Context) (secret.Value, error) {
 	return secret.Value{}, err
 }
 
-// lookupToken asks the OpenBao that minted the current token about it. When that OpenBao does
-// not answer (unreachable, unmapped, not visible) and the tick's OpenBao is another address —
-// the check-in or the config moved on, and the old address may be gone for good — the tick's
-// is asked too: a token valid there is recorded as living there; one it refuses (403) is
-// replaced by a lease. Otherwise every apply would end at the dead address, no lease taken,
-// until the token's TTL ran out and only an install kit could help.
+// lookupToken asks the OpenBao that minted the token; when it does not answer and the tick's
+// OpenBao is another, that one too (a token valid there is recorded there). Otherwise every
+// apply would end at a dead address until the TTL ran out and only a kit could help.
 func (a *Agent) lookupToken(ctx context.Context) (Bao, bao.TokenInfo, error) {
 	addr := a.tokenAddr()
 	client, info, err := a.lookupAt(ctx, addr)

@@ -142,7 +142,7 @@ func (b *doctorBox) run1(t *testing.T, args ...string) (code int, stdout, stderr
 		}
 	}
 	var out, errb bytes.Buffer
-	g := &globals{configPath: b.cfgPath, stdout: &out, stderr: &errb, getenv: func(k string) string {
+	g := &cliDeps{configPath: b.cfgPath, stdout: &out, stderr: &errb, getenv: func(k string) string {
 		if k == "DOCKER_HOST" {
 			return b.doctorHost
 		}

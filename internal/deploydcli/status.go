@@ -60,7 +60,7 @@ type supersededToken struct {
 	MovedAt time.Time `json:"moved_at"`
 }
 
-func newStatusCommand(g *globals) *cobra.Command {
+func newStatusCommand(g *cliDeps) *cobra.Command {
 	var opts statusOptions
 	cmd := &cobra.Command{
 		Use:   "status",
@@ -74,7 +74,7 @@ func newStatusCommand(g *globals) *cobra.Command {
 	return cmd
 }
 
-func runStatus(ctx context.Context, opts statusOptions, g *globals, run runner.Runner, now time.Time) error {
+func runStatus(ctx context.Context, opts statusOptions, g *cliDeps, run runner.Runner, now time.Time) error {
 	cfg, err := config.Load(g.configPath)
 	if err != nil {
 		return err
