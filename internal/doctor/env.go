@@ -57,11 +57,8 @@ type FileInfo struct {
 	UID  uint32
 	GID  uint32
 	// ACL is true when the file carries a POSIX access ACL, which may grant what the mode bits
-	// do not. ACLEntries is that ACL, parsed; when it could not be read or parsed, ACLErr says
-	// why and the access it governs cannot be judged.
-	ACL        bool
-	ACLEntries []ACLEntry
-	ACLErr     error
+	// do not.
+	ACL bool
 	// Dev is the device of the filesystem holding the file (st_dev); 0 when unknown. Two paths
 	// with the same non-zero Dev share their free space.
 	Dev uint64
@@ -97,8 +94,7 @@ type Env struct {
 	// Self is the process running doctor (Name and UID; GIDs unused).
 	Self Account
 	// Agent is the account the agent runs as; nil when AgentErr says why it could not be found.
-	// When it is not Self (doctor run as root), file access is judged from its permissions
-	// rather than tried.
+	// When it is not Self (doctor run as root), file access is tried as it (tryAs).
 	Agent    *Account
 	AgentErr error
 	// AgentName is the account asked for, for messages when Agent is nil.
@@ -276,10 +272,9 @@ func (c *checker) agentName() string {
 	return AgentUser
 }
 
-// judgedByMode reports whether file access for the agent has to be judged from permissions:
-// doctor runs as another user (root, typically, right after install.sh), whose own reads prove
-// nothing about the agent's.
-func (c *checker) judgedByMode() bool {
+// asAnotherUser: doctor runs as another user than the agent (root, typically, right after
+// install.sh), whose own reads prove nothing about the agent's: access is tried as the agent.
+func (c *checker) asAnotherUser() bool {
 	return c.env.Agent != nil && c.env.Agent.UID != c.env.Self.UID
 }
 
