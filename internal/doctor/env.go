@@ -120,9 +120,9 @@ type Env struct {
 	Timer func(ctx context.Context) *protocol.Timer
 	// PluginDirs are where a system-wide compose plugin may live (nil: DefaultPluginDirs).
 	PluginDirs []string
-	// DockerHost is doctor's own DOCKER_HOST ("" when unset). The checks do not use it: they run
-	// docker as a tick does, without it (the unit sets none); when it names another endpoint,
-	// the docker line says it was set aside.
+	// DockerHost is doctor's own DOCKER_HOST ("" when unset). The checks run docker as a tick
+	// does, without it (the unit sets none); when docker resolves it to another endpoint, the
+	// docker line says it was set aside.
 	DockerHost string
 
 	// Tenancy and TenancyHTTP (for the anonymous reachability probe) go through the tick's

@@ -207,7 +207,10 @@ func newFixture(t *testing.T, extraYAML string) *fixture {
 		Hostname:     "qa-02",
 		Now:          func() time.Time { return time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC) },
 	}
-	f.run.Expect("docker", contextInspectArgs).AnyTimes().Do(func(context.Context, runner.Cmd) (runner.Result, error) {
+	f.run.Expect("docker", contextInspectArgs).AnyTimes().Do(func(_ context.Context, c runner.Cmd) (runner.Result, error) {
+		if h, _ := (runnertest.Call{Cmd: c}).Getenv("DOCKER_HOST"); h != "" {
+			return runner.Result{Stdout: []byte(h + "\n")}, nil // docker prints the host it was given
+		}
 		if f.endpointRes != nil {
 			return *f.endpointRes, nil
 		}

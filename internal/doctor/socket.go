@@ -110,19 +110,34 @@ func (c *checker) tickEndpoint(ctx context.Context) (dockerEndpoint, *Result) {
 	return ep, nil
 }
 
-// doctorHostNote says that doctor's own DOCKER_HOST, when it names another endpoint than the
-// ticks', was set aside; "" when it names the same one or none.
-func (c *checker) doctorHostNote(tick dockerEndpoint) string {
+// doctorHostNote says that doctor's own DOCKER_HOST, when docker resolves it to another
+// endpoint than the ticks', was set aside; "" when it names the same one or none. docker itself
+// is asked (`docker context inspect` under that DOCKER_HOST), not a reading of ours.
+func (c *checker) doctorHostNote(ctx context.Context, tick dockerEndpoint) string {
 	if c.env.DockerHost == "" {
 		return ""
 	}
-	mine, err := parseDockerHost("DOCKER_HOST", c.env.DockerHost)
-	if err == nil && mine.Shown == tick.Shown {
-		return ""
+	r := c.env.Runner
+	if t, ok := r.(tickRunner); ok {
+		r = t.Runner // this one call runs as doctor's shell would
 	}
-	shown := mine.Shown
-	if err != nil {
+	env := append(c.dockerCLI().Env(), "DOCKER_HOST="+c.env.DockerHost, "DOCKER_CONTEXT=")
+	res, err := r.Run(ctx, runner.Cmd{Name: c.cfg().DockerBin, Args: contextInspectArgs, Env: env})
+	shown := ""
+	switch {
+	case err != nil:
 		shown = err.Error()
+	case res.ExitCode != 0:
+		shown = fmt.Sprintf("docker cannot use it: exit %d", res.ExitCode) // its words may quote a password
+	default:
+		mine, perr := parseDockerHost("DOCKER_HOST", strings.TrimSpace(string(res.Stdout)))
+		if perr == nil && mine.Shown == tick.Shown {
+			return ""
+		}
+		shown = mine.Shown
+		if perr != nil {
+			shown = perr.Error()
+		}
 	}
 	return fmt.Sprintf("doctor's DOCKER_HOST (%s) was set aside: the unit sets none, so ticks connect to %s, which is what was checked", shown, tick.Shown)
 }
@@ -146,7 +161,7 @@ func (c *checker) dockerSocket(ctx context.Context) (notes []string, failed *Res
 	if res != nil {
 		return nil, res
 	}
-	if n := c.doctorHostNote(ep); n != "" {
+	if n := c.doctorHostNote(ctx, ep); n != "" {
 		notes = append(notes, n)
 	}
 	if c.env.Agent == nil {

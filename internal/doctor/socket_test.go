@@ -3,6 +3,7 @@ package doctor
 import (
 	"io/fs"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -156,9 +157,14 @@ func TestDockerSocket(t *testing.T) {
 			if strings.Contains(r.Detail+r.Fix, "hunter2") {
 				t.Errorf("a password was printed: %+v", r)
 			}
+			own := 0
 			for _, call := range f.run.Calls() {
 				if call.Name != f.cfg().DockerBin {
 					continue // setpriv and test try the access; they run no docker
+				}
+				if v, _ := call.Getenv("DOCKER_HOST"); v != "" && v == f.env.DockerHost && slices.Equal(call.Args, contextInspectArgs) && own == 0 {
+					own++ // the one inspect that resolves doctor's own DOCKER_HOST for the note
+					continue
 				}
 				if v, ok := call.Getenv("DOCKER_HOST"); !ok || v != "" {
 					t.Errorf("%s ran with DOCKER_HOST=%q (set: %t): not as a tick", call.Cmd, v, ok)
