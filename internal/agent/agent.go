@@ -361,6 +361,14 @@ func (a *Agent) saveState() error {
 	return a.stateErr
 }
 
+// saveOrWarn is saveState where the tick goes on whatever: a failed write is warned about, and
+// stateErr keeps it for the report and the exit code.
+func (a *Agent) saveOrWarn() {
+	if err := a.saveState(); err != nil {
+		a.log.Warn("state not saved", "error", err.Error())
+	}
+}
+
 // adoptVault takes the check-in's OpenBao coordinates for this tick where they differ from the
 // config: tenancy knows where the env's secrets live. An empty v sets the config's.
 func (a *Agent) adoptVault(v protocol.Vault) {

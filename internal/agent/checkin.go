@@ -79,17 +79,13 @@ func (a *Agent) refreshDockerFacts(ctx context.Context) {
 		}
 		a.log.Log(ctx, level, "docker info failed; the check-in carries no fresh docker facts, next try in an hour", "error", a.redact.Redact(err.Error()))
 		a.st.DockerInfoFailedAt = &now
-		if serr := a.saveState(); serr != nil {
-			a.log.Warn("state not saved", "error", serr.Error())
-		}
+		a.saveOrWarn()
 		return
 	}
 	a.noteDockerInfo(info)
 	// Saved now, not with the check-in: a check-in that fails (tenancy down, a laptop off the
 	// mesh) would otherwise leave the cache empty and run `docker info` again on every tick.
-	if err := a.saveState(); err != nil {
-		a.log.Warn("state not saved", "error", err.Error())
-	}
+	a.saveOrWarn()
 }
 
 // noteDockerInfo caches what `docker info` said, for check-ins.

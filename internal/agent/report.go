@@ -95,9 +95,7 @@ func (a *Agent) record(sha, result, detail string) {
 	a.st.LastResult = result
 	a.st.LastDetail = a.cutDetail(detail)
 	a.st.CountOutcome(result)
-	if err := a.saveState(); err != nil {
-		a.log.Warn("state not saved", "error", err.Error())
-	}
+	a.saveOrWarn()
 }
 
 // cutDetail is a detail as reported and as kept in state.last_detail: redacted, and cut to

@@ -75,9 +75,7 @@ func (a *Agent) forgetBackoff(resp *protocol.CheckinResponse) {
 		a.log.Info(fmt.Sprintf("backoff of %s dropped: desired is now %s", short(bo.Sha), short(resp.DesiredSha)))
 	}
 	a.st.Backoff = nil
-	if err := a.saveState(); err != nil {
-		a.log.Warn("state not saved", "error", err.Error())
-	}
+	a.saveOrWarn()
 }
 
 // backingOff is a tick while the desired sha waits for its next try: a heartbeat of what runs
@@ -135,9 +133,7 @@ func (a *Agent) failApply(ctx context.Context, at *applyAttempt, detail, logTail
 	}
 	a.st.LastSha, a.st.LastResult, a.st.LastDetail = at.sha, protocol.ResultFailed, a.cutDetail(detail)
 	a.st.CountOutcome(protocol.ResultFailed)
-	if err := a.saveState(); err != nil {
-		a.log.Warn("state not saved", "error", err.Error())
-	}
+	a.saveOrWarn()
 	if err := a.step("failed"); err != nil {
 		return err
 	}
@@ -153,9 +149,7 @@ func (a *Agent) failApply(ctx context.Context, at *applyAttempt, detail, logTail
 	a.log.Warn("backoff: " + BackoffNote(bo, a.deps.Now().UTC()))
 	r.Detail = withRevert(detail, bo)
 	a.st.LastDetail = a.cutDetail(r.Detail)
-	if err := a.saveState(); err != nil {
-		a.log.Warn("state not saved", "error", err.Error())
-	}
+	a.saveOrWarn()
 	a.report(ctx, r)
 	return fmt.Errorf("%w: %s", ErrFailed, detail)
 }
@@ -230,9 +224,7 @@ func (a *Agent) revert(ctx context.Context) error {
 	bo.RevertHealthy = &healthy
 	// The wait counts from the end of the failing tick, whose revert may have waited for health.
 	bo.NextAttemptAt = a.deps.Now().UTC().Add(state.BackoffDelay(bo.Attempts))
-	if err := a.saveState(); err != nil {
-		a.log.Warn("state not saved", "error", err.Error())
-	}
+	a.saveOrWarn()
 	if healthy {
 		a.log.Info("reverted to " + short(target) + ": healthy")
 	} else {
@@ -259,9 +251,7 @@ func (a *Agent) revertRefused(ctx context.Context, refusal string) error {
 	bo.RevertedTo, bo.RevertPending, bo.RevertHealthy = "", false, nil
 	bo.NoRevert = a.redact.Redact("release " + short(target) + " refused: " + refusal)
 	bo.NextAttemptAt = a.deps.Now().UTC().Add(state.BackoffDelay(bo.Attempts))
-	if err := a.saveState(); err != nil {
-		a.log.Warn("state not saved", "error", err.Error())
-	}
+	a.saveOrWarn()
 	a.log.Error("not reverted: " + bo.NoRevert)
 	return a.step("reverted")
 }
@@ -425,9 +415,7 @@ func (a *Agent) finishRevert(ctx context.Context) error {
 		detail = withRevert("apply failed", bo)
 	}
 	a.st.LastDetail = a.cutDetail(detail)
-	if err := a.saveState(); err != nil {
-		a.log.Warn("state not saved", "error", err.Error())
-	}
+	a.saveOrWarn()
 	a.report(ctx, protocol.Report{Sha: bo.Sha, Result: protocol.ResultFailed, Detail: detail,
 		RevertedTo: bo.RevertedTo, RevertHealthy: bo.RevertHealthy})
 	return nil

@@ -491,9 +491,7 @@ func (a *Agent) backOff(err error) error {
 	until := a.deps.Now().UTC().Add(leaseBackoff)
 	reason := a.redact.Redact(err.Error())
 	a.st.LeaseBackoff = &state.LeaseBackoff{Until: until, Reason: reason}
-	if serr := a.saveState(); serr != nil {
-		a.log.Warn("state not saved", "error", serr.Error())
-	}
+	a.saveOrWarn()
 	a.log.Warn("lease login refused by OpenBao; no new lease until the back-off ends", "until", until.Format(time.RFC3339), "error", reason)
 	return &heldOff{err: err}
 }
@@ -613,9 +611,7 @@ func (a *Agent) dropPendingGrant() {
 		return
 	}
 	a.st.PendingLease = nil
-	if err := a.saveState(); err != nil {
-		a.log.Warn("state not saved", "error", err.Error())
-	}
+	a.saveOrWarn()
 	a.removeLeaseGrantFile()
 }
 
@@ -648,8 +644,6 @@ func (a *Agent) tidyLeaseState() {
 		changed = true
 	}
 	if changed {
-		if err := a.saveState(); err != nil {
-			a.log.Warn("state not saved", "error", err.Error())
-		}
+		a.saveOrWarn()
 	}
 }
