@@ -23,6 +23,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/registryauth"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/state"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/token"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/version"
 )
 
@@ -97,8 +98,8 @@ type Agent struct {
 	baseLog *slog.Logger
 
 	// per-tick
-	st    *state.State
-	token secret.Value
+	st  *state.State
+	tok *token.Session
 	// dockerInfoFresh: `docker info` already ran this tick (the cache in st is current).
 	dockerInfoFresh bool
 	redact          *secret.Redactor
@@ -128,11 +129,11 @@ var (
 	// ErrRefused: the tick refused the bundle; nothing was leased, read or started.
 	ErrRefused = errors.New("refused")
 	// ErrNeedsKit: no usable token and no bootstrap grant on disk.
-	ErrNeedsKit = errors.New("re-run the install kit")
+	ErrNeedsKit = token.ErrNeedsKit
 	// ErrEnvMismatch: the token belongs to another env than config's env_id.
 	ErrEnvMismatch = errors.New("stopping: fix env_id in the config or re-issue the identity")
 	// ErrTemporary: the mesh, tenancy or OpenBao could not be reached, or answered 5xx.
-	ErrTemporary = errors.New("the next tick retries")
+	ErrTemporary = token.ErrTemporary
 )
 
 func (a *Agent) step(name string) error {
@@ -201,18 +202,19 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.noteVersion()
 	a.adoptVault(protocol.Vault{}) // the config's OpenBao until a check-in says otherwise
-	if err := a.recoverTokenSwap(); err != nil {
+	a.tok = a.tokenSession()
+	if err := a.tok.RecoverSwap(); err != nil {
 		return err
 	}
-	a.tidyLeaseState()
+	a.tok.Tidy()
 
 	err = a.redacted(a.run(ctx))
-	var off *offMesh
+	var off *token.OffMesh
 	if errors.As(err, &off) {
 		// PROTOCOL step 2: a laptop off the mesh is not a fault. Only the check-in's transport
 		// failure qualifies; any other temporary failure is a box that reached tenancy and
 		// still could not work, and keeps its exit 75.
-		a.log.Info("laptop mode: tenancy unreachable; nothing to do", "why", a.redact.Redact(off.err.Error()))
+		a.log.Info("laptop mode: tenancy unreachable; nothing to do", "why", a.redact.Redact(off.Err.Error()))
 		err = nil
 	}
 	if err == nil && a.stateErr != nil {
@@ -256,15 +258,8 @@ func (a *Agent) removeLeftovers() {
 	}
 }
 
-// offMesh is a laptop off the mesh: in laptop mode, a check-in that got no answer or a 5xx,
-// or a bootstrap login OpenBao did not answer.
-type offMesh struct{ err error }
-
-func (e *offMesh) Error() string { return e.err.Error() }
-func (e *offMesh) Unwrap() error { return e.err }
-
 func (a *Agent) run(ctx context.Context) error {
-	if err := a.ensureToken(ctx); err != nil {
+	if err := a.tok.ForCheckin(ctx); err != nil {
 		return err
 	}
 	if err := a.step("token"); err != nil {

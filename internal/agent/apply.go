@@ -39,7 +39,7 @@ func (a *Agent) apply(ctx context.Context, resp *protocol.CheckinResponse) error
 
 	var files map[string]string
 	var headerSha string
-	err := a.withAuth(ctx, "tenancy: bundle", func(tok secret.Value) error {
+	err := a.tok.WithAuth(ctx, "tenancy: bundle", func(tok secret.Value) error {
 		var err error
 		files, headerSha, err = a.deps.Tenancy.Bundle(ctx, tok, resp.BundleURL)
 		return err
@@ -201,7 +201,7 @@ func (a *Agent) readSecrets(ctx context.Context, b *bundle.Bundle, paths []strin
 	if len(b.Entries) == 0 {
 		return map[string]secret.Value{}, nil
 	}
-	tok, err := a.tokenForApply(ctx)
+	tok, err := a.tok.ForApply(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -216,7 +216,7 @@ func (a *Agent) readSecrets(ctx context.Context, b *bundle.Bundle, paths []strin
 		}
 	}
 	// The token reads at the OpenBao that minted it (a lease's addr may differ from the tick's).
-	client, err := a.deps.NewBao(a.tokenAddr())
+	client, err := a.deps.NewBao(a.tok.Addr())
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/compose"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/tenancy"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/token"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
@@ -22,13 +23,13 @@ func (a *Agent) checkin(ctx context.Context) (*protocol.CheckinResponse, error) 
 	a.refreshDockerFacts(ctx)
 	req := a.checkinRequest(ctx)
 	var resp *protocol.CheckinResponse
-	err := a.authCall(ctx, "tenancy: checkin", func(tok secret.Value) error {
+	err := a.tok.AuthCall(ctx, "tenancy: checkin", func(tok secret.Value) error {
 		var err error
 		resp, err = a.deps.Tenancy.Checkin(ctx, tok, req)
 		return err
 	})
 	if a.cfg.LaptopMode && errors.Is(err, tenancy.ErrTemporary) {
-		return nil, &offMesh{err: fmt.Errorf("%w: %w", err, ErrTemporary)}
+		return nil, &token.OffMesh{Err: fmt.Errorf("%w: %w", err, ErrTemporary)}
 	}
 	if err = a.classify("tenancy: checkin", err); err != nil {
 		return nil, err

@@ -39,7 +39,7 @@ func (a *Agent) report(ctx context.Context, r protocol.Report) {
 	if r.Containers == nil {
 		r.Containers = []protocol.Container{}
 	}
-	err := a.withAuth(ctx, "tenancy: report", func(tok secret.Value) error {
+	err := a.tok.WithAuth(ctx, "tenancy: report", func(tok secret.Value) error {
 		return a.deps.Tenancy.Report(ctx, tok, r)
 	})
 	if err != nil {

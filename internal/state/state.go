@@ -108,6 +108,16 @@ type TokenMeta struct {
 	extra map[string]json.RawMessage
 }
 
+// TTLLeft is what the check-in reports as token_ttl_s: the recorded TTL less the time since it
+// was obtained, never below 0; nil when m is nil or records no TTL.
+func (m *TokenMeta) TTLLeft(now time.Time) *int64 {
+	if m == nil || m.TTLSec <= 0 {
+		return nil
+	}
+	left := max(m.TTLSec-int64(now.Sub(m.ObtainedAt)/time.Second), 0)
+	return &left
+}
+
 // PendingLease is where the leased grant in lease.jwt logs in, and until when it is valid.
 type PendingLease struct {
 	Addr      string    `json:"addr"`

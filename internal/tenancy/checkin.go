@@ -7,7 +7,6 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/diskspace"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/state"
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/token"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/version"
 )
 
@@ -34,7 +33,7 @@ func CheckinRequest(cfg *config.Config, st *state.State, t Telemetry) protocol.C
 		UpgradedFrom:  st.PendingUpgradeFrom,
 		Timer:         t.Timer,
 		DockerVersion: st.DockerVersion,
-		TokenTTLSec:   token.TTLLeft(st, t.Now),
+		TokenTTLSec:   st.Token.TTLLeft(t.Now),
 	}
 	if st.AppliedSha != "" {
 		s := st.AppliedSha

@@ -61,17 +61,6 @@ func Accessor(st *state.State) string {
 	return st.Token.Accessor
 }
 
-// TTLLeft is what the check-in reports as token_ttl_s: the recorded TTL less the time since it
-// was obtained, never below 0; nil when no TTL is recorded.
-func TTLLeft(st *state.State, now time.Time) *int64 {
-	tok := st.Token
-	if tok == nil || tok.TTLSec <= 0 {
-		return nil
-	}
-	left := max(tok.TTLSec-int64(now.Sub(tok.ObtainedAt)/time.Second), 0)
-	return &left
-}
-
 // Meta is the record of tok. Its TTL counts from asked, when the login was sent: OpenBao minted
 // the token after that, so the TTL the check-in reports is never more than it has left.
 func Meta(tok bao.Token, source, addr string, asked time.Time) *state.TokenMeta {
