@@ -39,10 +39,7 @@ type Tenancy interface {
 
 // Bao is one OpenBao server. Errors never carry a token or a secret value.
 type Bao interface {
-	Login(ctx context.Context, mount, role string, jwt secret.Value) (bao.Token, error)
-	LookupSelf(ctx context.Context, token secret.Value) (bao.TokenInfo, error)
-	RenewSelf(ctx context.Context, token secret.Value) (bao.Token, error)
-	RevokeSelf(ctx context.Context, token secret.Value) error
+	token.Bao // login, lookup, renew, revoke
 	ReadMany(ctx context.Context, token secret.Value, mount string, reqs []bao.KVRequest, limit int) (map[string]secret.Value, error)
 }
 

@@ -149,11 +149,9 @@ func checkEnvComplete(b *bundle.Bundle) error {
 	return nil
 }
 
-// checkDisk refuses a bundle the image storage cannot hold. Every filesystem a pull fills is
-// measured, docker's data-root and containerd's root (docker 29 keeps layers there; on
-// env-dev-08 they were different disks), and a bundle that declares no size must still clear
-// the headroom floor, or a nearly full box dies mid-pull with an error that reads like a
-// registry fault (seed 0.1.8).
+// checkDisk refuses a bundle the image storage cannot hold: docker's data-root and containerd's
+// root (different disks on env-dev-08), with the headroom floor for a bundle that declares no
+// size; a full box otherwise died mid-pull with what read as a registry fault (seed 0.1.8).
 func (a *Agent) checkDisk(ctx context.Context, b *bundle.Bundle) error {
 	if !a.dockerInfoFresh {
 		info, err := a.deps.Docker.Info(ctx)

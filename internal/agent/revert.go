@@ -189,11 +189,9 @@ func (a *Agent) revertTarget(at *applyAttempt) (target, why string) {
 	return prev, ""
 }
 
-// revert brings st.Backoff.RevertedTo back: `current` points at it again, its images are pulled
-// only where missing (they are normally still local), `up -d --remove-orphans` runs in its
-// directory with its own .env, and its health is waited for. The outcome is saved in the
-// backoff; an error is returned only for a tick that must stop (a crash, a cancelled tick), and
-// leaves the revert pending for the next tick.
+// revert brings st.Backoff.RevertedTo back (`current`, pull where missing, `up -d
+// --remove-orphans` with its own .env, wait for health) and saves the outcome in the backoff. An
+// error only stops the tick (a crash, a cancel) and leaves the revert pending.
 func (a *Agent) revert(ctx context.Context) error {
 	bo := a.st.Backoff
 	target := bo.RevertedTo
@@ -256,11 +254,9 @@ func (a *Agent) revertRefused(ctx context.Context, refusal string) error {
 	return a.step("reverted")
 }
 
-// judgeRelease reads the staged release in dir back from disk and judges it as its apply was
-// judged: the strict bundle reader (its content must still hash to sha), the compose judgement,
-// and the judgement of what `docker compose config` makes of it with its own .env. A container
-// that could write the release directory must not have a revert run a file it rewrote. It
-// returns why the release may not run, "" when it may.
+// judgeRelease judges the release in dir again, from disk, as its apply was judged (hash, compose
+// judgement, rendered config): a container that could write it must not have a revert run a file
+// it rewrote. "" when it may run.
 func (a *Agent) judgeRelease(ctx context.Context, dir, sha string) string {
 	files, err := readRelease(dir)
 	if err != nil {

@@ -102,12 +102,9 @@ func hostOf(hostPort string) string {
 	return hostPort
 }
 
-// tenancy: reachable and the token accepted. The only authenticated call without a lasting
-// effect is the check-in: a lease spends one of five an hour, a report writes a result, a bundle
-// fetch needs a sha. A check-in refreshes last_checkin_at, so it carries exactly the telemetry the
-// tick would send — the fleet view stays true, and a disabled timer still shows as disabled — and
-// doctor acts on none of the answer. (It does make a SILENT agent look fresh for a few minutes;
-// the timer line here, and the TIMER column in fleetctl, still say why it is silent.)
+// tenancy: reachable and the token accepted, by a check-in — the only authenticated call with no
+// lasting effect — carrying the tick's telemetry, so the fleet view stays true; doctor acts on
+// none of the answer (a SILENT agent looks fresh for minutes; the timer line says why).
 func (c *checker) tenancy(ctx context.Context) Result {
 	cfg := c.cfg()
 	url := cfg.TenancyURL()

@@ -51,11 +51,9 @@ func Remove(path string) error {
 	return nil
 }
 
-// Supersede moves the token file at path aside to path+".superseded" (mode 0600, replacing
-// an earlier one, its mtime set to now: status shows it as the time of the refusal) and returns
-// where it went, "" when there was no token file. The token tenancy
-// refused is kept rather than deleted: it is the evidence of which token was refused (its
-// accessor, with `bao token lookup`), should the refusal itself turn out to be the fault.
+// Supersede moves the token file aside to path+".superseded" (0600, mtime now: when tenancy
+// refused it) and returns where, "" when there was none: it is the evidence of which token was
+// refused, should the refusal be the fault.
 func Supersede(path string, now time.Time) (string, error) {
 	dst := path + SupersededSuffix
 	if err := os.Rename(path, dst); err != nil {

@@ -249,7 +249,7 @@ func (s *Session) RecoverSwap() error {
 
 // supersedeToken puts aside the token tenancy refused (401 AGENT_UNAUTHENTICATED), and the
 // grant kept under it, which the same kit re-reveal superseded. It is revoked while that can be
-// done, then kept 0600 as bao.superseded: the evidence should the refusal be the fault.
+// done, then kept 0600 as bao.token.superseded: the evidence should the refusal be the fault.
 func (s *Session) supersedeToken(ctx context.Context, what string) error {
 	old := s.value
 	revoked := false
@@ -286,11 +286,10 @@ func (s *Session) revokeRefused(ctx context.Context, tok secret.Value, addr stri
 	return true
 }
 
-// WithAuth runs call with the current  On 401 AGENT_UNAUTHENTICATED (the grant behind the
-// token was superseded by a kit re-reveal or a retire) the token is put aside; with a fresh
-// bootstrap grant on disk the agent logs in again and retries once, otherwise it stops and asks
-// for the install kit. 403 AGENT_ENV_MISMATCH stops the tick at once with no further call. A
-// 401 or 403 from something that is not tenancy is temporary and keeps the
+// WithAuth runs call with the current token. On 401 AGENT_UNAUTHENTICATED (a kit re-reveal or a
+// retire superseded its grant) the token is put aside and, with a bootstrap grant on disk, the
+// call retried once after a fresh login, else the kit is asked for. 403 AGENT_ENV_MISMATCH stops
+// the tick; a 401 or 403 from something that is not tenancy is temporary and keeps the token.
 func (s *Session) WithAuth(ctx context.Context, what string, call func(secret.Value) error) error {
 	return s.Classify(what, s.AuthCall(ctx, what, call))
 }
