@@ -1,6 +1,7 @@
 // Package state keeps what the agent remembers between ticks — the applied release and every
 // release applied before it, the last outcome, where its OpenBao token came from and which agent
-// version last ran — plus the token file and the tick lock, all under state_dir.
+// version last ran — and the tick lock, under state_dir. The token's record here is read and
+// written by internal/token, which owns the token's files.
 package state
 
 import (
