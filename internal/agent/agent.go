@@ -23,6 +23,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/registryauth"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/state"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/token"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/version"
 )
 
@@ -38,10 +39,7 @@ type Tenancy interface {
 
 // Bao is one OpenBao server. Errors never carry a token or a secret value.
 type Bao interface {
-	Login(ctx context.Context, mount, role string, jwt secret.Value) (bao.Token, error)
-	LookupSelf(ctx context.Context, token secret.Value) (bao.TokenInfo, error)
-	RenewSelf(ctx context.Context, token secret.Value) (bao.Token, error)
-	RevokeSelf(ctx context.Context, token secret.Value) error
+	token.Bao // login, lookup, renew, revoke
 	ReadMany(ctx context.Context, token secret.Value, mount string, reqs []bao.KVRequest, limit int) (map[string]secret.Value, error)
 }
 
@@ -97,8 +95,8 @@ type Agent struct {
 	baseLog *slog.Logger
 
 	// per-tick
-	st    *state.State
-	token secret.Value
+	st  *state.State
+	tok *token.Session
 	// dockerInfoFresh: `docker info` already ran this tick (the cache in st is current).
 	dockerInfoFresh bool
 	redact          *secret.Redactor
@@ -128,11 +126,11 @@ var (
 	// ErrRefused: the tick refused the bundle; nothing was leased, read or started.
 	ErrRefused = errors.New("refused")
 	// ErrNeedsKit: no usable token and no bootstrap grant on disk.
-	ErrNeedsKit = errors.New("re-run the install kit")
+	ErrNeedsKit = token.ErrNeedsKit
 	// ErrEnvMismatch: the token belongs to another env than config's env_id.
 	ErrEnvMismatch = errors.New("stopping: fix env_id in the config or re-issue the identity")
 	// ErrTemporary: the mesh, tenancy or OpenBao could not be reached, or answered 5xx.
-	ErrTemporary = errors.New("the next tick retries")
+	ErrTemporary = token.ErrTemporary
 )
 
 func (a *Agent) step(name string) error {
@@ -201,18 +199,19 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.noteVersion()
 	a.adoptVault(protocol.Vault{}) // the config's OpenBao until a check-in says otherwise
-	if err := a.recoverTokenSwap(); err != nil {
+	a.tok = a.tokenSession()
+	if err := a.tok.RecoverSwap(); err != nil {
 		return err
 	}
-	a.tidyLeaseState()
+	a.tok.Tidy()
 
 	err = a.redacted(a.run(ctx))
-	var off *tenancyUnreachable
+	var off *token.OffMesh
 	if errors.As(err, &off) {
 		// PROTOCOL step 2: a laptop off the mesh is not a fault. Only the check-in's transport
 		// failure qualifies; any other temporary failure is a box that reached tenancy and
 		// still could not work, and keeps its exit 75.
-		a.log.Info("laptop mode: tenancy unreachable; nothing to do", "why", a.redact.Redact(off.err.Error()))
+		a.log.Info("laptop mode: tenancy unreachable; nothing to do", "why", a.redact.Redact(off.Err.Error()))
 		err = nil
 	}
 	if err == nil && a.stateErr != nil {
@@ -245,7 +244,7 @@ func (e *redactedError) Unwrap() error { return e.err }
 // (`.state.json.tmp-…`, `.bao.token.tmp-…`, …): each may hold a token or a grant, and a full
 // disk is made of such leftovers. The caller holds the tick lock, so no write is in flight.
 func (a *Agent) removeLeftovers() {
-	for _, p := range []string{a.cfg.StatePath(), a.cfg.TokenPath(), a.nextTokenPath(), a.leaseGrantPath(), filepath.Join(a.cfg.DockerConfigDir(), registryauth.ConfigFile)} {
+	for _, p := range []string{a.cfg.StatePath(), a.cfg.TokenPath(), a.files().Staged, a.files().Grant, filepath.Join(a.cfg.DockerConfigDir(), registryauth.ConfigFile)} {
 		removed, err := atomicfile.RemoveLeftovers(p)
 		if err != nil {
 			a.log.Warn("temp files of a killed tick could not be removed", "error", err.Error())
@@ -256,14 +255,8 @@ func (a *Agent) removeLeftovers() {
 	}
 }
 
-// tenancyUnreachable is a check-in that got no answer, or a 5xx, in laptop mode.
-type tenancyUnreachable struct{ err error }
-
-func (e *tenancyUnreachable) Error() string { return e.err.Error() }
-func (e *tenancyUnreachable) Unwrap() error { return e.err }
-
 func (a *Agent) run(ctx context.Context) error {
-	if err := a.ensureToken(ctx); err != nil {
+	if err := a.tok.ForCheckin(ctx); err != nil {
 		return err
 	}
 	if err := a.step("token"); err != nil {
@@ -329,12 +322,9 @@ func (a *Agent) loadState() (*state.State, error) {
 	return st, nil
 }
 
-// noteVersion records the agent's own version, remembering the previous one until a check-in
-// has carried it as upgraded_from: that is how fleetctl's gate sees an upgrade land.
-//
-// A state file the Python agent (≤ 0.1.9) left has no version in it: the version comes from the
-// file the package's postinst leaves in the state directory, else the upgrade is still reported,
-// as "unknown", rather than not at all.
+// noteVersion records the agent's version, keeping the previous one until a check-in carried it
+// as upgraded_from (how fleetctl's gate sees an upgrade land). The Python agent's state has no
+// version: the postinst's upgraded-from file names it, else it is reported as "unknown".
 func (a *Agent) noteVersion() {
 	a.st.NoteAgentVersion(version.Version)
 	if a.st.PendingUpgradeFrom != state.PriorVersionUnknown {
@@ -361,6 +351,14 @@ func (a *Agent) noteVersion() {
 func (a *Agent) saveState() error {
 	a.stateErr = state.Save(a.cfg.StatePath(), a.st)
 	return a.stateErr
+}
+
+// saveOrWarn is saveState where the tick goes on whatever: a failed write is warned about, and
+// stateErr keeps it for the report and the exit code.
+func (a *Agent) saveOrWarn() {
+	if err := a.saveState(); err != nil {
+		a.log.Warn("state not saved", "error", err.Error())
+	}
 }
 
 // adoptVault takes the check-in's OpenBao coordinates for this tick where they differ from the

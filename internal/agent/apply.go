@@ -45,7 +45,7 @@ func (a *Agent) apply(ctx context.Context, resp *protocol.CheckinResponse) error
 
 	var files map[string]string
 	var headerSha string
-	err := a.withAuth(ctx, "tenancy: bundle", func(tok secret.Value) error {
+	err := a.tok.WithAuth(ctx, "tenancy: bundle", func(tok secret.Value) error {
 		var err error
 		files, headerSha, err = a.deps.Tenancy.Bundle(ctx, tok, resp.BundleURL)
 		return err
@@ -155,11 +155,9 @@ func checkEnvComplete(b *bundle.Bundle) error {
 	return nil
 }
 
-// checkDisk refuses a bundle the image storage cannot hold. Every filesystem a pull fills is
-// measured, docker's data-root and containerd's root (docker 29 keeps layers there; on
-// env-dev-08 they were different disks), and a bundle that declares no size must still clear
-// the headroom floor, or a nearly full box dies mid-pull with an error that reads like a
-// registry fault (seed 0.1.8).
+// checkDisk refuses a bundle the image storage cannot hold: docker's data-root and containerd's
+// root (different disks on env-dev-08), with the headroom floor for a bundle that declares no
+// size; a full box otherwise died mid-pull with what read as a registry fault (seed 0.1.8).
 func (a *Agent) checkDisk(ctx context.Context, b *bundle.Bundle) error {
 	if !a.dockerInfoFresh {
 		info, err := a.deps.Docker.Info(ctx)
@@ -168,7 +166,7 @@ func (a *Agent) checkDisk(ctx context.Context, b *bundle.Bundle) error {
 		}
 		a.noteDockerInfo(info)
 	}
-	free, measured, err := a.deps.Disk.Tightest(storagePaths(a.cfg, a.st.DockerRootDir))
+	free, measured, err := a.deps.Disk.Tightest(a.cfg.StoragePaths(a.st.DockerRootDir))
 	if err != nil {
 		return fmt.Errorf("disk: %w", err)
 	}
@@ -223,7 +221,7 @@ func (a *Agent) readSecrets(ctx context.Context, b *bundle.Bundle, paths []strin
 	if len(b.Entries) == 0 {
 		return map[string]secret.Value{}, nil
 	}
-	tok, err := a.tokenForApply(ctx)
+	tok, err := a.tok.ForApply(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -238,7 +236,7 @@ func (a *Agent) readSecrets(ctx context.Context, b *bundle.Bundle, paths []strin
 		}
 	}
 	// The token reads at the OpenBao that minted it (a lease's addr may differ from the tick's).
-	client, err := a.deps.NewBao(a.tokenAddr())
+	client, err := a.deps.NewBao(a.tok.Addr())
 	if err != nil {
 		return nil, err
 	}

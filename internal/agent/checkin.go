@@ -9,10 +9,7 @@ import (
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/compose"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/tenancy"
-
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/config"
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/diskspace"
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/state"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/token"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
@@ -26,13 +23,13 @@ func (a *Agent) checkin(ctx context.Context) (*protocol.CheckinResponse, error) 
 	a.refreshDockerFacts(ctx)
 	req := a.checkinRequest(ctx)
 	var resp *protocol.CheckinResponse
-	err := a.authCall(ctx, "tenancy: checkin", func(tok secret.Value) error {
+	err := a.tok.AuthCall(ctx, "tenancy: checkin", func(tok secret.Value) error {
 		var err error
 		resp, err = a.deps.Tenancy.Checkin(ctx, tok, req)
 		return err
 	})
 	if a.cfg.LaptopMode && errors.Is(err, tenancy.ErrTemporary) {
-		return nil, &tenancyUnreachable{err: fmt.Errorf("%w: %w", err, ErrTemporary)}
+		return nil, &token.OffMesh{Err: fmt.Errorf("%w: %w", err, ErrTemporary)}
 	}
 	if err = a.classify("tenancy: checkin", err); err != nil {
 		return nil, err
@@ -83,17 +80,13 @@ func (a *Agent) refreshDockerFacts(ctx context.Context) {
 		}
 		a.log.Log(ctx, level, "docker info failed; the check-in carries no fresh docker facts, next try in an hour", "error", a.redact.Redact(err.Error()))
 		a.st.DockerInfoFailedAt = &now
-		if serr := a.saveState(); serr != nil {
-			a.log.Warn("state not saved", "error", serr.Error())
-		}
+		a.saveOrWarn()
 		return
 	}
 	a.noteDockerInfo(info)
 	// Saved now, not with the check-in: a check-in that fails (tenancy down, a laptop off the
 	// mesh) would otherwise leave the cache empty and run `docker info` again on every tick.
-	if err := a.saveState(); err != nil {
-		a.log.Warn("state not saved", "error", err.Error())
-	}
+	a.saveOrWarn()
 }
 
 // noteDockerInfo caches what `docker info` said, for check-ins.
@@ -114,61 +107,5 @@ func (a *Agent) checkinRequest(ctx context.Context) protocol.CheckinRequest {
 	if a.deps.Timer != nil {
 		timer = a.deps.Timer(ctx)
 	}
-	return CheckinRequest(a.cfg, a.st, Telemetry{Now: a.deps.Now(), Hostname: a.deps.Hostname, Timer: timer, Disk: a.deps.Disk})
-}
-
-// Telemetry is what a check-in reports beyond config and state.
-type Telemetry struct {
-	Now      time.Time
-	Hostname string
-	Timer    *protocol.Timer
-	// Disk measures the image storage; nil leaves disk_free_bytes null.
-	Disk interface {
-		Tightest(paths []string) (int64, []diskspace.Measure, error)
-	}
-}
-
-// CheckinRequest is the check-in a tick sends for cfg and st. `monky-deployd doctor` sends the
-// same one, so that its check-in leaves tenancy's view of the box as the last tick left it.
-func CheckinRequest(cfg *config.Config, st *state.State, t Telemetry) protocol.CheckinRequest {
-	req := protocol.CheckinRequest{
-		EnvID:         cfg.EnvID,
-		AgentVersion:  version.Version,
-		Transport:     cfg.Transport,
-		Hostname:      t.Hostname,
-		LastResult:    st.LastResult,
-		UpgradedFrom:  st.PendingUpgradeFrom,
-		Timer:         t.Timer,
-		DockerVersion: st.DockerVersion,
-	}
-	if st.AppliedSha != "" {
-		s := st.AppliedSha
-		req.AppliedSha = &s
-	}
-	if bo := st.Backoff; bo != nil {
-		req.FailedSha, req.Attempts = bo.Sha, bo.Attempts
-		req.NextAttemptAt = bo.NextAttemptAt.UTC().Format(time.RFC3339)
-		req.RevertedTo, req.RevertHealthy = bo.RevertedTo, bo.RevertHealthy
-	}
-	if tok := st.Token; tok != nil && tok.TTLSec > 0 {
-		left := max(tok.TTLSec-int64(t.Now.Sub(tok.ObtainedAt)/time.Second), 0)
-		req.TokenTTLSec = &left
-	}
-	// Disk and docker facts come from the last `docker info` the agent made (refreshed on every
-	// apply, and by a tick when the cache is empty or older than dockerFactsMaxAge).
-	if st.DockerRootDir != "" && t.Disk != nil {
-		if free, _, err := t.Disk.Tightest(storagePaths(cfg, st.DockerRootDir)); err == nil {
-			req.DiskFreeBytes = &free
-		}
-	}
-	return req
-}
-
-// storagePaths are the filesystems a pull fills: docker's data-root and containerd's root.
-func storagePaths(cfg *config.Config, dockerRoot string) []string {
-	paths := []string{dockerRoot}
-	if cfg.ContainerdRoot != "" && cfg.ContainerdRoot != dockerRoot {
-		paths = append(paths, cfg.ContainerdRoot)
-	}
-	return paths
+	return tenancy.CheckinRequest(a.cfg, a.st, tenancy.Telemetry{Now: a.deps.Now(), Hostname: a.deps.Hostname, Timer: timer, Disk: a.deps.Disk})
 }

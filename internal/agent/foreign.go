@@ -9,6 +9,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/state"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/token"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/version"
 )
 
@@ -38,11 +39,9 @@ func (f Foreign) Detail(stateDir string) string {
 		stateDir, f.User, strings.Join(names, ", "), more, f.User, f.User, stateDir)
 }
 
-// RunForeign is the tick of an agent whose state_dir holds files it does not own (a tick run by
-// hand as root before 0.2.0 re-ran itself as the owner). It cannot repair them and does not
-// try: it takes no lock and writes nothing. It checks in with what it can read, so tenancy sees
-// the box alive, and reports `failed` naming every such file and the chown that fixes them; the
-// exit is 1. Without a readable token nothing can reach tenancy, and the journal alone says it.
+// RunForeign is the tick of an agent whose state_dir holds files it does not own: it repairs and
+// locks nothing, checks in with what it can read and reports `failed` naming the files and the
+// chown; exit 1. Without a readable token only the journal says it.
 func (a *Agent) RunForeign(ctx context.Context, f Foreign) error {
 	a.redact = &secret.Redactor{}
 	detail := f.Detail(a.cfg.StateDir)
@@ -53,7 +52,7 @@ func (a *Agent) RunForeign(ctx context.Context, f Foreign) error {
 		st = &state.State{}
 	}
 	a.st = st
-	tok, err := state.ReadToken(a.cfg.TokenPath())
+	tok, err := token.Read(a.files().Token)
 	if err != nil || tok.Reveal() == "" {
 		why := "no token"
 		if err != nil {

@@ -44,7 +44,7 @@ func (a *Agent) refusalLapsed(r *state.RefusedSha) string {
 	if a.st.DockerRootDir == "" {
 		return "docker's data-root is not known"
 	}
-	free, measured, err := a.deps.Disk.Tightest(storagePaths(a.cfg, a.st.DockerRootDir))
+	free, measured, err := a.deps.Disk.Tightest(a.cfg.StoragePaths(a.st.DockerRootDir))
 	switch {
 	case err != nil:
 		return "free space not measured: " + err.Error()

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/config"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/state"
 )
@@ -28,9 +27,3 @@ func (a *Agent) Observed() Observed { return a.observed }
 
 // State returns the state the last tick left (nil when it could not read it).
 func (a *Agent) State() *state.State { return a.st }
-
-// StoragePaths are the filesystems a pull fills, which the box's metrics measure as the
-// pre-flight does.
-func StoragePaths(cfg *config.Config, dockerRoot string) []string {
-	return storagePaths(cfg, dockerRoot)
-}

@@ -39,7 +39,7 @@ func (a *Agent) report(ctx context.Context, r protocol.Report) {
 	if r.Containers == nil {
 		r.Containers = []protocol.Container{}
 	}
-	err := a.withAuth(ctx, "tenancy: report", func(tok secret.Value) error {
+	err := a.tok.WithAuth(ctx, "tenancy: report", func(tok secret.Value) error {
 		return a.deps.Tenancy.Report(ctx, tok, r)
 	})
 	if err != nil {
@@ -95,9 +95,7 @@ func (a *Agent) record(sha, result, detail string) {
 	a.st.LastResult = result
 	a.st.LastDetail = a.cutDetail(detail)
 	a.st.CountOutcome(result)
-	if err := a.saveState(); err != nil {
-		a.log.Warn("state not saved", "error", err.Error())
-	}
+	a.saveOrWarn()
 }
 
 // cutDetail is a detail as reported and as kept in state.last_detail: redacted, and cut to
@@ -243,11 +241,9 @@ type releaseMetaWire struct {
 	} `json:"agent"`
 }
 
-// readReleaseMeta reads a staged release's bundle.json back the way the bundle reader first read
-// it (internal/strictjson: keys match exactly, a key given twice is no document): a container
-// that can write the release directory must not win with `"COMPOSE_FILE"` or a second key. A file
-// that does not read, a compose file outside the release, or a timeout out of range gives the
-// defaults; the revert judges the release in full before it runs it (revertCompose).
+// readReleaseMeta reads a staged release's bundle.json as strictly as the bundle reader did, so
+// a container that can write the release cannot win with a second key; anything unusable gives
+// the defaults, and the revert judges the release in full before running it.
 func readReleaseMeta(dir string) releaseMetaWire {
 	var m releaseMetaWire
 	raw, err := os.ReadFile(filepath.Join(dir, bundle.MetaFile))

@@ -76,9 +76,7 @@ func (a *Agent) forgetBackoff(resp *protocol.CheckinResponse) {
 		a.log.Info(fmt.Sprintf("backoff of %s dropped: desired is now %s", protocol.ShortSha(bo.Sha), protocol.ShortSha(resp.DesiredSha)))
 	}
 	a.st.Backoff = nil
-	if err := a.saveState(); err != nil {
-		a.log.Warn("state not saved", "error", err.Error())
-	}
+	a.saveOrWarn()
 }
 
 // backingOff is a tick while the desired sha waits for its next try: a heartbeat of what runs
@@ -136,9 +134,7 @@ func (a *Agent) failApply(ctx context.Context, at *applyAttempt, detail, logTail
 	}
 	a.st.LastSha, a.st.LastResult, a.st.LastDetail = at.sha, protocol.ResultFailed, a.cutDetail(detail)
 	a.st.CountOutcome(protocol.ResultFailed)
-	if err := a.saveState(); err != nil {
-		a.log.Warn("state not saved", "error", err.Error())
-	}
+	a.saveOrWarn()
 	if err := a.step("failed"); err != nil {
 		return err
 	}
@@ -154,9 +150,7 @@ func (a *Agent) failApply(ctx context.Context, at *applyAttempt, detail, logTail
 	a.log.Warn("backoff: " + BackoffNote(bo, a.deps.Now().UTC()))
 	r.Detail = withRevert(detail, bo)
 	a.st.LastDetail = a.cutDetail(r.Detail)
-	if err := a.saveState(); err != nil {
-		a.log.Warn("state not saved", "error", err.Error())
-	}
+	a.saveOrWarn()
 	a.report(ctx, r)
 	return fmt.Errorf("%w: %s", ErrFailed, detail)
 }
@@ -196,11 +190,9 @@ func (a *Agent) revertTarget(at *applyAttempt) (target, why string) {
 	return prev, ""
 }
 
-// revert brings st.Backoff.RevertedTo back: `current` points at it again, its images are pulled
-// only where missing (they are normally still local), `up -d --remove-orphans` runs in its
-// directory with its own .env, and its health is waited for. The outcome is saved in the
-// backoff; an error is returned only for a tick that must stop (a crash, a cancelled tick), and
-// leaves the revert pending for the next tick.
+// revert brings st.Backoff.RevertedTo back (`current`, pull where missing, `up -d
+// --remove-orphans` with its own .env, wait for health) and saves the outcome in the backoff. An
+// error only stops the tick (a crash, a cancel) and leaves the revert pending.
 func (a *Agent) revert(ctx context.Context) error {
 	bo := a.st.Backoff
 	target := bo.RevertedTo
@@ -231,9 +223,7 @@ func (a *Agent) revert(ctx context.Context) error {
 	bo.RevertHealthy = &healthy
 	// The wait counts from the end of the failing tick, whose revert may have waited for health.
 	bo.NextAttemptAt = a.deps.Now().UTC().Add(state.BackoffDelay(bo.Attempts))
-	if err := a.saveState(); err != nil {
-		a.log.Warn("state not saved", "error", err.Error())
-	}
+	a.saveOrWarn()
 	if healthy {
 		a.log.Info("reverted to " + protocol.ShortSha(target) + ": healthy")
 	} else {
@@ -260,24 +250,16 @@ func (a *Agent) revertRefused(ctx context.Context, refusal string) error {
 	bo.RevertedTo, bo.RevertPending, bo.RevertHealthy = "", false, nil
 	bo.NoRevert = a.redact.Redact("release " + protocol.ShortSha(target) + " refused: " + refusal)
 	bo.NextAttemptAt = a.deps.Now().UTC().Add(state.BackoffDelay(bo.Attempts))
-	if err := a.saveState(); err != nil {
-		a.log.Warn("state not saved", "error", err.Error())
-	}
+	a.saveOrWarn()
 	a.log.Error("not reverted: " + bo.NoRevert)
 	return a.step("reverted")
 }
 
-// judgeRelease reads the staged release in dir back from disk and judges it as its apply was
-// judged: the strict bundle reader (its content must still hash to sha), the compose judgement,
-// and the judgement of what `docker compose config` makes of it with its own .env. A container
-// that could write the release directory must not have a revert run a file it rewrote. It
-// returns why the release may not run, "" when it may.
-//
-// The files read back are the ones the agent staged, as state.json lists them (applied_files):
-// an app that writes ./data inside its release directory (a writable bind the compose judgement
-// allows, since it holds no staged file) can still be reverted to. The list needs no hash of its
-// own: a name added, dropped or changed makes the files read hash to another sha. A release an
-// older agent applied has no list, and its whole directory is read strictly, as before.
+// judgeRelease judges the release in dir again, from disk, as its apply was judged (hash, compose
+// judgement, rendered config): a container that could write it must not have a revert run a file
+// it rewrote. "" when it may run. Only the files state.json lists as staged (applied_files) are
+// read, so an app writing ./data can be reverted to; any change to them changes the sha. A
+// release an older agent applied has no list and is read whole, strictly.
 func (a *Agent) judgeRelease(ctx context.Context, dir, sha string) string {
 	var files map[string]string
 	var err error
@@ -514,9 +496,7 @@ func (a *Agent) finishRevert(ctx context.Context) error {
 		detail = withRevert("apply failed", bo)
 	}
 	a.st.LastDetail = a.cutDetail(detail)
-	if err := a.saveState(); err != nil {
-		a.log.Warn("state not saved", "error", err.Error())
-	}
+	a.saveOrWarn()
 	a.report(ctx, protocol.Report{Sha: bo.Sha, Result: protocol.ResultFailed, Detail: detail,
 		RevertedTo: bo.RevertedTo, RevertHealthy: bo.RevertHealthy})
 	return nil

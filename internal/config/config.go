@@ -193,6 +193,15 @@ func (c *Config) StatePath() string { return filepath.Join(c.StateDir, "state.js
 // TokenPath is <state_dir>/bao.token.
 func (c *Config) TokenPath() string { return filepath.Join(c.StateDir, "bao.token") }
 
+// StoragePaths are the filesystems a pull fills: docker's data-root and containerd's root.
+func (c *Config) StoragePaths(dockerRoot string) []string {
+	paths := []string{dockerRoot}
+	if c.ContainerdRoot != "" && c.ContainerdRoot != dockerRoot {
+		paths = append(paths, c.ContainerdRoot)
+	}
+	return paths
+}
+
 // LockPath is <state_dir>/lock.
 func (c *Config) LockPath() string { return filepath.Join(c.StateDir, "lock") }
 

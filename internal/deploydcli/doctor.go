@@ -63,7 +63,7 @@ func osDoctorDeps() doctorDeps {
 	}
 }
 
-func newDoctorCommand(g *globals) *cobra.Command {
+func newDoctorCommand(g *cliDeps) *cobra.Command {
 	var opts doctorOptions
 	cmd := &cobra.Command{
 		Use:   "doctor",
@@ -85,7 +85,7 @@ func newDoctorCommand(g *globals) *cobra.Command {
 
 // runDoctor prints the results and returns an *exitError: 78 when the config does not load
 // (as for tick), 1 when any check failed, nil when none did.
-func runDoctor(ctx context.Context, opts doctorOptions, g *globals, d doctorDeps) error {
+func runDoctor(ctx context.Context, opts doctorOptions, g *cliDeps, d doctorDeps) error {
 	cfg, cfgErr := config.Load(g.configPath)
 	env := &doctor.Env{ConfigPath: g.configPath, Config: cfg, ConfigErr: cfgErr}
 	if cfgErr == nil {

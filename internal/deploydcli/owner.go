@@ -47,14 +47,9 @@ var realProcess = process{
 	environ: os.Environ,
 }
 
-// asStateOwner keeps a tick run as root from writing the agent's state_dir as root: the
-// state.json, release and docker/config.json it would leave are root's 0600 files, and every
-// later tick of the agent's own account fails on them (before 0.2.0 it never checked in again).
-// A root process whose state_dir belongs to another user re-executes itself as that user, with
-// that user's groups (docker, ziti), the way the timer's unit runs it; it returns only when
-// that is not possible, with an exit-78 error that gives the exact command to run instead. A
-// process that is not root, or a state_dir root owns or that does not exist yet, is left alone
-// (nil).
+// asStateOwner re-executes a root tick as the owner of state_dir, with its groups, as the unit
+// runs it: root's 0600 files there once stopped every later tick. When it cannot, it returns an
+// exit-78 error with the command to run; nil when not root or state_dir is root's or absent.
 func asStateOwner(p process, cfg *config.Config, log *slog.Logger, args []string) error {
 	if p.euid() != 0 {
 		return nil
@@ -169,14 +164,10 @@ func groupName(gid uint32) string {
 	return s
 }
 
-// becomeAndExec sets the groups, then the gid, then the uid (in that order: after setuid there
-// is no right left to change the others) and executes /proc/self/exe, this very binary even if
-// the package was upgraded meanwhile under its path. Go applies each of these to every thread.
-//
-// The process keeps root's terminal on its standard streams, as `sudo -u monky-deployd …`
-// would: code running as the agent's account could reach that terminal. That account is in
-// group docker, which is root already; keeping the tick one process (its signals, its exit code,
-// its output as it happens) is worth more than a pipe between two.
+// becomeAndExec sets groups, gid, then uid (after setuid nothing else can change) and executes
+// /proc/self/exe, this binary even if upgraded meanwhile. Root's terminal stays on the streams,
+// as with `sudo -u`: the account is in group docker, root already, and one process keeps the
+// tick's signals, exit code and output whole.
 func becomeAndExec(a account, argv, env []string) error {
 	groups := make([]int, len(a.groups))
 	for i, g := range a.groups {

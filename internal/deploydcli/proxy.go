@@ -12,7 +12,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/transport"
 )
 
-func newProxyCommand(g *globals) *cobra.Command {
+func newProxyCommand(g *cliDeps) *cobra.Command {
 	return &cobra.Command{
 		Use:   "proxy",
 		Short: "Hold one ziti context and forward loopback ports to tenancy and OpenBao (monky-deployd-proxy.service)",
@@ -24,7 +24,7 @@ func newProxyCommand(g *globals) *cobra.Command {
 }
 
 // runProxy runs until SIGTERM/SIGINT (the context of main) and then shuts down cleanly.
-func runProxy(ctx context.Context, g *globals) error {
+func runProxy(ctx context.Context, g *cliDeps) error {
 	cfg, err := config.Load(g.configPath)
 	if err != nil {
 		return err

@@ -17,8 +17,9 @@ import (
 // DefaultConfigPath is where the package and install.sh put the config.
 const DefaultConfigPath = "/etc/monky-deployd/config.yaml"
 
-// globals are the flags every command shares.
-type globals struct {
+// cliDeps are what every command takes from outside: the shared flags, the streams, the
+// environment and the process (agent.Deps and doctorDeps are the same idea one level down).
+type cliDeps struct {
 	configPath string
 	stdout     io.Writer
 	stderr     io.Writer
@@ -44,7 +45,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	g := &globals{stdout: stdout, stderr: stderr, getenv: getenv, args: args, proc: realProcess}
+	g := &cliDeps{stdout: stdout, stderr: stderr, getenv: getenv, args: args, proc: realProcess}
 	root := newRootCommand(g)
 	root.SetArgs(args)
 	root.SetOut(stdout)
@@ -65,7 +66,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	return 2
 }
 
-func newRootCommand(g *globals) *cobra.Command {
+func newRootCommand(g *cliDeps) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "monky-deployd",
 		Short:         "The Monky backend pull agent",

@@ -17,6 +17,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/runner"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/state"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/systemd"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/token"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/version"
 )
 
@@ -59,7 +60,7 @@ type supersededToken struct {
 	MovedAt time.Time `json:"moved_at"`
 }
 
-func newStatusCommand(g *globals) *cobra.Command {
+func newStatusCommand(g *cliDeps) *cobra.Command {
 	var opts statusOptions
 	cmd := &cobra.Command{
 		Use:   "status",
@@ -73,7 +74,7 @@ func newStatusCommand(g *globals) *cobra.Command {
 	return cmd
 }
 
-func runStatus(ctx context.Context, opts statusOptions, g *globals, run runner.Runner, now time.Time) error {
+func runStatus(ctx context.Context, opts statusOptions, g *cliDeps, run runner.Runner, now time.Time) error {
 	cfg, err := config.Load(g.configPath)
 	if err != nil {
 		return err
@@ -132,7 +133,7 @@ func runStatus(ctx context.Context, opts statusOptions, g *globals, run runner.R
 // findSupersededToken looks for the token a tick put aside on 401 AGENT_UNAUTHENTICATED; the
 // file's mtime is when (a rename keeps the mtime of the token's last write, so it is touched).
 func findSupersededToken(cfg *config.Config) *supersededToken {
-	p := cfg.TokenPath() + state.SupersededSuffix
+	p := token.In(cfg).Superseded
 	fi, err := os.Lstat(p)
 	if err != nil {
 		return nil

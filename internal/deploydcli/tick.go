@@ -16,7 +16,7 @@ type tickOptions struct {
 	prune bool
 }
 
-func newTickCommand(g *globals) *cobra.Command {
+func newTickCommand(g *cliDeps) *cobra.Command {
 	var opts tickOptions
 	cmd := &cobra.Command{
 		Use:   "tick",
@@ -33,7 +33,7 @@ func newTickCommand(g *globals) *cobra.Command {
 // runTick runs one tick and, whatever came of it — a config error, a lock held by another
 // tick, a failure — leaves the box's metrics textfile (tickmetrics.go): a tick that cannot do
 // its work is still seen.
-func runTick(ctx context.Context, opts tickOptions, g *globals) (err error) {
+func runTick(ctx context.Context, opts tickOptions, g *cliDeps) (err error) {
 	start := time.Now()
 	cfg, err := config.Load(g.configPath)
 	if err != nil {

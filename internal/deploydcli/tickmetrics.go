@@ -58,7 +58,7 @@ func writeTickMetrics(log *slog.Logger, rec tickRecord) {
 		if meter == nil {
 			meter = &diskspace.Meter{}
 		}
-		if _, measured, err := meter.Tightest(agent.StoragePaths(rec.cfg, st.DockerRootDir)); err == nil {
+		if _, measured, err := meter.Tightest(rec.cfg.StoragePaths(st.DockerRootDir)); err == nil {
 			for _, m := range measured {
 				t.Disk = append(t.Disk, metrics.Disk{Path: m.Path, FreeBytes: m.Free})
 			}

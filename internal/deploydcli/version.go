@@ -9,7 +9,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/version"
 )
 
-func newVersionCommand(g *globals) *cobra.Command {
+func newVersionCommand(g *cliDeps) *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
 		Short: "Print the agent's version",

@@ -175,14 +175,10 @@ func (c *checker) dockerConfig(context.Context) Result {
 // floor far under disk.headroom_bytes leaves room for years of releases.
 const StateDirFloor = int64(256) << 20
 
-// disk: the filesystems the agent pulls images to must clear disk.headroom_bytes, the floor a
-// bundle that declares no size is held to — docker's data-root AND containerd's root, which
-// docker 29 fills with image layers and which may be another disk (env-dev-08: 93 GiB free where
-// the Python agent looked, 2.8 GiB where the pull wrote). These are what a tick measures and
-// refuses a bundle over (DISK_INSUFFICIENT), and the tightest of them is named. state_dir, where
-// each release's files and .env are written, is measured too, but a tick never measures it: on
-// a filesystem of its own it is held to StateDirFloor, and a full one fails the tick's writes
-// instead of refusing the bundle. Paths on one filesystem are reported together.
+// disk: docker's data-root and containerd's root (docker 29 fills it, maybe on another disk:
+// env-dev-08 had 93 GiB where the Python agent looked, 2.8 GiB where the pull wrote) must clear
+// disk.headroom_bytes, as the tick's DISK_INSUFFICIENT does; state_dir, on a disk of its own, is
+// held to StateDirFloor. Paths on one filesystem are reported together.
 func (c *checker) disk(ctx context.Context) Result {
 	cfg := c.cfg()
 	headroom := cfg.Disk.HeadroomBytes

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/runner/runnertest"
 )
 
 func TestRun(t *testing.T) {
@@ -203,62 +205,31 @@ func TestModeAllows(t *testing.T) {
 	}
 }
 
-func TestJudgePath(t *testing.T) {
-	agent := Account{Name: "monky-deployd", UID: 998, GIDs: []uint32{998, 990}}
-	tree := map[string]FileInfo{
-		"/":                      {Mode: fs.ModeDir | 0o755},
-		"/opt":                   {Mode: fs.ModeDir | 0o755},
-		"/opt/openziti":          {Mode: fs.ModeDir | 0o750, ACL: true, ACLEntries: aclOf(7, userEntry(998, 5), 5, 5, 0)},
-		"/opt/sealed":            {Mode: fs.ModeDir | 0o750, ACL: true, ACLErr: errors.New("system.posix_acl_access: version 3, want 2")},
-		"/opt/sealed/x":          {Mode: 0o644},
-		"/opt/openziti/etc":      {Mode: fs.ModeDir | 0o755},
-		"/opt/openziti/etc/id":   {Mode: fs.ModeDir | 0o770, GID: 990},
-		"/opt/openziti/etc/id/a": {Mode: 0o640, UID: 997, GID: 990},
-		"/opt/openziti/etc/id/b": {Mode: 0o640, UID: 997, GID: 991, ACL: true, ACLEntries: aclOf(6, userEntry(998, 4), 0, 4, 0)},
-		"/opt/openziti/etc/id/d": {Mode: 0o600, UID: 997, GID: 990, ACL: true, ACLEntries: aclOf(6, userEntry(4242, 4), 0, 0, 0)},
-		"/opt/openziti/etc/id/c": {Mode: 0o600, UID: 997, GID: 990},
-		"/srv":                   {Mode: fs.ModeDir | 0o700},
-		"/srv/x":                 {Mode: 0o644},
-	}
-	stat := func(p string) (FileInfo, error) {
-		if fi, ok := tree[p]; ok {
-			return fi, nil
-		}
-		return FileInfo{}, &fs.PathError{Op: "stat", Path: p, Err: fs.ErrNotExist}
-	}
-	describe := func(fi FileInfo) string { return fi.Mode.String() }
+// TestTryAs: the access is the system's to judge, asked as the agent — through setpriv with the
+// group database's groups when doctor is root, as doctor itself otherwise — and a test(1) that
+// cannot answer is an error, not a denial.
+func TestTryAs(t *testing.T) {
+	agent := Account{Name: "monky-deployd", UID: 998, GIDs: []uint32{997, 990}}
 	for _, tc := range []struct {
-		path    string
-		denied  string
-		viaACL  string
+		name    string
+		self    uint32
+		argv    []string
+		code    int
+		ok      bool
 		wantErr bool
 	}{
-		{"/opt/openziti/etc/id/a", "", "/opt/openziti", false},
-		{"/opt/openziti/etc/id/b", "", "/opt/openziti /opt/openziti/etc/id/b", false},
-		{"/opt/openziti/etc/id/c", "cannot read /opt/openziti/etc/id/c", "/opt/openziti", false},
-		// An ACL is read, not taken on trust: one for another user grants nothing, and one that
-		// cannot be read stops the walk.
-		{"/opt/openziti/etc/id/d", "cannot read /opt/openziti/etc/id/d", "/opt/openziti", false},
-		{"/opt/sealed/x", "may not be able to enter /opt/sealed", "", false},
-		{"/srv/x", "cannot enter /srv", "", false},
-		{"/opt/openziti/etc/id/missing", "", "", true},
+		{"root asks as the agent", 0, []string{"setpriv", "--reuid=998", "--regid=997", "--init-groups", "test", "-r", "/f"}, 0, true, false},
+		{"root is told no", 0, []string{"setpriv", "--reuid=998", "--regid=997", "--init-groups", "test", "-r", "/f"}, 1, false, false},
+		{"the agent tries itself", 998, []string{"test", "-r", "/f"}, 1, false, false},
+		{"setpriv cannot run", 0, []string{"setpriv", "--reuid=998", "--regid=997", "--init-groups", "test", "-r", "/f"}, 127, false, true},
 	} {
-		t.Run(tc.path, func(t *testing.T) {
-			v, err := judgePath(agent, tc.path, permR, stat, describe)
-			if (err != nil) != tc.wantErr {
-				t.Fatalf("err = %v", err)
-			}
-			if tc.wantErr {
-				if !errors.Is(err, fs.ErrNotExist) {
-					t.Errorf("err = %v, want fs.ErrNotExist", err)
-				}
-				return
-			}
-			if !strings.HasPrefix(v.Denied, tc.denied) || (tc.denied == "") != (v.Denied == "") {
-				t.Errorf("Denied = %q, want %q", v.Denied, tc.denied)
-			}
-			if got := strings.Join(v.ViaACL, " "); got != tc.viaACL {
-				t.Errorf("ViaACL = %q, want %q", got, tc.viaACL)
+		t.Run(tc.name, func(t *testing.T) {
+			run := runnertest.New(t)
+			run.Expect(tc.argv[0], tc.argv[1:]).Returns("", "setpriv: failed", tc.code)
+			c := &checker{env: &Env{Self: Account{UID: tc.self}, Runner: run}}
+			ok, err := c.tryAs(context.Background(), agent, "/f", "-r")
+			if ok != tc.ok || (err != nil) != tc.wantErr {
+				t.Errorf("tryAs = %t, %v; want %t, error %t", ok, err, tc.ok, tc.wantErr)
 			}
 		})
 	}

@@ -16,6 +16,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/runner"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/state"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/token"
 )
 
 // AgentUser is the account the package's units run the agent as (User=monky-deployd).
@@ -53,11 +54,8 @@ type FileInfo struct {
 	UID  uint32
 	GID  uint32
 	// ACL is true when the file carries a POSIX access ACL, which may grant what the mode bits
-	// do not. ACLEntries is that ACL, parsed; when it could not be read or parsed, ACLErr says
-	// why and the access it governs cannot be judged.
-	ACL        bool
-	ACLEntries []ACLEntry
-	ACLErr     error
+	// do not.
+	ACL bool
 	// Dev is the device of the filesystem holding the file (st_dev); 0 when unknown. Two paths
 	// with the same non-zero Dev share their free space.
 	Dev uint64
@@ -93,8 +91,7 @@ type Env struct {
 	// Self is the process running doctor (Name and UID; GIDs unused).
 	Self Account
 	// Agent is the account the agent runs as; nil when AgentErr says why it could not be found.
-	// When it is not Self (doctor run as root), file access is judged from its permissions
-	// rather than tried.
+	// When it is not Self (doctor run as root), file access is tried as it (tryAs).
 	Agent    *Account
 	AgentErr error
 	// AgentName is the account asked for, for messages when Agent is nil.
@@ -120,9 +117,9 @@ type Env struct {
 	Timer func(ctx context.Context) *protocol.Timer
 	// PluginDirs are where a system-wide compose plugin may live (nil: DefaultPluginDirs).
 	PluginDirs []string
-	// DockerHost is doctor's own DOCKER_HOST ("" when unset). The checks do not use it: they run
-	// docker as a tick does, without it (the unit sets none); when it names another endpoint,
-	// the docker line says it was set aside.
+	// DockerHost is doctor's own DOCKER_HOST ("" when unset). The checks run docker as a tick
+	// does, without it (the unit sets none); when docker resolves it to another endpoint, the
+	// docker line says it was set aside.
 	DockerHost string
 
 	// Tenancy and TenancyHTTP (for the anonymous reachability probe) go through the tick's
@@ -236,7 +233,7 @@ func (c *checker) timerState(ctx context.Context) *protocol.Timer {
 // the empty token.
 func (c *checker) readToken() (secret.Value, error) {
 	c.tokenOnce.Do(func() {
-		c.token, c.tokenErr = state.ReadToken(c.cfg().TokenPath())
+		c.token, c.tokenErr = token.Read(c.cfg().TokenPath())
 		c.red.Add(c.token.Reveal())
 	})
 	return c.token, c.tokenErr
@@ -272,10 +269,9 @@ func (c *checker) agentName() string {
 	return AgentUser
 }
 
-// judgedByMode reports whether file access for the agent has to be judged from permissions:
-// doctor runs as another user (root, typically, right after install.sh), whose own reads prove
-// nothing about the agent's.
-func (c *checker) judgedByMode() bool {
+// asAnotherUser: doctor runs as another user than the agent (root, typically, right after
+// install.sh), whose own reads prove nothing about the agent's: access is tried as the agent.
+func (c *checker) asAnotherUser() bool {
 	return c.env.Agent != nil && c.env.Agent.UID != c.env.Self.UID
 }
 

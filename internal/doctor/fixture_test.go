@@ -16,6 +16,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -77,6 +78,8 @@ type fakeFS struct {
 	statErr map[string]error
 	readErr map[string]error
 	dev     map[string]uint64
+	// aclGrants are paths where an ACL lets the agent through what the mode bits deny.
+	aclGrants map[string]bool
 }
 
 func (f *fakeFS) Stat(p string) (FileInfo, error) {
@@ -170,7 +173,7 @@ func newFixture(t *testing.T, extraYAML string) *fixture {
 	mkdir(t, plugins, 0o755)
 	write(t, filepath.Join(plugins, "docker-compose"), "#!/bin/sh\n", 0o755)
 
-	f.fs = &fakeFS{root: dir, stat: map[string]FileInfo{}, statErr: map[string]error{}, readErr: map[string]error{}, dev: map[string]uint64{}}
+	f.fs = &fakeFS{root: dir, stat: map[string]FileInfo{}, statErr: map[string]error{}, readErr: map[string]error{}, dev: map[string]uint64{}, aclGrants: map[string]bool{}}
 	// The identity as install.sh leaves it: ziti:ziti 0640.
 	f.fs.stat[cfg.Identity] = FileInfo{Mode: 0o640, UID: zitiUID, GID: zitiGID}
 	f.free[dir+"/docker-root"] = 90 * gib
@@ -182,6 +185,8 @@ func newFixture(t *testing.T, extraYAML string) *fixture {
 	enabled, active, next := true, true, "2026-12-02T10:01:00Z"
 	f.tm = &protocol.Timer{Unit: systemd.TimerUnit, Enabled: &enabled, Active: &active, NextElapse: &next}
 
+	f.run.ExpectPrefix("setpriv", nil).AnyTimes().Do(f.access)
+	f.run.ExpectPrefix("test", nil).AnyTimes().Do(f.access)
 	f.env = &Env{
 		ConfigPath:  cfgPath,
 		Config:      cfg,
@@ -203,7 +208,10 @@ func newFixture(t *testing.T, extraYAML string) *fixture {
 		Hostname:     "qa-02",
 		Now:          func() time.Time { return time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC) },
 	}
-	f.run.Expect("docker", contextInspectArgs).AnyTimes().Do(func(context.Context, runner.Cmd) (runner.Result, error) {
+	f.run.Expect("docker", contextInspectArgs).AnyTimes().Do(func(_ context.Context, c runner.Cmd) (runner.Result, error) {
+		if h, _ := (runnertest.Call{Cmd: c}).Getenv("DOCKER_HOST"); h != "" {
+			return runner.Result{Stdout: []byte(h + "\n")}, nil // docker prints the host it was given
+		}
 		if f.endpointRes != nil {
 			return *f.endpointRes, nil
 		}
@@ -236,6 +244,42 @@ func (f *fixture) cfg() *config.Config { return f.env.Config }
 // asRoot makes doctor run as root while the agent is monky-deployd, the usual case right after
 // install.sh.
 func (f *fixture) asRoot() { f.env.Self = Account{Name: "root", UID: 0} }
+
+// access answers test(1), run as doctor or through setpriv as the agent, as the kernel would for
+// fakeFS: search on every directory above the path and the access asked on the path, each by
+// the mode bits unless aclGrants lets the agent through.
+func (f *fixture) access(_ context.Context, c runner.Cmd) (runner.Result, error) {
+	a, args := *f.env.Agent, c.Args
+	if c.Name == "setpriv" {
+		want := []string{"--reuid=" + itoa(a.UID), "--regid=" + itoa(a.GIDs[0]), "--init-groups", "test"}
+		if len(args) != 6 || !slices.Equal(args[:4], want) {
+			f.t.Errorf("setpriv %q, want %q and test's two arguments", args, want)
+			return runner.Result{ExitCode: 2}, nil
+		}
+		args = args[4:]
+	} else if f.env.Self.UID != a.UID {
+		f.t.Errorf("test %q ran as doctor (uid %d), not as the agent (uid %d)", args, f.env.Self.UID, a.UID)
+	}
+	path := filepath.Clean(args[1])
+	var chain []string
+	for d := filepath.Dir(path); ; d = filepath.Dir(d) {
+		chain = append(chain, d)
+		if d == filepath.Dir(d) {
+			break
+		}
+	}
+	for i, p := range append(chain, path) {
+		bits := permX
+		if i == len(chain) {
+			bits = wantBits[args[0]]
+		}
+		fi, err := f.fs.Stat(p)
+		if err != nil || !modeAllows(a, fi, bits) && !f.fs.aclGrants[p] {
+			return runner.Result{ExitCode: 1}, nil
+		}
+	}
+	return runner.Result{}, nil
+}
 
 func (f *fixture) expectInfo() {
 	f.run.Expect("docker", []string{"info", "--format", "{{json .}}"}).

@@ -18,7 +18,7 @@ const exampleConfig = "/usr/share/doc/monky-deployd/config.example.yaml"
 // cleanly, then failed every tick six minutes later when the tunneller rewrote the file.
 const aclNote = "an ACL is not enough: ziti-edge-tunnel rewrites the identity on every controller config update and the rewrite drops ACLs"
 
-func (c *checker) config(context.Context) Result {
+func (c *checker) config(ctx context.Context) Result {
 	env := c.env
 	if env.ConfigErr != nil || env.Config == nil {
 		err := env.ConfigErr
@@ -35,8 +35,8 @@ func (c *checker) config(context.Context) Result {
 	}
 	cfg := env.Config
 	summary := fmt.Sprintf("%s loads (env %s, site %s, transport %s)", cfg.Path, cfg.EnvID, orDash(cfg.Site), cfg.Transport)
-	if c.judgedByMode() {
-		v, err := judgePath(*env.Agent, cfg.Path, permR, env.Stat, c.describe)
+	if c.asAnotherUser() {
+		v, err := c.judgePath(ctx, *env.Agent, cfg.Path, "-r")
 		if err == nil && v.Denied != "" {
 			return fail(fmt.Sprintf("%s loads for %s, but %s %s", cfg.Path, c.userName(env.Self.UID), env.Agent.Name, v.Denied),
 				fmt.Sprintf("chgrp %s %s && chmod 0640 %s", AgentUser, cfg.Path, cfg.Path))
@@ -61,13 +61,13 @@ func (c *checker) user(context.Context) Result {
 		groups = append(groups, c.groupName(g))
 	}
 	detail := fmt.Sprintf("%s (uid %d), groups %s", a.Name, a.UID, strings.Join(groups, ", "))
-	if c.judgedByMode() {
+	if c.asAnotherUser() {
 		detail += fmt.Sprintf("; doctor runs as %s, so files are judged by %s's permissions", c.userName(env.Self.UID), a.Name)
 	}
 	return ok("%s", detail)
 }
 
-func (c *checker) identity(context.Context) Result {
+func (c *checker) identity(ctx context.Context) Result {
 	cfg := c.cfg()
 	if cfg.Transport == config.TransportSystem {
 		return skip("transport system: ziti-edge-tunnel holds the identity and the agent never reads it")
@@ -77,8 +77,8 @@ func (c *checker) identity(context.Context) Result {
 	missingFix := fmt.Sprintf("enrol this box's identity: re-run install.sh with the kit's --enrol-jwt monky-host.%s.jwt (a used or expired JWT needs `fleetctl onboard %s --reissue`), or set `identity` in %s", cfg.EnvID, cfg.EnvID, cfg.Path)
 
 	var viaACL []string
-	if c.judgedByMode() {
-		v, err := judgePath(*c.env.Agent, path, permR, c.env.Stat, c.describe)
+	if c.asAnotherUser() {
+		v, err := c.judgePath(ctx, *c.env.Agent, path, "-r")
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
 			return fail(path+" does not exist", missingFix)
@@ -108,7 +108,7 @@ func (c *checker) identity(context.Context) Result {
 		return fail(err.Error(), reenrol)
 	}
 	who := c.userName(c.env.Self.UID)
-	if c.judgedByMode() {
+	if c.asAnotherUser() {
 		who = c.env.Agent.Name
 	}
 	detail := fmt.Sprintf("%s is readable by %s and is a ziti identity with a usable certificate and key", path, who)

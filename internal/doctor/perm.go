@@ -1,11 +1,16 @@
 package doctor
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/compose"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/runner"
 )
 
 // Access bits, as in the mode's rwx triplets.
@@ -15,10 +20,9 @@ const (
 	permX fs.FileMode = 1
 )
 
-// modeAllows reports whether a may access a file of fi for want (a mix of permR, permW, permX)
-// by the mode bits alone, with POSIX's precedence: the owner class when a owns the file (even if
-// it denies and the group would allow), else the group class when a is in the file's group, else
-// other. Root is allowed everything. ACLs are not read here; see access.
+// modeAllows reports whether the mode bits alone let a access fi for want (a mix of permR, permW,
+// permX): the owner class when a owns it, else the group class when a is in its group, else
+// other; root everything. ACLs are the system's to judge (tryAs).
 func modeAllows(a Account, fi FileInfo, want fs.FileMode) bool {
 	if a.UID == 0 {
 		return true
@@ -36,87 +40,89 @@ func modeAllows(a Account, fi FileInfo, want fs.FileMode) bool {
 	return bits&7&want == want
 }
 
-// pathVerdict is what the mode bits and ACLs say about a reaching one file.
+// pathVerdict is whether a reaches one file.
 type pathVerdict struct {
 	// Denied names the first path that stops a ("" when none does) and why; DeniedAt is that
 	// path.
 	Denied   string
 	DeniedAt string
-	// ViaACL lists paths the mode bits alone deny and a named entry of their ACL grants.
+	// ViaACL lists paths the mode bits alone deny and the system still lets a through: an ACL.
 	ViaACL []string
 }
 
-// access judges a's access to one file: by its ACL when it carries one (which is then the whole
-// truth: the mode's group bits are only its mask), else by the mode bits. An ACL that could not
-// be read or parsed cannot be judged: unjudged says why.
-func access(a Account, fi FileInfo, want fs.FileMode) (ok, viaACL bool, unjudged error) {
-	if !fi.ACL {
-		return modeAllows(a, fi, want), false, nil
-	}
-	if fi.ACLErr != nil || fi.ACLEntries == nil {
-		err := fi.ACLErr
-		if err == nil {
-			err = fmt.Errorf("%s: not read", aclXattr)
+// tryAs asks the system whether a may access path for want (test(1)'s -r, -w or -x): as a,
+// through setpriv with a's uid, primary gid and the groups the group database gives it (what a
+// tick the timer starts gets) when doctor runs as someone else (root, then), else as doctor.
+func (c *checker) tryAs(ctx context.Context, a Account, path, want string) (bool, error) {
+	cmd := runner.Cmd{Name: "test", Args: []string{want, path}}
+	if a.UID != c.env.Self.UID {
+		gid := a.UID
+		if len(a.GIDs) > 0 {
+			gid = a.GIDs[0]
 		}
-		if modeAllows(a, fi, want) && (a.UID == 0 || fi.UID == a.UID) {
-			return true, false, nil // the owner class is the mode's, ACL or not
-		}
-		return false, false, err
+		cmd = runner.Cmd{Name: "setpriv", Args: []string{"--reuid=" + itoa(a.UID), "--regid=" + itoa(gid), "--init-groups", "test", want, path}}
 	}
-	ok, byName := aclAllows(a, fi, fi.ACLEntries, want)
-	return ok, ok && byName && !modeAllows(a, fi, want), nil
+	res, err := c.env.Runner.Run(ctx, cmd)
+	switch {
+	case err != nil:
+		return false, err
+	case res.ExitCode == 0:
+		return true, nil
+	case res.ExitCode == 1:
+		return false, nil
+	}
+	return false, fmt.Errorf("%s: exit %d: %s", cmd, res.ExitCode, compose.Tail(string(res.Stderr), 200))
 }
 
-// judgePath walks from / down to path: a needs search (x) on every directory and want on the
-// file itself. A path whose ACL cannot be judged stops a too: nothing says it lets a through.
-func judgePath(a Account, path string, want fs.FileMode, stat func(string) (FileInfo, error), describe func(FileInfo) string) (pathVerdict, error) {
+// judgePath asks whether a reaches path for want; when it does not, the directories on the way
+// are tried from / down, so the verdict names the one that stops it.
+func (c *checker) judgePath(ctx context.Context, a Account, path, want string) (pathVerdict, error) {
 	var v pathVerdict
 	clean := filepath.Clean(path)
 	var dirs []string
 	for d := filepath.Dir(clean); ; d = filepath.Dir(d) {
-		dirs = append(dirs, d)
+		dirs = append([]string{d}, dirs...)
 		if d == filepath.Dir(d) {
 			break
 		}
 	}
-	step := func(p string, want fs.FileMode, denied string) (stop bool, err error) {
-		fi, err := stat(p)
-		if err != nil {
-			return true, err
-		}
-		ok, viaACL, unjudged := access(a, fi, want)
-		switch {
-		case unjudged != nil:
-			v.Denied = fmt.Sprintf("may not be able to %s %s (%s): its ACL cannot be judged (%v)", denied, p, describe(fi), unjudged)
-			v.DeniedAt = p
-			return true, nil
-		case !ok:
-			v.Denied = fmt.Sprintf("cannot %s %s (%s)", denied, p, describe(fi))
-			v.DeniedAt = p
-			return true, nil
-		case viaACL:
-			v.ViaACL = append(v.ViaACL, p)
-		}
-		return false, nil
+	fi, err := c.env.Stat(clean)
+	if err != nil {
+		return v, err
 	}
-	for i := len(dirs) - 1; i >= 0; i-- {
-		if stop, err := step(dirs[i], permX, "enter"); stop {
-			return v, err
+	ok, err := c.tryAs(ctx, a, clean, want)
+	if err != nil {
+		return v, err
+	}
+	if ok {
+		for _, p := range append(dirs, clean) {
+			bits := permX
+			if p == clean {
+				bits = wantBits[want]
+			}
+			if pfi, err := c.env.Stat(p); err == nil && !modeAllows(a, pfi, bits) {
+				v.ViaACL = append(v.ViaACL, p)
+			}
+		}
+		return v, nil
+	}
+	for _, d := range dirs {
+		if enter, err := c.tryAs(ctx, a, d, "-x"); err != nil || !enter {
+			dfi, serr := c.env.Stat(d)
+			if err == nil && serr == nil {
+				v.Denied, v.DeniedAt = fmt.Sprintf("cannot enter %s (%s)", d, c.describe(dfi)), d
+				return v, nil
+			}
+			return v, errors.Join(err, serr)
 		}
 	}
-	_, err := step(clean, want, verb(want))
-	return v, err
+	verb := map[string]string{"-r": "read", "-w": "use"}[want]
+	v.Denied, v.DeniedAt = fmt.Sprintf("cannot %s %s (%s)", verb, clean, c.describe(fi)), clean
+	return v, nil
 }
 
-func verb(want fs.FileMode) string {
-	switch want {
-	case permR:
-		return "read"
-	case permW | permX:
-		return "create files in"
-	}
-	return "use"
-}
+// wantBits are test(1)'s access flags as mode bits.
+var wantBits = map[string]fs.FileMode{"-r": permR, "-w": permW, "-x": permX}
 
 // describe renders owner:group and mode the way ls and chmod spell them: "ziti:ziti 0640".
 func (c *checker) describe(fi FileInfo) string {

@@ -6,14 +6,14 @@ import (
 	"fmt"
 	"io/fs"
 
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/state"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/token"
 )
 
 // refusedToken shows the token a tick put aside when tenancy refused it (401
 // AGENT_UNAUTHENTICATED): its being there is news to an operator (the kit was re-revealed or the
 // env retired, or tenancy was wrong), and it must stay readable by the agent's user alone.
 func (c *checker) refusedToken(context.Context) Result {
-	p := c.cfg().TokenPath() + state.SupersededSuffix
+	p := token.In(c.cfg()).Superseded
 	fi, err := c.env.Stat(p)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):

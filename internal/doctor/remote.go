@@ -11,13 +11,13 @@ import (
 	"strings"
 	"time"
 
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/bao"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/config"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/systemd"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/tenancy"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/token"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/transport"
 )
 
@@ -103,12 +103,9 @@ func hostOf(hostPort string) string {
 	return hostPort
 }
 
-// tenancy: reachable and the token accepted. The only authenticated call without a lasting
-// effect is the check-in: a lease spends one of five an hour, a report writes a result, a bundle
-// fetch needs a sha. A check-in refreshes last_checkin_at, so it carries exactly the telemetry the
-// tick would send — the fleet view stays true, and a disabled timer still shows as disabled — and
-// doctor acts on none of the answer. (It does make a SILENT agent look fresh for a few minutes;
-// the timer line here, and the TIMER column in fleetctl, still say why it is silent.)
+// tenancy: reachable and the token accepted, by a check-in — the only authenticated call with no
+// lasting effect — carrying the tick's telemetry, so the fleet view stays true; doctor acts on
+// none of the answer (a SILENT agent looks fresh for minutes; the timer line says why).
 func (c *checker) tenancy(ctx context.Context) Result {
 	cfg := c.cfg()
 	url := cfg.TenancyURL()
@@ -191,11 +188,11 @@ func (c *checker) probeTenancy(ctx context.Context, base string) (status int, co
 func (c *checker) checkinRequest(ctx context.Context) protocol.CheckinRequest {
 	cfg := c.cfg()
 	st := c.agentState()
-	tel := agent.Telemetry{Now: c.now(), Hostname: c.env.Hostname, Timer: c.timerState(ctx)}
+	tel := tenancy.Telemetry{Now: c.now(), Hostname: c.env.Hostname, Timer: c.timerState(ctx)}
 	if c.env.Meter != nil {
 		tel.Disk = c.env.Meter
 	}
-	return agent.CheckinRequest(cfg, st, tel)
+	return tenancy.CheckinRequest(cfg, st, tel)
 }
 
 // openbao: reachable over TLS that verifies against the configured CA, and the token valid. With
@@ -221,10 +218,10 @@ func (c *checker) openbao(ctx context.Context) Result {
 		ca = "the system roots (" + cfg.Bao.CAFile + " does not exist)"
 	}
 	tok, _ := c.readToken()
-	// A token minted by another OpenBao than bao.addr (a lease's addr) lives there: the tick
-	// looks it up there first, and at bao.addr only when that one does not answer.
+	// The tick looks the token up where it was minted (a lease's addr) first, and at bao.addr
+	// only when that one does not answer.
 	var moved string
-	if elsewhere := c.tokenAddr(); !tok.Empty() && elsewhere != "" && elsewhere != addr {
+	if elsewhere := token.Addr(c.agentState(), addr); !tok.Empty() && elsewhere != addr {
 		r, done := c.tokenAt(ctx, elsewhere, tok, ca)
 		if done {
 			return r
@@ -323,12 +320,4 @@ func (c *checker) tokenAt(ctx context.Context, addr string, tok secret.Value, ca
 		return fail(fmt.Sprintf("the OpenBao at %s that minted the token refuses it (%s): expired or revoked", addr, cfg.TokenPath()), fix), true
 	}
 	return Result{Detail: fmt.Sprintf("the OpenBao at %s that minted the token does not answer (%v)", addr, err)}, false
-}
-
-// tokenAddr is the OpenBao address state.json records for the token ("" when none is recorded).
-func (c *checker) tokenAddr() string {
-	if st := c.agentState(); st.Token != nil {
-		return st.Token.Addr
-	}
-	return ""
 }

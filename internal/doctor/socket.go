@@ -110,19 +110,34 @@ func (c *checker) tickEndpoint(ctx context.Context) (dockerEndpoint, *Result) {
 	return ep, nil
 }
 
-// doctorHostNote says that doctor's own DOCKER_HOST, when it names another endpoint than the
-// ticks', was set aside; "" when it names the same one or none.
-func (c *checker) doctorHostNote(tick dockerEndpoint) string {
+// doctorHostNote says that doctor's own DOCKER_HOST, when docker resolves it to another
+// endpoint than the ticks', was set aside; "" when it names the same one or none. docker itself
+// is asked (`docker context inspect` under that DOCKER_HOST), not a reading of ours.
+func (c *checker) doctorHostNote(ctx context.Context, tick dockerEndpoint) string {
 	if c.env.DockerHost == "" {
 		return ""
 	}
-	mine, err := parseDockerHost("DOCKER_HOST", c.env.DockerHost)
-	if err == nil && mine.Shown == tick.Shown {
-		return ""
+	r := c.env.Runner
+	if t, ok := r.(tickRunner); ok {
+		r = t.Runner // this one call runs as doctor's shell would
 	}
-	shown := mine.Shown
-	if err != nil {
+	env := append(c.dockerCLI().Env(), "DOCKER_HOST="+c.env.DockerHost, "DOCKER_CONTEXT=")
+	res, err := r.Run(ctx, runner.Cmd{Name: c.cfg().DockerBin, Args: contextInspectArgs, Env: env})
+	shown := ""
+	switch {
+	case err != nil:
 		shown = err.Error()
+	case res.ExitCode != 0:
+		shown = fmt.Sprintf("docker cannot use it: exit %d", res.ExitCode) // its words may quote a password
+	default:
+		mine, perr := parseDockerHost("DOCKER_HOST", strings.TrimSpace(string(res.Stdout)))
+		if perr == nil && mine.Shown == tick.Shown {
+			return ""
+		}
+		shown = mine.Shown
+		if perr != nil {
+			shown = perr.Error()
+		}
 	}
 	return fmt.Sprintf("doctor's DOCKER_HOST (%s) was set aside: the unit sets none, so ticks connect to %s, which is what was checked", shown, tick.Shown)
 }
@@ -137,17 +152,16 @@ func (c *checker) tickAccount() Account {
 	return a
 }
 
-// dockerSocket judges whether the agent's ticks can use the engine's endpoint — the one the
-// agent's docker CLI resolves, not doctor's — from the socket's owner, group, mode and ACL and
-// the agent's groups (root reaching the engine proves nothing about the agent, and neither does
-// a shell's group list). It returns a failure, or notes for the OK line.
+// dockerSocket asks whether the agent's ticks can use the engine's endpoint — the one the
+// agent's docker CLI resolves, not doctor's — trying it as the agent (root reaching the engine
+// proves nothing about the agent). It returns a failure, or notes for the OK line.
 func (c *checker) dockerSocket(ctx context.Context) (notes []string, failed *Result) {
 	self := c.userName(c.env.Self.UID)
 	ep, res := c.tickEndpoint(ctx)
 	if res != nil {
 		return nil, res
 	}
-	if n := c.doctorHostNote(ep); n != "" {
+	if n := c.doctorHostNote(ctx, ep); n != "" {
 		notes = append(notes, n)
 	}
 	if c.env.Agent == nil {
@@ -157,7 +171,7 @@ func (c *checker) dockerSocket(ctx context.Context) (notes []string, failed *Res
 	if ep.Socket == "" {
 		// A network endpoint: access is TLS or ssh keys, not file modes.
 		n := fmt.Sprintf("the agent's docker connects to %s, a %s endpoint, not a socket file, so %s's access to it cannot be judged by file modes: what was checked is that docker info answered there as %s", ep.Shown, ep.Scheme, a.Name, self)
-		if c.judgedByMode() {
+		if c.asAnotherUser() {
 			n += fmt.Sprintf(" (run doctor as %s to check with its keys)", a.Name)
 		}
 		return append(notes, n), nil
@@ -177,17 +191,13 @@ func (c *checker) dockerSocket(ctx context.Context) (notes []string, failed *Res
 			fmt.Sprintf("rm -r %s && systemctl restart docker.socket docker (a directory there is what a bind mount of a missing socket leaves)", sock))
 		return nil, &r
 	}
-	v, err := judgePath(a, sock, permW, c.env.Stat, c.describe) // connect(2) needs write on the socket, nothing else
+	v, err := c.judgePath(ctx, a, sock, "-w") // connect(2) needs write on the socket, nothing else
 	if err != nil {
 		r := fail(fmt.Sprintf("cannot look at the docker socket %s: %v", sock, err), "")
 		return nil, &r
 	}
 	if v.Denied != "" {
-		detail := fmt.Sprintf("docker info answered as %s, but %s %s", self, a.Name, v.Denied)
-		if !c.judgedByMode() {
-			detail += " by the groups its ticks get (this session's reach rests on a group or ACL the timer's runs do not have)"
-		}
-		r := fail(detail, c.socketFix(a, sock, fi, v.DeniedAt))
+		r := fail(fmt.Sprintf("docker info answered as %s, but %s %s", self, a.Name, v.Denied), c.socketFix(a, sock, fi, v.DeniedAt))
 		return nil, &r
 	}
 	desc := c.describe(fi)

@@ -1,9 +1,9 @@
 package doctor
 
 import (
-	"errors"
 	"io/fs"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -65,20 +65,13 @@ func TestDockerSocket(t *testing.T) {
 		}, want{status: OK, detail: []string{"as its owner"}}},
 		{"an ACL grants it, and the line says it will not last", func(f *fixture) {
 			f.asRoot()
-			f.fs.stat[f.sock] = FileInfo{Mode: fs.ModeSocket | 0o660, ACL: true, ACLEntries: aclOf(0o6, userEntry(agentUID, 0o6), 0o0, 0o6, 0o0)}
+			f.fs.stat[f.sock] = FileInfo{Mode: fs.ModeSocket | 0o660, ACL: true}
+			f.fs.aclGrants[f.sock] = true
 		}, want{status: OK, detail: []string{"only an ACL grants it", "vanishes when dockerd (or docker.socket) recreates it"}}},
 		{"an ACL for someone else grants the agent nothing", func(f *fixture) {
 			f.asRoot()
-			f.fs.stat[f.sock] = FileInfo{Mode: fs.ModeSocket | 0o660, ACL: true, ACLEntries: aclOf(0o6, userEntry(4242, 0o6), 0o0, 0o6, 0o0)}
+			f.fs.stat[f.sock] = FileInfo{Mode: fs.ModeSocket | 0o660, ACL: true}
 		}, want{status: Fail, detail: []string{"monky-deployd cannot use SOCK (root:root 0660 +acl)"}, fix: []string{"chgrp docker SOCK"}}},
-		{"an ACL's mask limits a named entry", func(f *fixture) {
-			f.asRoot()
-			f.fs.stat[f.sock] = FileInfo{Mode: fs.ModeSocket | 0o640, ACL: true, ACLEntries: aclOf(0o6, userEntry(agentUID, 0o6), 0o0, 0o4, 0o0)}
-		}, want{status: Fail, detail: []string{"monky-deployd cannot use SOCK"}}},
-		{"an ACL that cannot be read is not taken on trust", func(f *fixture) {
-			f.asRoot()
-			f.fs.stat[f.sock] = FileInfo{Mode: fs.ModeSocket | 0o660, ACL: true, ACLErr: errors.New("system.posix_acl_access: version 3, want 2")}
-		}, want{status: Fail, detail: []string{"monky-deployd may not be able to use SOCK", "its ACL cannot be judged", "version 3"}, fix: []string{"chgrp docker SOCK"}}},
 		{"a directory that is not searchable", func(f *fixture) {
 			f.asRoot()
 			dir := filepath.Join(f.dir, "run")
@@ -164,7 +157,15 @@ func TestDockerSocket(t *testing.T) {
 			if strings.Contains(r.Detail+r.Fix, "hunter2") {
 				t.Errorf("a password was printed: %+v", r)
 			}
+			own := 0
 			for _, call := range f.run.Calls() {
+				if call.Name != f.cfg().DockerBin {
+					continue // setpriv and test try the access; they run no docker
+				}
+				if v, _ := call.Getenv("DOCKER_HOST"); v != "" && v == f.env.DockerHost && slices.Equal(call.Args, contextInspectArgs) && own == 0 {
+					own++ // the one inspect that resolves doctor's own DOCKER_HOST for the note
+					continue
+				}
 				if v, ok := call.Getenv("DOCKER_HOST"); !ok || v != "" {
 					t.Errorf("%s ran with DOCKER_HOST=%q (set: %t): not as a tick", call.Cmd, v, ok)
 				}

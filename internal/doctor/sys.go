@@ -10,7 +10,7 @@ import (
 )
 
 // OSStat is Env.Stat on the real filesystem: os.Stat (symlinks followed) plus owner, group and
-// the POSIX access ACL, parsed (an ACL that cannot be read or parsed is recorded in ACLErr).
+// whether a POSIX access ACL is set.
 func OSStat(path string) (FileInfo, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -21,14 +21,7 @@ func OSStat(path string) (FileInfo, error) {
 		out.UID, out.GID = st.Uid, st.Gid
 		out.Dev = uint64(st.Dev) // st_dev is uint64 on linux/amd64, narrower or signed elsewhere
 	}
-	raw, err := readACL(path)
-	switch {
-	case err != nil:
-		out.ACL, out.ACLErr = true, fmt.Errorf("%s: %w", aclXattr, err)
-	case raw != nil:
-		out.ACL = true
-		out.ACLEntries, out.ACLErr = parseACL(raw)
-	}
+	out.ACL = hasACL(path)
 	return out, nil
 }
 

@@ -19,6 +19,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/state"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/tenancy/tenancytest"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/token"
 )
 
 // TestFiveAgentsConverge: five agents onboarded with fleetctl deploy the example app; fleetctl
@@ -162,7 +163,7 @@ func checkFacts(t *testing.T, f *fleet, env string, e statusEnv, st *state.State
 // tokenTTL asks OpenBao (lookup-self) what the agent's token in stateDir/bao.token has left.
 func tokenTTL(t *testing.T, addr, stateDir string) time.Duration {
 	t.Helper()
-	tok, err := state.ReadToken(filepath.Join(stateDir, "bao.token"))
+	tok, err := token.Read(filepath.Join(stateDir, "bao.token"))
 	if err != nil {
 		t.Fatal(err)
 	}

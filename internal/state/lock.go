@@ -8,12 +8,9 @@ import (
 	"syscall"
 )
 
-// TryLock takes an exclusive, non-blocking flock on path (created 0600 if absent). ok is false,
-// with no error, when another holder has it: a second tick while one runs exits at once, doing
-// nothing. The lock belongs to the open file, so it dies with the process — a killed tick never
-// leaves a stale lock, which is why the file is never deleted. release unlocks and closes; it is
-// safe to call more than once. The descriptor is close-on-exec, so docker children do not
-// inherit the lock and outlive it.
+// TryLock takes an exclusive, non-blocking, close-on-exec flock on path (created 0600); ok is
+// false when another tick holds it. The lock dies with the process, so a killed tick never
+// leaves a stale one and the file is never deleted. release may be called more than once.
 func TryLock(path string) (release func(), ok bool, err error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {

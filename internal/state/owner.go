@@ -21,16 +21,10 @@ type ForeignFile struct {
 // releases is reported by its first entries, and the fix (a recursive chown) covers the rest.
 const maxForeign = 100
 
-// ForeignFiles walks dir, not following symlinks, and returns every entry the agent writes
-// itself, dir included, that uid does not own: a tick run as root by hand (`sudo monky-deployd
-// tick` before 0.2.0 re-ran itself as the owner) leaves state.json, a release or
-// docker/config.json that the agent can neither read nor replace. What the agent writes is
-// state_dir's own entries, those of docker/ and of each env directory, and each release directory
-// under <env>/releases: the walk does not descend into a release, where a container's bind mount
-// may well leave root's files that are none of the agent's business. The package's upgraded-from
-// is root's by design and never listed. A directory that cannot be read is listed when foreign
-// and not descended into. A dir that does not exist has no foreign files. At most maxForeign
-// entries are returned, with truncated set when there were more.
+// ForeignFiles lists what the agent writes under dir (state_dir, docker/, each env directory,
+// each release directory, not into a release) that uid does not own, without following
+// symlinks: what a tick run as root by hand left. upgraded-from is root's by design. At most
+// maxForeign entries, truncated set when there were more.
 func ForeignFiles(dir string, uid uint32) (files []ForeignFile, truncated bool, err error) {
 	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
 		return nil, false, nil

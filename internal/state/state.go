@@ -1,6 +1,7 @@
 // Package state keeps what the agent remembers between ticks — the applied release and every
 // release applied before it, the last outcome, where its OpenBao token came from and which agent
-// version last ran — plus the token file and the tick lock, all under state_dir.
+// version last ran — and the tick lock, under state_dir. The token's record here is read and
+// written by internal/token, which owns the token's files.
 package state
 
 import (
@@ -113,6 +114,16 @@ type TokenMeta struct {
 	Addr string `json:"addr,omitempty"`
 
 	extra map[string]json.RawMessage
+}
+
+// TTLLeft is what the check-in reports as token_ttl_s: the recorded TTL less the time since it
+// was obtained, never below 0; nil when m is nil or records no TTL.
+func (m *TokenMeta) TTLLeft(now time.Time) *int64 {
+	if m == nil || m.TTLSec <= 0 {
+		return nil
+	}
+	left := max(m.TTLSec-int64(now.Sub(m.ObtainedAt)/time.Second), 0)
+	return &left
 }
 
 // PendingLease is where the leased grant in lease.jwt logs in, and until when it is valid.

@@ -610,3 +610,17 @@ func TestAppliedFiles(t *testing.T) {
 		}
 	}
 }
+
+func TestTTLLeft(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	st := &State{Token: &TokenMeta{ObtainedAt: t0, TTLSec: 3600}}
+	if got := st.Token.TTLLeft(t0.Add(10 * time.Minute)); got == nil || *got != 3000 {
+		t.Errorf("TTLLeft after 10 min = %v, want 3000", got)
+	}
+	if got := st.Token.TTLLeft(t0.Add(2 * time.Hour)); got == nil || *got != 0 {
+		t.Errorf("TTLLeft past the end = %v, want 0", got)
+	}
+	if got := (&State{}).Token.TTLLeft(t0); got != nil {
+		t.Errorf("TTLLeft without a token = %v, want nil", *got)
+	}
+}

@@ -1,4 +1,4 @@
-package state
+package token
 
 import (
 	"os"
@@ -31,7 +31,7 @@ func TestReadToken(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			v, err := ReadToken(p)
+			v, err := Read(p)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -43,7 +43,7 @@ func TestReadToken(t *testing.T) {
 }
 
 func TestReadTokenUnreadable(t *testing.T) {
-	if _, err := ReadToken(t.TempDir()); err == nil {
+	if _, err := Read(t.TempDir()); err == nil {
 		t.Error("reading a directory as the token succeeded")
 	}
 }
@@ -54,14 +54,14 @@ func TestWriteToken(t *testing.T) {
 	if err := os.WriteFile(p, []byte("old"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := WriteToken(p, secret.New(tok)); err != nil {
+	if err := Write(p, secret.New(tok)); err != nil {
 		t.Fatal(err)
 	}
 	st, _ := os.Stat(p)
 	if st.Mode().Perm() != 0o600 {
 		t.Errorf("mode %v, want 0600", st.Mode().Perm())
 	}
-	v, err := ReadToken(p)
+	v, err := Read(p)
 	if err != nil || v.Reveal() != tok {
 		t.Errorf("read back %d bytes, %v", len(v.Reveal()), err)
 	}
@@ -80,7 +80,7 @@ func TestWriteTokenRefuses(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			p := filepath.Join(t.TempDir(), "bao.token")
-			err := WriteToken(p, secret.New(v))
+			err := Write(p, secret.New(v))
 			if err == nil {
 				t.Fatal("accepted")
 			}
@@ -96,19 +96,19 @@ func TestWriteTokenRefuses(t *testing.T) {
 
 func TestRemoveToken(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "bao.token")
-	if err := RemoveToken(p); err != nil {
+	if err := Remove(p); err != nil {
 		t.Errorf("removing a missing token: %v", err)
 	}
-	if err := WriteToken(p, secret.New(tok)); err != nil {
+	if err := Write(p, secret.New(tok)); err != nil {
 		t.Fatal(err)
 	}
-	if err := RemoveToken(p); err != nil {
+	if err := Remove(p); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(p); !os.IsNotExist(err) {
 		t.Errorf("token still there: %v", err)
 	}
-	v, err := ReadToken(p)
+	v, err := Read(p)
 	if err != nil || !v.Empty() {
 		t.Errorf("after removal: %v, empty=%v", err, v.Empty())
 	}
@@ -118,16 +118,16 @@ func TestSupersedeToken(t *testing.T) {
 	dir := t.TempDir()
 	p := filepath.Join(dir, "bao.token")
 	now := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
-	if got, err := SupersedeToken(p, now); got != "" || err != nil {
+	if got, err := Supersede(p, now); got != "" || err != nil {
 		t.Fatalf("no token: %q, %v", got, err)
 	}
 	for i, tok := range []string{"s.first", "s.second"} { // a second refusal replaces the first
 		if err := os.WriteFile(p, []byte(tok+"\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		got, err := SupersedeToken(p, now.Add(time.Duration(i)*time.Hour))
+		got, err := Supersede(p, now.Add(time.Duration(i)*time.Hour))
 		if err != nil || got != p+".superseded" {
-			t.Fatalf("SupersedeToken = %q, %v", got, err)
+			t.Fatalf("Supersede = %q, %v", got, err)
 		}
 		b, _ := os.ReadFile(got)
 		fi, _ := os.Stat(got)

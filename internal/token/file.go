@@ -1,4 +1,4 @@
-package state
+package token
 
 import (
 	"errors"
@@ -13,9 +13,9 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
 )
 
-// ReadToken returns the OpenBao token stored at path, with surrounding whitespace trimmed (a
+// Read returns the OpenBao token stored at path, with surrounding whitespace trimmed (a
 // hand-edited file ends in a newline). A missing file is the empty value and no error.
-func ReadToken(path string) (secret.Value, error) {
+func Read(path string) (secret.Value, error) {
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return secret.Value{}, nil
@@ -26,10 +26,10 @@ func ReadToken(path string) (secret.Value, error) {
 	return secret.New(strings.TrimSpace(string(data))), nil
 }
 
-// WriteToken stores tok at path atomically, mode 0600, followed by a newline. An empty token or
-// one containing whitespace or control characters is refused (use RemoveToken to forget one);
+// Write stores tok at path atomically, mode 0600, followed by a newline. An empty token or
+// one containing whitespace or control characters is refused (use Remove to forget one);
 // the error never contains the token.
-func WriteToken(path string, tok secret.Value) error {
+func Write(path string, tok secret.Value) error {
 	v := tok.Reveal()
 	if v == "" {
 		return fmt.Errorf("state: write token %s: empty token", path)
@@ -43,20 +43,18 @@ func WriteToken(path string, tok secret.Value) error {
 	return nil
 }
 
-// RemoveToken deletes the token file; a missing file is not an error.
-func RemoveToken(path string) error {
+// Remove deletes the token file; a missing file is not an error.
+func Remove(path string) error {
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("state: remove token: %w", err)
 	}
 	return nil
 }
 
-// SupersedeToken moves the token file at path aside to path+".superseded" (mode 0600, replacing
-// an earlier one, its mtime set to now: status shows it as the time of the refusal) and returns
-// where it went, "" when there was no token file. The token tenancy
-// refused is kept rather than deleted: it is the evidence of which token was refused (its
-// accessor, with `bao token lookup`), should the refusal itself turn out to be the fault.
-func SupersedeToken(path string, now time.Time) (string, error) {
+// Supersede moves the token file aside to path+".superseded" (0600, mtime now: when tenancy
+// refused it) and returns where, "" when there was none: it is the evidence of which token was
+// refused, should the refusal be the fault.
+func Supersede(path string, now time.Time) (string, error) {
 	dst := path + SupersededSuffix
 	if err := os.Rename(path, dst); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
