@@ -3,9 +3,7 @@ package cli
 import (
 	"bytes"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/devstack/promdev"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/admin/admintest"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/fleettest"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/ziti/zititest"
@@ -152,15 +151,9 @@ func BenchmarkExporter10k(b *testing.B) {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		_ = cmd.Wait()
 	}()
-	url := "http://" + addr + "/metrics"
 	scrape := func() []byte {
-		resp, err := http.Get(url)
-		if err != nil {
-			return nil
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return body
+		page, _ := promdev.Scrape(addr) // not up yet: an empty page
+		return []byte(page)
 	}
 	deadline := time.Now().Add(2 * time.Minute)
 	var first time.Duration
