@@ -6,8 +6,12 @@ LDFLAGS      := -s -w -X $(MODULE)/internal/version.Version=$(VERSION)
 GO           ?= go
 STATICCHECK  := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME     ?= 10s
+# The modules: the agent's (here) and packaging/'s own (the .deb tools and their tests, which need
+# nfpm; a module of their own keeps nfpm out of the agent's module graph). `./...` of one module
+# stops at the other's go.mod, so every go target runs in each.
+MODULES      := . packaging
 
-.PHONY: help build test test-integration integration-setup prometheus-deps test-rules lint bench fuzz demo clean
+.PHONY: help build test tidy-check test-integration integration-setup prometheus-deps test-rules lint bench fuzz demo clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sort | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -17,14 +21,17 @@ build: ## build bin/monky-deployd and bin/fleetctl
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/fleetctl ./cmd/fleetctl
 
 test: ## unit, CLI and fuzz-seed tests (no Docker needed)
-	$(GO) vet ./...
-	$(GO) test -count=1 ./...
+	set -e; for m in $(MODULES); do $(GO) -C $$m vet ./...; done
+	set -e; for m in $(MODULES); do $(GO) -C $$m test -count=1 ./...; done
+
+tidy-check: ## fail when `go mod tidy` would change go.mod or go.sum of either module
+	set -e; for m in $(MODULES); do echo "go mod tidy -diff in $$m"; $(GO) -C $$m mod tidy -diff; done
 
 integration-setup: ## install what the integration tests need (compose plugin, registry, OpenBao, ziti, box image)
 	bash scripts/integration-setup.sh
 
 test-integration: integration-setup ## tests against the real Docker engine, compose v2, registry and OpenBao
-	CI=$${CI:-true} $(GO) test -count=1 -tags integration -timeout 40m ./...
+	set -e; for m in $(MODULES); do CI=$${CI:-true} $(GO) -C $$m test -count=1 -tags integration -timeout 40m ./...; done
 
 fuzz: ## run every fuzz target for FUZZTIME each (a duration or a count, e.g. 3000x); fails if any target fails
 	@targets=0; failed=""; \
@@ -33,7 +40,7 @@ fuzz: ## run every fuzz target for FUZZTIME each (a duration or a count, e.g. 30
 	  for name in $$(grep -o '^func Fuzz[A-Za-z0-9_]*' $$f | sed 's/^func //'); do \
 	    targets=$$((targets+1)); \
 	    echo "fuzz $$dir $$name"; \
-	    $(GO) test -tags integration -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) -timeout 15m $$dir \
+	    $(GO) -C $$dir test -tags integration -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) -timeout 15m . \
 	      || failed="$$failed $$dir:$$name"; \
 	  done; done; \
 	if [ "$$targets" -eq 0 ]; then echo "fuzz: no fuzz target found" >&2; exit 1; fi; \
@@ -47,11 +54,11 @@ test-rules: ## promtool check rules and promtool test rules on the shipped alert
 	cd packaging/prometheus && promtool check rules monky-deployd.rules.yml && promtool test rules monky-deployd.rules.test.yml
 
 lint: ## go vet and staticcheck
-	$(GO) vet ./...
-	$(GO) run $(STATICCHECK) ./...
+	set -e; for m in $(MODULES); do $(GO) -C $$m vet ./...; done
+	set -e; for m in $(MODULES); do $(GO) -C $$m run $(STATICCHECK) ./...; done
 
 bench: integration-setup ## benchmarks with their figures (see README), real-parts ones included
-	$(GO) test -tags integration -run '^$$' -bench . -benchmem -count=1 -timeout 30m ./...
+	set -e; for m in $(MODULES); do $(GO) -C $$m test -tags integration -run '^$$' -bench . -benchmem -count=1 -timeout 30m ./...; done
 
 clean: ## remove build output
 	rm -rf bin dist

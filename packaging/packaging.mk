@@ -1,6 +1,8 @@
 # packaging/packaging.mk — the .deb and its tests. Included by the Makefile; also works alone:
 #   make -f packaging/packaging.mk deb
 # Every variable is prefixed PKG_ so the including Makefile's own names are untouched.
+# packaging/ is a Go module of its own (nfpm stays out of the agent's module graph): its tools are
+# built with `go -C packaging` and run from the repository root, where their relative paths point.
 
 PKG_GO           ?= go
 PKG_VERSION      ?= $(shell cat VERSION)
@@ -31,7 +33,9 @@ deb: ## build dist/monky-deployd_<version>_amd64.deb, dist/install.sh (version s
 	  echo "deb: building $$fleetctl $(PKG_VERSION)"; \
 	  CGO_ENABLED=0 GOOS=linux GOARCH=$(PKG_ARCH) $(PKG_GO) build -trimpath -ldflags "$(PKG_LDFLAGS)" -o "$$fleetctl" ./cmd/fleetctl; \
 	fi; \
-	deb=$$($(PKG_GO) run ./packaging/mkdeb -version "$(PKG_VERSION)" -arch "$(PKG_ARCH)" \
+	tools=$$(mktemp -d); trap 'rm -rf "$$tools"' EXIT; \
+	$(PKG_GO) -C packaging build -o "$$tools/mkdeb" ./mkdeb; \
+	deb=$$("$$tools/mkdeb" -version "$(PKG_VERSION)" -arch "$(PKG_ARCH)" \
 	  -deployd "$$deployd" -fleetctl "$$fleetctl" -packaging packaging -out "$(PKG_DIST)"); \
 	sed 's/^DEFAULT_VERSION="@VERSION@"$$/DEFAULT_VERSION="$(PKG_VERSION)"/' packaging/install.sh >"$(PKG_DIST)/install.sh"; \
 	grep -q '^DEFAULT_VERSION="$(PKG_VERSION)"$$' "$(PKG_DIST)/install.sh" || { echo "deb: install.sh lost its DEFAULT_VERSION line" >&2; exit 1; }; \
@@ -43,4 +47,4 @@ packaging-deps: ## apt-install the tools test-packaging needs (dpkg, busybox-sta
 	bash scripts/packaging-deps.sh
 
 test-packaging: packaging-deps ## the .deb under real dpkg in a chroot, install.sh end to end, ansible role, CI file (needs root)
-	CI=$${CI:-true} $(PKG_GO) test -count=1 -tags integration -timeout 30m ./packaging/...
+	CI=$${CI:-true} $(PKG_GO) -C packaging test -count=1 -tags integration -timeout 30m ./...

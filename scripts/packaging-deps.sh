@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs, with apt, every tool the packaging tests use (go test -tags integration ./packaging/...):
+# Installs, with apt, every tool the packaging tests use (go -C packaging test -tags integration ./...):
 # the real dpkg, busybox-static for the throw-away chroot, shellcheck, ansible and ansible-lint,
 # systemd-analyze, make, curl, and the binaries copied into the chroot. Idempotent, and quiet when everything is already there.
 set -euo pipefail

@@ -8,4 +8,9 @@
 # Tokens are read from the environment only: never put one on this command line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-exec go run ./packaging/upload "$@"
+# packaging/ is a module of its own: build the tool there, run it here (its -dist and
+# -version-file defaults are relative to the repository root).
+tools=$(mktemp -d)
+trap 'rm -rf "$tools"' EXIT
+go -C packaging build -o "$tools/upload" ./upload
+"$tools/upload" "$@"

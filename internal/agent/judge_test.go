@@ -2,7 +2,6 @@ package agent_test
 
 import (
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -58,24 +57,14 @@ func TestEveryBypassClassIsRefusedByTheTick(t *testing.T) {
 
 // The dozen compose files people write each apply through the tick, both judgements included.
 func TestRealWorldComposeFilesApply(t *testing.T) {
-	files, err := filepath.Glob("../bundle/testdata/compose/*.yml")
-	if err != nil || len(files) < 12 {
-		t.Fatalf("fixtures: %v, %d", err, len(files))
-	}
-	for _, f := range files {
-		t.Run(filepath.Base(f), func(t *testing.T) {
-			data, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			h := newHarness(t)
-			sha := h.desire(bundleSpec{compose: string(data), extra: map[string]string{"grafana.env": "GF_LOG_LEVEL=warn\n"}})
-			h.expectExit(agent.ExitOK)
-			if r := h.lastReport(); r.Result != protocol.ResultApplied || r.Sha != sha {
-				t.Fatalf("report = %+v", r)
-			}
-		})
-	}
+	bundletest.RealWorldFiles(t, "../bundle/testdata/compose", func(t *testing.T, compose string) {
+		h := newHarness(t)
+		sha := h.desire(bundleSpec{compose: compose, extra: map[string]string{"grafana.env": "GF_LOG_LEVEL=warn\n"}})
+		h.expectExit(agent.ExitOK)
+		if r := h.lastReport(); r.Result != protocol.ResultApplied || r.Sha != sha {
+			t.Fatalf("report = %+v", r)
+		}
+	})
 }
 
 // The post-render judgement reads what the compose binary makes of the staged release. A

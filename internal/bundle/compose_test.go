@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -100,22 +99,12 @@ func TestJudgeAcceptsHarmlessNeighbours(t *testing.T) {
 }
 
 func TestJudgeAcceptsRealWorldFiles(t *testing.T) {
-	files, err := filepath.Glob("testdata/compose/*.yml")
-	if err != nil || len(files) < 12 {
-		t.Fatalf("fixtures: %v %d", err, len(files))
-	}
-	for _, f := range files {
-		t.Run(filepath.Base(f), func(t *testing.T) {
-			data, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b := composeBundle("", string(data), false, "DB_PASSWORD=${DB_PASSWORD}\nMYSQL_ROOT_PASSWORD=${DB_PASSWORD}\nMINIO_ROOT_PASSWORD=${DB_PASSWORD}\nTAG=1.2\n")
-			if err := b.Check(rel, project); err != nil {
-				t.Fatalf("refused: %v", err)
-			}
-		})
-	}
+	bundletest.RealWorldFiles(t, "testdata/compose", func(t *testing.T, compose string) {
+		b := composeBundle("", compose, false, "DB_PASSWORD=${DB_PASSWORD}\nMYSQL_ROOT_PASSWORD=${DB_PASSWORD}\nMINIO_ROOT_PASSWORD=${DB_PASSWORD}\nTAG=1.2\n")
+		if err := b.Check(rel, project); err != nil {
+			t.Fatalf("refused: %v", err)
+		}
+	})
 }
 
 func TestJudgeDetails(t *testing.T) {

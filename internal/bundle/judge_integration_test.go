@@ -101,26 +101,16 @@ func TestPostRenderJudgementWithRealCompose(t *testing.T) {
 // The dozen real-world files render and pass the post-render judgement.
 func TestRealWorldFilesPassThePostRenderJudgement(t *testing.T) {
 	itest.Require(t, itest.PartCompose)
-	files, err := filepath.Glob("testdata/compose/*.yml")
-	if err != nil || len(files) < 12 {
-		t.Fatalf("fixtures: %v %d", err, len(files))
-	}
-	for _, f := range files {
-		t.Run(filepath.Base(f), func(t *testing.T) {
-			data, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			dir, out, err := rendered(t, bundle.DefaultComposeFile, string(data), "DB_PASSWORD=${DB_PASSWORD}\nTAG=1.2\n",
-				map[string]string{"grafana.env": "GF_LOG_LEVEL=warn\n"})
-			if err != nil {
-				t.Fatalf("compose config: %v", err)
-			}
-			if err := bundle.JudgeRendered(out, bundle.DefaultComposeFile, dir, itProject, false); err != nil {
-				t.Fatalf("refused: %v", err)
-			}
-		})
-	}
+	bundletest.RealWorldFiles(t, "testdata/compose", func(t *testing.T, compose string) {
+		dir, out, err := rendered(t, bundle.DefaultComposeFile, compose, "DB_PASSWORD=${DB_PASSWORD}\nTAG=1.2\n",
+			map[string]string{"grafana.env": "GF_LOG_LEVEL=warn\n"})
+		if err != nil {
+			t.Fatalf("compose config: %v", err)
+		}
+		if err := bundle.JudgeRendered(out, bundle.DefaultComposeFile, dir, itProject, false); err != nil {
+			t.Fatalf("refused: %v", err)
+		}
+	})
 }
 
 // BenchmarkJudgeRendered is the post-render judgement of a typical 5-service file and of a

@@ -4,8 +4,6 @@ package e2e
 
 import (
 	"context"
-	"io"
-	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -69,7 +67,10 @@ func TestAlertsFromARealPrometheus(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ne.Stop()
-	page := httpGet(t, "http://"+ne.Addr+"/metrics")
+	page, err := promdev.Scrape(ne.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, want := range []string{`monky_deployd_last_tick_timestamp_seconds{env="` + ticking + `"}`, `monky_deployd_info{applied_sha=`, "node_textfile_scrape_error 0"} {
 		if !strings.Contains(page, want) {
 			t.Errorf("node_exporter's /metrics lacks %s:\n%s", want, page)
@@ -133,18 +134,4 @@ func TestAlertsFromARealPrometheus(t *testing.T) {
 	if !strings.Contains(ex.LogTail(), "fleetctl exporter: stopped") {
 		t.Errorf("the exporter did not say it stopped:\n%s", ex.LogTail())
 	}
-}
-
-func httpGet(t *testing.T, url string) string {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
 }

@@ -10,7 +10,7 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// moduleRoot is the directory holding go.mod (tests run in packaging/debtest).
+// moduleRoot is the repository root, the agent's module (tests run in packaging/debtest).
 func moduleRoot(t *testing.T) string {
 	t.Helper()
 	root, err := filepath.Abs(filepath.Join("..", ".."))

@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/itest"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/packaging/debpkg"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/packaging/pkgtest"
 )
@@ -46,23 +47,11 @@ func needRoot(t *testing.T) {
 
 func missing(t *testing.T, why string) { t.Helper(); pkgtest.Missing(t, why) }
 
-// repoRoot is the module root (the directory holding go.mod).
+// repoRoot is the repository root, the agent's module: not the nearest go.mod, which is
+// packaging/'s own.
 func repoRoot(t *testing.T) string {
 	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.mod above the test's directory")
-		}
-		dir = parent
-	}
+	return itest.ModuleRoot(t)
 }
 
 func run(t *testing.T, dir string, env []string, name string, args ...string) (string, error) {

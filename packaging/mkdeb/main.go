@@ -1,5 +1,6 @@
 // Command mkdeb builds dist/monky-deployd_<version>_<arch>.deb from already built binaries;
-// `make deb` runs it with `go run` after building them.
+// `make deb` builds it with `go -C packaging build` (packaging/ is a module of its own) and runs
+// it from the repository root after building them.
 package main
 
 import (

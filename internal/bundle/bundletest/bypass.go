@@ -65,32 +65,36 @@ func BypassClasses() []BypassClass {
 	}
 	add("seccomp profile from a file", P, "api: security_opt: not on the allow-list (no-new-privileges, apparmor=NAME, seccomp=builtin) (seccomp=./allow-all.json)",
 		Svc("    security_opt: [\"seccomp=./allow-all.json\"]\n"))
-	add("seccomp unconfined", P, "security_opt", Svc("    security_opt: [\"seccomp:unconfined\"]\n"))
-	add("apparmor unconfined", P, "security_opt", Svc("    security_opt: [\"apparmor=unconfined\"]\n"))
-	add("selinux label disable", P, "security_opt", Svc("    security_opt: [\"label=disable\"]\n"))
-	add("device_cgroup_rules", P, "api: device_cgroup_rules: reaches host devices", Svc("    device_cgroup_rules: [\"c 1:3 mr\"]\n"))
-	add("gpus", P, "api: gpus: reaches host devices", Svc("    gpus: all\n"))
-	add("devices", P, "api: devices: reaches host devices", Svc("    devices: [\"/dev/sda:/dev/sda\"]\n"))
+	// One service-level setting each (indented by 4 under api).
+	for _, r := range []struct{ name, want, setting string }{
+		{"seccomp unconfined", "security_opt", `security_opt: ["seccomp:unconfined"]`},
+		{"apparmor unconfined", "security_opt", `security_opt: ["apparmor=unconfined"]`},
+		{"selinux label disable", "security_opt", `security_opt: ["label=disable"]`},
+		{"device_cgroup_rules", "api: device_cgroup_rules: reaches host devices", `device_cgroup_rules: ["c 1:3 mr"]`},
+		{"gpus", "api: gpus: reaches host devices", "gpus: all"},
+		{"devices", "api: devices: reaches host devices", `devices: ["/dev/sda:/dev/sda"]`},
+		{"privileged", "api: privileged: the whole host", "privileged: true"},
+		{"volumes_from a container outside", "api: volumes_from[0]", `volumes_from: ["container:monky-deployd-other"]`},
+		{"cgroup_parent", "api: cgroup_parent", "cgroup_parent: /system.slice"},
+	} {
+		add(r.name, P, r.want, Svc("    "+r.setting+"\n"))
+	}
 	add("deploy devices from a variable", I, "api: deploy: holds a variable",
 		Svc("    deploy:\n      resources:\n        reservations:\n          devices:\n            - capabilities: [\"${CAP}\"]\n"))
 	add("deploy device reservations", P, "deploy.resources.reservations.devices",
 		Svc("    deploy:\n      resources:\n        reservations:\n          devices:\n            - capabilities: [gpu]\n"))
-	add("post_start hook privileged", P, "api: post_start[0].privileged", Svc("    post_start:\n      - command: [sh]\n        privileged: true\n"))
-	add("pre_stop hook privileged", P, "api: pre_stop[0].privileged", Svc("    pre_stop:\n      - command: [sh]\n        privileged: true\n"))
-	add("privileged", P, "api: privileged: the whole host", Svc("    privileged: true\n"))
-	add("volumes_from a container outside", P, "api: volumes_from[0]", Svc("    volumes_from: [\"container:monky-deployd-other\"]\n"))
+	for _, hook := range []string{"post_start", "pre_stop"} {
+		add(hook+" hook privileged", P, "api: "+hook+"[0].privileged", Svc("    "+hook+":\n      - command: [sh]\n        privileged: true\n"))
+	}
 	add("volumes_from a container outside, a service named container", P, "api: volumes_from[0]",
 		Svc("    volumes_from: [\"container:other\"]\n")+"  container:\n    image: x\n")
-	add("network_mode host", P, "api: network_mode", Svc("    network_mode: host\n"))
-	add("network_mode of a container outside", P, "api: network_mode", Svc("    network_mode: \"container:other\"\n"))
-	add("pid host", P, "api: pid", Svc("    pid: host\n"))
-	add("pid of a container outside", P, "api: pid", Svc("    pid: \"container:other\"\n"))
-	add("ipc host", P, "api: ipc", Svc("    ipc: host\n"))
-	add("ipc of a container outside", P, "api: ipc", Svc("    ipc: \"container:other\"\n"))
-	add("userns_mode host", P, "api: userns_mode", Svc("    userns_mode: host\n"))
-	add("uts host", P, "api: uts", Svc("    uts: host\n"))
-	add("cgroup host", P, "api: cgroup", Svc("    cgroup: host\n"))
-	add("cgroup_parent", P, "api: cgroup_parent", Svc("    cgroup_parent: /system.slice\n"))
+	// The host's namespaces, and another container's.
+	for _, ns := range []string{"network_mode", "pid", "ipc", "userns_mode", "uts", "cgroup"} {
+		add(ns+" host", P, "api: "+ns, Svc("    "+ns+": host\n"))
+	}
+	for _, ns := range []string{"network_mode", "pid", "ipc"} {
+		add(ns+" of a container outside", P, "api: "+ns, Svc("    "+ns+": \"container:other\"\n"))
+	}
 	add("external network named host", P, "network hostnet: external: the host's network",
 		Svc("    networks: [hostnet]\n")+"networks:\n  hostnet:\n    name: host\n    external: true\n")
 	add("macvlan network", P, "network lan: driver", Svc("    networks: [lan]\n")+"networks:\n  lan:\n    driver: macvlan\n")

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -32,6 +33,17 @@ type Server struct {
 	*process.Process
 	// Addr is host:port.
 	Addr string
+}
+
+// Scrape reads the /metrics page served at addr (host:port), whatever its status.
+func Scrape(addr string) (string, error) {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
 }
 
 // start runs a server on a free loopback port, retrying when another process took the port

@@ -3,9 +3,7 @@ package cli
 import (
 	"bytes"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/devstack/promdev"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/admin/admintest"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/fleettest"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/ziti/zititest"
@@ -39,17 +38,7 @@ const (
 // controller does; the controller's pages after the first go out together. The figures show
 // how much of the controller's 20 × 50 ms the concurrency hides behind tenancy's chain.
 func BenchmarkStatusJSON10k(b *testing.B) {
-	bin, err := exec.LookPath("fleetctl-probe")
-	if err != nil {
-		b.Fatalf("fleetctl-probe is not on PATH (TestMain installs it): %v", err)
-	}
-	f, err := startFakes()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.close()
-	fleettest.Seed(fleettest.Large(fleettest.Now, benchEnvs), f.z, f.a)
-	f.a.SetPageSize(benchPageSize)
+	bin, f := benchFleet(b, "fleetctl-probe")
 	f.z.Fail(zititest.OpList, zititest.Failure{Delay: benchLatency})
 	f.a.Fail(admintest.OpList, admintest.Failure{Delay: benchLatency})
 
@@ -111,23 +100,30 @@ func lastLine(s string) string {
 	return s
 }
 
+// benchFleet finds the binary TestMain installed under name and starts the fakes, seeded with
+// benchEnvs envs and listed in pages of benchPageSize; they close when the run ends.
+func benchFleet(b *testing.B, name string) (string, *fakes) {
+	bin, err := exec.LookPath(name)
+	if err != nil {
+		b.Fatalf("%s is not on PATH (TestMain installs it): %v", name, err)
+	}
+	f, err := startFakes()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(f.close)
+	fleettest.Seed(fleettest.Large(fleettest.Now, benchEnvs), f.z, f.a)
+	f.a.SetPageSize(benchPageSize)
+	return bin, f
+}
+
 // BenchmarkExporter10k runs `fleetctl exporter` (the test binary under that name) over the
 // fakes seeded with 10,000 envs and scrapes it: ns/op is one scrape of /metrics, served from
 // the cached view, over loopback HTTP (the whole body read); peak-rss-MiB is the exporter
 // process's own high-water mark (VmHWM, read from /proc before it is stopped), after its first
 // reading and every scrape.
 func BenchmarkExporter10k(b *testing.B) {
-	bin, err := exec.LookPath("fleetctl")
-	if err != nil {
-		b.Fatalf("fleetctl is not on PATH (TestMain installs it): %v", err)
-	}
-	f, err := startFakes()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.close()
-	fleettest.Seed(fleettest.Large(fleettest.Now, benchEnvs), f.z, f.a)
-	f.a.SetPageSize(benchPageSize)
+	bin, f := benchFleet(b, "fleetctl")
 	work := b.TempDir()
 	if err := os.WriteFile(filepath.Join(work, "ziti-ca.pem"), f.z.CAPEM(), 0o644); err != nil {
 		b.Fatal(err)
@@ -152,15 +148,9 @@ func BenchmarkExporter10k(b *testing.B) {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		_ = cmd.Wait()
 	}()
-	url := "http://" + addr + "/metrics"
 	scrape := func() []byte {
-		resp, err := http.Get(url)
-		if err != nil {
-			return nil
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return body
+		page, _ := promdev.Scrape(addr) // not up yet: an empty page
+		return []byte(page)
 	}
 	deadline := time.Now().Add(2 * time.Minute)
 	var first time.Duration

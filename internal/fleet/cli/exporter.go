@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/config"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/exporter"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/report"
 )
@@ -57,18 +58,17 @@ func runExporter(ctx context.Context, opts exporterOptions, g *globalOptions, di
 	if opts.refresh < time.Second {
 		return usagef("--refresh must be at least 1s")
 	}
-	s, err := g.settings()
-	if err != nil {
-		return err
-	}
-	listen, origin := s.ExporterListen, s.Origin["exporter.listen"]
-	if listen == "" {
-		listen, origin = DefaultExporterListen, "the default"
-	}
-	if err := checkListen(listen); err != nil {
-		return usagef("exporter.listen %q (from %s): %v", listen, origin, err)
-	}
-	r, err := g.newReader(s)
+	var listen string
+	r, err := g.openReader(func(s *config.Settings) error {
+		origin := s.Origin["exporter.listen"]
+		if listen = s.ExporterListen; listen == "" {
+			listen, origin = DefaultExporterListen, "the default"
+		}
+		if err := checkListen(listen); err != nil {
+			return usagef("exporter.listen %q (from %s): %v", listen, origin, err)
+		}
+		return nil
+	})
 	if err != nil {
 		return err
 	}

@@ -2,27 +2,23 @@ package cli
 
 import (
 	"context"
-	"io"
 	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/devstack/promdev"
 )
 
-// get fetches url's body.
-func get(t *testing.T, url string) string {
+// scrape reads the /metrics page served at addr.
+func scrape(t *testing.T, addr string) string {
 	t.Helper()
-	resp, err := http.Get(url)
+	page, err := promdev.Scrape(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
+	return page
 }
 
 // The exporter serves the demo fleet's series on the listener it was given, reads tenancy once
@@ -51,7 +47,7 @@ func TestExporterServesTheFleet(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no view after 30s; last page:\n%s\nstderr: %s", page, h.stderr.String())
 		}
-		page = get(t, url)
+		page = scrape(t, ln.Addr().String())
 	}
 	if asked != DefaultExporterListen {
 		t.Errorf("listened on %q, want the default %s", asked, DefaultExporterListen)
@@ -67,7 +63,7 @@ func TestExporterServesTheFleet(t *testing.T) {
 	}
 	before := lists()
 	for range 10 {
-		page = get(t, url)
+		page = scrape(t, ln.Addr().String())
 	}
 	if lists() != before {
 		t.Errorf("10 scrapes made %d more listings of tenancy, want none", lists()-before)

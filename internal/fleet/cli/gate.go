@@ -71,11 +71,7 @@ func runGate(ctx context.Context, opts gateOptions, g *globalOptions, w io.Write
 			return usagef("--allow %q is neither an env id nor a glob", a)
 		}
 	}
-	s, err := g.settings()
-	if err != nil {
-		return err
-	}
-	r, err := g.newReader(s)
+	r, err := g.openReader(nil)
 	if err != nil {
 		return err
 	}

@@ -127,10 +127,20 @@ type reader struct {
 	zc *ziti.Client
 }
 
-// newReader checks both sources' settings and reads their local files once, before any
-// reading: a configuration error ends the command (exit 2) before any network, rather than
-// racing a source error or repeating every --watch round.
-func (g *globalOptions) newReader(s *config.Settings) (*reader, error) {
+// openReader is how status, gate and the exporter reach the fleet: it reads the settings, lets
+// check (nil: none) vet the command's own, then checks both sources' settings and reads their
+// local files once, before any reading: a configuration error ends the command (exit 2) before
+// any network, rather than racing a source error or repeating every --watch round.
+func (g *globalOptions) openReader(check func(*config.Settings) error) (*reader, error) {
+	s, err := g.settings()
+	if err != nil {
+		return nil, err
+	}
+	if check != nil {
+		if err := check(s); err != nil {
+			return nil, err
+		}
+	}
 	zs, err := g.zitiSetup(s)
 	if err != nil {
 		return nil, err

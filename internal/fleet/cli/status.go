@@ -91,11 +91,7 @@ func runStatus(ctx context.Context, opts statusOptions, g *globalOptions, w io.W
 	if opts.watch < 0 {
 		return usagef("--watch must not be negative")
 	}
-	s, err := g.settings()
-	if err != nil {
-		return err
-	}
-	r, err := g.newReader(s)
+	r, err := g.openReader(nil)
 	if err != nil {
 		return err
 	}
