@@ -250,6 +250,10 @@ func checkReleaseFiles(f *ReleaseFiles) error {
 			return fmt.Errorf("applied_files: files[%d]: empty", i)
 		case seen[p]:
 			return fmt.Errorf("applied_files: files[%d]: %q listed twice", i, p)
+		case !fs.ValidPath(p) || p == "." || strings.ContainsRune(p, '\\') || p == ".env":
+			// A bundle path as Stage writes it: relative, clean, '/'-separated; never the .env
+			// the agent renders.
+			return fmt.Errorf("applied_files: files[%d]: %q is no staged bundle path", i, p)
 		}
 		seen[p] = true
 	}

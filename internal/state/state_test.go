@@ -600,6 +600,15 @@ func TestAppliedFiles(t *testing.T) {
 		{`{"sha": "x", "files": []}`, "applied_files: files"},
 		{`{"sha": "x", "files": ["a", ""]}`, "applied_files: files[1]"},
 		{`{"sha": "x", "files": ["a", "a"]}`, "applied_files: files[1]"},
+		// names the agent never stages: the revert reads through an os.Root, but the load says so first
+		{`{"sha": "x", "files": ["a", "../b"]}`, "applied_files: files[1]"},
+		{`{"sha": "x", "files": ["/etc/passwd"]}`, "applied_files: files[0]"},
+		{`{"sha": "x", "files": ["a", "c/../../b"]}`, "applied_files: files[1]"},
+		{`{"sha": "x", "files": ["./a"]}`, "applied_files: files[0]"},
+		{`{"sha": "x", "files": ["a//b"]}`, "applied_files: files[0]"},
+		{`{"sha": "x", "files": ["a\\b"]}`, "applied_files: files[0]"},
+		{`{"sha": "x", "files": ["."]}`, "applied_files: files[0]"},
+		{`{"sha": "x", "files": [".env"]}`, "applied_files: files[0]"},
 		{`{"sha": "x", "files": "a"}`, "applied_files"},
 		{`[]`, "applied_files"},
 	} {
