@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -317,7 +318,8 @@ func BackoffDelay(n int) time.Duration {
 func (s *State) NoteDeployFailure(sha string, now time.Time) *DeployBackoff {
 	n := 1
 	if s.Backoff != nil && s.Backoff.Sha == sha {
-		n = s.Backoff.Attempts + 1
+		// saturated, not wrapped: a negative count would make the saved state unloadable
+		n = s.Backoff.Attempts + min(1, math.MaxInt-s.Backoff.Attempts)
 	}
 	s.Backoff = &DeployBackoff{Sha: sha, Attempts: n, NextAttemptAt: now.Add(BackoffDelay(n)).UTC()}
 	return s.Backoff

@@ -3,6 +3,7 @@ package state
 import (
 	"encoding/json"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -476,6 +477,28 @@ func TestNoteDeployFailureCountsPerSha(t *testing.T) {
 	}
 	if b := s.NoteDeployFailure("ab12", now); b.Attempts != 1 || b.Sha != "ab12" {
 		t.Errorf("another sha must start at 1: %+v", b)
+	}
+}
+
+// A hand-written (or very old) attempts count at its limit must not wrap to a negative one:
+// the next load would refuse the whole state file for it.
+func TestNoteDeployFailureSaturates(t *testing.T) {
+	now := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	var s State
+	if err := json.Unmarshal([]byte(`{"deploy_backoff": {"sha": "`+shaB+`", "attempts": 9223372036854775807, "next_attempt_at": "2026-12-02T09:00:00Z"}}`), &s); err != nil {
+		t.Fatal(err)
+	}
+	b := s.NoteDeployFailure(shaB, now)
+	if b.Attempts != math.MaxInt || !b.NextAttemptAt.Equal(now.Add(MaxBackoff)) {
+		t.Fatalf("failure after attempts at the limit: %+v", b)
+	}
+	raw, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back State
+	if err := json.Unmarshal(raw, &back); err != nil || back.Backoff == nil || back.Backoff.Attempts != math.MaxInt {
+		t.Fatalf("state does not load back: %v, %+v", err, back.Backoff)
 	}
 }
 
