@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -187,12 +188,19 @@ func (a *Agent) checkDisk(ctx context.Context, b *bundle.Bundle) error {
 	return refusal
 }
 
-// diskRequired is the free space a bundle declaring need bytes (0: none) must find.
+// diskRequired is the free space a bundle declaring need bytes (0: none) must find. A size no
+// filesystem holds (4 EiB and more) is required as math.MaxInt64: converted and summed as is, it
+// would wrap to a negative requirement every box meets.
 func (a *Agent) diskRequired(need int64) int64 {
-	if need > 0 {
-		return int64(float64(need)*a.cfg.Disk.Factor) + a.cfg.Disk.HeadroomBytes
+	const huge = 1 << 62
+	if need <= 0 {
+		return a.cfg.Disk.HeadroomBytes
 	}
-	return a.cfg.Disk.HeadroomBytes
+	scaled := float64(need) * a.cfg.Disk.Factor
+	if !(scaled < huge) || a.cfg.Disk.HeadroomBytes >= huge {
+		return math.MaxInt64
+	}
+	return int64(scaled) + a.cfg.Disk.HeadroomBytes
 }
 
 func diskFrees(ms []diskspace.Measure) []state.DiskFree {

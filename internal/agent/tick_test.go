@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -269,6 +270,9 @@ func TestDiskRefusal(t *testing.T) {
 		{"no declared size still needs the headroom floor", 0, 500 << 30, 32 << 20, true, []string{"declares no size", "has 32 MiB free"}},
 		{"no declared size with room applies", 0, 500 << 30, 500 << 30, false, nil},
 		{"declared size with room applies", 1 << 30, 500 << 30, 400 << 30, false, nil},
+		// need × factor does not fit an int64: it must not wrap to a negative requirement that passes
+		{"declared size too big to compute", math.MaxInt64, 500 << 30, 500 << 30, true, []string{"has 512000 MiB free"}},
+		{"declared size just under the wrap", math.MaxInt64 / 3 * 2, 500 << 30, 500 << 30, true, []string{"has 512000 MiB free"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t)

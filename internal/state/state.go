@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -261,6 +262,10 @@ func checkReleaseFiles(f *ReleaseFiles) error {
 			return fmt.Errorf("applied_files: files[%d]: empty", i)
 		case seen[p]:
 			return fmt.Errorf("applied_files: files[%d]: %q listed twice", i, p)
+		case !fs.ValidPath(p) || p == "." || strings.ContainsRune(p, '\\') || p == ".env":
+			// A bundle path as Stage writes it: relative, clean, '/'-separated; never the .env
+			// the agent renders.
+			return fmt.Errorf("applied_files: files[%d]: %q is no staged bundle path", i, p)
 		}
 		seen[p] = true
 	}
@@ -324,7 +329,8 @@ func BackoffDelay(n int) time.Duration {
 func (s *State) NoteDeployFailure(sha string, now time.Time) *DeployBackoff {
 	n := 1
 	if s.Backoff != nil && s.Backoff.Sha == sha {
-		n = s.Backoff.Attempts + 1
+		// saturated, not wrapped: a negative count would make the saved state unloadable
+		n = s.Backoff.Attempts + min(1, math.MaxInt-s.Backoff.Attempts)
 	}
 	s.Backoff = &DeployBackoff{Sha: sha, Attempts: n, NextAttemptAt: now.Add(BackoffDelay(n)).UTC()}
 	return s.Backoff

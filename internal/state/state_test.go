@@ -3,6 +3,7 @@ package state
 import (
 	"encoding/json"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -479,6 +480,28 @@ func TestNoteDeployFailureCountsPerSha(t *testing.T) {
 	}
 }
 
+// A hand-written (or very old) attempts count at its limit must not wrap to a negative one:
+// the next load would refuse the whole state file for it.
+func TestNoteDeployFailureSaturates(t *testing.T) {
+	now := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	var s State
+	if err := json.Unmarshal([]byte(`{"deploy_backoff": {"sha": "`+shaB+`", "attempts": 9223372036854775807, "next_attempt_at": "2026-12-02T09:00:00Z"}}`), &s); err != nil {
+		t.Fatal(err)
+	}
+	b := s.NoteDeployFailure(shaB, now)
+	if b.Attempts != math.MaxInt || !b.NextAttemptAt.Equal(now.Add(MaxBackoff)) {
+		t.Fatalf("failure after attempts at the limit: %+v", b)
+	}
+	raw, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back State
+	if err := json.Unmarshal(raw, &back); err != nil || back.Backoff == nil || back.Backoff.Attempts != math.MaxInt {
+		t.Fatalf("state does not load back: %v, %+v", err, back.Backoff)
+	}
+}
+
 func TestRefusedFor(t *testing.T) {
 	s := &State{Refused: &RefusedSha{Sha: shaB, Code: "BUNDLE_INVALID", AgentVersion: "0.2.0"}}
 	if _, ok := s.RefusedFor(shaB, "0.2.0"); !ok {
@@ -600,6 +623,15 @@ func TestAppliedFiles(t *testing.T) {
 		{`{"sha": "x", "files": []}`, "applied_files: files"},
 		{`{"sha": "x", "files": ["a", ""]}`, "applied_files: files[1]"},
 		{`{"sha": "x", "files": ["a", "a"]}`, "applied_files: files[1]"},
+		// names the agent never stages: the revert reads through an os.Root, but the load says so first
+		{`{"sha": "x", "files": ["a", "../b"]}`, "applied_files: files[1]"},
+		{`{"sha": "x", "files": ["/etc/passwd"]}`, "applied_files: files[0]"},
+		{`{"sha": "x", "files": ["a", "c/../../b"]}`, "applied_files: files[1]"},
+		{`{"sha": "x", "files": ["./a"]}`, "applied_files: files[0]"},
+		{`{"sha": "x", "files": ["a//b"]}`, "applied_files: files[0]"},
+		{`{"sha": "x", "files": ["a\\b"]}`, "applied_files: files[0]"},
+		{`{"sha": "x", "files": ["."]}`, "applied_files: files[0]"},
+		{`{"sha": "x", "files": [".env"]}`, "applied_files: files[0]"},
 		{`{"sha": "x", "files": "a"}`, "applied_files"},
 		{`[]`, "applied_files"},
 	} {
