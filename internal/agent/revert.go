@@ -18,10 +18,8 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/state"
 )
 
-// A failed deploy leaves the box as it was: the release that ran before is brought back, and
-// the failing sha waits (2 min, 4, 8, … at most an hour) before it is tried again, instead of
-// recreating unhealthy containers under the lock every minute (Nomad's auto_revert, a
-// Kubernetes rollout's old ReplicaSet, balena's backoff of a failing release).
+// A failed deploy reverts to the release that ran before, and the failing sha backs off (2 min, 4,
+// 8, … at most an hour) rather than recreating unhealthy containers every minute.
 
 // applyAttempt is the apply under way in this tick: a failure of it enters the backoff, and a
 // failure after its promote also brings the previous release back.
@@ -56,10 +54,7 @@ func (a *Agent) holdBackoff(resp *protocol.CheckinResponse) bool {
 	return false
 }
 
-// forgetBackoff drops the backoff of a sha tenancy no longer wants applied: a new desired sha
-// starts afresh (and so does the old one if it comes back later), a `none` says the box runs what
-// tenancy wants, and a retire ends everything. A revert still pending was finished before (run),
-// or the tick stopped.
+// forgetBackoff drops the backoff of a sha tenancy no longer wants (new sha, `none`, retire).
 func (a *Agent) forgetBackoff(resp *protocol.CheckinResponse) {
 	bo := a.st.Backoff
 	if bo == nil {
@@ -79,9 +74,7 @@ func (a *Agent) forgetBackoff(resp *protocol.CheckinResponse) {
 	a.saveOrWarn()
 }
 
-// backingOff is a tick while the desired sha waits for its next try: a heartbeat of what runs
-// (the reverted release), saying until when. The exit is 1: the box does not run what tenancy
-// wants, and the last line says why.
+// backingOff is a tick while the desired sha waits: a heartbeat of what runs, exit 1.
 func (a *Agent) backingOff(ctx context.Context, resp *protocol.CheckinResponse) error {
 	bo := a.st.Backoff
 	now := a.deps.Now().UTC()
@@ -93,9 +86,8 @@ func (a *Agent) backingOff(ctx context.Context, resp *protocol.CheckinResponse) 
 	return fmt.Errorf("%w: %s", ErrFailed, note)
 }
 
-// BackoffNote says what a backoff is at now, as the journal and `status` show it:
-// `9f3e21d07a1b failed 3×, reverted to 7a10c4e2d9b1 (healthy); next try at
-// 2026-12-02T10:08:00Z (in 8m0s)`.
+// BackoffNote renders a backoff for the journal and `status`: `9f3e21d07a1b failed 3×, reverted
+// to 7a10c4e2d9b1 (healthy); next try at 2026-12-02T10:08:00Z (in 8m0s)`.
 func BackoffNote(bo *state.DeployBackoff, now time.Time) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s failed %d×", protocol.ShortSha(bo.Sha), bo.Attempts)
@@ -119,10 +111,8 @@ func healthWord(ok bool) string {
 	return "unhealthy"
 }
 
-// failApply reports a failed apply: it enters (or extends) the backoff, brings the release that
-// ran before back when the failure came after the promote, and reports `failed` with what the
-// revert did. The backoff and the revert's target are saved before the revert starts, so a
-// tick killed during it leaves a record the next tick finishes the revert from.
+// failApply enters the backoff, reverts when the failure came after the promote, and reports
+// `failed`. The revert target is saved first so a killed tick's successor finishes it.
 func (a *Agent) failApply(ctx context.Context, at *applyAttempt, detail, logTail string, cs []protocol.Container) error {
 	a.attempt = nil // what fails from here on is the revert, not another attempt
 	a.failedThisTick = true
@@ -167,9 +157,8 @@ func withRevert(detail string, bo *state.DeployBackoff) string {
 	return detail
 }
 
-// revertTarget is the release to bring back after a failed apply, or why there is none. The
-// bundle's agent.auto_revert wins over the config's auto_revert: a release whose migration
-// cannot run backwards says so itself.
+// revertTarget is the release to bring back, or why there is none. The bundle's
+// agent.auto_revert beats the config's: a release whose migration cannot run backwards says so.
 func (a *Agent) revertTarget(at *applyAttempt) (target, why string) {
 	auto, src := a.cfg.AutoRevert, "config auto_revert is false"
 	if ar := at.bundleAutoRevert(); ar != nil {
@@ -190,9 +179,8 @@ func (a *Agent) revertTarget(at *applyAttempt) (target, why string) {
 	return prev, ""
 }
 
-// revert brings st.Backoff.RevertedTo back (`current`, pull where missing, `up -d
-// --remove-orphans` with its own .env, wait for health) and saves the outcome in the backoff. An
-// error only stops the tick (a crash, a cancel) and leaves the revert pending.
+// revert brings st.Backoff.RevertedTo back and saves the outcome; an error (crash, cancel) leaves
+// the revert pending.
 func (a *Agent) revert(ctx context.Context) error {
 	bo := a.st.Backoff
 	target := bo.RevertedTo
@@ -232,9 +220,8 @@ func (a *Agent) revert(ctx context.Context) error {
 	return a.step("reverted")
 }
 
-// revertRefused gives up a revert whose release no longer passes the judgement: the failed
-// release stays (`current` is pointed back at it if a killed tick had already moved it), and the
-// backoff says why nothing was brought back.
+// revertRefused gives up a revert whose release no longer passes the judgement; the failed
+// release stays.
 func (a *Agent) revertRefused(ctx context.Context, refusal string) error {
 	bo := a.st.Backoff
 	target := bo.RevertedTo
@@ -255,11 +242,8 @@ func (a *Agent) revertRefused(ctx context.Context, refusal string) error {
 	return a.step("reverted")
 }
 
-// judgeRelease judges the release in dir again, from disk, as its apply was judged (hash, compose
-// judgement, rendered config): a container that could write it must not have a revert run a file
-// it rewrote. "" when it may run. Only the files state.json lists as staged (applied_files) are
-// read, so an app writing ./data can be reverted to; any change to them changes the sha. A
-// release an older agent applied has no list and is read whole, strictly.
+// judgeRelease re-judges the release in dir from disk, as its apply was judged: a container could
+// have rewritten it. Only applied_files are read (older agents: whole dir, strictly). "" = may run.
 func (a *Agent) judgeRelease(ctx context.Context, dir, sha string) string {
 	var files map[string]string
 	var err error
@@ -294,9 +278,8 @@ func (a *Agent) judgeRelease(ctx context.Context, dir, sha string) string {
 // 16 MiB) and its .env, never more unless something wrote into it.
 const maxReleaseBytes = 16 << 20
 
-// readRelease reads every file of a staged release but its rendered .env, by '/'-separated path,
-// through an os.Root so that no link leads the reads out of dir. Anything but a regular file or
-// a directory (a link planted by a container) is an error: Stage writes none.
+// readRelease reads a staged release but its .env through an os.Root; anything but a regular
+// file or directory (a planted link) is an error.
 func readRelease(dir string) (map[string]string, error) {
 	return readReleaseFiles(dir, func(root *os.Root, read func(p string, want fs.FileInfo) error) error {
 		return fs.WalkDir(root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
@@ -315,11 +298,8 @@ func readRelease(dir string) (map[string]string, error) {
 	})
 }
 
-// readStaged reads the staged files of the release in dir, by '/'-separated path, through an
-// os.Root so that no link leads the reads out of dir. A staged file, or a directory on its way,
-// that is now anything but a regular file or a directory (a link, a FIFO, a directory in a
-// file's place) is an error, and so is a .env that is not a regular file: compose reads it.
-// Whatever else the directory holds is not the release's and is not read.
+// readStaged reads the staged files through an os.Root; a staged path that is now anything but
+// directories to a regular file, or a .env that is not regular, is an error.
 func readStaged(dir string, staged []string) (map[string]string, error) {
 	return readReleaseFiles(dir, func(root *os.Root, read func(p string, want fs.FileInfo) error) error {
 		if fi, err := root.Lstat(release.EnvFile); err == nil && !fi.Mode().IsRegular() {
@@ -340,9 +320,8 @@ func readStaged(dir string, staged []string) (map[string]string, error) {
 	})
 }
 
-// readReleaseFiles opens dir as an os.Root and collects the files pick reads through read
-// (readRegular, within maxReleaseBytes in all). Any error of pick's is the release having
-// changed on disk.
+// readReleaseFiles collects the files pick reads (within maxReleaseBytes); a pick error means
+// the release changed on disk.
 func readReleaseFiles(dir string, pick func(root *os.Root, read func(p string, want fs.FileInfo) error) error) (map[string]string, error) {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
@@ -366,10 +345,8 @@ func readReleaseFiles(dir string, pick func(root *os.Root, read func(p string, w
 	return files, nil
 }
 
-// checkStagedPath checks, without following links, that every directory on the way to the
-// staged file p is a directory and p itself a regular file, whose FileInfo it returns. os.Root
-// would follow a link that stays inside the release (to a copy in a writable ./data, say), which
-// a container could then rewrite between this read and compose's.
+// checkStagedPath Lstats the way to p: os.Root would follow a link staying inside the release
+// (to a writable ./data), which a container could rewrite between reads.
 func checkStagedPath(root *os.Root, p string) (fs.FileInfo, error) {
 	parts := strings.Split(p, "/")
 	var fi fs.FileInfo
@@ -403,10 +380,8 @@ func typeName(m fs.FileMode) string {
 	return m.Type().String()
 }
 
-// readRegular reads the regular file p under root, at most limit bytes. It opens without
-// blocking and checks the opened file, so a file swapped for a FIFO after the walk saw it cannot
-// hang the tick, and a file grown huge is not read into memory. want, when set, is what an
-// Lstat of p found: the file opened must be that one (os.Root follows a link planted since).
+// readRegular reads regular file p, at most limit bytes, opening non-blocking so a swapped-in FIFO
+// cannot hang the tick; want, when set, must be the file opened.
 func readRegular(root *os.Root, p string, limit int, want fs.FileInfo) ([]byte, error) {
 	f, err := root.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
@@ -470,10 +445,8 @@ func (a *Agent) releaseMeta(dir string) (composeFile string, healthy time.Durati
 	return m.ComposeFile, healthy
 }
 
-// finishKilledApply counts an apply a killed tick left between `compose up` and its recorded
-// outcome as the failure it is (systemd stopped a tick whose wait outlasted TimeoutStartSec, or
-// the box lost power): it enters the backoff, the release that ran before is brought back, and
-// `failed` is reported. Without this the unhealthy release would keep running unreported.
+// finishKilledApply counts an apply a killed tick left after `compose up` as failed (backoff,
+// revert, report); otherwise the unhealthy release would keep running unreported.
 func (a *Agent) finishKilledApply(ctx context.Context) error {
 	ap := a.st.Applying
 	detail := "the tick was killed during compose up or the wait for health (started " + ap.StartedAt.UTC().Format(time.RFC3339) + ")"

@@ -1,7 +1,5 @@
-// Package state keeps what the agent remembers between ticks — the applied release and every
-// release applied before it, the last outcome, where its OpenBao token came from and which agent
-// version last ran — and the tick lock, under state_dir. The token's record here is read and
-// written by internal/token, which owns the token's files.
+// Package state keeps what the agent remembers between ticks (releases applied, last outcome,
+// token origin, agent version) and the tick lock; internal/token owns the token record.
 package state
 
 import (
@@ -35,9 +33,8 @@ const PriorVersionUnknown = "unknown"
 type State struct {
 	EnvID      string `json:"env_id,omitempty"`
 	AppliedSha string `json:"applied_sha,omitempty"`
-	// History holds every sha ever applied, oldest application first, each once: re-applying a
-	// sha moves it to the end, so the last entry is always the newest release and "the newest N"
-	// is the tail (pruning must never delete the release that is running after a rollback).
+	// History: every sha ever applied, oldest first, each once, so the tail is the newest N (pruning
+	// must never delete the release running after a rollback).
 	History    []string `json:"history,omitempty"`
 	LastResult string   `json:"last_result,omitempty"`
 	// LastDetail is the detail of the last report (the Python agent called it last_error).
@@ -58,19 +55,15 @@ type State struct {
 	DockerRootDir string     `json:"docker_root_dir,omitempty"`
 	DockerVersion string     `json:"docker_version,omitempty"`
 	DockerInfoAt  *time.Time `json:"docker_info_at,omitempty"`
-	// PendingLease describes a lease grant tenancy handed out whose OpenBao login failed for a
-	// temporary reason; the grant itself is in <state_dir>/lease.jwt. The next tick logs in with
-	// it instead of leasing again: tenancy allows 5 leases an hour (seed 0.1.6). It is recorded
-	// before the grant's first login and cleared in the same write that records the token the
-	// login gave, so a tick killed in between logs in with it again rather than leasing anew.
+	// PendingLease: a grant whose OpenBao login failed temporarily (grant in lease.jwt); the next tick
+	// logs in with it rather than leasing again, as tenancy allows 5 leases an hour (seed 0.1.6).
+	// Cleared in the same write that records the resulting token.
 	PendingLease *PendingLease `json:"pending_lease,omitempty"`
-	// PreviousToken is set while bao.token is being replaced by a lease token: the new token
-	// waits in bao.token.new and Token already describes it. A tick that finds it set finishes
+	// PreviousToken is set while bao.token.new replaces bao.token; a tick that finds it set finishes
 	// (or, without bao.token.new, forgets) the interrupted swap.
 	PreviousToken *TokenMeta `json:"previous_token,omitempty"`
-	// LeaseBackoff holds off new leases after OpenBao refused the login of a leased grant for a
-	// reason retrying does not cure (400, 403, TLS, an address the transport does not route):
-	// every tick would otherwise spend one of tenancy's 5 leases an hour on the same refusal.
+	// LeaseBackoff holds off leasing after a login refusal retrying does not cure, so ticks do not
+	// spend tenancy's 5 leases an hour on the same refusal.
 	LeaseBackoff *LeaseBackoff `json:"lease_backoff,omitempty"`
 	// DockerInfoFailedAt is when the last `docker info` a tick ran before its check-in failed;
 	// the next try waits an hour.
@@ -78,25 +71,20 @@ type State struct {
 	// Backoff is a desired sha whose apply failed: it is not tried again before NextAttemptAt,
 	// and the release it replaced was brought back (RevertedTo). Nil when no apply is failing.
 	Backoff *DeployBackoff `json:"deploy_backoff,omitempty"`
-	// Applying is set, and saved, just before `compose up` of an apply and cleared when its
-	// outcome is recorded: a tick killed in between (systemd's TimeoutStartSec, a SIGKILL) finds
-	// it set, and the next tick counts the kill as a failure of Sha, reverts and reports.
+	// Applying is saved just before `compose up` and cleared with the outcome: a tick killed in
+	// between leaves it set, and the next tick counts a failure of Sha.
 	Applying *ApplyInProgress `json:"applying,omitempty"`
 	// Counters count what ticks did, for the metrics textfile: every tick is its own process, so
 	// a counter that must grow across ticks lives here.
 	Counters Counters `json:"counters,omitzero"`
 	// LastTickOKAt is when the last tick that exited 0 ended (the textfile's last success).
 	LastTickOKAt *time.Time `json:"last_tick_ok_at,omitempty"`
-	// Refused remembers the last bundle the compose judgement or the disk check refused, so
-	// that the ticks that are told to apply the same sha again neither fetch nor judge it (nor
-	// lease for it): the verdict is a function of the bundle and the agent's policy (and, for
-	// the disk, of free space that is measured again each tick), and the heartbeat repeats it.
+	// Refused remembers the last refused bundle so ticks told to apply it again neither fetch, judge
+	// nor lease for it (the disk verdict is re-measured each tick).
 	Refused *RefusedSha `json:"refused_sha,omitempty"`
-	// AppliedFiles lists the files the agent staged for the applied release, saved in the same
-	// write as AppliedSha. A revert reads back only these (an app's own ./data beside them is
-	// not the release's), and they must still hash to Sha: the list needs no hash of its own,
-	// because the bundle sha covers every name and content. Nil in a state an older agent wrote:
-	// the revert then reads the whole release directory strictly.
+	// AppliedFiles lists the staged files of the applied release: a revert reads back only these
+	// (not the app's ./data), and the bundle sha covers them. Nil from an older agent: read the
+	// whole release directory strictly.
 	AppliedFiles *ReleaseFiles `json:"applied_files,omitempty"`
 
 	// extra keeps fields this version does not know, so a downgrade or a newer writer loses
@@ -133,9 +121,8 @@ type PendingLease struct {
 	Mount     string    `json:"mount"`
 	Role      string    `json:"role"`
 	ExpiresAt time.Time `json:"expires_at"`
-	// BearerAccessor is the accessor of the token that leased the grant. The grant belongs to
-	// that token's generation: once the token is dropped (a 401 after a kit re-reveal, which
-	// supersedes every grant signed before it) the grant is never logged in with.
+	// BearerAccessor is the accessor of the token that leased the grant: once that token is dropped
+	// (a kit re-reveal supersedes older grants) the grant is never logged in with.
 	BearerAccessor string `json:"bearer_accessor,omitempty"`
 }
 
@@ -147,10 +134,8 @@ type RefusedSha struct {
 	Detail       string    `json:"detail"` // `CODE: detail`, as reported (redacted, capped)
 	At           time.Time `json:"at"`
 	AgentVersion string    `json:"agent_version"`
-	// Disk is, for a DISK_INSUFFICIENT refusal, the free space of every filesystem measured
-	// when it was judged; RequiredBytes is what the bundle needed then. The refusal stands only
-	// while a fresh measure finds the same filesystems with about the same free space and the
-	// config asks the same (DiskChanged). Empty for any other code.
+	// Disk (DISK_INSUFFICIENT only) is the free space measured at judgement, RequiredBytes the need;
+	// the refusal stands while DiskChanged finds nothing changed.
 	Disk          []DiskFree `json:"disk,omitempty"`
 	RequiredBytes int64      `json:"required_bytes,omitempty"`
 	// NeedBytes is the bundle's agent.disk_need_bytes (0: none declared), so that a changed
@@ -165,18 +150,14 @@ type DiskFree struct {
 	FreeBytes int64  `json:"free_bytes"`
 }
 
-// DiskSlack is the least move of a filesystem's free space that re-judges a disk refusal: a
-// box's free space drifts by logs and pulls of other tenants all the time, and a refusal
-// re-judged on every drift would fetch the bundle on every tick again. A move of more than
-// max(1% of the free space measured at the refusal, 64 MiB) is a change (the agent measures
-// free space only, not a filesystem's size, so the 1% is of what was free).
+// DiskSlack is the least move of free space that re-judges a disk refusal: free space drifts
+// constantly, so max(1% of the free space measured, 64 MiB).
 func DiskSlack(free int64) int64 {
 	return max(free/100, 64<<20)
 }
 
-// DiskChanged says why a disk refusal no longer stands for the filesystems measured now,
-// "" when it does: another set of paths, or a path whose free space moved by more than
-// DiskSlack of what it had.
+// DiskChanged says why a disk refusal no longer stands (other paths, or free space moved by more
+// than DiskSlack), "" when it does.
 func (r *RefusedSha) DiskChanged(now []DiskFree) string {
 	if len(r.Disk) == 0 {
 		return "no measure was kept with the refusal"
@@ -323,9 +304,7 @@ func BackoffDelay(n int) time.Duration {
 	return min(d, MaxBackoff)
 }
 
-// NoteDeployFailure records one more failed apply of sha at now: the count goes up (or starts
-// at 1 for a sha that was not backing off) and the next try is BackoffDelay later. What the
-// previous failure reverted is forgotten; the caller records this one's.
+// NoteDeployFailure counts one more failed apply of sha; the next try is BackoffDelay later.
 func (s *State) NoteDeployFailure(sha string, now time.Time) *DeployBackoff {
 	n := 1
 	if s.Backoff != nil && s.Backoff.Sha == sha {
@@ -336,9 +315,8 @@ func (s *State) NoteDeployFailure(sha string, now time.Time) *DeployBackoff {
 	return s.Backoff
 }
 
-// BackingOff reports whether sha failed and its next try is still ahead of now. A next try
-// more than MaxBackoff ahead was set by a clock since turned back (or written by hand): it is
-// due now rather than after a wait no schedule asked for.
+// BackingOff reports whether sha's next try is still ahead of now. A next try more than MaxBackoff
+// ahead came from a clock turned back: it is due now.
 func (s *State) BackingOff(sha string, now time.Time) bool {
 	b := s.Backoff
 	return b != nil && b.Sha == sha && now.Before(b.NextAttemptAt) && b.NextAttemptAt.Sub(now) <= MaxBackoff
@@ -408,9 +386,8 @@ func Save(path string, s *State) error {
 	return nil
 }
 
-// IsRollback reports whether sha was applied before and is not the current release. The
-// current release is AppliedSha, or after a retire (which clears AppliedSha) the newest entry
-// of History: re-activating a retired env with the release it last ran is no rollback.
+// IsRollback reports whether sha was applied before and is not the current release (AppliedSha,
+// or after a retire the newest History entry).
 func (s *State) IsRollback(sha string) bool {
 	return sha != "" && sha != s.currentRelease() && slices.Contains(s.History, sha)
 }
@@ -439,10 +416,8 @@ func (s *State) RecordApplied(sha string, at time.Time) {
 	s.LastApplyAt = &at
 }
 
-// NoteAgentVersion records that version v is running now. If a different version ran last,
-// PendingUpgradeFrom becomes that version, unless an earlier upgrade has not been reported yet
-// (then the older version is kept: it is where the box really came from). A state written by an
-// agent that recorded no version, but that holds a deploy, is an upgrade from an unknown version.
+// NoteAgentVersion records that v runs now; a change sets PendingUpgradeFrom unless an earlier
+// upgrade is unreported. A state with a deploy but no version is an upgrade from unknown.
 func (s *State) NoteAgentVersion(v string) {
 	switch {
 	case s.AgentVersion == v:
@@ -455,9 +430,8 @@ func (s *State) NoteAgentVersion(v string) {
 	s.AgentVersion = v
 }
 
-// UpgradedFromFile is the file, in the state directory, where the package's postinst leaves the
-// version it upgraded from. Only an upgrade from the Python agent needs it: that agent's
-// state.json records no version of its own.
+// UpgradedFromFile is where postinst leaves the version it upgraded from; only the Python agent,
+// whose state.json has no version, needs it.
 const UpgradedFromFile = "upgraded-from"
 
 // ParseUpgradedFrom reads the postinst's upgraded-from file: one version, an optional trailing
@@ -515,10 +489,8 @@ var stateKeys = []string{
 // copy next to last_detail would only mislead).
 const legacyLastError = "last_error"
 
-// UnmarshalJSON reads a state leniently: unknown fields are kept, the Python agent's
-// `last_error` becomes LastDetail, history may be a list of shas or of {"sha": …} objects, and
-// timestamps may be RFC 3339 text or Unix seconds. A known field of an unusable type is an error
-// naming it.
+// UnmarshalJSON reads leniently: unknown fields kept, Python's `last_error` is LastDetail, history
+// as shas or {"sha": …}, times as RFC 3339 or Unix seconds. A known field of a bad type errors.
 func (s *State) UnmarshalJSON(data []byte) error {
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(data, &raw); err != nil {
