@@ -11,10 +11,9 @@ import (
 	"github.com/compose-spec/compose-go/v2/types"
 )
 
-// The privilege policy is an allow-list over compose-go's model of the project: every service
-// setting is either harmless (it acts inside the container, or on resources the container
-// already owns), judged by a rule below, or — any setting this table does not know, such as one
-// a newer compose-go adds — privileged. docs/PROTOCOL.md carries the same table for authors.
+// The privilege policy is an allow-list over compose-go's model: each service setting is harmless,
+// judged by a rule below, or (anything unknown, e.g. new in compose-go) privileged.
+// docs/PROTOCOL.md carries the same table.
 
 // rule judges one service setting; nil means the setting is harmless whatever it holds.
 type rule func(j *judge, svc string, s *types.ServiceConfig)
@@ -32,9 +31,8 @@ var serviceRules = map[string]rule{
 	"memswap_limit": nil, "mem_swappiness": nil, "mac_address": nil, "pids_limit": nil, "platform": nil, "ports": nil, "read_only": nil,
 	"restart": nil, "scale": nil, "shm_size": nil, "stdin_open": nil, "stop_grace_period": nil,
 	"stop_signal": nil, "tmpfs": nil, "tty": nil, "ulimits": nil, "user": nil, "working_dir": nil,
-	// ulimits and shm_size act within the container's own memory cgroup (bound them with
-	// mem_limit or deploy.resources.limits); they are the author's to size, not a host escape.
-	// secrets and configs a service uses are judged where they are defined (top level)
+	// ulimits and shm_size act within the container's own memory cgroup; secrets and configs are
+	// judged where defined (top level)
 	"secrets": nil, "configs": nil,
 
 	// never allowed: the box builds nothing, and reads no file the agent did not judge
@@ -114,20 +112,16 @@ func serviceKeyJudged(key string) bool {
 	return !known || r != nil
 }
 
-// AllowedCaps are the capabilities a service may add without allow_privileged: docker's default
-// set (adding one is a no-op) and those that act only inside the container's own namespaces.
-// Everything else — ALL, SYS_ADMIN, SYS_MODULE, SYS_RAWIO, SYS_PTRACE, DAC_READ_SEARCH,
-// SYS_TIME, … — reaches the host.
+// AllowedCaps may be added without allow_privileged: docker's defaults and those acting only in
+// the container's namespaces. Everything else (ALL, SYS_ADMIN, SYS_PTRACE, …) reaches the host.
 var AllowedCaps = []string{
 	"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "IPC_LOCK", "KILL", "MKNOD",
 	"NET_ADMIN", "NET_BIND_SERVICE", "NET_BROADCAST", "NET_RAW", "SETFCAP", "SETGID", "SETPCAP",
 	"SETUID", "SYS_CHROOT",
 }
 
-// AllowedLogDrivers are the logging drivers a service may use without allow_privileged: they
-// write to files under docker's own data-root. Any other (syslog, gelf, fluentd, journald,
-// splunk, awslogs, a plugin) has dockerd — root on the host — connect to an address or socket
-// the bundle names, or load a plugin.
+// AllowedLogDrivers write under docker's data-root; any other has dockerd (root) connect to an
+// address the bundle names, or load a plugin.
 var AllowedLogDrivers = []string{"json-file", "local", "none"}
 
 // AllowedLogOptions are the logging options allowed with those drivers: size, rotation,
@@ -236,11 +230,9 @@ func judgeProject(p *types.Project, releaseDir, project string, staged []string)
 	return j.findings
 }
 
-// releaseRewrites refuses a writable bind of a staged release file or of a directory holding
-// one — the release directory itself included. A container that can rewrite the release's
-// compose file, .env or bundle.json changes what the agent runs when it reverts to this
-// release, and that file was judged before the container touched it. A read-only bind of such
-// a directory (a reverse proxy's ./conf:ro) stays allowed: the container cannot write there.
+// releaseRewrites refuses a writable bind of a staged release file or a directory holding one: a
+// container rewriting the compose file, .env or bundle.json changes what a revert runs after the
+// judgement. Read-only binds stay allowed.
 func (j *judge) releaseRewrites(all map[string]types.ServiceConfig, staged []string) {
 	// every staged file and each directory on its way up to the release, as host paths
 	holds := map[string]string{j.release: ""}
@@ -280,11 +272,9 @@ type hostPath struct {
 	writable           bool // a bind a container can write to
 }
 
-// plantedSymlinks refuses a host path strictly inside a writable bind. The release holds no
-// symlink when it is judged, but a container with a writable bind can make one later: service A
-// binds ./shared, writes ./shared/x -> /, and service B's bind of ./shared/x (resolved by the
-// engine when B starts, and again at every restart) is the host's root. The same holds for files
-// compose reads or mounts (env_file, label_file, secret and config files).
+// plantedSymlinks refuses a host path strictly inside a writable bind: a container can later
+// plant ./shared/x -> / and another service's bind of ./shared/x (resolved at every start) is the
+// host root. Likewise for files compose reads or mounts.
 func (j *judge) plantedSymlinks(all map[string]types.ServiceConfig) {
 	var paths []hostPath
 	for _, name := range sortedNames(all) {
@@ -475,9 +465,9 @@ func judgeCapAdd(j *judge, svc string, s *types.ServiceConfig) {
 	}
 }
 
-// judgeSecurityOpt allows no-new-privileges, AppArmor profiles by name (not unconfined) and
-// docker's builtin seccomp profile; a seccomp value is otherwise a file the CLI loads (an
-// allow-all profile can ship in the bundle), and label/systempaths options lift confinement.
+// judgeSecurityOpt allows no-new-privileges, named AppArmor profiles and the builtin seccomp
+// profile; other seccomp values are files (an allow-all can ship), and label/systempaths lift
+// confinement.
 func judgeSecurityOpt(j *judge, svc string, s *types.ServiceConfig) {
 	for _, o := range s.SecurityOpt {
 		key, val, _ := strings.Cut(o, "=")

@@ -104,9 +104,8 @@ func (s *Session) ForCheckin(ctx context.Context) error {
 	return s.bootstrap(ctx, s.Cfg.LaptopMode)
 }
 
-// bootstrap exchanges the kit's deploy grant for a first OpenBao token, and deletes the grant
-// once the login succeeded: it is single-purpose and must not linger on disk. offMeshQuiet makes
-// a temporary login failure a laptop off the mesh (OffMesh): no warning, exit 0.
+// bootstrap exchanges the kit's deploy grant for a first token and deletes the single-purpose
+// grant. offMeshQuiet makes a temporary login failure OffMesh: no warning, exit 0.
 func (s *Session) bootstrap(ctx context.Context, offMeshQuiet bool) error {
 	raw, err := os.ReadFile(s.Cfg.BootstrapFile)
 	if errors.Is(err, os.ErrNotExist) {
@@ -166,10 +165,8 @@ func roleMissing(err error) bool {
 	return strings.Contains(msg, "role") && strings.Contains(msg, "could not be found")
 }
 
-// storeToken makes the bootstrap token tok, minted by the OpenBao at addr, the agent's token:
-// token file first, then state, both atomic. There is no token to replace (a kill between the
-// two writes leaves a token without a record, which the next apply swaps for a lease). Any kept
-// lease grant belonged to the token generation that ended and is forgotten.
+// storeToken makes bootstrap token tok the agent's: token file, then state, both atomic. Any kept
+// lease grant belonged to the ended token generation and is forgotten.
 func (s *Session) storeToken(tok bao.Token, source, addr string, asked time.Time) error {
 	s.Redact.Add(tok.Value.Reveal())
 	if err := Write(s.files().Token, tok.Value); err != nil {
@@ -185,9 +182,8 @@ func (s *Session) storeToken(tok bao.Token, source, addr string, asked time.Time
 	return nil
 }
 
-// swapToken makes the lease token tok the agent's in three writes (Files.Stage, Record,
-// Commit), so a kill between any two costs neither a second lease nor the token in use
-// (RecoverSwap). The caller revokes the previous token, then calls finishSwap.
+// swapToken makes lease token tok the agent's in three writes (Stage, Record, Commit) so a kill
+// costs neither a lease nor the token in use; the caller revokes the old one, then finishSwap.
 func (s *Session) swapToken(tok bao.Token, g Grant, asked time.Time) error {
 	s.Redact.Add(tok.Value.Reveal())
 	if err := s.files().Stage(tok.Value); err != nil {
@@ -210,9 +206,8 @@ func (s *Session) swapToken(tok bao.Token, g Grant, asked time.Time) error {
 	return s.step("token-swapped")
 }
 
-// finishSwap ends a swap once the previous token was revoked (or could not be): previous_token
-// is cleared, and the used grant's file deleted (left behind, it would be harmless: no state
-// names it, and the next tick deletes it).
+// finishSwap clears previous_token once the old token was revoked (or could not be) and deletes
+// the used grant's file.
 func (s *Session) finishSwap() error {
 	s.St.PreviousToken = nil
 	if err := s.Save(); err != nil {
@@ -247,9 +242,8 @@ func (s *Session) RecoverSwap() error {
 	return s.Save()
 }
 
-// supersedeToken puts aside the token tenancy refused (401 AGENT_UNAUTHENTICATED), and the
-// grant kept under it, which the same kit re-reveal superseded. It is revoked while that can be
-// done, then kept 0600 as bao.token.superseded: the evidence should the refusal be the fault.
+// supersedeToken puts aside the token tenancy refused (401) and its kept grant: revoked while it
+// can be, then kept 0600 as bao.token.superseded as evidence.
 func (s *Session) supersedeToken(ctx context.Context, what string) error {
 	old := s.value
 	revoked := false
@@ -271,9 +265,8 @@ func (s *Session) supersedeToken(ctx context.Context, what string) error {
 	return nil
 }
 
-// revokeRefused revokes tok at addr and says whether that worked. OpenBao refusing (the token
-// already revoked or expired) or not answering is logged and is no error: the token is put aside
-// either way.
+// revokeRefused revokes tok at addr and says whether that worked; a refusal or no answer is only
+// logged.
 func (s *Session) revokeRefused(ctx context.Context, tok secret.Value, addr string) bool {
 	client, err := s.NewBao(addr)
 	if err == nil {
@@ -286,10 +279,9 @@ func (s *Session) revokeRefused(ctx context.Context, tok secret.Value, addr stri
 	return true
 }
 
-// WithAuth runs call with the current token. On 401 AGENT_UNAUTHENTICATED (a kit re-reveal or a
-// retire superseded its grant) the token is put aside and, with a bootstrap grant on disk, the
-// call retried once after a fresh login, else the kit is asked for. 403 AGENT_ENV_MISMATCH stops
-// the tick; a 401 or 403 from something that is not tenancy is temporary and keeps the token.
+// WithAuth runs call with the current token. On 401 AGENT_UNAUTHENTICATED the token is put aside
+// and the call retried once after a bootstrap login, else the kit is asked for; 403
+// AGENT_ENV_MISMATCH stops the tick; a 401/403 not from tenancy is temporary.
 func (s *Session) WithAuth(ctx context.Context, what string, call func(secret.Value) error) error {
 	return s.Classify(what, s.AuthCall(ctx, what, call))
 }
@@ -346,11 +338,9 @@ func isRefusedLogin(err error) bool {
 	return errors.As(err, &r)
 }
 
-// ForApply returns the token to read this bundle's secrets with: the current one looked up
-// (an OpenBao that does not answer ends the tick before a lease is spent), reused, renewed or
-// swapped for a lease. Tenancy allows 5 leases an hour and a retried failing deploy once burnt
-// them all (seed 0.1.6): a grant whose login failed is kept, a refused one holds off new leases
-// for an hour, and a working token carries the apply meanwhile.
+// ForApply returns the token for this bundle's secrets: looked up, reused, renewed or swapped for
+// a lease. Tenancy allows 5 leases an hour and a retried failing deploy once burnt them all (seed
+// 0.1.6): a failed-login grant is kept and a refused one holds off leasing for an hour.
 func (s *Session) ForApply(ctx context.Context) (secret.Value, error) {
 	// working: OpenBao confirmed the current token is valid this tick.
 	working := false
@@ -404,9 +394,8 @@ func (s *Session) ForApply(ctx context.Context) (secret.Value, error) {
 	return secret.Value{}, err
 }
 
-// lookupToken asks the OpenBao that minted the token; when it does not answer and the tick's
-// OpenBao is another, that one too (a token valid there is recorded there). Otherwise every
-// apply would end at a dead address until the TTL ran out and only a kit could help.
+// lookupToken asks the OpenBao that minted the token, then the tick's if different: otherwise a
+// dead address would end every apply until the TTL ran out.
 func (s *Session) lookupToken(ctx context.Context) (Bao, bao.TokenInfo, error) {
 	addr := s.Addr()
 	client, info, err := s.lookupAt(ctx, addr)
@@ -436,9 +425,8 @@ func (s *Session) lookupAt(ctx context.Context, addr string) (Bao, bao.TokenInfo
 	return client, info, err
 }
 
-// renewBelow is the TTL under which a lease token is renewed or replaced: renew_below_s, unless
-// the token as obtained lives no longer than that — then half its TTL (a 1 h token under the
-// default 3600 s would otherwise be replaced on every apply, even right after a renewal).
+// renewBelow is the TTL under which a lease token is renewed or replaced: renew_below_s, or half
+// the token's TTL when it lives no longer than that (else it is replaced on every apply).
 func (s *Session) renewBelow() float64 {
 	t := float64(s.Cfg.Bao.RenewBelowS)
 	if s.St.Token != nil && s.St.Token.TTLSec > 0 && t >= float64(s.St.Token.TTLSec) {
@@ -475,9 +463,8 @@ func (s *Session) keepLeaseToken(ctx context.Context, client Bao, info bao.Token
 
 func (s *Session) tokenSource() string { return Source(s.St) }
 
-// lease turns a login grant from tenancy into the agent's token and revokes the previous one.
-// The grant is the one kept from an earlier tick whose login failed, while it lasts; else a new
-// one is leased — unless OpenBao refused a lease login within the last hour.
+// lease turns a login grant into the agent's token and revokes the previous one: the kept grant
+// while it lasts, else a new lease unless OpenBao refused a lease login within the hour.
 func (s *Session) lease(ctx context.Context, reason string) (secret.Value, error) {
 	if g, ok := s.pendingGrant(); ok {
 		s.Log.Info("logging in with the lease grant kept from an earlier tick", "expires_at", g.ExpiresAt.Format(time.RFC3339))
@@ -562,9 +549,8 @@ func (s *Session) newGrant(ctx context.Context, reason string) (Grant, error) {
 	return g, nil
 }
 
-// loginWithGrant logs in with g, makes the new token the agent's (swapToken, which also forgets
-// the kept grant) and revokes the previous token at the OpenBao that minted it. A login that
-// fails for a reason retrying does not cure is a *refusedLogin.
+// loginWithGrant logs in with g, swaps the token in and revokes the previous one; a login failing
+// for a reason retrying does not cure is a *refusedLogin.
 func (s *Session) loginWithGrant(ctx context.Context, g Grant) (secret.Value, error) {
 	client, err := s.NewBao(g.Addr)
 	if err != nil {
@@ -652,10 +638,8 @@ func (s *Session) removeLeaseGrantFile() {
 	}
 }
 
-// Tidy, at the start of a tick, forgets a kept grant that can no longer log in
-// (expired, its file gone, or leased under a token since dropped), deletes a lease.jwt no state
-// names (a tick killed between writing it and recording it), and ends a lapsed lease back-off.
-// Local files only: a converged tick stays cheap.
+// Tidy (local files only) forgets a kept grant that can no longer log in, deletes a lease.jwt no
+// state names, and ends a lapsed lease back-off.
 func (s *Session) Tidy() {
 	changed := false
 	if p := s.St.PendingLease; p != nil {

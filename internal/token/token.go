@@ -1,7 +1,5 @@
-// Package token keeps the agent's OpenBao token between ticks: its files under state_dir
-// (bao.token, bao.token.new during a two-phase swap, the kept lease grant lease.jwt and the
-// refused bao.token.superseded), its record in state.json, and which OpenBao holds it. The tick
-// and doctor both ask it; neither re-derives it.
+// Package token keeps the agent's OpenBao token between ticks: its files under state_dir, its
+// record in state.json, and which OpenBao holds it. The tick and doctor both ask it.
 package token
 
 import (
@@ -34,9 +32,8 @@ func In(cfg *config.Config) Files {
 	}
 }
 
-// Addr is the OpenBao that holds the token st records: the only one that can look it up, renew
-// or revoke it, or read secrets with it. A state written before the address was recorded falls
-// back to fallback, the tick's OpenBao.
+// Addr is the OpenBao holding the token st records (only it can use the token); older states
+// fall back to fallback, the tick's OpenBao.
 func Addr(st *state.State, fallback string) string {
 	if st.Token != nil && st.Token.Addr != "" {
 		return st.Token.Addr
@@ -71,10 +68,8 @@ func Meta(tok bao.Token, source, addr string, asked time.Time) *state.TokenMeta 
 // describes bao.token (a kill here costs a login, not a lease).
 func (f Files) Stage(v secret.Value) error { return Write(f.Staged, v) }
 
-// Record is the second phase, saved by the caller in one write: st names the new token tok from
-// the grant's addr, keeps the previous record (previous_token: a swap under way), and forgets the
-// kept grant and the lease back-off. fallback is the tick's OpenBao, for a previous record
-// without an address.
+// Record is the second phase: st names token tok from addr, keeps the previous record (a swap
+// under way) and forgets the kept grant and lease back-off.
 func Record(st *state.State, tok bao.Token, addr string, asked time.Time, fallback string) {
 	prev := &state.TokenMeta{}
 	if st.Token != nil {

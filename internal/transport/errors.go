@@ -38,9 +38,8 @@ var ErrUnmapped = errors.New("target not mapped to a ziti service")
 // ErrClosed is returned by a dial on a Transport after Close.
 var ErrClosed = errors.New("transport closed")
 
-// IdentityError says what is wrong with the ziti identity file. Error() reads
-// "transport sdk: identity PATH REASON", the journal line the operators' runbook matches.
-// Reason never quotes key or certificate material.
+// IdentityError says what is wrong with the ziti identity file; its Error() text is the journal
+// line the runbook matches. Reason never quotes key or certificate material.
 type IdentityError struct {
 	Path   string
 	Reason string

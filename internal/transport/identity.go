@@ -24,15 +24,10 @@ type identityFile struct {
 	} `json:"id"`
 }
 
-// CheckIdentity reads and parses the ziti identity file at path and names the first fault it
-// finds as an *IdentityError: the file is absent, not readable by this uid, empty, not JSON, not
-// a ziti identity (no controller URL), or its certificate or key cannot be parsed or do not
-// belong together. readFile defaults to os.ReadFile; tests inject one.
-//
-// Why the agent checks the file itself: the SDK reports an unreadable file as "not found",
-// calls logrus Fatalf (process exit) on a bad certificate and panics on a garbage key; the
-// Python agent's C SDK accepted a broken identity and failed minutes later at dial, which read as
-// a mesh fault and sent the diagnosis the wrong way (env-dev-08, 2026-09-09).
+// CheckIdentity names the first fault of the ziti identity at path as an *IdentityError (absent,
+// unreadable, empty, not JSON, no controller URL, bad or mismatched cert/key). Why: the SDK calls
+// "unreadable" "not found", exits on a bad cert and panics on a garbage key, and the Python
+// agent's C SDK failed minutes later at dial, which read as a mesh fault (env-dev-08, 2026-09-09).
 func CheckIdentity(path string, readFile func(string) ([]byte, error)) error {
 	_, err := checkIdentity(path, readFile)
 	return err
@@ -55,9 +50,8 @@ func checkIdentity(path string, readFile func(string) ([]byte, error)) ([]byte, 
 	case errors.Is(err, fs.ErrNotExist):
 		return nil, fail(ErrIdentityMissing, err, "does not exist")
 	case errors.Is(err, fs.ErrPermission):
-		// The fix is the group, not an ACL: ziti-edge-tunnel rewrites the identity on every
-		// controller config update and the rewrite drops POSIX ACLs, so an ACL-only grant works
-		// until the next refresh and then every tick fails (seed 0.1.8).
+		// The fix is the group, not an ACL: ziti-edge-tunnel's identity rewrites drop POSIX ACLs
+		// (seed 0.1.8).
 		return nil, fail(ErrIdentityUnreadable, err,
 			"is not readable by this user (uid %d): add the agent's user to the file's group, "+
 				"usually `ziti` (usermod -a -G ziti monky-deployd); an ACL is not enough because "+
@@ -148,10 +142,8 @@ func checkControllers(single string, many []string) error {
 	return nil
 }
 
-// material resolves an identity value the way the identity library does: "pem:<PEM>" or bare
-// PEM inline, "file:<path>" or a plain path on disk (read through readFile, so tests and the
-// unprivileged-uid check see the same reader). skip is true for engine schemes (pkcs11 and the
-// like), which only the SDK can load.
+// material resolves an identity value as the identity library does ("pem:", bare PEM, "file:",
+// plain path via readFile); skip is true for engine schemes only the SDK can load.
 func material(value string, readFile func(string) ([]byte, error)) (data []byte, skip bool, err error) {
 	if rest, ok := strings.CutPrefix(value, "pem:"); ok {
 		return []byte(rest), false, nil

@@ -15,10 +15,8 @@ import (
 	"github.com/cenkalti/backoff/v4"
 )
 
-// Proxy timings. A dial is tried a few times because the mesh drops circuits while an edge
-// router restarts; a context that fails several dials in a row without the mesh ever answering
-// (not "not found", not "no terminators") is presumed dead and rebuilt, re-reading the identity
-// the tunneller may have rewritten meanwhile.
+// Proxy timings. Dials are retried (edge router restarts drop circuits); several unanswered dial
+// failures in a row rebuild the context, re-reading an identity the tunneller may have rewritten.
 const (
 	defaultDialAttempts = 3
 	defaultRebuildAfter = 3
@@ -54,10 +52,9 @@ type proxySpec struct {
 	svc  serviceInfo
 }
 
-// RunProxy is `monky-deployd proxy`: one ziti context forwarding each connection accepted on the
-// loopback proxy addresses to its service. The identity is loaded before anything listens, so a
-// broken one fails the unit at once; dials are retried per connection and repeated unanswered
-// failures rebuild the context. When ctx is done, streams get a grace period and RunProxy returns nil.
+// RunProxy is `monky-deployd proxy`: one ziti context forwarding each loopback connection to its
+// service. The identity loads before anything listens, so a broken one fails the unit at once.
+// When ctx is done, streams get a grace period and RunProxy returns nil.
 func RunProxy(ctx context.Context, opts Options) error {
 	logger := loggerOrDiscard(opts.Logger)
 	h := opts.hooks

@@ -13,12 +13,9 @@ import (
 	"github.com/sirupsen/logrus"
 )
 
-// The ziti SDK logs through the process-wide logrus logger (pfxlog) and, on some faults, calls
-// logrus Fatalf, whose default exit function is os.Exit: a bad certificate in the identity would
-// end the agent with no line in its own log. routeSDKLogs sends the SDK's lines to the agent's
-// slog logger and turns that exit into a panic carrying sdkExit, which safeCall recovers into an
-// error. Installation is process-wide and happens once; the logger is swapped atomically, so the
-// last Transport or proxy built decides where SDK lines go.
+// The ziti SDK logs through process-wide logrus and on some faults calls Fatalf (os.Exit), which
+// would end the agent with no line in its log. routeSDKLogs sends SDK lines to slog and turns that
+// exit into a panic carrying sdkExit, which safeCall recovers; the last Transport built wins.
 var (
 	sdkLogOnce sync.Once
 	sdkLogger  atomic.Pointer[slog.Logger]
@@ -60,9 +57,8 @@ type slogHook struct{}
 
 func (slogHook) Levels() []logrus.Level { return logrus.AllLevels }
 
-// sdkLevel maps logrus levels one step down: the SDK is chatty about reconnects it handles
-// itself, and the agent's own line (dial failed: service, reason) is the one the operator acts
-// on. Fatal and panic stay errors.
+// sdkLevel maps logrus levels one step down: the SDK is chatty about reconnects it handles, and
+// the agent's own dial-failed line is what the operator acts on. Fatal and panic stay errors.
 func sdkLevel(l logrus.Level) (slog.Level, bool) {
 	switch l {
 	case logrus.PanicLevel, logrus.FatalLevel:

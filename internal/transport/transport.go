@@ -49,9 +49,8 @@ type Options struct {
 
 	Logger *slog.Logger // nil discards
 
-	// Dialer replaces the ziti SDK context (tests). New and RunProxy take ownership: they
-	// close it (Transport.Close, RunProxy's return, or an error). With a Dialer, IdentityFile
-	// is not read.
+	// Dialer replaces the ziti SDK context (tests); New and RunProxy take ownership and close it.
+	// With a Dialer, IdentityFile is not read.
 	Dialer ServiceDialer
 	// ReadFile replaces os.ReadFile for the identity pre-flight (tests).
 	ReadFile func(string) ([]byte, error)
@@ -59,12 +58,9 @@ type Options struct {
 	hooks *proxyHooks // tests only: observe the proxy and tune its timings
 }
 
-// ServiceDialer opens a byte stream to a ziti service by name. The SDK context implements it.
-//
-// Contract: DialService honours ctx (cancellation and deadline) and returns either a usable
-// net.Conn or an error, never both; it is safe for concurrent use. Errors should carry the SDK's
-// own words ("service 'x' not found", "... has no terminators"): the Transport classifies them
-// into *ServiceError. Close releases the context; dials after Close fail.
+// ServiceDialer opens a byte stream to a ziti service by name (the SDK context implements it).
+// DialService honours ctx, returns a conn or an error, is concurrency-safe, and keeps the SDK's
+// own error words, which Transport classifies into *ServiceError. Dials after Close fail.
 type ServiceDialer interface {
 	DialService(ctx context.Context, service string) (net.Conn, error)
 	Close() error
@@ -88,14 +84,9 @@ type Transport struct {
 	once   sync.Once
 }
 
-// New builds the Transport for opts.Mode.
-//
-// sdk: the identity is pre-flighted and loaded eagerly, so a broken identity fails New with an
-// *IdentityError naming the fault before anything touches the mesh; the ziti context is created
-// but only authenticates at the first dial (New never waits on the network). With opts.Dialer
-// set, no identity is read.
-// proxy: the proxy addresses must be loopback; nothing is dialled in New.
-// system: no routing; every host:port is dialled with the OS resolver.
+// New builds the Transport for opts.Mode. sdk pre-flights and loads the identity eagerly (a broken
+// one fails New with an *IdentityError) but never waits on the network; proxy requires loopback
+// addresses; system dials with the OS resolver.
 func New(opts Options) (*Transport, error) {
 	t := &Transport{
 		mode:   opts.Mode,
@@ -200,10 +191,8 @@ func normaliseHostPort(hp string) (string, error) {
 	return net.JoinHostPort(host, port), nil
 }
 
-// checkLoopback refuses an address that is not on loopback. The proxy forwards anything that
-// connects to it into the mesh under the box's identity without authenticating the client, so
-// it must never be reachable from another host; and the agent must not send tenancy's plain
-// HTTP across a LAN to find it.
+// checkLoopback refuses a non-loopback address: the proxy forwards unauthenticated clients into
+// the mesh under the box's identity, and tenancy's plain HTTP must not cross a LAN.
 func checkLoopback(key, addr string, allowPortZero bool) error {
 	if addr == "" {
 		return fmt.Errorf("%s is empty", key)
@@ -230,10 +219,8 @@ func checkLoopback(key, addr string, allowPortZero bool) error {
 // Mode reports the transport's mode.
 func (t *Transport) Mode() string { return t.mode }
 
-// DialContext opens a stream to addr (host:port) the way the mode says: system dials it; sdk
-// dials the ziti service mapped to it; proxy dials the loopback proxy address mapped to it. In
-// sdk and proxy modes an unmapped addr is refused with ErrUnmapped and the error names it.
-// Dial faults come back as *ServiceError naming the service.
+// DialContext opens a stream to addr as the mode says. In sdk and proxy modes an unmapped addr is
+// refused with ErrUnmapped; dial faults come back as *ServiceError naming the service.
 func (t *Transport) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
 	if t.closed.Load() {
 		return nil, fmt.Errorf("transport %s: dial %s: %w", t.mode, addr, ErrClosed)
@@ -290,11 +277,9 @@ func (t *Transport) mapped() string {
 	return strings.Join(keys, ", ")
 }
 
-// HTTPTransport returns a new *http.Transport whose DialContext is t.DialContext. Callers own
-// it: clone it, set TLSClientConfig (OpenBao's ConfigureTLS type-asserts *http.Transport).
-// Proxy is nil on purpose: an HTTP(S)_PROXY in the agent's environment must never divert mesh
-// traffic. HTTP/2 stays off (a custom dialer disables it anyway): tenancy is plain HTTP/1.1
-// and one stream per request keeps a stalled mesh circuit from stalling the others.
+// HTTPTransport returns a new *http.Transport dialling through t; callers own it (OpenBao's
+// ConfigureTLS type-asserts it). Proxy is nil so HTTP(S)_PROXY never diverts mesh traffic; HTTP/2
+// stays off so a stalled circuit stalls one request only.
 func (t *Transport) HTTPTransport() *http.Transport {
 	return &http.Transport{
 		Proxy:                 nil,
@@ -320,9 +305,8 @@ func (t *Transport) Close() error {
 	return err
 }
 
-// proxiedConn names the service when the proxy hangs up before a single byte came back: the
-// proxy accepts first and dials the mesh after, so a mesh fault reaches the agent as a bare EOF,
-// which net/http would report as "EOF" and nothing else.
+// proxiedConn names the service when the proxy hangs up before any byte came back: the proxy
+// accepts before dialling the mesh, so a mesh fault would otherwise read as a bare "EOF".
 type proxiedConn struct {
 	net.Conn
 	svc, addr string

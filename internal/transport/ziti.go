@@ -20,10 +20,8 @@ type zitiDialer struct {
 }
 
 // newZitiDialer pre-flights the identity, loads it under recover and builds a ziti context that
-// never sees the identity's raw config: the SDK's own lazy loader calls Fatalf on a bad
-// certificate and panics on a garbage key. Nothing here waits on the network: the context
-// authenticates on its first dial (the SDK does start probing the controller's version in the
-// background as soon as the context exists).
+// never sees the raw config (the SDK's lazy loader exits or panics on bad material). It does not
+// wait on the network.
 func newZitiDialer(path string, readFile func(string) ([]byte, error), logger *slog.Logger) (*zitiDialer, error) {
 	raw, err := checkIdentity(path, readFile)
 	if err != nil {
@@ -61,10 +59,9 @@ func newZitiDialer(path string, readFile func(string) ([]byte, error), logger *s
 	return &zitiDialer{zctx: zctx}, nil
 }
 
-// DialService runs the SDK's dial in its own goroutine and stops waiting when ctx is done: in
-// sdk-golang v1.9.0 the first dial waits, inside a sync.Once that retries every 5 s forever,
-// until the controller answers its version probe, whatever ctx says. A dial that completes
-// after it was abandoned has its connection closed.
+// DialService runs the SDK dial in a goroutine and stops waiting when ctx is done: sdk-golang
+// v1.9.0's first dial waits for the controller's version probe whatever ctx says. A dial that
+// completes after being abandoned is closed.
 func (d *zitiDialer) DialService(ctx context.Context, service string) (net.Conn, error) {
 	type result struct {
 		conn net.Conn
@@ -118,9 +115,8 @@ func baoInfo(name string) serviceInfo {
 	return serviceInfo{name: name, attr: "#openbao-client", hostedBy: "OpenBao's ziti host is not hosting it"}
 }
 
-// classifyDialError turns what the SDK says into what the operator should check. The SDK's
-// texts are matched as substrings (api-notes: "service '<name>' not found", "... has no
-// terminators"); anything else keeps its own words.
+// classifyDialError turns SDK texts (matched as substrings, per api-notes) into what the operator
+// should check; anything else keeps its own words.
 func classifyDialError(ctx context.Context, svc serviceInfo, err error) error {
 	var se *ServiceError
 	var ie *IdentityError
