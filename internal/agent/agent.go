@@ -1,6 +1,5 @@
-// Package agent is the tick: one run of the pull agent from check-in to report, in the order of
-// docs/PROTOCOL.md. It orchestrates and decides; every outside system sits behind an interface
-// declared here and is injected, so tests drive the whole tick against in-process fakes.
+// Package agent is the tick, check-in to report in docs/PROTOCOL.md order. It decides; outside
+// systems are injected interfaces declared here, so tests drive the whole tick against fakes.
 package agent
 
 import (
@@ -27,9 +26,8 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/version"
 )
 
-// Tenancy is the control plane's agent API. Implementations return errors that errors.Is
-// matches against tenancy.ErrUnauthenticated, ErrEnvMismatch, ErrRateLimited and ErrTemporary,
-// and a *protocol.Refusal for a lease body of the wrong shape.
+// Tenancy is the control plane's agent API; errors match tenancy.ErrUnauthenticated,
+// ErrEnvMismatch, ErrRateLimited, ErrTemporary, or are a *protocol.Refusal for a bad lease body.
 type Tenancy interface {
 	Checkin(ctx context.Context, token secret.Value, req protocol.CheckinRequest) (*protocol.CheckinResponse, error)
 	Bundle(ctx context.Context, token secret.Value, bundleURL string) (files map[string]string, headerSha string, err error)
@@ -153,9 +151,8 @@ type stepStop struct {
 func (e *stepStop) Error() string { return "step " + e.name + ": " + e.err.Error() }
 func (e *stepStop) Unwrap() error { return e.err }
 
-// WithLock runs fn holding the tick lock of cfg. When another tick holds it, fn does not run
-// and the result is nil: the timer fires every minute, and a long apply must not be joined by a
-// second one.
+// WithLock runs fn holding the tick lock; when another tick holds it fn does not run and the
+// result is nil (a long apply must not be joined by the next timer tick).
 func WithLock(cfg *config.Config, log *slog.Logger, fn func() error) error {
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return fmt.Errorf("state dir: %w", err)
@@ -208,9 +205,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	err = a.redacted(a.run(ctx))
 	var off *token.OffMesh
 	if errors.As(err, &off) {
-		// PROTOCOL step 2: a laptop off the mesh is not a fault. Only the check-in's transport
-		// failure qualifies; any other temporary failure is a box that reached tenancy and
-		// still could not work, and keeps its exit 75.
+		// PROTOCOL step 2: off the mesh is no fault, but only for the check-in's transport failure;
+		// other temporary failures keep exit 75.
 		a.log.Info("laptop mode: tenancy unreachable; nothing to do", "why", a.redact.Redact(off.Err.Error()))
 		err = nil
 	}
@@ -240,9 +236,8 @@ type redactedError struct {
 func (e *redactedError) Error() string { return e.msg }
 func (e *redactedError) Unwrap() error { return e.err }
 
-// removeLeftovers deletes the temp files of atomic writes a killed tick left in state_dir
-// (`.state.json.tmp-…`, `.bao.token.tmp-…`, …): each may hold a token or a grant, and a full
-// disk is made of such leftovers. The caller holds the tick lock, so no write is in flight.
+// removeLeftovers deletes atomic-write temp files a killed tick left in state_dir: they may hold
+// a token or grant, and fill disks. The tick lock means no write is in flight.
 func (a *Agent) removeLeftovers() {
 	for _, p := range []string{a.cfg.StatePath(), a.cfg.TokenPath(), a.files().Staged, a.files().Grant, filepath.Join(a.cfg.DockerConfigDir(), registryauth.ConfigFile)} {
 		removed, err := atomicfile.RemoveLeftovers(p)
@@ -298,9 +293,8 @@ func (a *Agent) run(ctx context.Context) error {
 	}
 }
 
-// loadState reads state.json. A file that cannot be parsed is moved aside rather than trusted
-// or overwritten: the running release is untouched, and the next apply of the desired sha is
-// harmless, while a guessed applied sha could refuse a legitimate deploy as a rollback.
+// loadState reads state.json; an unparseable one is moved aside, not trusted or overwritten: a
+// guessed applied sha could refuse a legitimate deploy as a rollback.
 func (a *Agent) loadState() (*state.State, error) {
 	st, err := state.Load(a.cfg.StatePath())
 	var corrupt *state.CorruptError
@@ -322,9 +316,8 @@ func (a *Agent) loadState() (*state.State, error) {
 	return st, nil
 }
 
-// noteVersion records the agent's version, keeping the previous one until a check-in carried it
-// as upgraded_from (how fleetctl's gate sees an upgrade land). The Python agent's state has no
-// version: the postinst's upgraded-from file names it, else it is reported as "unknown".
+// noteVersion records the agent's version, keeping the previous until sent as upgraded_from (how
+// fleetctl's gate sees an upgrade). For the Python agent the postinst's upgraded-from names it.
 func (a *Agent) noteVersion() {
 	a.st.NoteAgentVersion(version.Version)
 	if a.st.PendingUpgradeFrom != state.PriorVersionUnknown {

@@ -109,9 +109,8 @@ func (a *Agent) apply(ctx context.Context, resp *protocol.CheckinResponse) error
 	return a.runCompose(ctx, b, dir)
 }
 
-// checkBundle validates the bundle and runs every refusal check that needs no secret: nothing is
-// leased and nothing is read until the bundle is known to be runnable. It returns the manifest's
-// KV paths, resolved under the prefix, one per entry.
+// checkBundle validates the bundle and runs every secret-free refusal check, so nothing is
+// leased or read for an unrunnable bundle. It returns the resolved KV paths, one per entry.
 func (a *Agent) checkBundle(ctx context.Context, files map[string]string, sha string) (*bundle.Bundle, []string, error) {
 	b, err := bundle.Parse(files, sha)
 	if err != nil {
@@ -156,9 +155,8 @@ func checkEnvComplete(b *bundle.Bundle) error {
 	return nil
 }
 
-// checkDisk refuses a bundle the image storage cannot hold: docker's data-root and containerd's
-// root (different disks on env-dev-08), with the headroom floor for a bundle that declares no
-// size; a full box otherwise died mid-pull with what read as a registry fault (seed 0.1.8).
+// checkDisk refuses a bundle the image storage cannot hold (data-root and containerd's root, on
+// different disks on env-dev-08); a full box otherwise died mid-pull looking like a registry fault.
 func (a *Agent) checkDisk(ctx context.Context, b *bundle.Bundle) error {
 	if !a.dockerInfoFresh {
 		info, err := a.deps.Docker.Info(ctx)
@@ -188,9 +186,8 @@ func (a *Agent) checkDisk(ctx context.Context, b *bundle.Bundle) error {
 	return refusal
 }
 
-// diskRequired is the free space a bundle declaring need bytes (0: none) must find. A size no
-// filesystem holds (4 EiB and more) is required as math.MaxInt64: converted and summed as is, it
-// would wrap to a negative requirement every box meets.
+// diskRequired is the free space a bundle needing need bytes must find; sizes of 4 EiB and more
+// are math.MaxInt64 so the sum cannot wrap negative.
 func (a *Agent) diskRequired(need int64) int64 {
 	const huge = 1 << 62
 	if need <= 0 {
@@ -221,10 +218,9 @@ func describe(ms []diskspace.Measure) string {
 
 func mib(n int64) int64 { return n / (1 << 20) }
 
-// readSecrets gets a token fit for this apply and reads every manifest entry concurrently. The
-// registry credential goes to the agent's own DOCKER_CONFIG, never to .env: an env entry would
-// put the registry password in every container's environment, and a `docker login` by a human
-// is invisible to the agent's user (env-dev-01, seed 0.1.7).
+// readSecrets gets a token for this apply and reads every entry concurrently. The registry
+// credential goes to the agent's DOCKER_CONFIG, never .env (every container would see it), and a
+// human's `docker login` is invisible to the agent (env-dev-01, seed 0.1.7).
 func (a *Agent) readSecrets(ctx context.Context, b *bundle.Bundle, paths []string) (map[string]secret.Value, error) {
 	if len(b.Entries) == 0 {
 		return map[string]secret.Value{}, nil
@@ -308,9 +304,8 @@ func (a *Agent) runCompose(ctx context.Context, b *bundle.Bundle, dir string) er
 	if err := a.step("pull"); err != nil {
 		return err
 	}
-	// Saved before `up`: a tick killed from here until the outcome is recorded is found by the
-	// next one (finishKilledApply). Not saved (a full disk): the apply goes on, and the report
-	// names the write error.
+	// Saved before `up` so a killed tick is found by finishKilledApply. A failed save (full disk)
+	// does not stop the apply; the report names it.
 	a.st.Applying = &state.ApplyInProgress{Sha: sha, StartedAt: a.deps.Now().UTC(), AutoRevert: b.Meta.Agent.AutoRevert}
 	_ = a.saveState()
 	if err := a.step("applying"); err != nil {
@@ -350,9 +345,8 @@ func (a *Agent) runCompose(ctx context.Context, b *bundle.Bundle, dir string) er
 	now := a.deps.Now().UTC()
 	a.st.LastApplyAt = &now
 	a.st.CountOutcome(protocol.ResultApplied)
-	// Not saved (a full disk): the report still says applied, naming the write error, and the
-	// tick exits 1. The next tick checks in with the old applied_sha and re-applies the same
-	// release, which is then saved: no rollback refusal, since history never recorded it.
+	// Not saved (full disk): the report says applied with the write error, exit 1; the next tick
+	// re-applies the same release, no rollback refusal since history never recorded it.
 	_ = a.saveState()
 	if err := a.step("state"); err != nil {
 		return err
@@ -368,9 +362,8 @@ func (a *Agent) runCompose(ctx context.Context, b *bundle.Bundle, dir string) er
 	return nil
 }
 
-// pruneReleases keeps the running release and the one applied before it (what an operator or a
-// revert returns to) and removes every older one: each release's .env holds the secrets of the
-// day it was applied, and 80 applies must not leave 80 copies of since-rotated secrets.
+// pruneReleases keeps the running release and the one before it: each release's .env holds the
+// secrets of its day, and old copies of rotated secrets must not pile up.
 func (a *Agent) pruneReleases() {
 	var keep []string
 	if n := len(a.st.History); n >= 2 {

@@ -16,9 +16,8 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/version"
 )
 
-// checkin tells tenancy what the box runs and asks what to do. It carries the telemetry fleetctl
-// shows: among it the timer's state, so a box whose timer an upgrade disabled is seen for what
-// it is while its last check-ins are still fresh.
+// checkin tells tenancy what the box runs and asks what to do, with fleetctl's telemetry (the
+// timer's state shows a box whose timer an upgrade disabled).
 func (a *Agent) checkin(ctx context.Context) (*protocol.CheckinResponse, error) {
 	a.refreshDockerFacts(ctx)
 	req := a.checkinRequest(ctx)
@@ -45,9 +44,8 @@ func (a *Agent) checkin(ctx context.Context) (*protocol.CheckinResponse, error) 
 	return resp, nil
 }
 
-// dockerFactsMaxAge is how old the cached `docker info` may grow before a tick refreshes it: a
-// docker upgrade shows within a few hours, and a converged tick stays one check-in, one
-// `compose ps` and one report (no docker call of its own) the rest of the time.
+// dockerFactsMaxAge bounds the cached `docker info`: an upgrade shows within hours while a
+// converged tick makes no docker call of its own.
 const dockerFactsMaxAge = 6 * time.Hour
 
 // dockerInfoTimeout bounds the `docker info` before a check-in: a hung daemon must not hold up
@@ -58,10 +56,8 @@ const dockerInfoTimeout = 10 * time.Second
 // a box without a running docker would otherwise warn on every tick.
 const dockerInfoRetry = time.Hour
 
-// refreshDockerFacts runs `docker info` when the cache the check-in reports from is empty (a
-// box migrated from the Python agent keeps its applied sha and may never apply again) or older
-// than dockerFactsMaxAge. A failure leaves the cache as it is — the check-in then says what it
-// knew, or null — and is not tried again for dockerInfoRetry.
+// refreshDockerFacts runs `docker info` when the cache is empty (a migrated box may never apply)
+// or stale. A failure keeps the cache and waits dockerInfoRetry.
 func (a *Agent) refreshDockerFacts(ctx context.Context) {
 	now := a.deps.Now().UTC()
 	if at := a.st.DockerInfoAt; a.st.DockerRootDir != "" && at != nil && now.Sub(*at) < dockerFactsMaxAge && !at.After(now) {

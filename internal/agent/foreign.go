@@ -39,9 +39,8 @@ func (f Foreign) Detail(stateDir string) string {
 		stateDir, f.User, strings.Join(names, ", "), more, f.User, f.User, stateDir)
 }
 
-// RunForeign is the tick of an agent whose state_dir holds files it does not own: it repairs and
-// locks nothing, checks in with what it can read and reports `failed` naming the files and the
-// chown; exit 1. Without a readable token only the journal says it.
+// RunForeign is the tick when state_dir holds files the agent does not own: repair nothing, lock
+// nothing, report `failed` naming the files and the chown; exit 1.
 func (a *Agent) RunForeign(ctx context.Context, f Foreign) error {
 	a.redact = &secret.Redactor{}
 	detail := f.Detail(a.cfg.StateDir)

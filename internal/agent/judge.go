@@ -11,12 +11,9 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/version"
 )
 
-// The compose judgement (docs/PROTOCOL.md, refusals) runs twice: before any lease on the file as
-// the bundle ships it (checkBundle), and after the .env is rendered, before anything is pulled,
-// on what `docker compose config` makes of the staged release. A bundle either refused is
-// remembered by sha, so the ticks that are asked to apply it again repeat the verdict without
-// fetching, judging or leasing. So is a disk refusal, with the free space it was judged on: it is
-// repeated until that free space changes (refusalLapsed).
+// The compose judgement runs twice: before any lease on the shipped file (checkBundle), and on
+// `docker compose config` of the rendered release before any pull. Refusals (and disk refusals,
+// with their free space) are remembered by sha so repeats skip fetch, judgement and lease.
 
 // repeatRefusal reports a remembered refusal of the desired sha as this tick's: the same
 // journal line and the same report as when it was judged.
@@ -31,12 +28,9 @@ func (a *Agent) repeatRefusal(ctx context.Context, r *state.RefusedSha) error {
 	return fmt.Errorf("%w: %s", ErrRefused, r.Detail)
 }
 
-// refusalLapsed says why a remembered refusal must be judged again, "" when it stands. A
-// compose judgement's verdict is a function of the bundle and the agent's policy: it stands. A
-// disk refusal is a verdict on the box as it was: it stands while the same filesystems have
-// about the same free space (state.RefusedSha.DiskChanged), the config asks the same and the
-// tightest of them still does not hold what the bundle needs. Measuring costs a statfs per
-// path; fetching and judging the bundle costs a tenancy round trip and `docker info`.
+// refusalLapsed says why a remembered refusal must be judged again, "" when it stands. A compose
+// verdict always stands; a disk verdict stands while the filesystems, their free space
+// (DiskChanged) and the config's ask are the same and the need still does not fit.
 func (a *Agent) refusalLapsed(r *state.RefusedSha) string {
 	if r.Code != protocol.CodeDisk {
 		return ""
@@ -56,9 +50,7 @@ func (a *Agent) refusalLapsed(r *state.RefusedSha) string {
 	return r.DiskChanged(diskFrees(measured))
 }
 
-// rememberRefusal keeps a compose judgement's or the disk check's refusal of sha in state (saved
-// with the refusal's own record). Any other error is not a verdict on the bundle and is not
-// remembered.
+// rememberRefusal keeps a compose or disk refusal of sha in state; other errors are no verdict.
 func (a *Agent) rememberRefusal(sha string, err error) {
 	var r *protocol.Refusal
 	if !errors.As(err, &r) || (r.Code != protocol.CodeBundleInvalid && r.Code != protocol.CodePrivileged && r.Code != protocol.CodeDisk) {
@@ -70,9 +62,8 @@ func (a *Agent) rememberRefusal(sha string, err error) {
 	}
 }
 
-// judgeRendered runs the post-render judgement in the staged release dir. A `compose config`
-// that fails is a failure (the next tick tries again), not a verdict; its error carries compose's
-// standard error only, never the rendered file.
+// judgeRendered runs the post-render judgement in dir. A failing `compose config` is a failure,
+// not a verdict; its error carries compose's stderr only, never the rendered file.
 func (a *Agent) judgeRendered(ctx context.Context, b *bundle.Bundle, dir string) error {
 	out, err := a.deps.Docker.Config(ctx, dir, b.Meta.ComposeFile)
 	if err != nil {

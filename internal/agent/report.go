@@ -23,9 +23,8 @@ import (
 func (a *Agent) report(ctx context.Context, r protocol.Report) {
 	r.EnvID = a.cfg.EnvID
 	r.AgentVersion = version.Version
-	// A detail keeps its start (a refusal's `CODE:` and first findings), a log tail its end
-	// (the last lines explain a failure). A state.json that could not be saved is said at the
-	// end, with room kept for it: tenancy must learn that this box's memory is behind.
+	// A detail keeps its start (a refusal's CODE and findings), a log tail its end. An unsaved
+	// state.json is said at the end with room kept: tenancy must learn this box's memory is behind.
 	if a.stateErr != nil {
 		note := a.redact.Redact("state.json not saved: " + a.stateErr.Error())
 		if r.Detail == "" {
@@ -48,9 +47,8 @@ func (a *Agent) report(ctx context.Context, r protocol.Report) {
 	a.observe(r, err == nil)
 }
 
-// refuseOrFail reports a refusal (nothing started, nothing leased) or a failure, and returns the
-// error the exit code is decided from. Errors that are not the bundle's fault (network, env
-// mismatch, missing kit) pass through unreported.
+// refuseOrFail reports a refusal or a failure and returns the error for the exit code; errors that
+// are not the bundle's fault pass through unreported.
 func (a *Agent) refuseOrFail(ctx context.Context, sha string, err error) error {
 	var r *protocol.Refusal
 	var stop *stepStop
@@ -130,9 +128,8 @@ func (a *Agent) heartbeat(ctx context.Context, resp *protocol.CheckinResponse, n
 		return a.saveState()
 	}
 	if sha == "" && a.st.AppliedSha == "" {
-		// Converged with nothing to run (no desired bundle yet). A box whose docker cannot be
-		// used (no docker group for the agent's account yet, a daemon that is down) says so
-		// now, not at its first apply: there is no project to look at, so docker is asked.
+		// Converged with nothing to run: a box whose docker is unusable says so now, not at its first
+		// apply, so docker is asked.
 		if err := a.dockerUsable(ctx); err != nil {
 			detail := a.redact.Redact("nothing deployed; docker is not usable: " + err.Error() + dockerHint(err))
 			a.log.Warn("unhealthy: " + detail)
@@ -215,9 +212,8 @@ func dockerHint(err error) string {
 	return ""
 }
 
-// current is the promoted release. A `current` whose release directory is gone (removed by
-// hand) still names the project: compose is then driven by project name alone, so a heartbeat
-// or a retire keeps working instead of failing every tick.
+// current is the promoted release. A `current` whose directory was removed still names the
+// project, so heartbeats and retires keep working by project name.
 func (a *Agent) current() (sha, dir string, err error) {
 	sha, dir, err = release.Current(a.cfg.EnvDir())
 	if errors.Is(err, release.ErrDangling) {
@@ -241,9 +237,8 @@ type releaseMetaWire struct {
 	} `json:"agent"`
 }
 
-// readReleaseMeta reads a staged release's bundle.json as strictly as the bundle reader did, so
-// a container that can write the release cannot win with a second key; anything unusable gives
-// the defaults, and the revert judges the release in full before running it.
+// readReleaseMeta reads a staged bundle.json as strictly as the bundle reader (no second key wins);
+// anything unusable gives defaults, and revert judges the release in full anyway.
 func readReleaseMeta(dir string) releaseMetaWire {
 	var m releaseMetaWire
 	raw, err := os.ReadFile(filepath.Join(dir, bundle.MetaFile))

@@ -64,9 +64,8 @@ func (a *Agent) classify(what string, err error) error {
 
 func isTemporary(err error) bool {
 	if errors.Is(err, transport.ErrUnmapped) || errors.Is(err, transport.ErrServiceNotVisible) {
-		// The mesh answered, or the config names a target the transport has no route for:
-		// retrying every minute will not help, and exit 75 would hide the box from
-		// `systemctl --failed`. A missing #monky-deploy-agent attribute lands here.
+		// The mesh answered, or no route exists (e.g. a missing #monky-deploy-agent attribute): retrying
+		// will not help, and exit 75 would hide the box from `systemctl --failed`.
 		return false
 	}
 	return errors.Is(err, tenancy.ErrTemporary) || errors.Is(err, bao.ErrTemporary) || errors.Is(err, ErrTemporary)

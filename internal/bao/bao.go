@@ -1,6 +1,5 @@
-// Package bao is the agent's OpenBao client: JWT login with a deploy grant, the token's own
-// lookup/renew/revoke, and KV v2 reads, over github.com/openbao/openbao/api/v2 with the
-// environment kept out of it and TLS verification always on.
+// Package bao is the agent's OpenBao client (JWT login, token lookup/renew/revoke, KV v2) over
+// openbao/api/v2, with the environment kept out and TLS verification always on.
 package bao
 
 import (
@@ -53,9 +52,8 @@ const DefaultReadLimit = 8
 type Options struct {
 	// Addr is OpenBao's base URL, e.g. https://bao.cbs.tikali.net:8200.
 	Addr string
-	// HTTPClient carries the requests. Its Transport must be nil or an *http.Transport (the
-	// transport package sets DialContext on one to dial through ziti or the loopback proxy); it
-	// is cloned, never modified. Nil means a fresh client.
+	// HTTPClient carries the requests; its Transport must be nil or an *http.Transport (cloned,
+	// never modified). Nil means a fresh client.
 	HTTPClient *http.Client
 	// CAFile is a PEM bundle that becomes the only trusted roots when the file exists. When it
 	// does not exist the transport's own roots are used (the system roots by default).
@@ -96,10 +94,8 @@ type KVRequest struct {
 	Key     string
 }
 
-// New builds a Client. The api library's DefaultConfig reads BAO_ADDR, BAO_CACERT,
-// BAO_SKIP_VERIFY and friends, and NewClient picks up BAO_TOKEN and BAO_NAMESPACE; the agent
-// runs under systemd with whatever an operator exported in a shell, so every one of those is
-// overridden or cleared here.
+// New builds a Client. The api library reads BAO_*/VAULT_* variables an operator may have
+// exported; every one is overridden or cleared here.
 func New(opts Options) (*Client, error) {
 	u, err := url.Parse(opts.Addr)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -124,9 +120,8 @@ func New(opts Options) (*Client, error) {
 	}
 	c, err := api.NewClient(cfg)
 	if err != nil {
-		// NewClient always builds a DefaultConfig too, so a malformed BAO_*/VAULT_* variable
-		// (say BAO_CACERT naming a missing file) fails here even though every value it reads is
-		// overridden below. Say so, rather than leave the operator to guess.
+		// NewClient builds a DefaultConfig anyway, so a malformed BAO_*/VAULT_* variable fails here
+		// though overridden; say so.
 		return nil, fmt.Errorf("bao: client: the OpenBao library refused a BAO_*/VAULT_* environment variable "+
 			"(the agent takes its OpenBao settings from config only; unset it): %w", err)
 	}
@@ -182,11 +177,9 @@ func httpClient(opts Options) (*http.Client, error) {
 	}
 	tr.TLSClientConfig = tc
 	hc.Transport = tr
-	// Every call carries a token or a grant, and the api library would resend it (header and
-	// body) to wherever a 301/302/307 points, any host: a standby's redirect cannot be told from
-	// a hostile one, and through a ziti intercept the active node's own address is no route
-	// anyway. A redirect is an error naming where it pointed (the library's own following is off
-	// too, DisableRedirects, so it never sees one).
+	// The api library would resend the token to wherever a redirect points, any host; a standby's
+	// redirect cannot be told from a hostile one (and through ziti it is no route anyway). A
+	// redirect is an error naming its target.
 	hc.CheckRedirect = noredirect.Refuse
 	return &hc, nil
 }
@@ -208,8 +201,7 @@ func loadCA(path string) (*x509.CertPool, error) {
 	return pool, nil
 }
 
-// as returns a shallow copy of the base client acting as token. The api client keeps its token
-// in the struct, so concurrent reads with one token each get their own copy rather than racing
+// as returns a shallow copy of the base client acting as token, so concurrent reads never race
 // on SetToken of a shared client.
 func (c *Client) as(token secret.Value) *api.Client {
 	cl := c.base.WithRequestCallbacks()
@@ -398,9 +390,8 @@ func jsonKind(v any) string {
 	}
 }
 
-// ReadMany runs the reads of reqs concurrently, at most limit at a time (DefaultReadLimit when
-// limit ≤ 0), reading each (path, version) once however many keys it serves. The first failure
-// cancels the reads still running and is the error returned. The result is keyed by Name.
+// ReadMany reads reqs concurrently, at most limit at a time (≤0: DefaultReadLimit), each (path,
+// version) once. The first failure cancels the rest. The result is keyed by Name.
 func (c *Client) ReadMany(ctx context.Context, token secret.Value, mount string, reqs []KVRequest, limit int) (map[string]secret.Value, error) {
 	if limit <= 0 {
 		limit = DefaultReadLimit

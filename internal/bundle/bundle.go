@@ -1,6 +1,5 @@
-// Package bundle parses and checks a release bundle fetched from tenancy — its files, bundle.json,
-// manifest.json and .env.template — and renders the .env, refusing (with a *protocol.Refusal)
-// anything the agent must not stage or run, before a single secret is read.
+// Package bundle parses and checks a release bundle from tenancy and renders its .env, refusing
+// (with a *protocol.Refusal) anything the agent must not stage or run before any secret is read.
 package bundle
 
 import (
@@ -61,9 +60,8 @@ type Bundle struct {
 
 // Meta is bundle.json with its defaults applied.
 type Meta struct {
-	// Address, Renderer, ImagesPolicy and SecretsProvider are informational: the agent acts on
-	// none of them, so a value that is not a JSON string is kept as its compact JSON text
-	// rather than refused (tenancy may grow them into objects without breaking old agents).
+	// Address, Renderer, ImagesPolicy and SecretsProvider are informational: a non-string is kept as
+	// compact JSON, not refused, so tenancy may grow them without breaking old agents.
 	Address         string
 	Pull            string // PullAlways (default) or PullMissing
 	Renderer        string
@@ -80,9 +78,8 @@ type Agent struct {
 	AllowRollback   bool
 	DiskNeedBytes   int64
 	HealthyTimeoutS int
-	// AutoRevert, when set, says whether a failed apply of this bundle brings the previous
-	// release back; nil leaves it to the config's auto_revert. A release whose migration cannot
-	// run backwards sets it false.
+	// AutoRevert, when set, overrides the config's auto_revert for this bundle (false for a
+	// migration that cannot run backwards).
 	AutoRevert *bool
 }
 
@@ -117,9 +114,8 @@ func (b *Bundle) RegistryEntry() (Entry, bool) {
 	return Entry{}, false
 }
 
-// Sha is the bundle's content address: lowercase hex SHA-256 over, for each file in byte order
-// of its path, path + "\n" + decimal byte length + "\n" + content. The length prefix keeps the
-// framing unambiguous whatever the content holds.
+// Sha is the bundle's content address: hex SHA-256 over, per file in path byte order, path +
+// "\n" + decimal length + "\n" + content (the length keeps the framing unambiguous).
 func Sha(files map[string]string) string {
 	paths := make([]string, 0, len(files))
 	for p := range files {
@@ -142,9 +138,8 @@ func invalid(format string, args ...any) *protocol.Refusal {
 	return protocol.Refuse(protocol.CodeBundleInvalid, format, args...)
 }
 
-// Parse validates files against the desired sha and decodes bundle.json, manifest.json and
-// .env.template. Every failure is a *protocol.Refusal: BUNDLE_INVALID naming the path or field,
-// or BUNDLE_SHA_MISMATCH. Nothing is written by Parse; a refused bundle leaves no trace.
+// Parse validates files against the desired sha and decodes them; every failure is a
+// *protocol.Refusal (BUNDLE_INVALID naming path or field, or BUNDLE_SHA_MISMATCH). It writes nothing.
 func Parse(files map[string]string, desiredSha string) (*Bundle, error) {
 	if err := checkPaths(files); err != nil {
 		return nil, err

@@ -21,12 +21,9 @@ const MaxFindingsDetail = 4 << 10
 // maxLoadError bounds the loader's own words in a refusal: they may quote a whole value.
 const maxLoadError = 1 << 10
 
-// Check is the pre-lease judgement of the bundle's compose file as it will be staged in
-// releaseDir and run as compose project `project`: BUNDLE_INVALID for anything never allowed (or
-// a file compose does not load), then PRIVILEGED_REFUSED for anything that reaches the host,
-// unless bundle.json agent.allow_privileged. The file is loaded as docker compose loads it
-// (compose-go, every document, merges, extends, every profile), interpolated with the values the
-// agent knows before any secret is read (the .env.template lines that name no secret).
+// Check is the pre-lease judgement of the compose file as staged in releaseDir under `project`:
+// BUNDLE_INVALID for the never-allowed or unloadable, then PRIVILEGED_REFUSED for host reach
+// unless agent.allow_privileged. Loaded as docker compose loads it, with the secret-free env.
 func (b *Bundle) Check(releaseDir, project string) error {
 	if !filepath.IsAbs(releaseDir) {
 		// the caller's mistake, not the bundle's: not a refusal
@@ -48,23 +45,19 @@ func (b *Bundle) Check(releaseDir, project string) error {
 	return j.Verdict(b.Meta.Agent.AllowPrivileged)
 }
 
-// JudgeRendered is the post-render judgement: the output of `docker compose config --format
-// json` for the staged release (its .env rendered with the secrets) judged by the same policy
-// as Check. What secret values do to the file is judged too; the detail names keys, never
-// values, and says `rendered:` so an author tells it from the pre-lease judgement.
+// JudgeRendered judges `docker compose config --format json` of the rendered release by Check's
+// policy; details name keys, never values, prefixed `rendered:`.
 func JudgeRendered(config []byte, composeFile, releaseDir, project string, allowPrivileged bool) error {
 	j := Judgement{Compose: config, File: composeFile, ReleaseDir: releaseDir, Project: project, Stage: "rendered: ", rendered: true}
 	return j.Verdict(allowPrivileged)
 }
 
-// secretStandIn is what a variable the .env takes from a secret reads as before the secret is
-// read: a value that parses in any numeric or string setting (judged settings must hold no
-// variable at all, so it never decides a verdict).
+// secretStandIn stands in for a secret-fed variable before the read; it parses in any setting and
+// never decides a verdict (judged settings may hold no variable).
 const secretStandIn = "0"
 
-// KnownEnv is the environment compose will read from the release's .env, as far as the agent
-// knows it before reading any secret: every .env.template variable whose value comes from no
-// secret, and a stand-in for those that do. It is read with compose's own dotenv reader.
+// KnownEnv is the release .env as known before any secret is read (secret-fed variables get a
+// stand-in), read with compose's own dotenv reader.
 func (b *Bundle) KnownEnv() (map[string]string, error) {
 	const marker = "MONKYSECRETSTANDIN"
 	stand := map[string]secret.Value{}
@@ -101,9 +94,8 @@ type Judgement struct {
 	WithValues bool
 	// Stage prefixes the detail ("rendered: ") so a refusal says which judgement made it.
 	Stage string
-	// Staged are the release-relative, '/'-separated paths of the files the agent writes into
-	// the release (every bundle file). A container must not be able to rewrite them: a revert
-	// runs the release again. File, .env and bundle.json are always counted.
+	// Staged are the '/'-separated release paths the agent writes; a container must not rewrite them
+	// since a revert runs them again. File, .env and bundle.json always count.
 	Staged []string
 	// rendered: Compose is compose's own JSON, which spells out every default; its caps are
 	// renderedScale times the file's.
@@ -197,11 +189,9 @@ func (j Judgement) staged() []string {
 	return append([]string{j.File, EnvFile, MetaFile}, j.Staged...)
 }
 
-// load runs compose-go's loader over the file: every document merged, `extends` applied,
-// interpolated with Env (nothing else: the agent's own environment is not the box's truth
-// before the render), relative paths resolved from ReleaseDir, and every service of every
-// profile kept. Nothing is read from disk: includes and extends.file were refused before, and
-// env_file and label_file contents are not needed to judge.
+// load runs compose-go's loader: documents merged, extends applied, interpolated with Env only,
+// paths from ReleaseDir, every profile kept. Nothing is read from disk (include and extends.file
+// were refused before).
 func (j Judgement) load() (*types.Project, error) {
 	if j.Project == "" {
 		return nil, fmt.Errorf("cannot be judged without a compose project name")

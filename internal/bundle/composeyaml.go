@@ -11,27 +11,21 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// Limits on a compose file, checked before anything decodes it into maps. yaml.v3 checks a
-// mapping for duplicate keys by comparing every key with every later one: a 2 MiB file of one
-// flat mapping held a tick for 65 s. The caps keep the whole judgement linear and short: the
-// file's size, its node count with every alias expanded (compose-go's loader spends some 80 µs
-// of CPU per node on this class of machine: 30,000 nodes stay well under a second, and a
-// hundred real services come to some 6,000),
-// and the sum over mappings of keys² (the duplicate check's work).
+// Limits on a compose file, checked before decoding into maps: yaml.v3's quadratic duplicate-key
+// check held a tick 65 s on a 2 MiB flat mapping. Caps: size, alias-expanded nodes (~80 µs each
+// in compose-go; 100 real services ≈ 6,000) and the sum of keys² over mappings.
 const (
 	MaxComposeBytes = 1 << 20
 	maxComposeNodes = 30_000
 	maxKeyWork      = 16 << 20
-	// maxMergeDepth bounds `<<` merges of merges; maxMergeWork the key/value pairs the variable
-	// walk visits through merges (aliases are followed, so a small file can name a large tree
-	// many times).
+	// maxMergeDepth bounds `<<` merges of merges; maxMergeWork the pairs the variable walk visits
+	// through merges.
 	maxMergeDepth = 16
 	maxMergeWork  = 4 * maxComposeNodes
 )
 
-// parseRaw reads every YAML document of a compose file as nodes, refusing a file past the caps.
-// Decoding into yaml.Node keeps aliases as references and checks no keys, so it is linear.
-// scale multiplies every cap (compose's own rendering of a file is larger than the file).
+// parseRaw reads every document as yaml.Node (linear: aliases stay references, no key checks),
+// refusing a file past the caps times scale.
 func parseRaw(data []byte, scale int) ([]*yaml.Node, error) {
 	if len(data) > MaxComposeBytes*scale {
 		return nil, fmt.Errorf("is %d bytes; the limit is %d (%d MiB)", len(data), MaxComposeBytes*scale, scale)
@@ -65,9 +59,8 @@ type nodeCount struct {
 	maxNodes, maxKeyWork     int
 }
 
-// expandedSize is how many nodes n stands for once every alias is replaced by what it names,
-// as compose-go's decode does: a few lines of aliases of aliases can stand for millions.
-// Memoised per node, saturating past the cap, so computing it is linear in the file.
+// expandedSize is how many nodes n stands for with aliases expanded; memoised and saturating,
+// so linear in the file.
 func expandedSize(n *yaml.Node, memo map[*yaml.Node]int, limit int) int {
 	if n == nil {
 		return 0
@@ -108,11 +101,9 @@ func (c *nodeCount) add(n *yaml.Node) error {
 	return nil
 }
 
-// rawWalk finds, in the raw documents, what must be judged before compose-go loads the file:
-// `include` and `extends.file` (other files, which the loader would read from disk), and every
-// judged setting whose text holds a variable. Compose interpolates before it validates, so a
-// setting written `${T:-bind}` is whatever the environment makes it on the day: such a setting
-// cannot be judged before the secrets are read, and is BUNDLE_INVALID whatever it holds.
+// rawWalk finds what must be judged before loading: `include`, `extends.file`, and judged
+// settings holding a variable, which compose interpolates before validating, so they are
+// BUNDLE_INVALID whatever they hold.
 type rawWalk struct {
 	memo     map[*yaml.Node]bool
 	work     int
@@ -219,9 +210,8 @@ func (w *rawWalk) service(name string, n *yaml.Node) error {
 	return nil
 }
 
-// judgedPart is the part of a service setting the policy reads: the whole value, except for
-// `deploy` (only its device reservations) and `networks` (only endpoint driver options), where
-// a variable elsewhere (`replicas: ${N:-1}`, `ipv4_address: ${IP}`) decides nothing.
+// judgedPart is the part of a setting the policy reads: all of it, but for `deploy` (device
+// reservations) and `networks` (endpoint driver options).
 func (w *rawWalk) judgedPart(key string, n *yaml.Node) ([]*yaml.Node, error) {
 	var path [][]string
 	switch key {

@@ -8,11 +8,9 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 )
 
-// ResolvePath joins a manifest entry's path under the env's KV prefix (e.g. "env-qa-02/see" +
-// "gemini_api_key" → "env-qa-02/see/gemini_api_key"). The result is always strictly under the
-// prefix: a path that is empty, only "."s, absolute, or has a ".." segment, a backslash, a NUL,
-// a control character, "?" or "#" is a MANIFEST_PATH refusal naming the entry's path. The agent's
-// token may read more than one prefix, so a bundle must not be able to point a read elsewhere.
+// ResolvePath joins an entry's path under the env's KV prefix, always strictly under it (the token
+// may read other prefixes): empty, dot-only, absolute, "..", backslash, NUL, control, "?" or "#"
+// is a MANIFEST_PATH refusal naming the path.
 func ResolvePath(prefix, p string) (string, error) {
 	if why := badManifestPath(p); why != "" {
 		return "", protocol.Refuse(protocol.CodeManifestPath, "path %q: %s", p, why)

@@ -1,6 +1,5 @@
-// Package compose drives docker and docker compose for the agent, always through the docker CLI
-// named by config's docker_bin and never the engine socket: one binary and one DOCKER_CONFIG
-// govern every call, and what the agent ran is what an operator can re-run by hand.
+// Package compose drives docker through the CLI named by docker_bin, never the socket: one binary
+// and one DOCKER_CONFIG govern every call, and an operator can re-run it by hand.
 package compose
 
 import (
@@ -27,9 +26,8 @@ const DefaultPollInterval = 2 * time.Second
 // Docker runs docker commands for one compose project.
 type Docker struct {
 	Bin string // docker CLI (config docker_bin); "" means "docker"
-	// ConfigDir is DOCKER_CONFIG, set on EVERY call (seed 0.1.7): the agent's registry
-	// credential lives in a directory it owns, and a `docker login` by a human or root into
-	// their own ~/.docker must not be what makes a pull work — or fail — for the agent.
+	// ConfigDir is DOCKER_CONFIG, set on EVERY call (seed 0.1.7): a human's `docker login` must not
+	// make the agent's pulls work or fail.
 	ConfigDir string
 	Project   string        // compose project name (config compose_project)
 	Runner    runner.Runner // runs the CLI
@@ -87,11 +85,8 @@ func (d *Docker) Pull(ctx context.Context, dir, composeFile, policy string) erro
 	return err
 }
 
-// Config runs `config --format json` with every profile enabled (`--profile '*'`): the project
-// as this very binary will run it, with the release's .env rendered and the agent's
-// DOCKER_CONFIG and environment, which is what the post-render judgement reads. The output
-// holds secret values: it is for judging, never for a log or a report, and a failure's error
-// carries standard error alone.
+// Config runs `config --format json --profile '*'`, the project as this binary will run it, for
+// the post-render judgement. The output holds secrets; a failure's error carries stderr alone.
 func (d *Docker) Config(ctx context.Context, dir, composeFile string) ([]byte, error) {
 	args, err := d.fileArgs(dir, composeFile)
 	if err != nil {
@@ -150,9 +145,8 @@ func (d *Docker) Logs(ctx context.Context, dir, composeFile string, tail int) (s
 	return string(res.Stdout) + string(res.Stderr), nil
 }
 
-// Down removes the project's containers and networks, and its volumes when volumes is true.
-// When the compose file is gone (the release was pruned, or never staged on this box) it runs
-// with the project name alone, which compose supports: a retire must not depend on files.
+// Down removes the project's containers and networks (and volumes); without the compose file it
+// runs by project name alone, so a retire never depends on files.
 func (d *Docker) Down(ctx context.Context, dir, composeFile string, volumes bool) error {
 	args := d.projectArgs()
 	workDir := "/"
@@ -179,12 +173,10 @@ func (d *Docker) ImagePrune(ctx context.Context) error {
 	return err
 }
 
-// WaitHealthy polls Ps until every container is ready (see Ready), or until timeout has passed
-// on d.Now's clock. It returns whether the project became ready and the containers it saw last.
-// sleep pauses between looks (nil: a real, ctx-aware sleep); tests pass one that advances a fake
-// clock. A failed `ps` counts as "not ready yet" (the engine may be restarting); its error is
-// returned only if the last look failed. The error is also set when ctx ends, or when the CLI
-// cannot be started at all.
+// WaitHealthy polls Ps until every container is Ready or timeout passes on d.Now's clock, and
+// returns whether it did and the last containers seen. sleep nil is a real ctx-aware sleep. A
+// failed `ps` is "not ready yet"; its error returns only if the last look failed, ctx ended, or
+// the CLI cannot start.
 func (d *Docker) WaitHealthy(ctx context.Context, dir, composeFile string, timeout time.Duration, sleep func(context.Context, time.Duration) error) (bool, []protocol.Container, error) {
 	if sleep == nil {
 		sleep = sleepCtx
@@ -255,9 +247,8 @@ func AllReady(cs []protocol.Container) bool {
 	return true
 }
 
-// Unready lists what keeps cs from being ready, one `service: state/health` (or `service: state`
-// without a healthcheck) per container, in the order given; a project with no containers gives
-// the single entry "no containers". Used for the `unhealthy` heartbeat and failure details.
+// Unready lists what keeps cs from being ready, `service: state/health` (or `service: state`)
+// each, in order; no containers gives "no containers".
 func Unready(cs []protocol.Container) []string {
 	if len(cs) == 0 {
 		return []string{"no containers"}

@@ -9,10 +9,9 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/runner"
 )
 
-// CmdError is a docker command that ran and failed. Its Error() carries the last lines of the
-// command's output, because the registry's own words — "no basic auth credentials", "manifest
-// unknown", a DNS failure — are the diagnosis, and `rc=1` alone sent operators hunting (seed
-// 0.1.7). Output is raw: pass it through the redactor before it leaves the box.
+// CmdError is a docker command that failed. Error() carries the output's last lines: the
+// registry's own words are the diagnosis, `rc=1` alone sent operators hunting (seed 0.1.7).
+// Output is raw: redact before it leaves the box.
 type CmdError struct {
 	Op       string // e.g. "docker compose pull"
 	ExitCode int
@@ -51,9 +50,8 @@ func newCmdError(op string, res runner.Result) *CmdError {
 
 var ansi = regexp.MustCompile(`\x1b\[[0-9;?]*[ -/]*[@-~]`)
 
-// Tail returns the last non-blank lines of out joined by " | ", at most limit bytes: whole
-// lines from the end while they fit, or the end of the last line when even it does not. A line
-// redrawn with carriage returns (progress output) counts as its final state.
+// Tail returns the last non-blank lines of out joined by " | ", at most limit bytes (or the end
+// of the last line); a line redrawn with \r counts as its final state.
 func Tail(out string, limit int) string {
 	out = ansi.ReplaceAllString(out, "")
 	var picked []string

@@ -12,9 +12,8 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 )
 
-// ParseInfo reads the output of `docker info --format '{{json .}}'`. Fields the engine does not
-// report stay empty (older engines, or a client that could not reach the server); a server error
-// reported in the document is an error.
+// ParseInfo reads `docker info --format '{{json .}}'`; unreported fields stay empty, a server
+// error in the document is an error.
 func ParseInfo(b []byte) (Info, error) {
 	var raw struct {
 		DockerRootDir string   `json:"DockerRootDir"`
@@ -43,10 +42,8 @@ type psEntry struct {
 	Health  string `json:"Health"`
 }
 
-// ParsePs reads the output of `docker compose ps -a --format json`: a JSON array before compose
-// 2.21, one JSON object per line (NDJSON) after — both are accepted. No output, or an empty
-// array, is no containers (an empty, non-nil slice). Every entry must be an object with Service,
-// Name and State; State and Health are lowercased.
+// ParsePs reads `docker compose ps -a --format json`, a JSON array (before 2.21) or NDJSON. No
+// output is an empty non-nil slice; entries need Service, Name and State (lowercased with Health).
 func ParsePs(b []byte) ([]protocol.Container, error) {
 	b = bytes.TrimSpace(b)
 	out := []protocol.Container{}

@@ -1,7 +1,6 @@
-// Package config loads /etc/monky-deployd/config.yaml strictly: an unknown key, a value of the
-// wrong type, or a value out of range is a *config.Error naming the dotted key and the file, which
-// the command maps to exit 78 (EX_CONFIG) — a typo must stop the agent loudly rather than leave a
-// default silently in force. The file the Python agent's installer wrote loads unchanged.
+// Package config loads /etc/monky-deployd/config.yaml strictly: an unknown key, wrong type or
+// out-of-range value is a *config.Error naming key and file (exit 78), so a typo never leaves a
+// default silently in force. The Python installer's file loads unchanged.
 package config
 
 import (
@@ -214,10 +213,8 @@ func (c *Config) ReleasesDir() string { return filepath.Join(c.EnvDir(), "releas
 // CurrentLink is <state_dir>/<env_id>/current, the symlink to the promoted release.
 func (c *Config) CurrentLink() string { return filepath.Join(c.EnvDir(), "current") }
 
-// IsProd reports whether this box runs production. An explicit `prod:` wins. Otherwise a box is
-// NOT prod when `site` is dev or qa (any case), or when env_id is named env-dev-* or env-qa-*;
-// everything else is prod. The env_id rule exists because the installer writes the data centre
-// as the site (`--site cbs` for env-qa-02), so site alone would call every dev and qa box prod.
+// IsProd reports whether this box runs production: an explicit `prod:` wins, else not prod when
+// site is dev/qa or env_id is env-dev-*/env-qa-* (the installer writes the data centre as site).
 func (c *Config) IsProd() bool {
 	if c.Prod != nil {
 		return *c.Prod

@@ -526,9 +526,8 @@ func (d *decoder) bao(c *Config, e errFunc) error {
 	return nil
 }
 
-// splitURL takes an http(s) base URL apart; a URL without a port takes its scheme's default.
-// A path, query, fragment or user part would be silently dropped by the clients, so they are
-// refused here instead.
+// splitURL takes an http(s) base URL apart (default port by scheme); path, query, fragment or
+// user would be dropped silently by the clients, so they are refused.
 func splitURL(raw string) (scheme, host string, port int, err error) {
 	u, err := url.Parse(raw)
 	if err != nil {

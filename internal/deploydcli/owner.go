@@ -47,9 +47,8 @@ var realProcess = process{
 	environ: os.Environ,
 }
 
-// asStateOwner re-executes a root tick as the owner of state_dir, with its groups, as the unit
-// runs it: root's 0600 files there once stopped every later tick. When it cannot, it returns an
-// exit-78 error with the command to run; nil when not root or state_dir is root's or absent.
+// asStateOwner re-executes a root tick as state_dir's owner, with its groups (root's 0600 files
+// once stopped every later tick); when it cannot, an exit-78 error with the command to run.
 func asStateOwner(p process, cfg *config.Config, log *slog.Logger, args []string) error {
 	if p.euid() != 0 {
 		return nil
@@ -80,10 +79,8 @@ func ownerError(cfg *config.Config, why, sudoUser string) error {
 	return &exitError{code: agent.ExitConfig, err: fmt.Errorf("%s; nothing was done. Run the tick as that user: sudo -u %s monky-deployd --config %s tick", why, sudoUser, cfg.Path)}
 }
 
-// keptEnv are the variables of root's environment the re-run keeps: what the timer's unit gives
-// a tick (a path and a locale) and the config's location. Anything else — root's DOCKER_HOST,
-// BAO_* or VAULT_* variables, a cloud credential in an admin's shell — would make the tick differ
-// from the timer's, or hand root's secrets to a process of the agent's account.
+// keptEnv are the variables the re-run keeps (the unit's path and locale, the config location);
+// anything else would make the tick differ from the timer's or leak root's secrets.
 func keptEnv(k string) bool {
 	switch k {
 	case "PATH", "LANG", "LANGUAGE", "TZ", "MONKY_DEPLOYD_CONFIG":
@@ -164,10 +161,8 @@ func groupName(gid uint32) string {
 	return s
 }
 
-// becomeAndExec sets groups, gid, then uid (after setuid nothing else can change) and executes
-// /proc/self/exe, this binary even if upgraded meanwhile. Root's terminal stays on the streams,
-// as with `sudo -u`: the account is in group docker, root already, and one process keeps the
-// tick's signals, exit code and output whole.
+// becomeAndExec sets groups, gid, then uid and executes /proc/self/exe; like `sudo -u`, one
+// process keeps the tick's terminal, signals, exit code and output whole.
 func becomeAndExec(a account, argv, env []string) error {
 	groups := make([]int, len(a.groups))
 	for i, g := range a.groups {

@@ -30,9 +30,8 @@ func newTickCommand(g *cliDeps) *cobra.Command {
 	return cmd
 }
 
-// runTick runs one tick and, whatever came of it — a config error, a lock held by another
-// tick, a failure — leaves the box's metrics textfile (tickmetrics.go): a tick that cannot do
-// its work is still seen.
+// runTick runs one tick and, whatever came of it, writes the metrics textfile: a tick that
+// cannot work is still seen.
 func runTick(ctx context.Context, opts tickOptions, g *cliDeps) (err error) {
 	start := time.Now()
 	cfg, err := config.Load(g.configPath)

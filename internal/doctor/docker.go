@@ -38,10 +38,8 @@ func (c *checker) dockerFailure(err error) Result {
 	return fail(err.Error(), fmt.Sprintf("run `DOCKER_CONFIG=%s %s info` as %s to see the whole error", cfg.DockerConfigDir(), cfg.DockerBin, c.agentName()))
 }
 
-// docker: the engine answers `docker info`, and the agent's ticks may use the endpoint they
-// connect to. Both are asked of the docker CLI as a tick runs it (the agent's DOCKER_CONFIG, no
-// DOCKER_HOST: see tickEnv). The second half is judged from the socket's owner, group, mode and
-// ACL: doctor typically runs as root, whose reach proves nothing about the agent's.
+// docker: the engine answers `docker info`, and the agent's ticks may use their endpoint, asked of
+// the CLI as a tick runs it (tickEnv) and judged from the socket's owner, mode and ACL as the agent.
 func (c *checker) docker(ctx context.Context) Result {
 	info, err := c.dockerInfo(ctx)
 	if err != nil {
@@ -170,15 +168,13 @@ func (c *checker) dockerConfig(context.Context) Result {
 	return ok("%s is 0700, owned by %s; %s", dir, a.Name, credNote)
 }
 
-// StateDirFloor is the free space doctor wants on state_dir's filesystem when it holds no image
-// storage: each release's compose files, its .env and the agent's state are kilobytes, so a
-// floor far under disk.headroom_bytes leaves room for years of releases.
+// StateDirFloor is the free space wanted on state_dir when it holds no image storage; releases
+// and state are kilobytes.
 const StateDirFloor = int64(256) << 20
 
-// disk: docker's data-root and containerd's root (docker 29 fills it, maybe on another disk:
-// env-dev-08 had 93 GiB where the Python agent looked, 2.8 GiB where the pull wrote) must clear
-// disk.headroom_bytes, as the tick's DISK_INSUFFICIENT does; state_dir, on a disk of its own, is
-// held to StateDirFloor. Paths on one filesystem are reported together.
+// disk: data-root and containerd's root (on another disk at env-dev-08: 93 GiB where the Python
+// agent looked, 2.8 GiB where pulls wrote) must clear disk.headroom_bytes as the tick's check
+// does; state_dir alone is held to StateDirFloor.
 func (c *checker) disk(ctx context.Context) Result {
 	cfg := c.cfg()
 	headroom := cfg.Disk.HeadroomBytes

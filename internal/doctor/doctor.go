@@ -1,9 +1,6 @@
-// Package doctor checks, one line each, every precondition a tick of monky-deployd depends on —
-// config, the ziti identity and its group, docker and the compose plugin, DOCKER_CONFIG, free
-// disk, the systemd timer, tenancy and OpenBao — and says how to fix each one that fails. Each of
-// these faults once reached the operator as a symptom of another (a dropped ACL read as a mesh
-// fault, a full containerd disk as a registry fault, a disabled timer as nothing at all); doctor
-// names them where they are.
+// Package doctor checks every precondition of a tick, one line each, and says how to fix what
+// fails. Each fault once passed for another (a dropped ACL as a mesh fault, a full containerd
+// disk as a registry fault); doctor names them where they are.
 package doctor
 
 import (
@@ -44,9 +41,8 @@ type Check struct {
 	Timeout time.Duration
 }
 
-// Run runs the checks in order and returns one result per check (named after it, its text on
-// one line) and whether none failed. A check that panics is a failure, not a crash: the lines
-// after it are still worth printing.
+// Run runs the checks in order, one result each, and whether none failed; a panicking check is a
+// failure, not a crash.
 func Run(ctx context.Context, checks []Check) ([]Result, bool) {
 	results := make([]Result, 0, len(checks))
 	allOK := true

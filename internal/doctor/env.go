@@ -39,9 +39,8 @@ const DockerTimeout = 60 * time.Second
 type Account struct {
 	Name string
 	UID  uint32
-	// GIDs are the primary group and every group the group database lists the user in: what a
-	// fresh process of the user (a tick started by the timer) gets, not what the shell running
-	// doctor happens to have.
+	// GIDs: primary plus every group the database lists, what a timer-started tick gets (not the
+	// shell's groups).
 	GIDs []uint32
 }
 
@@ -61,16 +60,14 @@ type FileInfo struct {
 	Dev uint64
 }
 
-// TenancyClient is the part of tenancy's agent entrypoint doctor calls. Contract: as
-// tenancy.Client.Checkin — errors match tenancy.ErrUnauthenticated, ErrEnvMismatch,
-// ErrTemporary or ErrProtocol and never carry the token.
+// TenancyClient is the part of tenancy doctor calls; errors as tenancy.Client.Checkin, never
+// carrying the token.
 type TenancyClient interface {
 	Checkin(ctx context.Context, token secret.Value, req protocol.CheckinRequest) (*protocol.CheckinResponse, error)
 }
 
-// BaoClient is the part of OpenBao doctor calls. Contract: as bao.Client.LookupSelf — an empty
-// token is sent as no token at all (OpenBao answers 403, which still proves it was reached over
-// verified TLS); errors match bao.ErrForbidden, ErrTLS or ErrTemporary and never carry the token.
+// BaoClient is the part of OpenBao doctor calls, as bao.Client.LookupSelf (an empty token still
+// proves reach over verified TLS by its 403); errors never carry the token.
 type BaoClient interface {
 	LookupSelf(ctx context.Context, token secret.Value) (bao.TokenInfo, error)
 }
@@ -117,14 +114,12 @@ type Env struct {
 	Timer func(ctx context.Context) *protocol.Timer
 	// PluginDirs are where a system-wide compose plugin may live (nil: DefaultPluginDirs).
 	PluginDirs []string
-	// DockerHost is doctor's own DOCKER_HOST ("" when unset). The checks run docker as a tick
-	// does, without it (the unit sets none); when docker resolves it to another endpoint, the
-	// docker line says it was set aside.
+	// DockerHost is doctor's own DOCKER_HOST; checks run docker as a tick does, without it, and the
+	// docker line says when it was set aside.
 	DockerHost string
 
-	// Tenancy and TenancyHTTP (for the anonymous reachability probe) go through the tick's
-	// transport; Bao likewise. TransportErr is set when that transport could not be built (a
-	// broken identity in sdk mode) and BaoErr when the OpenBao client could not (its CA file).
+	// Tenancy, TenancyHTTP and Bao go through the tick's transport; TransportErr and BaoErr say why
+	// that transport or the OpenBao client could not be built.
 	Tenancy     TenancyClient
 	TenancyHTTP *http.Client
 	Bao         BaoClient

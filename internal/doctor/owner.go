@@ -9,10 +9,8 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/state"
 )
 
-// stateOwner lists every file under state_dir the agent does not own, each with its owner, and
-// the chown that gives them back: a tick run by hand as root (before 0.2.0 re-ran itself as the
-// owner) left root's 0600 state.json, releases and docker/config.json, which the agent can
-// neither read nor replace. The package's root-owned upgraded-from is expected.
+// stateOwner lists files under state_dir the agent does not own, with the chown that gives them
+// back (a tick run by hand as root left such files). The root-owned upgraded-from is expected.
 func (c *checker) stateOwner(context.Context) Result {
 	a := c.env.Agent
 	if a == nil {

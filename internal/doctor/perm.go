@@ -20,9 +20,8 @@ const (
 	permX fs.FileMode = 1
 )
 
-// modeAllows reports whether the mode bits alone let a access fi for want (a mix of permR, permW,
-// permX): the owner class when a owns it, else the group class when a is in its group, else
-// other; root everything. ACLs are the system's to judge (tryAs).
+// modeAllows reports whether mode bits alone let a access fi for want; ACLs are the system's to
+// judge (tryAs).
 func modeAllows(a Account, fi FileInfo, want fs.FileMode) bool {
 	if a.UID == 0 {
 		return true
@@ -50,9 +49,8 @@ type pathVerdict struct {
 	ViaACL []string
 }
 
-// tryAs asks the system whether a may access path for want (test(1)'s -r, -w or -x): as a,
-// through setpriv with a's uid, primary gid and the groups the group database gives it (what a
-// tick the timer starts gets) when doctor runs as someone else (root, then), else as doctor.
+// tryAs asks the system (test(1)) whether a may access path for want; when doctor runs as
+// someone else, via setpriv with a's uid and database groups (what a timer tick gets).
 func (c *checker) tryAs(ctx context.Context, a Account, path, want string) (bool, error) {
 	cmd := runner.Cmd{Name: "test", Args: []string{want, path}}
 	if a.UID != c.env.Self.UID {

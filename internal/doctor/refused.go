@@ -9,9 +9,8 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/token"
 )
 
-// refusedToken shows the token a tick put aside when tenancy refused it (401
-// AGENT_UNAUTHENTICATED): its being there is news to an operator (the kit was re-revealed or the
-// env retired, or tenancy was wrong), and it must stay readable by the agent's user alone.
+// refusedToken shows the token a tick put aside after a 401: news to an operator, and it must
+// stay readable by the agent's user alone.
 func (c *checker) refusedToken(context.Context) Result {
 	p := token.In(c.cfg()).Superseded
 	fi, err := c.env.Stat(p)

@@ -103,9 +103,8 @@ func hostOf(hostPort string) string {
 	return hostPort
 }
 
-// tenancy: reachable and the token accepted, by a check-in — the only authenticated call with no
-// lasting effect — carrying the tick's telemetry, so the fleet view stays true; doctor acts on
-// none of the answer (a SILENT agent looks fresh for minutes; the timer line says why).
+// tenancy: reachable and the token accepted, by a check-in (the only effect-free authenticated
+// call) carrying the tick's telemetry; doctor acts on none of the answer.
 func (c *checker) tenancy(ctx context.Context) Result {
 	cfg := c.cfg()
 	url := cfg.TenancyURL()
@@ -182,9 +181,8 @@ func (c *checker) probeTenancy(ctx context.Context, base string) (status int, co
 	return resp.StatusCode, eb.Code, nil
 }
 
-// checkinRequest is the check-in the tick would send now, from the same state file, so a doctor
-// run leaves tenancy's view of the box as it was. upgraded_from is sent while pending, as the tick
-// sends it; the tick still clears it after its own first check-in.
+// checkinRequest is the check-in the tick would send now, so doctor leaves tenancy's view as it
+// was; upgraded_from is sent while pending, and only the tick clears it.
 func (c *checker) checkinRequest(ctx context.Context) protocol.CheckinRequest {
 	cfg := c.cfg()
 	st := c.agentState()
@@ -195,9 +193,8 @@ func (c *checker) checkinRequest(ctx context.Context) protocol.CheckinRequest {
 	return tenancy.CheckinRequest(cfg, st, tel)
 }
 
-// openbao: reachable over TLS that verifies against the configured CA, and the token valid. With
-// no token yet, lookup-self goes out without one: OpenBao's 403 still proves the path and the CA.
-// Doctor never logs in with the bootstrap grant: that would mint a token nobody keeps.
+// openbao: reachable over verified TLS and the token valid (without a token, the 403 still proves
+// path and CA). Doctor never logs in with the grant: that would mint a token nobody keeps.
 func (c *checker) openbao(ctx context.Context) Result {
 	cfg := c.cfg()
 	addr := cfg.Bao.Addr
@@ -294,9 +291,8 @@ func (c *checker) otherEnv(info bao.TokenInfo) *Result {
 	return nil
 }
 
-// tokenAt looks the token up at addr, the OpenBao that minted it, as the tick does. done is
-// false when that OpenBao does not answer (or cannot be reached from here): the tick then tries
-// bao.addr, and so does the caller, with r.Detail saying why.
+// tokenAt looks the token up at addr, as the tick does; done is false when that OpenBao does not
+// answer, and the caller tries bao.addr.
 func (c *checker) tokenAt(ctx context.Context, addr string, tok secret.Value, ca string) (r Result, done bool) {
 	cfg := c.cfg()
 	if c.env.BaoAt == nil {

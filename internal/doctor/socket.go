@@ -30,10 +30,8 @@ type dockerEndpoint struct {
 	Shown string
 }
 
-// parseDockerHost reads a docker endpoint as the docker CLI does (opts.ParseHost): "" is
-// DefaultDockerHost, an address without a scheme is tcp, "unix://" alone is the default socket,
-// and the schemes are tcp, unix, npipe, fd and ssh, lower case. A unix address with a relative
-// path, or another scheme, is an error naming field (where the endpoint was read).
+// parseDockerHost reads a docker endpoint as the docker CLI's opts.ParseHost does; a relative unix
+// path or unknown scheme is an error naming field.
 func parseDockerHost(field, host string) (dockerEndpoint, error) {
 	if host == "" {
 		host = DefaultDockerHost
@@ -68,14 +66,11 @@ func parseDockerHost(field, host string) (dockerEndpoint, error) {
 	return dockerEndpoint{}, fmt.Errorf("%s %q: scheme %q is not one docker knows (tcp, unix, npipe, fd, ssh)", field, shown, scheme)
 }
 
-// contextInspectArgs print the docker endpoint the CLI resolves: the current context's, which
-// is the default context (DOCKER_HOST, else the engine's socket) unless DOCKER_CONFIG's
-// config.json names another.
+// contextInspectArgs print the endpoint the docker CLI resolves (current context).
 var contextInspectArgs = []string{"context", "inspect", "--format", "{{.Endpoints.docker.Host}}"}
 
-// tickEnv is what every docker call of doctor gets on top of DOCKER_CONFIG: the environment of a
-// tick, which the unit starts without DOCKER_HOST or DOCKER_CONTEXT. An empty value is unset to
-// the docker CLI. Whatever doctor's shell exports, it looks at the engine the ticks reach.
+// tickEnv is a tick's environment (the unit sets no DOCKER_HOST or DOCKER_CONTEXT), so doctor
+// looks at the engine ticks reach whatever its shell exports.
 var tickEnv = []string{"DOCKER_HOST=", "DOCKER_CONTEXT="}
 
 // tickRunner runs docker as a tick would: without doctor's DOCKER_HOST and DOCKER_CONTEXT.
@@ -86,9 +81,8 @@ func (r tickRunner) Run(ctx context.Context, c runner.Cmd) (runner.Result, error
 	return r.Runner.Run(ctx, c)
 }
 
-// tickEndpoint asks the agent's docker CLI where it connects: `docker context inspect` with the
-// agent's DOCKER_CONFIG and the tick's environment. A context named in config.json that does
-// not exist fails every tick, so a failure here is a failure of the check.
+// tickEndpoint asks the agent's docker CLI where it connects; a config.json naming a missing
+// context fails every tick, so a failure fails the check.
 func (c *checker) tickEndpoint(ctx context.Context) (dockerEndpoint, *Result) {
 	cfg := c.cfg()
 	d := c.dockerCLI()
@@ -110,9 +104,8 @@ func (c *checker) tickEndpoint(ctx context.Context) (dockerEndpoint, *Result) {
 	return ep, nil
 }
 
-// doctorHostNote says that doctor's own DOCKER_HOST, when docker resolves it to another
-// endpoint than the ticks', was set aside; "" when it names the same one or none. docker itself
-// is asked (`docker context inspect` under that DOCKER_HOST), not a reading of ours.
+// doctorHostNote says doctor's own DOCKER_HOST was set aside when docker resolves it elsewhere
+// than the ticks' endpoint; "" otherwise.
 func (c *checker) doctorHostNote(ctx context.Context, tick dockerEndpoint) string {
 	if c.env.DockerHost == "" {
 		return ""
@@ -142,19 +135,16 @@ func (c *checker) doctorHostNote(ctx context.Context, tick dockerEndpoint) strin
 	return fmt.Sprintf("doctor's DOCKER_HOST (%s) was set aside: the unit sets none, so ticks connect to %s, which is what was checked", shown, tick.Shown)
 }
 
-// tickAccount is the agent as its ticks run: exactly the groups the group database gives it.
-// The unit adds none (User= alone: systemd initialises the groups from the database); it used to
-// add SupplementaryGroups=docker, which kept the tick from starting at all (216/GROUP) on a box
-// without that group.
+// tickAccount is the agent as its ticks run: the database's groups only. The unit once added
+// SupplementaryGroups=docker, which failed the tick (216/GROUP) on boxes without that group.
 func (c *checker) tickAccount() Account {
 	a := *c.env.Agent
 	a.GIDs = append([]uint32(nil), a.GIDs...)
 	return a
 }
 
-// dockerSocket asks whether the agent's ticks can use the engine's endpoint — the one the
-// agent's docker CLI resolves, not doctor's — trying it as the agent (root reaching the engine
-// proves nothing about the agent). It returns a failure, or notes for the OK line.
+// dockerSocket asks whether the agent's ticks can use the endpoint their CLI resolves, trying it
+// as the agent (root reaching it proves nothing). It returns a failure or notes for the OK line.
 func (c *checker) dockerSocket(ctx context.Context) (notes []string, failed *Result) {
 	self := c.userName(c.env.Self.UID)
 	ep, res := c.tickEndpoint(ctx)
@@ -222,9 +212,8 @@ func (c *checker) dockerSocket(ctx context.Context) (notes []string, failed *Res
 	return append(notes, fmt.Sprintf("socket %s is %s: %s reaches it %s", sock, desc, a.Name, via)), nil
 }
 
-// socketFix says how to let a use the socket: search on the directory that stops it, else the
-// socket's group and mode, made to last (dockerd, or systemd's docker.socket, recreates the
-// socket at every start).
+// socketFix says how to let a use the socket: search on the blocking directory, else group and
+// mode made to last (the socket is recreated at every start).
 func (c *checker) socketFix(a Account, sock string, fi FileInfo, deniedAt string) string {
 	if deniedAt != sock {
 		return fmt.Sprintf("chmod o+x %s (the directories above the docker socket must be searchable by %s)", deniedAt, a.Name)

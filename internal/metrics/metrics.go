@@ -1,8 +1,5 @@
-// Package metrics writes the box's Prometheus metrics after every tick, as a textfile for
-// node_exporter's textfile collector: the agent is a one-shot process under a timer, so nothing
-// could scrape it, and the textfile is how every well-kept one-shot job on a Debian box is watched.
-// The file is encoded by client_golang's expfmt and replaced atomically; it holds no secret and no
-// unbounded label value (no detail text, no container names).
+// Package metrics writes the box's Prometheus metrics as a node_exporter textfile after every
+// tick (a timer one-shot cannot be scraped). No secrets, no unbounded label values.
 package metrics
 
 import (
@@ -119,9 +116,8 @@ func Encode(t Tick) ([]byte, error) {
 // elsewhere) and nothing is written.
 var ErrNoDir = errors.New("textfile directory does not exist")
 
-// WriteFile replaces path with t's textfile, atomically (node_exporter may read at any moment),
-// mode 0644 so node_exporter's user can read it. It returns ErrNoDir when path's directory does
-// not exist: the agent never creates node_exporter's directory.
+// WriteFile replaces path atomically, mode 0644 for node_exporter; ErrNoDir when the directory is
+// missing (the agent never creates it).
 func WriteFile(path string, t Tick) error {
 	dir := filepath.Dir(path)
 	if st, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {

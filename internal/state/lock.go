@@ -8,9 +8,8 @@ import (
 	"syscall"
 )
 
-// TryLock takes an exclusive, non-blocking, close-on-exec flock on path (created 0600); ok is
-// false when another tick holds it. The lock dies with the process, so a killed tick never
-// leaves a stale one and the file is never deleted. release may be called more than once.
+// TryLock takes an exclusive non-blocking flock on path (0600); ok is false when another tick
+// holds it. It dies with the process, so it is never stale. release is idempotent.
 func TryLock(path string) (release func(), ok bool, err error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {

@@ -21,10 +21,8 @@ type ForeignFile struct {
 // releases is reported by its first entries, and the fix (a recursive chown) covers the rest.
 const maxForeign = 100
 
-// ForeignFiles lists what the agent writes under dir (state_dir, docker/, each env directory,
-// each release directory, not into a release) that uid does not own, without following
-// symlinks: what a tick run as root by hand left. upgraded-from is root's by design. At most
-// maxForeign entries, truncated set when there were more.
+// ForeignFiles lists what the agent writes under dir that uid does not own, not following links
+// (upgraded-from is root's by design); at most maxForeign, truncated when more.
 func ForeignFiles(dir string, uid uint32) (files []ForeignFile, truncated bool, err error) {
 	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
 		return nil, false, nil

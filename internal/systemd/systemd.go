@@ -1,6 +1,5 @@
-// Package systemd reads the state of the agent's timer from systemctl, for check-ins and
-// `status`. Where systemd is absent or unreadable every field stays null: tenancy shows "unknown"
-// rather than a guess (the 0.1.9 lesson was a timer silently disabled by an upgrade).
+// Package systemd reads the agent's timer state for check-ins and `status`; unobservable fields
+// stay null rather than guessed (0.1.9: an upgrade silently disabled the timer).
 package systemd
 
 import (
@@ -30,9 +29,8 @@ type Probe struct {
 	Runner    runner.Runner
 	Systemctl string // "" means "systemctl"
 	BootedDir string // "" means BootedDir; tests point it at a temp dir
-	// Monotonic returns CLOCK_MONOTONIC, the clock systemd counts monotonic timers on (nil: the
-	// real one). The agent's timer is OnBootSec/OnUnitActiveSec, so its next elapse is only
-	// published on that clock and must be converted to wall time.
+	// Monotonic returns CLOCK_MONOTONIC (nil: the real one); the timer's next elapse is published
+	// on it and must be converted to wall time.
 	Monotonic func() (time.Duration, error)
 }
 
@@ -44,10 +42,8 @@ func TimerState(ctx context.Context, r runner.Runner, unit string, now time.Time
 // showProps are the properties asked of `systemctl show`.
 var showProps = []string{"LoadState", "UnitFileState", "ActiveState", "NextElapseUSecRealtime", "NextElapseUSecMonotonic"}
 
-// TimerState returns the unit's state at now; a field is nil when it cannot be observed (no
-// systemd, systemctl failing, property missing, or a unit systemd does not know: `systemctl show`
-// says "inactive" for any name). Enabled is UnitFileState enabled or enabled-runtime only, the
-// states that start the timer at boot.
+// TimerState returns the unit's state at now; unobservable fields are nil (`systemctl show` says
+// "inactive" for unknown units). Enabled means enabled or enabled-runtime, which start at boot.
 func (p Probe) TimerState(ctx context.Context, unit string, now time.Time) *protocol.Timer {
 	observed := now.UTC().Format(time.RFC3339)
 	t := &protocol.Timer{Unit: unit, ObservedAt: &observed}
@@ -139,10 +135,8 @@ func ParseShow(b []byte) (map[string]string, error) {
 	return props, nil
 }
 
-// ParseTimestamp reads a realtime timestamp as systemctl prints it in UTC
-// ("Wed 2026-12-02 10:01:00 UTC", or "@1796205660" with --timestamp=unix). Empty, "n/a",
-// "infinity" and any other zone give false: systemd shows no next elapse, or one this package
-// cannot place exactly.
+// ParseTimestamp reads a UTC realtime timestamp as systemctl prints it ("Wed 2026-12-02 10:01:00
+// UTC" or "@1796205660"); "n/a", "infinity" or other zones give false.
 func ParseTimestamp(v string) (time.Time, bool) {
 	v = strings.TrimSpace(v)
 	if secs, ok := strings.CutPrefix(v, "@"); ok {

@@ -29,10 +29,8 @@ import (
 // Sentinels an *APIError or *ProtocolError matches with errors.Is. Each maps to one line of
 // PROTOCOL's Authentication rules, decided by the caller.
 var (
-	// ErrUnauthenticated is tenancy's own 401 AGENT_UNAUTHENTICATED (the code in any body shape
-	// of PROTOCOL section 4): the token is unknown, revoked, or minted from a grant a kit
-	// re-reveal or retire superseded. Put it aside; bootstrap again. A 401 without that code
-	// (an ingress's HTML page, an auth proxy) is ErrTemporary: it says nothing about the token.
+	// ErrUnauthenticated is tenancy's own 401 AGENT_UNAUTHENTICATED: put the token aside, bootstrap
+	// again. A 401 without that code (ingress, auth proxy) is ErrTemporary.
 	ErrUnauthenticated = errors.New("unauthenticated")
 	// ErrEnvMismatch is 403 AGENT_ENV_MISMATCH: the token belongs to another env. Never retried.
 	ErrEnvMismatch = errors.New("env mismatch")
@@ -41,9 +39,8 @@ var (
 	// ErrTemporary is a 5xx, a timeout, a refused or reset connection or a DNS failure, and a
 	// 401 or 403 without tenancy's code for it (see ErrNotTenancy).
 	ErrTemporary = errors.New("temporary failure")
-	// ErrNotTenancy is a 401 or 403 that does not carry tenancy's code for it
-	// (AGENT_UNAUTHENTICATED, AGENT_ENV_MISMATCH): an ingress or an auth proxy in the path
-	// answered, not tenancy. It also matches ErrTemporary; the token is kept.
+	// ErrNotTenancy is a 401/403 without tenancy's code (an ingress or proxy answered); it also
+	// matches ErrTemporary and the token is kept.
 	ErrNotTenancy = errors.New("refused by something that is not tenancy")
 	// ErrProtocol is a 2xx answer the agent cannot use (not JSON, a field of the wrong type or
 	// value). It is not temporary: tenancy will answer the same next tick.
@@ -59,9 +56,8 @@ const (
 	maxMessage                  = 300
 )
 
-// APIError is a call that did not get a usable answer: an HTTP error status (Status, with the
-// Code and Message of the error body in any of its three shapes), or a transport failure
-// (Status 0, Err set). It never contains the bearer token.
+// APIError is a call without a usable answer: an HTTP error status with the body's Code and
+// Message, or a transport failure (Status 0). Never contains the bearer token.
 type APIError struct {
 	Op         string // checkin, bundle, lease, report
 	Status     int
@@ -139,9 +135,8 @@ func (e *APIError) expectedCode() string {
 	return protocol.CodeUnauthenticated
 }
 
-// ProtocolError is a 2xx answer that does not follow the protocol. Field names the JSON field
-// at fault ("" for the body as a whole). Values of the answer are never quoted when they could
-// be secret (a login_jwt).
+// ProtocolError is a 2xx answer breaking the protocol; Field names the JSON field ("" for the
+// body). Possibly secret values are never quoted.
 type ProtocolError struct {
 	Op      string
 	Field   string
@@ -172,9 +167,8 @@ type Client struct {
 	hc      *http.Client
 }
 
-// New returns a client of the tenancy at baseURL (scheme, host, port and an optional path
-// prefix), sending requests with hc (a default client when nil). A bad baseURL is reported by
-// every call.
+// New returns a client of the tenancy at baseURL; hc nil means a default client. A bad baseURL
+// is reported by every call.
 func New(baseURL string, hc *http.Client) *Client {
 	if hc == nil {
 		// Not http.DefaultClient: its transport honours HTTP_PROXY from the environment.
@@ -195,9 +189,8 @@ func New(baseURL string, hc *http.Client) *Client {
 	return c
 }
 
-// Checkin posts the agent's state and returns what tenancy wants. The answer is checked: action
-// is apply, none or down; an apply names a desired_sha (64 lowercase hex: it becomes a directory
-// name) and a bundle_url; env_id, when present, is the env asked about.
+// Checkin posts the agent's state and returns the checked answer (action, a 64-hex desired_sha
+// that becomes a directory name, bundle_url, env_id).
 func (c *Client) Checkin(ctx context.Context, token secret.Value, req protocol.CheckinRequest) (*protocol.CheckinResponse, error) {
 	body, _, err := c.do(ctx, "checkin", http.MethodPost, "/v1/agent/checkin", token, req, maxJSONBytes)
 	if err != nil {
@@ -206,9 +199,8 @@ func (c *Client) Checkin(ctx context.Context, token secret.Value, req protocol.C
 	return decodeCheckin(body, req.EnvID)
 }
 
-// Bundle fetches GET {bundleURL} (its path and query only, so the bearer never leaves for another
-// host) and returns its files and the lowercased X-Bundle-Sha header. A body too large or
-// undecodable is BUNDLE_INVALID; checking files and sha is the bundle package's job.
+// Bundle fetches bundleURL's path and query only (the bearer never goes to another host) and
+// returns files and the lowercased X-Bundle-Sha; too large or undecodable is BUNDLE_INVALID.
 func (c *Client) Bundle(ctx context.Context, token secret.Value, bundleURL string) (files map[string]string, headerSha string, err error) {
 	limit := c.MaxBundleBytes
 	if limit <= 0 {
@@ -240,10 +232,8 @@ func queryOf(u *url.URL) string {
 	return "?" + u.RawQuery
 }
 
-// Lease asks for a login grant. A body of the AppRole era (wrapping_token, role_id) or one
-// without login_jwt is a *protocol.Refusal LEASE_SHAPE (report `failed`). Addr is filled from a
-// legacy nested vault.addr only when the top-level addr is empty. Mount and Role are returned
-// as sent (empty means: use the configured auth mount and role).
+// Lease asks for a login grant; an AppRole-era body or one without login_jwt is a LEASE_SHAPE
+// refusal. Addr falls back to legacy vault.addr; empty Mount and Role mean the configured ones.
 func (c *Client) Lease(ctx context.Context, token secret.Value, envID, reason string) (*protocol.LeaseResponse, error) {
 	body, _, err := c.do(ctx, "lease", http.MethodPost, "/v1/agent/lease", token,
 		protocol.LeaseRequest{EnvID: envID, Reason: reason}, maxJSONBytes)
@@ -357,10 +347,8 @@ func (c *Client) statusError(op string, resp *http.Response, body []byte, token 
 // markupOnly is a line of HTML tags and nothing else (`<html>`, `<!DOCTYPE html>`).
 var markupOnly = regexp.MustCompile(`^(\s*<[^<>]*>)+\s*$`)
 
-// firstLine is the first non-blank line of body that is not markup alone (so an nginx page
-// gives its `<head><title>401 Authorization Required</title></head>`, not `<html>`), collapsed
-// to single spaces, the token masked, cut at 120 bytes on a UTF-8 boundary and stripped of
-// anything unprintable.
+// firstLine is body's first non-blank, non-markup-only line, spaces collapsed, token masked, cut
+// at 120 bytes on a UTF-8 boundary, unprintables stripped.
 func firstLine(body []byte, token secret.Value) string {
 	// Unprintable runes go first: dropped after the mask, they could join two halves of the
 	// token into a whole one.
@@ -430,9 +418,8 @@ func (c *Client) retryAfter(h string) time.Duration {
 
 var hexSha = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
-// decodeJSON decodes body into v the way tenancy writes it (strictjson: keys match exactly, a
-// key given twice is refused), turning the decoder's errors into a *ProtocolError that names the
-// field (e.g. "vault.addr").
+// decodeJSON decodes body strictly (exact keys, no duplicates) into v, errors as a
+// *ProtocolError naming the field.
 func decodeJSON(op string, body []byte, v any) error {
 	err := strictjson.Unmarshal(body, v)
 	if err == nil {
