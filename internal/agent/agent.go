@@ -26,8 +26,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/version"
 )
 
-// Tenancy is the control plane's agent API; errors match tenancy.ErrUnauthenticated,
-// ErrEnvMismatch, ErrRateLimited, ErrTemporary, or are a *protocol.Refusal for a bad lease body.
+// Tenancy is the control plane's agent API; errors match tenancy's sentinels or a *protocol.Refusal.
 type Tenancy interface {
 	Checkin(ctx context.Context, token secret.Value, req protocol.CheckinRequest) (*protocol.CheckinResponse, error)
 	Bundle(ctx context.Context, token secret.Value, bundleURL string) (files map[string]string, headerSha string, err error)
@@ -41,12 +40,10 @@ type Bao interface {
 	ReadMany(ctx context.Context, token secret.Value, mount string, reqs []bao.KVRequest, limit int) (map[string]secret.Value, error)
 }
 
-// Docker is the docker CLI, scoped to this env's compose project. Every call runs with the
-// agent's own DOCKER_CONFIG.
+// Docker is the docker CLI scoped to this env's project, always with the agent's DOCKER_CONFIG.
 type Docker interface {
 	Info(ctx context.Context) (compose.Info, error)
-	// Config is `docker compose config --format json` of the staged release, every profile on.
-	// Its output holds secret values; its error never does.
+	// Config is `compose config --format json` of the release; output holds secrets, errors never.
 	Config(ctx context.Context, dir, composeFile string) ([]byte, error)
 	Pull(ctx context.Context, dir, composeFile, policy string) error
 	Up(ctx context.Context, dir, composeFile string) error
@@ -57,13 +54,11 @@ type Docker interface {
 	ImagePrune(ctx context.Context) error
 }
 
-// Deps is everything outside the agent's own logic. Zero values are not usable: cmd wiring
-// (internal/deploydcli) and tests fill every field.
+// Deps is everything outside the agent's logic; deploydcli and tests fill every field.
 type Deps struct {
 	Log     *slog.Logger
 	Tenancy Tenancy
-	// NewBao returns a client for an OpenBao address; the address comes from config, and may be
-	// replaced for one tick by the check-in's vault block or a lease's addr.
+	// NewBao returns a client for an OpenBao address (config's, or a check-in's or lease's for a tick).
 	NewBao func(addr string) (Bao, error)
 	Docker Docker
 	// Timer reads the agent's own systemd timer; fields are nil where systemd is absent.
@@ -73,8 +68,7 @@ type Deps struct {
 	// Sleep waits between looks at a starting project; nil is a real, cancellable sleep.
 	Sleep    func(ctx context.Context, d time.Duration) error
 	Hostname string
-	// Step, when set, is called after each named step of the tick; an error it returns aborts
-	// the tick there, as a crash would. Tests use it to prove every step is crash-safe.
+	// Step, when set, runs after each named step; its error aborts the tick like a crash (tests).
 	Step func(name string) error
 }
 
@@ -99,13 +93,11 @@ type Agent struct {
 	dockerInfoFresh bool
 	redact          *secret.Redactor
 	vault           protocol.Vault
-	// stateErr is the error of the last state.json write when it failed (a full disk): the
-	// tick goes on, its report names it, and the tick exits 1. Nil once a later write succeeds.
+	// stateErr is the last failed state.json write (full disk): reported, exit 1; nil once one succeeds.
 	stateErr error
 	// attempt is the apply under way, nil outside one (see revert.go).
 	attempt *applyAttempt
-	// failedThisTick: this tick's apply failed and entered the backoff, which a re-bootstrap
-	// on a stray 401 later in the tick (its report) must not undo.
+	// failedThisTick: this tick's apply entered the backoff, which a later re-bootstrap must not undo.
 	failedThisTick bool
 	// observed is what the tick saw for the box's metrics (metrics.go).
 	observed Observed
@@ -141,8 +133,7 @@ func (a *Agent) step(name string) error {
 	return nil
 }
 
-// stepStop is a tick stopped by Deps.Step, as a crash would stop it: it passes through every
-// report and backoff unrecorded, since a crash records nothing.
+// stepStop is a tick stopped by Deps.Step; like a crash, it records nothing on its way out.
 type stepStop struct {
 	name string
 	err  error
@@ -169,8 +160,7 @@ func WithLock(cfg *config.Config, log *slog.Logger, fn func() error) error {
 	return fn()
 }
 
-// Tick takes the lock and runs one tick. A nil error means ok/converged; otherwise
-// ExitCode(err) decides the exit.
+// Tick takes the lock and runs one tick; ExitCode(err) decides the exit.
 func (a *Agent) Tick(ctx context.Context) error {
 	return WithLock(a.cfg, a.log, func() error { return a.Run(ctx) })
 }
@@ -211,16 +201,14 @@ func (a *Agent) Run(ctx context.Context) error {
 		err = nil
 	}
 	if err == nil && a.stateErr != nil {
-		// The tick did its work and reported; only its memory of it is behind. The next tick
-		// starts from the state.json on disk, which the atomic write left whole.
+		// Work done and reported; only memory is behind, and the atomic write left the old state whole.
 		a.log.Error("state.json not saved; the report went out, the next tick retries", "error", a.stateErr.Error())
 		return fmt.Errorf("%w: %w", ErrFailed, a.stateErr)
 	}
 	return err
 }
 
-// redacted returns err with its text passed through the tick's redactor (the CLI prints it as
-// the tick's last journal line), keeping its chain for errors.Is/As and ExitCode.
+// redacted returns err with its text redacted, keeping its chain for errors.Is/As and ExitCode.
 func (a *Agent) redacted(err error) error {
 	if err == nil {
 		return nil
@@ -339,23 +327,20 @@ func (a *Agent) noteVersion() {
 	a.st.NameUnknownPrior(prior)
 }
 
-// saveState writes state.json and remembers whether the write failed (stateErr), so that the
-// report and the exit code say so even where the caller goes on.
+// saveState writes state.json and keeps a failure in stateErr for the report and exit code.
 func (a *Agent) saveState() error {
 	a.stateErr = state.Save(a.cfg.StatePath(), a.st)
 	return a.stateErr
 }
 
-// saveOrWarn is saveState where the tick goes on whatever: a failed write is warned about, and
-// stateErr keeps it for the report and the exit code.
+// saveOrWarn is saveState for a tick that goes on whatever: a failure is warned about.
 func (a *Agent) saveOrWarn() {
 	if err := a.saveState(); err != nil {
 		a.log.Warn("state not saved", "error", err.Error())
 	}
 }
 
-// adoptVault takes the check-in's OpenBao coordinates for this tick where they differ from the
-// config: tenancy knows where the env's secrets live. An empty v sets the config's.
+// adoptVault takes the check-in's OpenBao coordinates for this tick; an empty v sets the config's.
 func (a *Agent) adoptVault(v protocol.Vault) {
 	a.vault = protocol.Vault{
 		Addr:      a.cfg.Bao.Addr,

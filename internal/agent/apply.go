@@ -24,12 +24,10 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/version"
 )
 
-// kvReadLimit bounds the OpenBao reads of one apply that run at once: enough that a bundle of
-// 20 secrets reads in two round trips, few enough not to flood OpenBao from every box at once.
+// kvReadLimit bounds concurrent OpenBao reads per apply: 20 secrets in two round trips, no flood.
 const kvReadLimit = 16
 
-// apply runs PROTOCOL step 5 to 7: every refusal check before anything is leased or read, then
-// secrets, then the release, then compose.
+// apply runs PROTOCOL steps 5-7: every refusal check before any lease or read, then the rest.
 func (a *Agent) apply(ctx context.Context, resp *protocol.CheckinResponse) error {
 	sha := resp.DesiredSha
 	log := a.log.With("sha", protocol.ShortSha(sha))
@@ -52,8 +50,7 @@ func (a *Agent) apply(ctx context.Context, resp *protocol.CheckinResponse) error
 		return err
 	})
 	if err != nil {
-		// A body that is no bundle at all (not JSON, not string files, too big) is a refusal
-		// like any other invalid bundle.
+		// A body that is no bundle at all is refused like any other invalid bundle.
 		return a.refuseOrFail(ctx, sha, err)
 	}
 	if err := a.step("bundle"); err != nil {
@@ -140,8 +137,7 @@ func (a *Agent) checkBundle(ctx context.Context, files map[string]string, sha st
 	return b, paths, a.checkDisk(ctx, b)
 }
 
-// checkEnvComplete renders the template with a stand-in for every variable the manifest will
-// supply, so ENV_INCOMPLETE is known before any lease.
+// checkEnvComplete renders with stand-ins for manifest variables: ENV_INCOMPLETE before any lease.
 func checkEnvComplete(b *bundle.Bundle) error {
 	stand := map[string]secret.Value{}
 	for _, e := range b.EnvEntries() {
@@ -272,15 +268,13 @@ func (a *Agent) readSecrets(ctx context.Context, b *bundle.Bundle, paths []strin
 	return values, nil
 }
 
-// registryName is the key the registry credential is read under; it cannot clash with an env
-// var name, which the bundle package restricts to [A-Za-z_][A-Za-z0-9_]*.
+// registryName keys the registry credential; env var names ([A-Za-z_][A-Za-z0-9_]*) cannot clash.
 const registryName = "registry-auth"
 
 func (a *Agent) writeRegistryAuth(cred secret.Value) error {
 	auth, err := registryauth.Parse(cred, a.cfg.RegistryHost)
 	if err != nil {
-		// The pull will fail with the registry's own words, which name the problem better than
-		// a refusal here could; say why in the journal.
+		// The pull will fail in the registry's own words, which say it better; note why in the journal.
 		a.log.Warn("registry credential unusable; private images will not pull", "error", err.Error())
 		return nil
 	}

@@ -38,8 +38,7 @@ func (a *Agent) checkin(ctx context.Context) (*protocol.CheckinResponse, error) 
 		a.log.Info("first check-in since the upgrade", "upgraded_from", a.st.PendingUpgradeFrom, "version", version.Version)
 	}
 	a.st.CheckinSucceeded(a.deps.Now().UTC())
-	// A state that cannot be saved (a full disk) must not silence the box: the tick goes on to
-	// its report, which names the write error (stateErr), and exits 1.
+	// An unsavable state (full disk) must not silence the box: the report names it, exit 1.
 	_ = a.saveState()
 	return resp, nil
 }
@@ -48,12 +47,10 @@ func (a *Agent) checkin(ctx context.Context) (*protocol.CheckinResponse, error) 
 // converged tick makes no docker call of its own.
 const dockerFactsMaxAge = 6 * time.Hour
 
-// dockerInfoTimeout bounds the `docker info` before a check-in: a hung daemon must not hold up
-// the liveness check-in (the tick's own time limit is an hour).
+// dockerInfoTimeout: a hung daemon must not hold up the liveness check-in.
 const dockerInfoTimeout = 10 * time.Second
 
-// dockerInfoRetry is how long a failed `docker info` before a check-in waits to be tried again:
-// a box without a running docker would otherwise warn on every tick.
+// dockerInfoRetry spaces retries of a failed `docker info`: a dockerless box must not warn each tick.
 const dockerInfoRetry = time.Hour
 
 // refreshDockerFacts runs `docker info` when the cache is empty (a migrated box may never apply)
@@ -80,8 +77,7 @@ func (a *Agent) refreshDockerFacts(ctx context.Context) {
 		return
 	}
 	a.noteDockerInfo(info)
-	// Saved now, not with the check-in: a check-in that fails (tenancy down, a laptop off the
-	// mesh) would otherwise leave the cache empty and run `docker info` again on every tick.
+	// Saved now: a failed check-in must not leave the cache empty, rerunning `docker info` each tick.
 	a.saveOrWarn()
 }
 

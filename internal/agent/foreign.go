@@ -13,8 +13,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/version"
 )
 
-// Foreign is what a tick found under state_dir that its own account does not own
-// (state.ForeignFiles), and that account's name for the chown that fixes it.
+// Foreign is what under state_dir the agent does not own, and the account name for the chown.
 type Foreign struct {
 	Files     []state.ForeignFile
 	Truncated bool

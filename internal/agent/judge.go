@@ -15,8 +15,7 @@ import (
 // `docker compose config` of the rendered release before any pull. Refusals (and disk refusals,
 // with their free space) are remembered by sha so repeats skip fetch, judgement and lease.
 
-// repeatRefusal reports a remembered refusal of the desired sha as this tick's: the same
-// journal line and the same report as when it was judged.
+// repeatRefusal reports a remembered refusal as this tick's, same journal line and report.
 func (a *Agent) repeatRefusal(ctx context.Context, r *state.RefusedSha) error {
 	why := "not fetched again"
 	if r.Code == protocol.CodeDisk {

@@ -7,8 +7,7 @@ import (
 
 // Observed is what one tick saw that the box's metrics show and state.json does not keep.
 type Observed struct {
-	// ReportResult is the result of the last report the tick sent ("" when it sent none);
-	// ReportDelivered says whether tenancy accepted it.
+	// ReportResult is the last report's result ("" for none); ReportDelivered, whether it was accepted.
 	ReportResult    string
 	ReportDelivered bool
 	// Containers are what that report carried; nil when the tick looked at none.

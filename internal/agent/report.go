@@ -18,8 +18,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/version"
 )
 
-// report sends r after redaction. A report that cannot be delivered is logged, not fatal: what
-// the tick did has already happened, and the next check-in carries last_result anyway.
+// report sends r redacted; an undelivered report is only logged (the next check-in has last_result).
 func (a *Agent) report(ctx context.Context, r protocol.Report) {
 	r.EnvID = a.cfg.EnvID
 	r.AgentVersion = version.Version
@@ -73,8 +72,7 @@ func (a *Agent) fail(ctx context.Context, sha, detail, logTail string) error {
 	return a.failWith(ctx, sha, detail, logTail, nil)
 }
 
-// failWith reports `failed`; a failure of the apply under way also enters the backoff and
-// brings the previous release back (failApply).
+// failWith reports `failed`; a failure of the apply under way also backs off and reverts (failApply).
 func (a *Agent) failWith(ctx context.Context, sha, detail, logTail string, cs []protocol.Container) error {
 	detail = a.redact.Redact(detail)
 	a.log.Error("failed: " + detail)
@@ -86,8 +84,7 @@ func (a *Agent) failWith(ctx context.Context, sha, detail, logTail string, cs []
 	return fmt.Errorf("%w: %s", ErrFailed, detail)
 }
 
-// record keeps the outcome in state; applied_sha is untouched, so a failed apply leaves the
-// previous release as the one the box is known to run.
+// record keeps the outcome in state; applied_sha stays, so a failed apply keeps the previous release.
 func (a *Agent) record(sha, result, detail string) {
 	a.st.LastSha = sha
 	a.st.LastResult = result
@@ -96,14 +93,12 @@ func (a *Agent) record(sha, result, detail string) {
 	a.saveOrWarn()
 }
 
-// cutDetail is a detail as reported and as kept in state.last_detail: redacted, and cut to
-// protocol.MaxDetail bytes keeping its start, so `status` and tenancy show the same text.
+// cutDetail redacts and cuts a detail to protocol.MaxDetail, so `status` and tenancy agree.
 func (a *Agent) cutDetail(detail string) string {
 	return a.redact.TruncateHead(detail, protocol.MaxDetail)
 }
 
-// heartbeat looks at the running project and reports healthy or unhealthy. note, when set, is
-// added to the report's detail (a desired sha backing off).
+// heartbeat reports healthy or unhealthy for the running project, note added to the detail.
 func (a *Agent) heartbeat(ctx context.Context, resp *protocol.CheckinResponse, note string) error {
 	withNote := func(detail string) string {
 		switch {
@@ -119,8 +114,7 @@ func (a *Agent) heartbeat(ctx context.Context, resp *protocol.CheckinResponse, n
 		return err
 	}
 	if sha == "" && a.st.AppliedSha == "" && note != "" {
-		// The first deploy failed before anything started and backs off: nothing runs, which
-		// is no healthy box.
+		// The first deploy failed before anything started: nothing runs, which is no healthy box.
 		detail := withNote("nothing deployed")
 		a.log.Warn("unhealthy: " + detail)
 		a.st.LastResult, a.st.LastDetail = protocol.ResultUnhealthy, a.cutDetail(detail)
@@ -174,16 +168,14 @@ func (a *Agent) heartbeat(ctx context.Context, resp *protocol.CheckinResponse, n
 	}
 	a.st.LastResult = protocol.ResultHealthy
 	a.st.LastDetail = a.cutDetail(note)
-	// Saved before the report, so that a failed write (stateErr) is named in it; the tick's
-	// exit says it too (Run).
+	// Saved before the report, so a failed write (stateErr) is named in it.
 	_ = a.saveState()
 	a.report(ctx, protocol.Report{Sha: a.st.AppliedSha, Result: protocol.ResultHealthy, Detail: note, Containers: cs})
 	a.log.Info("healthy; heartbeat reported", "containers", len(cs))
 	return nil
 }
 
-// dockerUsable is nil when `docker info` answered this tick, or answers now (bounded like the
-// one before a check-in).
+// dockerUsable is nil when `docker info` answered this tick, or answers now.
 func (a *Agent) dockerUsable(ctx context.Context) error {
 	if a.dockerInfoFresh {
 		return nil
@@ -223,8 +215,7 @@ func (a *Agent) current() (sha, dir string, err error) {
 	return sha, dir, err
 }
 
-// composeFileOf finds the compose file of a promoted release: the bundle's own choice is in its
-// bundle.json, which the release directory keeps.
+// composeFileOf finds a promoted release's compose file from its kept bundle.json.
 func composeFileOf(dir string) string {
 	return readReleaseMeta(dir).ComposeFile
 }
@@ -254,8 +245,7 @@ func readReleaseMeta(dir string) releaseMetaWire {
 	return m
 }
 
-// down retires the env: containers go, volumes only when tenancy asks for it AND the box's
-// config allows it, since a retire by mistake must not take the data with it.
+// down retires the env; volumes go only when tenancy asks AND the config allows it.
 func (a *Agent) down(ctx context.Context, resp *protocol.CheckinResponse) error {
 	volumes := resp.PurgeVolumes && a.cfg.VolumesOnAbsent == "purge"
 	if resp.PurgeVolumes && !volumes {

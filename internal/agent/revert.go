@@ -21,8 +21,7 @@ import (
 // A failed deploy reverts to the release that ran before, and the failing sha backs off (2 min, 4,
 // 8, … at most an hour) rather than recreating unhealthy containers every minute.
 
-// applyAttempt is the apply under way in this tick: a failure of it enters the backoff, and a
-// failure after its promote also brings the previous release back.
+// applyAttempt is this tick's apply: its failure backs off, and after the promote also reverts.
 type applyAttempt struct {
 	sha      string
 	b        *bundle.Bundle // nil until the bundle parsed
@@ -39,8 +38,7 @@ func (at *applyAttempt) bundleAutoRevert() *bool {
 	return at.autoRevert
 }
 
-// holdBackoff decides, for a check-in that says apply, whether the desired sha is still
-// backing off. Its backoff ending is logged: the tick that follows is the next try.
+// holdBackoff says whether the desired sha is still backing off; the end of a backoff is logged.
 func (a *Agent) holdBackoff(resp *protocol.CheckinResponse) bool {
 	bo := a.st.Backoff
 	if bo == nil || bo.Sha != resp.DesiredSha {
@@ -145,8 +143,7 @@ func (a *Agent) failApply(ctx context.Context, at *applyAttempt, detail, logTail
 	return fmt.Errorf("%w: %s", ErrFailed, detail)
 }
 
-// withRevert appends what the revert did to a failure's detail, so that a tenancy or a
-// fleetctl that does not know reverted_to still shows it.
+// withRevert appends what the revert did to the detail, for tenancies that ignore reverted_to.
 func withRevert(detail string, bo *state.DeployBackoff) string {
 	switch {
 	case bo.RevertedTo != "" && bo.RevertHealthy != nil:
@@ -274,8 +271,7 @@ func (a *Agent) judgeRelease(ctx context.Context, dir, sha string) string {
 	return ""
 }
 
-// maxReleaseBytes caps what a read-back of a release reads: a release is a bundle (tenancy's own cap is
-// 16 MiB) and its .env, never more unless something wrote into it.
+// maxReleaseBytes caps a release read-back: a bundle (tenancy caps 16 MiB) plus its .env.
 const maxReleaseBytes = 16 << 20
 
 // readRelease reads a staged release but its .env through an os.Root; anything but a regular
@@ -405,14 +401,12 @@ func readRegular(root *os.Root, p string, limit int, want fs.FileInfo) ([]byte, 
 	return raw, nil
 }
 
-// revertCompose runs compose for the release in dir and says whether it came up healthy, and
-// if not why. An error is a step hook stopping the tick.
+// revertCompose runs compose for dir and says whether it came up healthy, else why.
 func (a *Agent) revertCompose(ctx context.Context, dir string) (healthy bool, why string, err error) {
 	d := a.deps.Docker
 	file, timeout := a.releaseMeta(dir)
 	if err := d.Pull(ctx, dir, file, bundle.PullMissing); err != nil {
-		// The images normally are local; a missing one the registry will not give is up's
-		// failure to report, in compose's own words.
+		// Images are normally local; one the registry will not give is up's failure, in compose's words.
 		a.log.Warn("revert: pulling missing images failed", "error", a.redact.Redact(err.Error()))
 	}
 	if err := d.Up(ctx, dir, file); err != nil {
@@ -434,8 +428,7 @@ func (a *Agent) revertCompose(ctx context.Context, dir string) (healthy bool, wh
 	return true, "", nil
 }
 
-// releaseMeta reads what compose needs of a staged release from its bundle.json: the compose
-// file and the health timeout (the config's unless the bundle set one).
+// releaseMeta reads the compose file and health timeout (else config's) from a release's bundle.json.
 func (a *Agent) releaseMeta(dir string) (composeFile string, healthy time.Duration) {
 	m := readReleaseMeta(dir)
 	healthy = time.Duration(a.cfg.HealthyTimeoutS) * time.Second
@@ -456,8 +449,7 @@ func (a *Agent) finishKilledApply(ctx context.Context) error {
 	return a.failApply(ctx, a.attempt, detail, "", nil)
 }
 
-// finishRevert completes a revert a killed tick left pending, and reports the failure that
-// started it (that report had not gone out).
+// finishRevert completes a revert a killed tick left pending and sends the failure report it owed.
 func (a *Agent) finishRevert(ctx context.Context) error {
 	bo := a.st.Backoff
 	a.log.Warn("a revert to " + protocol.ShortSha(bo.RevertedTo) + " was interrupted; finishing it")

@@ -24,15 +24,13 @@ func (a *Agent) tokenSession() *token.Session {
 	})
 }
 
-// kitRerun: a kit re-run is an operator's fresh start, so a failing sha gets its next try now
-// (saved with the new token).
+// kitRerun: a kit re-run is a fresh start, so a failing sha gets its next try now.
 func (a *Agent) kitRerun() {
 	if bo := a.st.Backoff; bo != nil && !bo.RevertPending && !a.failedThisTick {
 		a.log.Info(fmt.Sprintf("kit re-run: backoff of %s reset; the next apply tries it at once", protocol.ShortSha(bo.Sha)))
 		a.st.Backoff = nil
 	}
-	// So does a disk refusal (an operator freeing space then re-running the kit expects a new
-	// judgement); a compose refusal is the bundle's and stays.
+	// So does a disk refusal (space may have been freed); a compose refusal is the bundle's and stays.
 	if r := a.st.Refused; r != nil && r.Code == protocol.CodeDisk {
 		a.log.Info(fmt.Sprintf("kit re-run: disk refusal of %s forgotten; the next apply judges it again", protocol.ShortSha(r.Sha)))
 		a.st.Refused = nil
@@ -48,8 +46,7 @@ func (a *Agent) classify(what string, err error) error {
 		a.log.Error("AGENT_ENV_MISMATCH: the token belongs to another env than config env_id; fix the config or re-issue the identity", "env_id", a.cfg.EnvID)
 		return fmt.Errorf("%w: %w", err, ErrEnvMismatch)
 	case errors.Is(err, tenancy.ErrNotTenancy):
-		// An ingress or auth proxy answering for tenancy for a while: the token is not the
-		// question, and the next tick tries again.
+		// An ingress or auth proxy answering for tenancy: the token is not the question; try next tick.
 		var ae *tenancy.APIError
 		errors.As(err, &ae)
 		a.log.Warn("tenancy call refused by something that is not tenancy (no AGENT_* code); the token is kept and the next tick retries",

@@ -48,8 +48,7 @@ const (
 // DefaultKey is the KV key a manifest entry reads when it names none.
 const DefaultKey = "value"
 
-// Bundle is a parsed, validated bundle. Files holds every file by its relative path exactly as
-// received (the sha covers them all).
+// Bundle is a parsed, validated bundle; Files holds every file as received (the sha covers all).
 type Bundle struct {
 	Sha         string
 	Files       map[string]string
@@ -78,8 +77,7 @@ type Agent struct {
 	AllowRollback   bool
 	DiskNeedBytes   int64
 	HealthyTimeoutS int
-	// AutoRevert, when set, overrides the config's auto_revert for this bundle (false for a
-	// migration that cannot run backwards).
+	// AutoRevert, when set, overrides the config's auto_revert (false: a one-way migration).
 	AutoRevert *bool
 }
 
@@ -103,8 +101,7 @@ func (b *Bundle) EnvEntries() []Entry {
 	return out
 }
 
-// RegistryEntry returns the registry pull credential entry, if the manifest has one. It is never
-// an env var: writing the registry password into .env would hand it to every container.
+// RegistryEntry returns the registry credential entry, never an env var (.env reaches containers).
 func (b *Bundle) RegistryEntry() (Entry, bool) {
 	for _, e := range b.Entries {
 		if e.Use == UseRegistryAuth {
@@ -166,8 +163,7 @@ func Parse(files map[string]string, desiredSha string) (*Bundle, error) {
 	}, nil
 }
 
-// checkPaths enforces the path and size rules before anything else looks at the bundle: a path
-// that can climb out of the release directory must never reach the stager.
+// checkPaths enforces path and size rules first: no path may climb out of the release directory.
 func checkPaths(files map[string]string) error {
 	if len(files) > MaxFiles {
 		return invalid("%d files, at most %d allowed", len(files), MaxFiles)
@@ -188,8 +184,7 @@ func checkPaths(files map[string]string) error {
 		}
 	}
 	if _, ok := files[EnvFile]; ok {
-		// The agent writes .env from .env.template; a shipped one would be overwritten or,
-		// worse, be what compose reads if rendering were ever skipped.
+		// The agent writes .env from .env.template; a shipped one could be what compose reads.
 		return invalid("path %q: written by the agent from %s, a bundle may not ship it", EnvFile, EnvTemplateFile)
 	}
 	// A path that is both a file and a directory cannot be staged.
@@ -218,8 +213,7 @@ func badPath(p string) string {
 		return "contains NUL"
 	}
 	for i := 0; i < len(p); i++ {
-		// Control characters (newlines above all) have no business in a file name and would
-		// make log lines and the sha framing ambiguous to a human reader.
+		// Control characters make log lines and the sha framing ambiguous to a reader.
 		if p[i] < 0x20 || p[i] == 0x7f {
 			return "contains a control character"
 		}
@@ -237,8 +231,7 @@ func badPath(p string) string {
 	return ""
 }
 
-// metaWire is bundle.json on the wire. Informational fields are raw so that any JSON type is
-// accepted; the fields the agent acts on are typed, and a wrong type is refused by name.
+// metaWire is bundle.json: informational fields raw (any JSON type), acted-on fields typed.
 type metaWire struct {
 	Address         json.RawMessage `json:"address"`
 	Pull            string          `json:"pull"`
@@ -320,8 +313,7 @@ func parseMeta(files map[string]string) (Meta, error) {
 	return m, nil
 }
 
-// looseString returns a JSON string's value, "" for absent or null, and the compact JSON text
-// of anything else.
+// looseString is a JSON string's value, "" for absent or null, else compact JSON text.
 func looseString(raw json.RawMessage) string {
 	if len(raw) == 0 || string(raw) == "null" {
 		return ""
@@ -362,8 +354,7 @@ func jsonProblem(err error, want map[string]string) string {
 // envName is what a POSIX shell and docker compose accept as a variable name.
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
-// entryWire is one manifest entry on the wire; Version stays raw so that 3.0, "3" and 0 can be
-// told apart and refused by name.
+// entryWire is a manifest entry; Version stays raw so 3.0, "3" and 0 are told apart by name.
 type entryWire struct {
 	Var     *string         `json:"var"`
 	Path    *string         `json:"path"`

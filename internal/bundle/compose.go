@@ -14,8 +14,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
 )
 
-// MaxFindingsDetail caps what one refusal lists: a file of ten thousand findings is refused with
-// the first that fit and a count of the rest, never with megabytes in a journal line.
+// MaxFindingsDetail caps one refusal's list: the first findings that fit and a count of the rest.
 const MaxFindingsDetail = 4 << 10
 
 // maxLoadError bounds the loader's own words in a refusal: they may quote a whole value.
@@ -66,8 +65,7 @@ func (b *Bundle) KnownEnv() (map[string]string, error) {
 	}
 	text, err := RenderEnv(b.EnvTemplate, stand)
 	if err != nil {
-		// ENV_INCOMPLETE and the like are judged by their own check, later and more precisely;
-		// the compose judgement then knows no template value.
+		// ENV_INCOMPLETE is judged later by its own check; the compose judgement knows no template value.
 		return map[string]string{}, nil
 	}
 	env, err := dotenv.ParseWithLookup(strings.NewReader(text), func(string) (string, bool) { return "", false })
@@ -89,21 +87,18 @@ type Judgement struct {
 	ReleaseDir string // absolute; compose's project directory
 	Project    string // the compose project name the agent runs it as
 	Env        map[string]string
-	// WithValues puts the offending values in the detail; false where the file was rendered
-	// with secrets, so the detail names keys only.
+	// WithValues puts offending values in the detail; false after a secret render (keys only).
 	WithValues bool
 	// Stage prefixes the detail ("rendered: ") so a refusal says which judgement made it.
 	Stage string
 	// Staged are the '/'-separated release paths the agent writes; a container must not rewrite them
 	// since a revert runs them again. File, .env and bundle.json always count.
 	Staged []string
-	// rendered: Compose is compose's own JSON, which spells out every default; its caps are
-	// renderedScale times the file's.
+	// rendered: Compose is compose's own JSON, defaults spelled out; caps scale by renderedScale.
 	rendered bool
 }
 
-// renderedScale is how much larger `docker compose config` may make a file: it writes every
-// default out (networks, pull policy, each port's and volume's fields).
+// renderedScale is how much larger `docker compose config` may make a file by writing defaults.
 const renderedScale = 4
 
 // Verdict is the judgement as an error: nil, BUNDLE_INVALID or PRIVILEGED_REFUSED.
@@ -134,8 +129,7 @@ func (j Judgement) Verdict(allowPrivileged bool) error {
 	return nil
 }
 
-// detail lists findings, `N finding(s)` first so a cut report still says how many, then as
-// many as fit MaxFindingsDetail, then how many were left out.
+// detail lists `N finding(s)`, as many findings as fit MaxFindingsDetail, then the rest's count.
 func (j Judgement) detail(fs []Finding, suffix string) string {
 	head := fmt.Sprintf("%s: %d finding(s)%s: ", j.File, len(fs), suffix)
 	var b strings.Builder
@@ -156,8 +150,7 @@ func (j Judgement) detail(fs []Finding, suffix string) string {
 	return b.String()
 }
 
-// Findings loads the file as compose does and judges it; err is a file compose itself would
-// not load (or one past the size caps), naming where.
+// Findings loads and judges the file; err is a file compose would not load (or past caps).
 func (j Judgement) Findings() ([]Finding, error) {
 	scale := 1
 	if j.rendered {

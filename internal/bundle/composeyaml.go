@@ -18,14 +18,12 @@ const (
 	MaxComposeBytes = 1 << 20
 	maxComposeNodes = 30_000
 	maxKeyWork      = 16 << 20
-	// maxMergeDepth bounds `<<` merges of merges; maxMergeWork the pairs the variable walk visits
-	// through merges.
+	// maxMergeDepth bounds `<<` merges of merges; maxMergeWork, pairs walked through merges.
 	maxMergeDepth = 16
 	maxMergeWork  = 4 * maxComposeNodes
 )
 
-// parseRaw reads every document as yaml.Node (linear: aliases stay references, no key checks),
-// refusing a file past the caps times scale.
+// parseRaw reads every document as yaml.Node (linear), refusing past the caps times scale.
 func parseRaw(data []byte, scale int) ([]*yaml.Node, error) {
 	if len(data) > MaxComposeBytes*scale {
 		return nil, fmt.Errorf("is %d bytes; the limit is %d (%d MiB)", len(data), MaxComposeBytes*scale, scale)
@@ -59,8 +57,7 @@ type nodeCount struct {
 	maxNodes, maxKeyWork     int
 }
 
-// expandedSize is how many nodes n stands for with aliases expanded; memoised and saturating,
-// so linear in the file.
+// expandedSize is n's node count with aliases expanded; memoised and saturating, so linear.
 func expandedSize(n *yaml.Node, memo map[*yaml.Node]int, limit int) int {
 	if n == nil {
 		return 0
@@ -210,8 +207,7 @@ func (w *rawWalk) service(name string, n *yaml.Node) error {
 	return nil
 }
 
-// judgedPart is the part of a setting the policy reads: all of it, but for `deploy` (device
-// reservations) and `networks` (endpoint driver options).
+// judgedPart is what the policy reads: all, but for `deploy` and `networks` only what it judges.
 func (w *rawWalk) judgedPart(key string, n *yaml.Node) ([]*yaml.Node, error) {
 	var path [][]string
 	switch key {
@@ -254,8 +250,7 @@ type pair struct {
 	val *yaml.Node
 }
 
-// pairs lists a mapping's key/value pairs, aliases resolved and `<<` merges included (every
-// merged pair is listed, overridden or not: the walk over-approximates, it never misses one).
+// pairs lists a mapping's pairs, aliases resolved, every `<<` pair included (over-approximates).
 func (w *rawWalk) pairs(n *yaml.Node, depth int) ([]pair, error) {
 	if depth > maxMergeDepth {
 		return nil, fmt.Errorf("merges (<<) nested deeper than %d", maxMergeDepth)
@@ -305,8 +300,7 @@ func resolve(n *yaml.Node) *yaml.Node {
 	return n
 }
 
-// hasVar reports whether any string value under n would be interpolated: it holds a `$` that
-// is not an escaped `$$`. Memoised per node, so an anchor used a thousand times is read once.
+// hasVar reports whether a value under n holds an unescaped `$`; memoised per node.
 func (w *rawWalk) hasVar(n *yaml.Node) bool {
 	n = resolve(n)
 	if n == nil {
@@ -335,8 +329,7 @@ func (w *rawWalk) hasVar(n *yaml.Node) bool {
 	return found
 }
 
-// holdsVariable is compose's reading of a `$`: `$$` is a literal dollar, any other `$` starts a
-// variable (or is an error compose itself refuses).
+// holdsVariable reads `$` as compose does: `$$` is literal, any other `$` starts a variable.
 func holdsVariable(s string) bool {
 	return strings.Contains(strings.ReplaceAll(s, "$$", ""), "$")
 }

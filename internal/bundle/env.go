@@ -108,8 +108,7 @@ func findRefs(line string) []ref {
 	return out
 }
 
-// substitute replaces the references of s, which sit inside a longer value: only a plain value
-// is safe there whatever quoting the template put around it.
+// substitute replaces references inside a longer value: only plain values are safe there.
 func substitute(s string, values map[string]secret.Value, unsafe map[string]string) string {
 	refs := findRefs(s)
 	if len(refs) == 0 {
@@ -134,8 +133,7 @@ func substitute(s string, values map[string]secret.Value, unsafe map[string]stri
 // keyPrefix is the start of a KEY=VALUE line as compose reads it.
 var keyPrefix = regexp.MustCompile(`^[ \t]*(?:export[ \t]+)?[A-Za-z0-9_.\[\]-]+[ \t]*[=:][ \t]*`)
 
-// wholeValue recognises a line whose entire value is one reference, returning the text before
-// the value, the variable, and what follows the value on the line.
+// wholeValue recognises a value that is one reference: text before, the variable, text after.
 func wholeValue(line string) (prefix, name, suffix string, ok bool) {
 	loc := keyPrefix.FindStringIndex(line)
 	if loc == nil {
@@ -156,8 +154,7 @@ func wholeValue(line string) (prefix, name, suffix string, ok bool) {
 		return "", "", "", false
 	}
 	suffix = rest[refs[0].end:]
-	// Unquoted, compose cuts the value at the first " #" and trims it: the reference is the
-	// whole value only if nothing but blanks stands between it and that comment (or the end).
+	// Unquoted, compose cuts at the first " #" and trims: only blanks may follow the reference.
 	before, _, _ := strings.Cut(suffix, " #")
 	if strings.TrimFunc(before, unicode.IsSpace) != "" {
 		return "", "", "", false

@@ -53,8 +53,7 @@ func badManifestPath(p string) string {
 	return ""
 }
 
-// ResolveManifest resolves every entry's path under prefix, in manifest order, all of them up
-// front: if any entry is refused, the caller gets no paths and so reads nothing.
+// ResolveManifest resolves every entry up front: one refusal and the caller reads nothing.
 func (b *Bundle) ResolveManifest(prefix string) ([]string, error) {
 	out := make([]string, 0, len(b.Entries))
 	for i, e := range b.Entries {

@@ -85,8 +85,7 @@ var serviceRules = map[string]rule{
 	},
 	"models":  func(j *judge, svc string, s *types.ServiceConfig) { j.set(svc, "models", "the host's model runner") },
 	"logging": judgeLogging,
-	// compose's schema refuses the legacy keys today; judged all the same, should a loader
-	// ever fill them
+	// compose's schema refuses the legacy keys today; judged anyway, should a loader fill them
 	"log_driver": func(j *judge, svc string, s *types.ServiceConfig) { j.logging(svc, "log_driver", s.LogDriver, "", nil) },
 	"log_opt":    func(j *judge, svc string, s *types.ServiceConfig) { j.logging(svc, "", "", "log_opt.", s.LogOpt) },
 	"oom_score_adj": func(j *judge, svc string, s *types.ServiceConfig) {
@@ -102,8 +101,7 @@ var serviceRules = map[string]rule{
 	"credential_spec": func(j *judge, svc string, s *types.ServiceConfig) { j.set(svc, "credential_spec", "host credentials") },
 }
 
-// serviceKeyJudged is whether a raw service key is one the judgement depends on: anything not
-// known harmless (x- extensions hold nothing compose runs).
+// serviceKeyJudged: anything not known harmless (x- extensions hold nothing compose runs).
 func serviceKeyJudged(key string) bool {
 	if strings.HasPrefix(key, "x-") {
 		return false
@@ -124,8 +122,7 @@ var AllowedCaps = []string{
 // address the bundle names, or load a plugin.
 var AllowedLogDrivers = []string{"json-file", "local", "none"}
 
-// AllowedLogOptions are the logging options allowed with those drivers: size, rotation,
-// delivery mode and which metadata goes into each line.
+// AllowedLogOptions: size, rotation, delivery mode and per-line metadata.
 var AllowedLogOptions = []string{
 	"max-size", "max-file", "compress", "mode", "max-buffer-size",
 	"labels", "labels-regex", "env", "env-regex", "tag",
@@ -136,8 +133,7 @@ type Finding struct {
 	Subject string // a service name, or "volume NAME", "network NAME", "secret NAME", "(file)"
 	Key     string // the compose key, e.g. volumes[1], cap_add
 	What    string
-	// Value is the offending text from the bundle; left out where the file was rendered with
-	// secrets (the post-render judgement names keys, never values).
+	// Value is the offending text; left out after a secret render (keys only).
 	Value   string
 	Invalid bool // BUNDLE_INVALID whatever allow_privileged says; else privileged
 }
@@ -184,8 +180,7 @@ func (j *judge) oneOf(svc, key, v string, allowed ...string) {
 	}
 }
 
-// mode judges network_mode, pid, ipc: the default, the listed values, or `service:` of this
-// project; `host` and `container:` reach outside it.
+// mode judges network_mode, pid, ipc: `host` and `container:` reach outside the project.
 func (j *judge) mode(svc, key, v string, allowed ...string) {
 	if v == "" || slices.Contains(allowed, v) {
 		return
@@ -196,8 +191,7 @@ func (j *judge) mode(svc, key, v string, allowed ...string) {
 	j.priv(svc, key, "only service: of this project is allowed", v)
 }
 
-// inside reports whether an absolute host path lies in the release directory. The release
-// holds no symlink (staging writes regular files), so the lexical check is the real one.
+// inside: the release holds no symlink when judged, so the lexical check is the real one.
 func (j *judge) inside(p string) bool {
 	if !filepath.IsAbs(p) {
 		return false
@@ -206,8 +200,7 @@ func (j *judge) inside(p string) bool {
 	return c == j.release || strings.HasPrefix(c, j.release+string(filepath.Separator))
 }
 
-// judgeProject runs the policy over a loaded project: every service (all profiles) and every
-// top-level definition.
+// judgeProject judges every service (all profiles) and every top-level definition.
 func judgeProject(p *types.Project, releaseDir, project string, staged []string) []Finding {
 	j := &judge{release: filepath.Clean(releaseDir), project: project, services: map[string]bool{}, p: p}
 	all := map[string]types.ServiceConfig{}
@@ -301,8 +294,7 @@ func (j *judge) plantedSymlinks(all map[string]types.ServiceConfig) {
 			paths = append(paths, hostPath{"config " + n, "file", filepath.Clean(f), false})
 		}
 	}
-	// Sorted by path, everything strictly inside W follows W directly: one pass per writable
-	// bind over its own range, never every pair.
+	// Sorted by path, what lies strictly inside W follows W: one pass per writable bind.
 	sorted := slices.Clone(paths)
 	slices.SortStableFunc(sorted, func(a, b hostPath) int { return strings.Compare(a.path, b.path) })
 	flagged := map[hostPath]bool{}
@@ -336,8 +328,7 @@ func sortedNames[V any](m map[string]V) []string {
 	return out
 }
 
-// service walks the fields of s by reflection, so a field this table does not know is seen
-// (privileged) rather than passed over.
+// service walks s by reflection, so a field this table does not know is seen (privileged).
 func (j *judge) service(name string, s *types.ServiceConfig) {
 	v := reflect.ValueOf(s).Elem()
 	t := v.Type()
@@ -450,8 +441,7 @@ func judgeVolumesFrom(j *judge, svc string, s *types.ServiceConfig) {
 	}
 }
 
-// normCap is a capability's canonical name: compose and docker take any case, with or without
-// the CAP_ prefix.
+// normCap canonicalises a capability (any case, CAP_ prefix optional).
 func normCap(c string) string {
 	c = strings.ToUpper(strings.TrimSpace(c))
 	return strings.TrimPrefix(c, "CAP_")
@@ -535,8 +525,7 @@ func (j *judge) hooks(svc, key string, hs []types.ServiceHook) {
 	}
 }
 
-// tmpfsOpts are the mount options of a local tmpfs volume: sizes and modes, nothing that names
-// host storage.
+// tmpfsOpts are a local tmpfs volume's options: sizes and modes, no host storage.
 var tmpfsOpts = []string{"size", "mode", "uid", "gid", "nr_inodes", "nr_blocks"}
 
 // networkOpts are the bridge driver options allowed on a project network.

@@ -53,21 +53,18 @@ type Config struct {
 	Disk          Disk   `yaml:"disk"`
 
 	HealthyTimeoutS int `yaml:"healthy_timeout_s"`
-	// AutoRevert: a failed apply brings the release that ran before back (a bundle's
-	// agent.auto_revert wins).
+	// AutoRevert: a failed apply brings back the previous release (a bundle's auto_revert wins).
 	AutoRevert      bool   `yaml:"auto_revert"`
 	VolumesOnAbsent string `yaml:"volumes_on_absent"`
 	ComposeProject  string `yaml:"compose_project"`
 	DockerBin       string `yaml:"docker_bin"`
 	// RegistryHost is the registry of a `username:password` pull credential.
 	RegistryHost string `yaml:"registry_host"`
-	// ContainerdRoot is the second filesystem a pull fills: docker 29 keeps image layers in
-	// containerd's store, often on another disk than the data-root (seed 0.1.8, env-dev-08).
+	// ContainerdRoot: docker 29 keeps layers in containerd's store, often on another disk (env-dev-08).
 	ContainerdRoot string `yaml:"containerd_root"`
 	// LogLevel is upper-cased: DEBUG, INFO, WARN, WARNING or ERROR.
 	LogLevel string `yaml:"log_level"`
-	// TextfileDir is node_exporter's textfile collector directory: after every tick the agent
-	// writes its metrics there, only when the directory exists.
+	// TextfileDir is node_exporter's textfile directory; metrics are written only if it exists.
 	TextfileDir string `yaml:"textfile_dir"`
 }
 
@@ -75,13 +72,11 @@ type Config struct {
 type Tenancy struct {
 	// Service is the ziti service the sdk transport dials.
 	Service string `yaml:"service"`
-	// Host and Port are the intercept address (system transport) and the key of the proxy map.
-	// Port is the INTERCEPT port, 443 — not the pod's 8081 (seed 0.1.5).
+	// Host and Port are the intercept address; Port is the INTERCEPT port 443, not 8081 (seed 0.1.5).
 	Host   string `yaml:"host"`
 	Port   int    `yaml:"port"`
 	Scheme string `yaml:"scheme"`
-	// BaseURL is the alias the Python installer and hand-written configs use; after Parse,
-	// Scheme, Host and Port hold its parts.
+	// BaseURL is the installer's alias; after Parse, Scheme, Host and Port hold its parts.
 	BaseURL   string `yaml:"base_url"`
 	ProxyAddr string `yaml:"proxy_addr"`
 	TimeoutS  int    `yaml:"timeout_s"`
@@ -103,8 +98,7 @@ type Bao struct {
 	TimeoutS    int `yaml:"timeout_s"`
 }
 
-// Disk is the pre-flight's margin: required = need × Factor + HeadroomBytes, or just
-// HeadroomBytes when the bundle declares no size.
+// Disk: required = need × Factor + HeadroomBytes, or HeadroomBytes for an undeclared size.
 type Disk struct {
 	Factor        float64 `yaml:"factor"`
 	HeadroomBytes int64   `yaml:"headroom_bytes"`
@@ -175,15 +169,13 @@ func (c *Config) BaoURL() string {
 	return scheme + "://" + net.JoinHostPort(host, strconv.Itoa(port))
 }
 
-// BaoEndpoint is BaoURL's parts: the (host, port) the proxy transport maps and the system
-// transport dials.
+// BaoEndpoint is BaoURL's (host, port), mapped by proxy and dialled by system transport.
 func (c *Config) BaoEndpoint() (scheme, host string, port int) {
 	scheme, host, port, _ = splitURL(c.Bao.Addr)
 	return scheme, host, port
 }
 
-// DockerConfigDir is DOCKER_CONFIG for every docker call: <state_dir>/docker. Never $HOME: a
-// `docker login` by a human or root is invisible to the agent's user (seed 0.1.7).
+// DockerConfigDir is <state_dir>/docker, never $HOME: a human's login is not the agent's (0.1.7).
 func (c *Config) DockerConfigDir() string { return filepath.Join(c.StateDir, "docker") }
 
 // StatePath is <state_dir>/state.json.

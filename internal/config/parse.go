@@ -23,8 +23,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 )
 
-// Error is a config the agent will not run with. Callers map it to exit 78. Key is the dotted
-// key at fault ("" for a fault of the whole file), Line its line when known.
+// Error is a config the agent will not run with (exit 78); Key is the dotted key, Line if known.
 type Error struct {
 	File string
 	Key  string
@@ -55,8 +54,7 @@ func (e *Error) Unwrap() error { return e.Err }
 // maxSize bounds what is read: a config is a few hundred bytes.
 const maxSize = 1 << 20
 
-// Load reads and parses the file at path. Every failure, including a missing or unreadable
-// file, is a *Error (errors.Is(err, fs.ErrNotExist) still works through Unwrap).
+// Load parses the file at path; every failure is a *Error (fs.ErrNotExist still matches).
 func Load(path string) (*Config, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -79,11 +77,9 @@ func errText(err error) string {
 	return err.Error()
 }
 
-// Parse decodes data (named file in errors and in Config.Path), applies defaults, fills derived
-// values and validates. Every error is a *Error.
+// Parse decodes data, applies defaults, derives values and validates; every error is a *Error.
 func Parse(data []byte, file string) (cfg *Config, err error) {
-	// The YAML parser is third-party code fed outside input; a panic in it must still come out
-	// as a config error (exit 78), not a crash loop under the timer.
+	// A panic in the third-party YAML parser must still be exit 78, not a timer crash loop.
 	defer func() {
 		if r := recover(); r != nil {
 			cfg, err = nil, &Error{File: file, Msg: fmt.Sprintf("invalid YAML (parser failed: %v)", r)}
@@ -122,8 +118,7 @@ func parseDocument(data []byte, file string) (*yaml.Node, error) {
 	return root, nil
 }
 
-// decoder walks the node tree into a Config by its yaml tags, remembering which keys the file
-// set (defaults must not count as "explicit" for the base_url conflict check).
+// decoder fills a Config by yaml tags, remembering which keys the file set (not defaults).
 type decoder struct {
 	file  string
 	set   map[string]bool
@@ -254,8 +249,7 @@ func want(t reflect.Type) string {
 	return "a string"
 }
 
-// describe names what a node is, for "want X, got Y". Scalars are quoted and cut short; a
-// config holds no secrets (the bootstrap grant lives in its own file).
+// describe names a node for "want X, got Y"; scalars quoted and cut (a config holds no secrets).
 func describe(n *yaml.Node) string {
 	switch n.Kind {
 	case yaml.MappingNode:
@@ -286,8 +280,7 @@ func yamlFields(t reflect.Type) map[string]int {
 	return m
 }
 
-// suggest offers the nearest known key at the same level, or the section a misplaced key
-// belongs to (`port:` at the top level is `tenancy.port`).
+// suggest offers the nearest key at the same level, or a misplaced key's section.
 func suggest(key string, siblings map[string]int, prefix string) string {
 	best, bestDist := "", 3
 	for k := range siblings {
@@ -347,8 +340,7 @@ var (
 	mountPath = regexp.MustCompile(`^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$`)
 )
 
-// finish fills what derives from other keys and validates, in the order the keys are
-// documented, reporting the first fault.
+// finish derives and validates in documented key order, reporting the first fault.
 func (d *decoder) finish(c *Config) error {
 	e := func(key, format string, args ...any) error { return d.errf(key, nil, format, args...) }
 

@@ -53,8 +53,7 @@ func (c *checker) docker(ctx context.Context) Result {
 	return ok("%s; %s", detail, strings.Join(notes, "; "))
 }
 
-// composeMajor reads the major version of `docker compose version --short` output ("2.40.3",
-// "v2.40.3", "1.29.2"). Output that is not a version is an error naming it.
+// composeMajor reads the major of `docker compose version --short` ("v2.40.3"); else an error.
 func composeMajor(v string) (int, error) {
 	s := strings.TrimPrefix(strings.TrimSpace(v), "v")
 	head, _, _ := strings.Cut(s, ".")
@@ -72,8 +71,7 @@ func (c *checker) pluginDirs() []string {
 	return DefaultPluginDirs
 }
 
-// compose: `docker compose` must work with the agent's DOCKER_CONFIG (which hides
-// ~/.docker/cli-plugins) and be v2 or later, installed in a system plugin directory.
+// compose: `docker compose` must work with the agent's DOCKER_CONFIG, be v2+, in a system plugin dir.
 func (c *checker) compose(ctx context.Context) Result {
 	installFix := "install the compose plugin system-wide: apt install docker-compose-plugin (it lands in /usr/libexec/docker/cli-plugins); a plugin under ~/.docker/cli-plugins is hidden from the agent by DOCKER_CONFIG"
 	var found string
@@ -106,8 +104,7 @@ func (c *checker) compose(ctx context.Context) Result {
 	return ok("docker compose %s (%s) with DOCKER_CONFIG=%s", v, found, c.cfg().DockerConfigDir())
 }
 
-// dockerConfig: <state_dir>/docker holds the registry credential, so it is the agent's alone:
-// 0700, owned by the agent, config.json 0600 (PROTOCOL's files table).
+// dockerConfig: <state_dir>/docker holds the registry credential: 0700 and config.json 0600, agent's.
 func (c *checker) dockerConfig(context.Context) Result {
 	cfg := c.cfg()
 	dir := cfg.DockerConfigDir()
@@ -187,8 +184,7 @@ func (c *checker) disk(ctx context.Context) Result {
 	case info.DockerRootDir != "":
 		root = info.DockerRootDir
 	}
-	// As the agent measures its image storage: the data-root through its nearest existing
-	// parent, containerd's root only where it exists.
+	// As the agent measures: data-root via its nearest existing parent, containerd's root if present.
 	images := []string{root}
 	if cfg.ContainerdRoot != "" && filepath.Clean(cfg.ContainerdRoot) != filepath.Clean(root) {
 		images = append(images, cfg.ContainerdRoot)
@@ -257,8 +253,7 @@ type fsGroup struct {
 	text  string
 }
 
-// byFilesystem folds measures that Env.Stat places on one device into one group, in the order
-// first measured. A path whose device is unknown stands alone.
+// byFilesystem groups measures by device, in first-measured order; unknown devices stand alone.
 func (c *checker) byFilesystem(measures []diskspace.Measure, what []string) []fsGroup {
 	var groups []fsGroup
 	var devs []uint64

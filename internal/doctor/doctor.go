@@ -15,16 +15,14 @@ import (
 // Status is the outcome of one check.
 type Status string
 
-// Statuses. Skip is only for a check that does not apply to this box (the identity with
-// transport system, the timer in laptop mode), and its detail says why.
+// Statuses. Skip is for a check that does not apply to this box; its detail says why.
 const (
 	OK   Status = "OK"
 	Fail Status = "FAIL"
 	Skip Status = "SKIP"
 )
 
-// Result is what one check found. Detail says what was seen; Fix, for a failure, what to run or
-// change. Neither ever carries a token, grant or credential.
+// Result is one check's finding and, for a failure, its Fix; never a token, grant or credential.
 type Result struct {
 	Name   string `json:"name"`
 	Status Status `json:"status"`
@@ -36,8 +34,7 @@ type Result struct {
 type Check struct {
 	Name string
 	Run  func(ctx context.Context) Result
-	// Timeout bounds Run (0: only ctx does). A docker CLI facing a hung engine waits forever,
-	// and a doctor that hangs diagnoses nothing.
+	// Timeout bounds Run (0: only ctx): a docker CLI facing a hung engine waits forever.
 	Timeout time.Duration
 }
 

@@ -52,11 +52,9 @@ type FileInfo struct {
 	Mode fs.FileMode
 	UID  uint32
 	GID  uint32
-	// ACL is true when the file carries a POSIX access ACL, which may grant what the mode bits
-	// do not.
+	// ACL is true when the file carries a POSIX access ACL.
 	ACL bool
-	// Dev is the device of the filesystem holding the file (st_dev); 0 when unknown. Two paths
-	// with the same non-zero Dev share their free space.
+	// Dev is the file's filesystem device (0: unknown); equal non-zero Devs share free space.
 	Dev uint64
 }
 
@@ -77,8 +75,7 @@ type Meter interface {
 	Tightest(paths []string) (int64, []diskspace.Measure, error)
 }
 
-// Env is everything the checks look at. The command fills it from the real box; tests fill it
-// with fakes. Paths come from Config.
+// Env is everything the checks look at: the real box, or fakes in tests.
 type Env struct {
 	ConfigPath string
 	// Config is the loaded config; when ConfigErr is set instead, only the config check runs.
@@ -87,27 +84,23 @@ type Env struct {
 
 	// Self is the process running doctor (Name and UID; GIDs unused).
 	Self Account
-	// Agent is the account the agent runs as; nil when AgentErr says why it could not be found.
-	// When it is not Self (doctor run as root), file access is tried as it (tryAs).
+	// Agent is the agent's account (nil: AgentErr says why); when not Self, access is tried as it.
 	Agent    *Account
 	AgentErr error
 	// AgentName is the account asked for, for messages when Agent is nil.
 	AgentName string
-	// UserName and GroupName name a uid or gid ("" when unknown); LookupGroup finds a group by
-	// name.
+	// UserName and GroupName name a uid or gid ("" when unknown); LookupGroup finds a group by name.
 	UserName    func(uid uint32) string
 	GroupName   func(gid uint32) string
 	LookupGroup func(name string) (uint32, error)
 
 	// Stat follows symlinks and fails with an error matching fs.ErrNotExist for a missing path.
 	Stat func(path string) (FileInfo, error)
-	// ForeignFiles lists what under a directory uid does not own (state.ForeignFiles; nil is
-	// that).
+	// ForeignFiles lists what under a directory uid does not own (nil: state.ForeignFiles).
 	ForeignFiles func(dir string, uid uint32) ([]state.ForeignFile, bool, error)
 	ReadFile     func(path string) ([]byte, error)
 
-	// Runner runs docker (as compose.Docker, with DOCKER_CONFIG set; Checks adds the tick's
-	// environment, see tickEnv).
+	// Runner runs docker as compose.Docker does; Checks adds the tick's environment (tickEnv).
 	Runner runner.Runner
 	Meter  Meter
 	// Timer reads systemd.TimerUnit's state; Enabled is nil where systemd is absent or unreadable.
@@ -123,8 +116,7 @@ type Env struct {
 	Tenancy     TenancyClient
 	TenancyHTTP *http.Client
 	Bao         BaoClient
-	// BaoAt returns a client for the OpenBao at addr through the same transport: where a
-	// lease's addr minted the token, the tick looks it up there (nil: only bao.addr is reached).
+	// BaoAt returns a client for the OpenBao at addr via the same transport (nil: bao.addr only).
 	BaoAt        func(addr string) (BaoClient, error)
 	TransportErr error
 	BaoErr       error
@@ -133,8 +125,7 @@ type Env struct {
 	Now      func() time.Time
 }
 
-// Checks returns the checks for env, in the order they are printed. With a config that does not
-// load, that is the config check alone: every other check reads its paths from the config.
+// Checks returns env's checks in print order; the config check alone when the config fails to load.
 func Checks(env *Env) []Check {
 	if env.Runner != nil {
 		// Every docker call runs as a tick's would (tickEnv); env itself is left as given.
@@ -224,8 +215,7 @@ func (c *checker) timerState(ctx context.Context) *protocol.Timer {
 	return c.timer
 }
 
-// readToken reads the agent's OpenBao token (the bearer to tenancy too) once; a missing file is
-// the empty token.
+// readToken reads the agent's OpenBao token once; a missing file is the empty token.
 func (c *checker) readToken() (secret.Value, error) {
 	c.tokenOnce.Do(func() {
 		c.token, c.tokenErr = token.Read(c.cfg().TokenPath())
@@ -234,8 +224,7 @@ func (c *checker) readToken() (secret.Value, error) {
 	return c.token, c.tokenErr
 }
 
-// agentState is the agent's state.json, read once; an unreadable or missing one is an empty
-// state (the tick would start from one too).
+// agentState is state.json, read once; unreadable or missing is an empty state, as for the tick.
 func (c *checker) agentState() *state.State {
 	c.stateOnce.Do(func() {
 		st, err := state.Load(c.cfg().StatePath())
@@ -264,8 +253,7 @@ func (c *checker) agentName() string {
 	return AgentUser
 }
 
-// asAnotherUser: doctor runs as another user than the agent (root, typically, right after
-// install.sh), whose own reads prove nothing about the agent's: access is tried as the agent.
+// asAnotherUser: doctor is not the agent (root after install.sh), so access is tried as the agent.
 func (c *checker) asAnotherUser() bool {
 	return c.env.Agent != nil && c.env.Agent.UID != c.env.Self.UID
 }

@@ -14,8 +14,7 @@ import (
 // exampleConfig is where the package installs the commented list of every key.
 const exampleConfig = "/usr/share/doc/monky-deployd/config.example.yaml"
 
-// aclNote is why an ACL is never the fix for the identity: the seed's env-dev-08 applied
-// cleanly, then failed every tick six minutes later when the tunneller rewrote the file.
+// aclNote: env-dev-08 applied an ACL fine, then failed every tick when the tunneller rewrote the file.
 const aclNote = "an ACL is not enough: ziti-edge-tunnel rewrites the identity on every controller config update and the rewrite drops ACLs"
 
 func (c *checker) config(ctx context.Context) Result {
@@ -101,8 +100,7 @@ func (c *checker) identity(ctx context.Context) Result {
 	case errors.As(err, &ie) && errors.Is(err, transport.ErrIdentityUnreadable):
 		return fail(path+" "+ie.Reason, "")
 	case errors.As(err, &ie):
-		// Malformed, or a certificate or key that cannot be used: the SDK would exit the process
-		// or panic on it, and the controller would refuse it in words that name no file.
+		// Malformed or unusable material: the SDK would exit or panic, the controller name no file.
 		return fail(path+" "+ie.Reason, reenrol)
 	default:
 		return fail(err.Error(), reenrol)
@@ -129,8 +127,7 @@ func (c *checker) groupFix(path string) string {
 	return fmt.Sprintf("usermod -a -G %s %s (the next tick picks it up); %s", group, c.agentName(), aclNote)
 }
 
-// identityGroup: the read must rest on the file's group, the one grant a tunneller rewrite keeps
-// (it keeps owner, group and mode, and drops ACLs).
+// identityGroup: the read must rest on the group, which tunneller rewrites keep (ACLs they drop).
 func (c *checker) identityGroup(context.Context) Result {
 	cfg := c.cfg()
 	if cfg.Transport == config.TransportSystem {

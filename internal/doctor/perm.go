@@ -41,8 +41,7 @@ func modeAllows(a Account, fi FileInfo, want fs.FileMode) bool {
 
 // pathVerdict is whether a reaches one file.
 type pathVerdict struct {
-	// Denied names the first path that stops a ("" when none does) and why; DeniedAt is that
-	// path.
+	// Denied names the first path that stops a and why ("" when none); DeniedAt is that path.
 	Denied   string
 	DeniedAt string
 	// ViaACL lists paths the mode bits alone deny and the system still lets a through: an ACL.
@@ -72,8 +71,7 @@ func (c *checker) tryAs(ctx context.Context, a Account, path, want string) (bool
 	return false, fmt.Errorf("%s: exit %d: %s", cmd, res.ExitCode, compose.Tail(string(res.Stderr), 200))
 }
 
-// judgePath asks whether a reaches path for want; when it does not, the directories on the way
-// are tried from / down, so the verdict names the one that stops it.
+// judgePath asks whether a reaches path; if not, tries each directory from / to name the blocker.
 func (c *checker) judgePath(ctx context.Context, a Account, path, want string) (pathVerdict, error) {
 	var v pathVerdict
 	clean := filepath.Clean(path)

@@ -21,8 +21,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/transport"
 )
 
-// timerCheck: the timer is the agent's heartbeat. 0.1.8's prerm disabled it on upgrade and two
-// boxes went silent while looking healthy on the mesh.
+// timerCheck: 0.1.8's prerm disabled the timer on upgrade and two boxes went silent, mesh-healthy.
 func (c *checker) timerCheck(ctx context.Context) Result {
 	cfg := c.cfg()
 	t := c.timerState(ctx)
@@ -50,8 +49,7 @@ func (c *checker) timerCheck(ctx context.Context) Result {
 		"systemctl enable --now "+systemd.TimerUnit)
 }
 
-// bootstrapPresent reports whether the kit's bootstrap grant is on disk. It is stat'ed, never
-// read: doctor has no use for its value.
+// bootstrapPresent reports whether the bootstrap grant is on disk; stat'ed, never read.
 func (c *checker) bootstrapPresent() bool {
 	_, err := c.env.Stat(c.cfg().BootstrapFile)
 	return err == nil
@@ -159,8 +157,7 @@ func (c *checker) tenancy(ctx context.Context) Result {
 	return fail(fmt.Sprintf("tenancy at %s is unreachable: %v", url, err), c.unreachableFix(err, cfg.Tenancy.Service, hostPort))
 }
 
-// probeTenancy posts an empty check-in without a bearer: tenancy answers 401 before looking at
-// anything, so reaching it costs nothing and records nothing. Any HTTP answer proves the path.
+// probeTenancy posts an empty check-in without a bearer: the 401 proves the path and records nothing.
 func (c *checker) probeTenancy(ctx context.Context, base string) (status int, code string, err error) {
 	hc := c.env.TenancyHTTP
 	if hc == nil {
@@ -215,8 +212,7 @@ func (c *checker) openbao(ctx context.Context) Result {
 		ca = "the system roots (" + cfg.Bao.CAFile + " does not exist)"
 	}
 	tok, _ := c.readToken()
-	// The tick looks the token up where it was minted (a lease's addr) first, and at bao.addr
-	// only when that one does not answer.
+	// As the tick: where the token was minted first, bao.addr only when that does not answer.
 	var moved string
 	if elsewhere := token.Addr(c.agentState(), addr); !tok.Empty() && elsewhere != addr {
 		r, done := c.tokenAt(ctx, elsewhere, tok, ca)
@@ -228,8 +224,7 @@ func (c *checker) openbao(ctx context.Context) Result {
 	info, err := c.env.Bao.LookupSelf(ctx, tok)
 	switch {
 	case err == nil && tok.Empty():
-		// Cannot happen against a real OpenBao; a server that answers an anonymous lookup is
-		// not one the agent should trust with its token.
+		// A server answering an anonymous lookup is no OpenBao to trust with the token.
 		return fail(fmt.Sprintf("%s answered lookup-self without a token", addr), "check that bao.addr points at OpenBao")
 	case err == nil:
 		if r := c.otherEnv(info); r != nil {
@@ -271,8 +266,7 @@ func (c *checker) caFix() string {
 	return fmt.Sprintf("put OpenBao's CA certificate (the kit's openbao-ca.pem) at %s", c.cfg().Bao.CAFile)
 }
 
-// deadTokenFix is the fix for a token OpenBao refuses: a tick, when a grant is on disk to log in
-// with again, else the kit.
+// deadTokenFix: a tick when a grant is on disk to log in again, else the kit.
 func (c *checker) deadTokenFix() string {
 	if c.bootstrapPresent() {
 		return fmt.Sprintf("run `monky-deployd tick`: tenancy refuses the dead token and the tick logs in again with %s", c.cfg().BootstrapFile)

@@ -14,15 +14,13 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/runner"
 )
 
-// DefaultDockerHost is where the docker CLI connects without DOCKER_HOST or a docker context:
-// the engine's socket.
+// DefaultDockerHost is where the docker CLI connects without DOCKER_HOST or a context.
 const DefaultDockerHost = "unix:///var/run/docker.sock"
 
 // defaultDockerSocket is DefaultDockerHost's path.
 const defaultDockerSocket = "/var/run/docker.sock"
 
-// dockerEndpoint is a docker endpoint: a unix socket (Socket, a clean absolute path) or another
-// kind of endpoint (Scheme, e.g. tcp or ssh), which file modes do not govern.
+// dockerEndpoint is a unix Socket (clean absolute path) or another Scheme, which modes do not govern.
 type dockerEndpoint struct {
 	Socket string
 	Scheme string

@@ -9,8 +9,7 @@ import (
 	"syscall"
 )
 
-// OSStat is Env.Stat on the real filesystem: os.Stat (symlinks followed) plus owner, group and
-// whether a POSIX access ACL is set.
+// OSStat is Env.Stat on the real filesystem: os.Stat plus owner, group and ACL presence.
 func OSStat(path string) (FileInfo, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -35,8 +34,7 @@ func CurrentAccount() Account {
 	return a
 }
 
-// LookupAccount finds a user by name in the user and group databases, with every group it is a
-// member of.
+// LookupAccount finds a user and every group it is a member of.
 func LookupAccount(name string) (Account, error) {
 	u, err := user.Lookup(name)
 	if err != nil {

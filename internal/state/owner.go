@@ -17,8 +17,7 @@ type ForeignFile struct {
 	UID  uint32
 }
 
-// maxForeign bounds how many foreign entries ForeignFiles lists: a root-owned tree of many
-// releases is reported by its first entries, and the fix (a recursive chown) covers the rest.
+// maxForeign bounds ForeignFiles' list; the fix (a recursive chown) covers the rest.
 const maxForeign = 100
 
 // ForeignFiles lists what the agent writes under dir that uid does not own, not following links
@@ -34,8 +33,7 @@ func ForeignFiles(dir string, uid uint32) (files []ForeignFile, truncated bool, 
 			if d == nil {
 				return err // dir itself could not be looked at
 			}
-			// A directory that could not be read; it was looked at (and listed when foreign)
-			// on the call before this one.
+			// Unreadable directory: it was looked at (and listed if foreign) on the previous call.
 			return fs.SkipDir
 		}
 		rel, _ := filepath.Rel(dir, path)
@@ -58,8 +56,7 @@ func ForeignFiles(dir string, uid uint32) (files []ForeignFile, truncated bool, 
 			}
 			files = append(files, ForeignFile{Path: path, UID: st.Uid})
 		}
-		// Descend into state_dir and its directories (docker/, <env>/), and into <env>/releases;
-		// a release's content is listed by its directory alone.
+		// Descend into state_dir, its directories and <env>/releases; a release is listed by its directory.
 		if d.IsDir() && depth >= 2 && !(depth == 2 && d.Name() == "releases") {
 			return fs.SkipDir
 		}

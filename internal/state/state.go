@@ -24,12 +24,10 @@ const (
 	SourceLease     = "lease"     // minted from a grant leased from tenancy
 )
 
-// PriorVersionUnknown is what PendingUpgradeFrom says when the previous agent left a state file
-// without recording its version (the Python agent, ≤ 0.1.9, did not).
+// PriorVersionUnknown: the previous agent (Python, ≤ 0.1.9) recorded no version.
 const PriorVersionUnknown = "unknown"
 
-// State is the content of <state_dir>/state.json. The zero value is the state of a box that has
-// never run the agent.
+// State is <state_dir>/state.json; the zero value is a box that never ran the agent.
 type State struct {
 	EnvID      string `json:"env_id,omitempty"`
 	AppliedSha string `json:"applied_sha,omitempty"`
@@ -41,17 +39,14 @@ type State struct {
 	LastDetail string     `json:"last_detail,omitempty"`
 	LastSha    string     `json:"last_sha,omitempty"`
 	Token      *TokenMeta `json:"token,omitempty"`
-	// AgentVersion is the version of the agent that last ran, so the next one can tell it was
-	// upgraded (`upgraded_from` on its first check-in).
+	// AgentVersion is the last agent version run, so the next can send `upgraded_from`.
 	AgentVersion string `json:"agent_version,omitempty"`
-	// PendingUpgradeFrom is set when the running version differs from AgentVersion and cleared
-	// once a check-in carrying it succeeded: a failed check-in must not lose the news.
+	// PendingUpgradeFrom is cleared only once a check-in carrying it succeeded.
 	PendingUpgradeFrom string `json:"pending_upgrade_from,omitempty"`
 	// LastCheckinAt and LastApplyAt are nil until the first check-in / apply.
 	LastCheckinAt *time.Time `json:"last_checkin_at,omitempty"`
 	LastApplyAt   *time.Time `json:"last_apply_at,omitempty"`
-	// DockerRootDir and DockerVersion cache the last `docker info`, taken at DockerInfoAt, so a
-	// converged tick can report disk and docker facts without running it again.
+	// DockerRootDir and DockerVersion cache the last `docker info` for converged ticks.
 	DockerRootDir string     `json:"docker_root_dir,omitempty"`
 	DockerVersion string     `json:"docker_version,omitempty"`
 	DockerInfoAt  *time.Time `json:"docker_info_at,omitempty"`
@@ -434,8 +429,7 @@ func (s *State) NoteAgentVersion(v string) {
 // whose state.json has no version, needs it.
 const UpgradedFromFile = "upgraded-from"
 
-// ParseUpgradedFrom reads the postinst's upgraded-from file: one version, an optional trailing
-// newline, at most 64 characters of [0-9A-Za-z.+~:-] (what a Debian version may hold).
+// ParseUpgradedFrom reads postinst's upgraded-from: one Debian version ([0-9A-Za-z.+~:-]{1,64}).
 func ParseUpgradedFrom(b []byte) (string, error) {
 	v := strings.TrimSuffix(string(b), "\n")
 	switch {
@@ -453,16 +447,14 @@ func ParseUpgradedFrom(b []byte) (string, error) {
 	return v, nil
 }
 
-// NameUnknownPrior replaces an upgrade from an unknown version by prior, when prior is known:
-// the package said which version it replaced where the state file could not.
+// NameUnknownPrior names an upgrade from an unknown version after prior, when known.
 func (s *State) NameUnknownPrior(prior string) {
 	if s.PendingUpgradeFrom == PriorVersionUnknown && prior != "" {
 		s.PendingUpgradeFrom = prior
 	}
 }
 
-// CheckinSucceeded notes a check-in accepted by tenancy at time at; the upgrade it carried has
-// been reported.
+// CheckinSucceeded notes an accepted check-in at `at`; its upgrade has been reported.
 func (s *State) CheckinSucceeded(at time.Time) {
 	s.LastCheckinAt = &at
 	s.PendingUpgradeFrom = ""
@@ -485,8 +477,7 @@ var stateKeys = []string{
 	"applied_files",
 }
 
-// legacyLastError is the Python agent's name for LastDetail; read, never written back (a stale
-// copy next to last_detail would only mislead).
+// legacyLastError is the Python agent's LastDetail; read, never written back.
 const legacyLastError = "last_error"
 
 // UnmarshalJSON reads leniently: unknown fields kept, Python's `last_error` is LastDetail, history
@@ -621,8 +612,7 @@ func (s State) MarshalJSON() ([]byte, error) {
 	return mergeExtra(plain(s), s.extra)
 }
 
-// UnmarshalJSON reads token metadata leniently (see State.UnmarshalJSON); the Python agent's
-// `ttl` is read as TTLSec.
+// UnmarshalJSON reads token metadata leniently; Python's `ttl` is TTLSec.
 func (m *TokenMeta) UnmarshalJSON(data []byte) error {
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(data, &raw); err != nil {
@@ -728,8 +718,7 @@ func decodeHistory(v json.RawMessage) ([]string, error) {
 	return out, nil
 }
 
-// naiveLayouts are timestamps without a zone, as Python's datetime.isoformat writes for a naive
-// datetime; they are taken as UTC.
+// naiveLayouts are zoneless timestamps (Python's naive isoformat), taken as UTC.
 var naiveLayouts = []string{"2006-01-02T15:04:05.999999999", "2006-01-02 15:04:05.999999999"}
 
 func decodeTime(raw map[string]json.RawMessage, key string) (time.Time, error) {

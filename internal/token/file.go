@@ -13,8 +13,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
 )
 
-// Read returns the OpenBao token stored at path, with surrounding whitespace trimmed (a
-// hand-edited file ends in a newline). A missing file is the empty value and no error.
+// Read returns the token at path, whitespace trimmed; a missing file is empty, no error.
 func Read(path string) (secret.Value, error) {
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {

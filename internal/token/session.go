@@ -33,8 +33,7 @@ var (
 	ErrTemporary = errors.New("the next tick retries")
 )
 
-// OffMesh is a laptop off the mesh: in laptop mode, a check-in that got no answer or a 5xx, or a
-// bootstrap login OpenBao did not answer. The tick ends quietly on it, exit 0.
+// OffMesh is a laptop off the mesh (no answer or 5xx in laptop mode): the tick ends quietly, exit 0.
 type OffMesh struct{ Err error }
 
 func (e *OffMesh) Error() string { return e.Err.Error() }
@@ -63,8 +62,7 @@ type Tick struct {
 	Kit func()
 }
 
-// Session is the token for one tick: the tick's check-in, bundle fetch and report authenticate
-// with it (WithAuth), and the apply reads secrets with ForApply's.
+// Session is one tick's token: WithAuth for tenancy calls, ForApply for the secrets.
 type Session struct {
 	Tick
 	value secret.Value
@@ -99,8 +97,7 @@ func (s *Session) ForCheckin(ctx context.Context) error {
 	if !tok.Empty() {
 		return nil
 	}
-	// Before this tick's check-in: in laptop mode an OpenBao that does not answer is the same
-	// laptop off the mesh as a tenancy that does not.
+	// In laptop mode an unanswering OpenBao is the same off-mesh laptop as an unanswering tenancy.
 	return s.bootstrap(ctx, s.Cfg.LaptopMode)
 }
 
@@ -119,8 +116,7 @@ func (s *Session) bootstrap(ctx context.Context, offMeshQuiet bool) error {
 	if grant.Empty() {
 		return fmt.Errorf("bootstrap grant %s is empty: %w", s.Cfg.BootstrapFile, ErrNeedsKit)
 	}
-	// Before the check-in these are the config's; after it (a re-bootstrap on a 401), the
-	// OpenBao coordinates tenancy handed out for this tick.
+	// The config's coordinates before the check-in; tenancy's for this tick after it.
 	addr := s.Vault.Addr
 	client, err := s.NewBao(addr)
 	if err != nil {
@@ -136,8 +132,7 @@ func (s *Session) bootstrap(ctx context.Context, offMeshQuiet bool) error {
 			return s.Classify("bao: bootstrap login", err)
 		}
 		if errors.Is(err, bao.ErrLoginRefused) && !roleMissing(err) {
-			// A refused grant (expired, superseded, for another env) cannot be retried into
-			// working: only a new kit brings a new one.
+			// A refused grant cannot be retried into working: only a new kit brings a new one.
 			return fmt.Errorf("bootstrap grant %s refused by OpenBao: %w: %w", s.Cfg.BootstrapFile, err, ErrNeedsKit)
 		}
 		// A wrong CA, mount or role: the config, not the grant, needs fixing.
@@ -146,8 +141,7 @@ func (s *Session) bootstrap(ctx context.Context, offMeshQuiet bool) error {
 	if s.Kit != nil {
 		s.Kit() // saved with the token below
 	}
-	// A new token generation: a lease grant kept under the previous one was superseded with it
-	// (storeToken forgets it).
+	// A new token generation supersedes any lease grant kept under the previous one.
 	if err := s.storeToken(tok, state.SourceBootstrap, addr, asked); err != nil {
 		return err
 	}
@@ -158,8 +152,7 @@ func (s *Session) bootstrap(ctx context.Context, offMeshQuiet bool) error {
 	return nil
 }
 
-// roleMissing tells a login refused for an unknown role (bao.role or bao.auth_mount in the
-// config is wrong: a new kit would not help) from a refused grant.
+// roleMissing tells an unknown role (config's bao.role or auth_mount wrong) from a refused grant.
 func roleMissing(err error) bool {
 	msg := strings.ToLower(err.Error())
 	return strings.Contains(msg, "role") && strings.Contains(msg, "could not be found")
@@ -217,8 +210,7 @@ func (s *Session) finishSwap() error {
 	return nil
 }
 
-// RecoverSwap, at the start of a tick, finishes a swap a killed tick left half done. It
-// looks at local files only.
+// RecoverSwap finishes, from local files, a swap a killed tick left half done.
 func (s *Session) RecoverSwap() error {
 	var prevSource string
 	if s.St.PreviousToken != nil {
@@ -311,12 +303,10 @@ func (s *Session) AuthCall(ctx context.Context, what string, call func(secret.Va
 // Addr is the OpenBao that minted the current token (Addr).
 func (s *Session) Addr() string { return Addr(s.St, s.Vault.Addr) }
 
-// leaseBackoff is how long no new lease is taken after OpenBao refused a lease login for good:
-// tenancy's window of 5 leases.
+// leaseBackoff holds off leases after a lease login was refused for good: tenancy's 5-lease window.
 const leaseBackoff = time.Hour
 
-// heldOff marks a lease not taken, or a lease login just refused, while new leases are held off
-// (state's lease_backoff). It adds nothing to the message.
+// heldOff marks a lease not taken (or refused) under lease_backoff; it adds nothing to the message.
 type heldOff struct{ err error }
 
 func (e *heldOff) Error() string { return e.err.Error() }
@@ -371,8 +361,7 @@ func (s *Session) ForApply(ctx context.Context) (secret.Value, error) {
 	looked := s.value
 	tok, err := s.lease(ctx, reason)
 	if s.value != looked {
-		// A 401 on the lease dropped the token looked up above, and a re-bootstrap may have
-		// replaced it: only a fresh bootstrap token works.
+		// A 401 on the lease dropped the token looked up above; only a fresh bootstrap token works.
 		working = !s.value.Empty() && s.tokenSource() == state.SourceBootstrap
 	}
 	switch {
@@ -435,8 +424,7 @@ func (s *Session) renewBelow() float64 {
 	return t
 }
 
-// keepLeaseToken decides about a valid lease-derived token: reused as it is while it has more
-// than renewBelow left, else renewed if OpenBao allows. ok false means a new lease is due.
+// keepLeaseToken reuses a token with more than renewBelow left, else renews it; !ok: lease anew.
 func (s *Session) keepLeaseToken(ctx context.Context, client Bao, info bao.TokenInfo) (tok secret.Value, ok bool, err error) {
 	if info.TTL.Seconds() > s.renewBelow() {
 		s.Log.Debug("reusing lease token", "ttl_s", int64(info.TTL.Seconds()))
@@ -581,8 +569,7 @@ func (s *Session) loginWithGrant(ctx context.Context, g Grant) (secret.Value, er
 	return tok.Value, s.finishSwap()
 }
 
-// revoke revokes old, minted at oldAddr, reusing client when that is where it points. A failure
-// is a warning: the token expires on its own.
+// revoke revokes old at oldAddr (reusing client there); a failure only warns: tokens expire.
 func (s *Session) revoke(ctx context.Context, client Bao, addr string, old secret.Value, oldAddr string) {
 	if oldAddr != addr {
 		var err error

@@ -41,8 +41,7 @@ func Addr(st *state.State, fallback string) string {
 	return fallback
 }
 
-// Source is where the recorded token came from (state.SourceBootstrap or SourceLease), "" when
-// none is recorded.
+// Source is where the recorded token came from (bootstrap or lease), "" when none is recorded.
 func Source(st *state.State) string {
 	if st.Token == nil {
 		return ""
@@ -58,14 +57,12 @@ func Accessor(st *state.State) string {
 	return st.Token.Accessor
 }
 
-// Meta is the record of tok. Its TTL counts from asked, when the login was sent: OpenBao minted
-// the token after that, so the TTL the check-in reports is never more than it has left.
+// Meta records tok; its TTL counts from asked (before minting), so the reported TTL never overstates.
 func Meta(tok bao.Token, source, addr string, asked time.Time) *state.TokenMeta {
 	return &state.TokenMeta{Source: source, Accessor: tok.Accessor, ObtainedAt: asked, TTLSec: int64(tok.TTL.Seconds()), Addr: addr}
 }
 
-// Stage is the first phase of a swap: the new token goes to bao.token.new while state still
-// describes bao.token (a kill here costs a login, not a lease).
+// Stage, swap phase 1: the new token goes to bao.token.new (a kill here costs a login, not a lease).
 func (f Files) Stage(v secret.Value) error { return Write(f.Staged, v) }
 
 // Record is the second phase: st names token tok from addr, keeps the previous record (a swap
@@ -85,8 +82,7 @@ func Record(st *state.State, tok bao.Token, addr string, asked time.Time, fallba
 	st.LeaseBackoff = nil
 }
 
-// Commit is the third phase: bao.token.new replaces bao.token. The caller then revokes the
-// previous token and clears previous_token.
+// Commit, phase 3: bao.token.new replaces bao.token; the caller revokes and clears previous_token.
 func (f Files) Commit() error {
 	if err := os.Rename(f.Staged, f.Token); err != nil {
 		return fmt.Errorf("state: replace token: %w", err)
@@ -100,18 +96,15 @@ type Recovery int
 const (
 	// NoSwap: nothing was half done.
 	NoSwap Recovery = iota
-	// Finished: state named the staged token, which was put in place; the previous one was
-	// not revoked.
+	// Finished: state named the staged token, now in place; the previous one was not revoked.
 	Finished
-	// Undone: the staged token never reached state and was deleted; the kept grant logs in
-	// again at the next apply.
+	// Undone: the staged token never reached state and was deleted; the kept grant logs in again.
 	Undone
 	// Unrevoked: the swap was done but the previous token possibly not revoked.
 	Unrevoked
 )
 
-// Recover, at the start of a tick, finishes or undoes an interrupted swap from the local files
-// alone. For Finished and Unrevoked it clears st.PreviousToken, which the caller saves.
+// Recover finishes or undoes an interrupted swap from local files; it may clear st.PreviousToken.
 func (f Files) Recover(st *state.State) (Recovery, error) {
 	_, err := os.Lstat(f.Staged)
 	staged := err == nil
@@ -139,15 +132,13 @@ type Grant struct {
 	Bearer            string // the accessor of the token that leased it
 }
 
-// Usable tells whether the grant kept in st may still log in at now: not expired, and leased
-// under the current token (a grant of a dropped token generation was superseded with it).
+// Usable: the kept grant is unexpired and was leased under the current token generation.
 func Usable(st *state.State, now time.Time) bool {
 	p := st.PendingLease
 	return p != nil && now.Before(p.ExpiresAt) && p.BearerAccessor == Accessor(st) && st.Token != nil
 }
 
-// Kept is the grant st and lease.jwt keep, ok false when there is none or it is no longer
-// usable (the caller then drops it).
+// Kept is the grant st and lease.jwt keep; ok false when none or no longer usable (drop it).
 func (f Files) Kept(st *state.State, now time.Time) (g Grant, ok bool) {
 	p := st.PendingLease
 	if p == nil {
@@ -160,8 +151,7 @@ func (f Files) Kept(st *state.State, now time.Time) (g Grant, ok bool) {
 	return Grant{JWT: jwt, Addr: p.Addr, Mount: p.Mount, Role: p.Role, ExpiresAt: p.ExpiresAt, Bearer: p.BearerAccessor}, true
 }
 
-// Keep writes g to lease.jwt (0600) and records it in st, which the caller saves: a tick killed
-// after that logs in with it rather than leasing anew.
+// Keep writes g to lease.jwt (0600) and records it in st, so a killed tick logs in with it.
 func (f Files) Keep(st *state.State, g Grant) error {
 	if err := Write(f.Grant, g.JWT); err != nil {
 		return err

@@ -5,8 +5,7 @@ import (
 	"fmt"
 )
 
-// Kinds of identity fault, matched with errors.Is on an *IdentityError. Each wants a different
-// fix from the operator, which is why they are told apart (see CheckIdentity).
+// Kinds of identity fault (errors.Is on an *IdentityError); each wants a different fix.
 var (
 	// ErrIdentityMissing: the identity file does not exist.
 	ErrIdentityMissing = errors.New("identity file missing")
@@ -22,8 +21,7 @@ var (
 
 // Kinds of service fault, matched with errors.Is on a *ServiceError.
 var (
-	// ErrServiceNotVisible: the controller does not list the service for this identity (a
-	// missing role attribute or service policy). The mesh answered: retrying will not help.
+	// ErrServiceNotVisible: no role attribute or service policy for this identity; retrying won't help.
 	ErrServiceNotVisible = errors.New("service not visible to this identity")
 	// ErrNoTerminators: the service exists but nothing hosts it right now.
 	ErrNoTerminators = errors.New("service has no terminators")
@@ -31,8 +29,7 @@ var (
 	ErrProxyUnreachable = errors.New("proxy not answering")
 )
 
-// ErrUnmapped is returned when the agent dials a (host, port) that the sdk or proxy transport
-// has no route for; the error text names the target and the mapped ones.
+// ErrUnmapped: a (host, port) the sdk or proxy transport has no route for; the text names both.
 var ErrUnmapped = errors.New("target not mapped to a ziti service")
 
 // ErrClosed is returned by a dial on a Transport after Close.
@@ -57,8 +54,7 @@ func (e *IdentityError) Error() string {
 // Unwrap exposes both the kind and the cause to errors.Is/As.
 func (e *IdentityError) Unwrap() []error { return nonNil(e.Kind, e.Err) }
 
-// ServiceError says which ziti service could not be reached and why, in words that point at the
-// fix (a role attribute, tenancy's sidecar, the proxy unit).
+// ServiceError says which ziti service could not be reached and why, pointing at the fix.
 type ServiceError struct {
 	Service string
 	Reason  string

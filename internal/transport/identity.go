@@ -33,8 +33,7 @@ func CheckIdentity(path string, readFile func(string) ([]byte, error)) error {
 	return err
 }
 
-// checkIdentity is CheckIdentity that also hands back the bytes it checked, so the loader parses
-// exactly what was checked rather than re-reading a file the tunneller may be rewriting.
+// checkIdentity also returns the checked bytes, so the loader parses exactly what was checked.
 func checkIdentity(path string, readFile func(string) ([]byte, error)) ([]byte, error) {
 	if readFile == nil {
 		readFile = os.ReadFile
@@ -217,8 +216,7 @@ func parseKey(data []byte) (crypto.PrivateKey, error) {
 	}
 }
 
-// keyMatches catches a key from another enrolment: the controller would refuse the TLS client
-// certificate with a message that says nothing about the file.
+// keyMatches catches another enrolment's key, which the controller refuses naming no file.
 func keyMatches(key crypto.PrivateKey, cert *x509.Certificate) bool {
 	signer, ok := key.(crypto.Signer)
 	if !ok {

@@ -22,13 +22,11 @@ const (
 	defaultRebuildAfter = 3
 	defaultDialTimeout  = 15 * time.Second
 	defaultDrainTimeout = 10 * time.Second
-	// A rebuild cannot fix an unreachable controller, and each abandoned sdk-golang context
-	// keeps a goroutine probing the controller until it answers: rebuild at most this often.
+	// Rebuilds cannot fix an unreachable controller and each dead context keeps probing: cap their rate.
 	defaultRebuildInterval = time.Minute
 )
 
-// doubling returns delays that start at first and double up to most, without jitter: 0.5 s and
-// 1 s between the three dial attempts; 5 ms up to 1 s between failed accepts, as net/http waits.
+// doubling returns delays from first doubling up to most, no jitter (dial retries, accept backoff).
 func doubling(first, most time.Duration) backoff.BackOff {
 	return backoff.NewExponentialBackOff(backoff.WithInitialInterval(first), backoff.WithMaxInterval(most),
 		backoff.WithMultiplier(2), backoff.WithRandomizationFactor(0), backoff.WithMaxElapsedTime(0))
@@ -126,8 +124,7 @@ func RunProxy(ctx context.Context, opts Options) error {
 	if p.backOff == nil {
 		p.backOff = func() backoff.BackOff { return doubling(500*time.Millisecond, time.Minute) }
 	}
-	// Streams outlive ctx by the drain period; streamCtx bounds their dials and is cut when
-	// the drain gives up.
+	// Streams outlive ctx by the drain; streamCtx bounds their dials and is cut when the drain gives up.
 	streamCtx, cutStreams := context.WithCancel(context.WithoutCancel(ctx))
 	defer cutStreams()
 
@@ -260,8 +257,7 @@ func (p *proxy) handle(ctx context.Context, client net.Conn, svc serviceInfo) {
 	pipe(client, up)
 }
 
-// dial tries the service a few times. An answer from the mesh ("not visible", "no
-// terminators") or an identity fault is final: retrying cannot change it within a connection.
+// dial retries the service; a mesh answer or an identity fault is final within a connection.
 func (p *proxy) dial(ctx context.Context, svc serviceInfo) (net.Conn, error) {
 	wait := p.backOff()
 	for attempt := 1; ; attempt++ {
@@ -316,8 +312,7 @@ func (p *proxy) closeAll() {
 
 var copyBufs = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
 
-// pipe copies both ways until both directions end. A clean end (EOF) half-closes the other
-// side so a request/response exchange completes; a broken direction tears both down.
+// pipe copies both ways; EOF half-closes the other side, a broken direction tears both down.
 func pipe(a, b net.Conn) {
 	done := make(chan struct{})
 	go func() {
@@ -335,8 +330,7 @@ func copyHalf(dst, src net.Conn) {
 	if srcTCP && dstTCP {
 		_, err = io.Copy(dst, src) // splice(2): the kernel moves the bytes
 	} else {
-		// A ziti conn on one side: use a pooled buffer. The struct wrappers stop io.CopyBuffer
-		// from taking TCPConn.ReadFrom, which would allocate a fresh 32 KiB buffer per stream.
+		// Pooled buffer; the wrappers stop io.CopyBuffer using ReadFrom (a fresh 32 KiB per stream).
 		buf := copyBufs.Get().(*[]byte)
 		_, err = io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, *buf)
 		copyBufs.Put(buf)
@@ -352,8 +346,7 @@ func copyHalf(dst, src net.Conn) {
 	dst.Close()
 }
 
-// rebuildingDialer holds the current ServiceDialer and replaces it after threshold dials in a
-// row fail without the mesh answering, at most once per minInterval.
+// rebuildingDialer replaces its dialer after threshold unanswered failures, at most per minInterval.
 type rebuildingDialer struct {
 	build       func() (ServiceDialer, error)
 	rebuild     bool

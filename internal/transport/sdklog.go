@@ -32,8 +32,7 @@ func routeSDKLogs(l *slog.Logger) {
 	sdkLogger.Store(l)
 	sdkLogOnce.Do(func() {
 		std := logrus.StandardLogger()
-		// Debug and trace are never produced: the SDK logs session tokens at debug
-		// ("connecting with session", field sessionToken).
+		// Debug and trace are never produced: the SDK logs session tokens at debug.
 		std.SetLevel(logrus.InfoLevel)
 		std.SetFormatter(discardFormatter{})
 		std.ReplaceHooks(logrus.LevelHooks{})
@@ -119,8 +118,7 @@ func secretKey(k string) bool {
 
 func redactSDK(s string) string { return jwtLike.ReplaceAllString(s, "***") }
 
-// safeCall runs one call into the SDK and turns a panic, or the SDK's attempt to exit the
-// process, into an error naming what was being done.
+// safeCall turns an SDK panic or exit attempt into an error naming what was being done.
 func safeCall(what string, f func() error) (err error) {
 	defer func() {
 		r := recover()

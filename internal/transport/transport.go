@@ -28,8 +28,7 @@ const (
 	ModeSystem = "system"
 )
 
-// Options configure a Transport (New) or the proxy daemon (RunProxy). Field comments name the
-// config key each one comes from.
+// Options configure New or RunProxy; field comments name each config key.
 type Options struct {
 	Mode         string // sdk | proxy | system (`transport`)
 	IdentityFile string // `identity`; sdk mode and RunProxy
@@ -42,8 +41,7 @@ type Options struct {
 	TenancyHostPort string
 	BaoHostPort     string
 
-	// Loopback listen addresses of the proxy daemon (`tenancy.proxy_addr`, `bao.proxy_addr`):
-	// proxy mode dials them, RunProxy listens on them.
+	// Proxy daemon loopback addresses (`*.proxy_addr`): proxy mode dials them, RunProxy listens.
 	TenancyProxyAddr string
 	BaoProxyAddr     string
 
@@ -174,8 +172,7 @@ func buildRoutes(opts Options) (map[string]route, error) {
 	return routes, nil
 }
 
-// normaliseHostPort lower-cases the host and drops a trailing dot, as net/http does before it
-// hands the address to DialContext, so the lookup matches what the URL said.
+// normaliseHostPort lower-cases and drops a trailing dot, as net/http does before DialContext.
 func normaliseHostPort(hp string) (string, error) {
 	host, port, err := net.SplitHostPort(hp)
 	if err != nil {
@@ -244,8 +241,7 @@ func (t *Transport) DialContext(ctx context.Context, network, addr string) (net.
 	}
 	if t.mode == ModeSDK {
 		if _, ok := ctx.Deadline(); !ok {
-			// The SDK's dial can wait forever on an unreachable controller; never let a
-			// caller without a deadline hang the tick.
+			// The SDK's dial can wait forever; a caller without a deadline must not hang the tick.
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithTimeout(ctx, sdkDialTimeout)
 			defer cancel()
@@ -292,8 +288,7 @@ func (t *Transport) HTTPTransport() *http.Transport {
 	}
 }
 
-// Close releases the ziti context (sdk mode, including an injected Dialer). It is idempotent;
-// dials after Close fail with ErrClosed.
+// Close releases the ziti context; idempotent, later dials fail with ErrClosed.
 func (t *Transport) Close() error {
 	var err error
 	t.once.Do(func() {
