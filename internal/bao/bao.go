@@ -26,8 +26,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
 )
 
-// Sentinels callers branch on with errors.Is. Every error of this package names its subject (a
-// mount, a KV path and version) and never a token, grant or secret value.
+// Sentinels for errors.Is. Errors name their subject (mount, path, version), never a secret.
 var (
 	// ErrForbidden is OpenBao's 403: the token may not do this (policy), or is revoked or expired.
 	ErrForbidden = errors.New("forbidden")
@@ -37,8 +36,7 @@ var (
 	ErrTemporary = errors.New("temporary failure")
 	// ErrLoginRefused is a 400 on login: bad signature, expired grant, wrong audience or role.
 	ErrLoginRefused = errors.New("login refused")
-	// ErrTLS is a server certificate that does not verify against the configured CA. It is a
-	// configuration fault, not a temporary one: retrying does not fix a wrong CA.
+	// ErrTLS: the server certificate fails the configured CA; a config fault, retrying cannot fix it.
 	ErrTLS = errors.New("TLS verification failed")
 )
 
@@ -55,8 +53,7 @@ type Options struct {
 	// HTTPClient carries the requests; its Transport must be nil or an *http.Transport (cloned,
 	// never modified). Nil means a fresh client.
 	HTTPClient *http.Client
-	// CAFile is a PEM bundle that becomes the only trusted roots when the file exists. When it
-	// does not exist the transport's own roots are used (the system roots by default).
+	// CAFile, when it exists, is the only trusted roots; otherwise the transport's roots apply.
 	CAFile string
 	// ServerName overrides the name the server certificate is checked against.
 	ServerName string
@@ -64,8 +61,7 @@ type Options struct {
 	Timeout time.Duration
 }
 
-// Client talks to one OpenBao. It holds no token: every call takes the token it acts as, so
-// one Client serves the bootstrap and the lease token alike, concurrently.
+// Client talks to one OpenBao; holding no token, it serves any token concurrently.
 type Client struct {
 	base *api.Client
 }
@@ -85,8 +81,7 @@ type TokenInfo struct {
 	Meta      map[string]string
 }
 
-// KVRequest is one value ReadMany fetches: data.data[Key] of version Version (0 = latest) of
-// Path under the KV mount. Name labels the result and must be unique within a call.
+// KVRequest: data.data[Key] of Path at Version (0 = latest); Name, unique per call, labels it.
 type KVRequest struct {
 	Name    string
 	Path    string
@@ -113,8 +108,7 @@ func New(opts Options) (*Client, error) {
 		Address:    opts.Addr,
 		HttpClient: hc,
 		Timeout:    timeout,
-		// The systemd timer is the retry loop; a retry inside a tick only stretches a tick
-		// that is already failing, and would double-count KV reads in the fakes.
+		// The timer is the retry loop; retries inside a tick only stretch a failing tick.
 		MaxRetries:       0,
 		DisableRedirects: true,
 	}
@@ -184,8 +178,7 @@ func httpClient(opts Options) (*http.Client, error) {
 	return &hc, nil
 }
 
-// loadCA returns the pool of the CA file, or nil when the file does not exist (PROTOCOL: the CA
-// file is optional; without it the system roots apply).
+// loadCA returns the CA file's pool, nil when it does not exist (optional: system roots apply).
 func loadCA(path string) (*x509.CertPool, error) {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -230,8 +223,7 @@ func (c *Client) Login(ctx context.Context, mount, role string, jwt secret.Value
 	return authToken(subject, s, true)
 }
 
-// LookupSelf reports the token's remaining TTL, whether it renews, and its metadata (env_id,
-// grant_jti, role). The answer also carries the token itself (`id`); it is dropped here.
+// LookupSelf reports the token's TTL, renewability and metadata; the echoed token `id` is dropped.
 func (c *Client) LookupSelf(ctx context.Context, token secret.Value) (TokenInfo, error) {
 	const subject = "bao: lookup-self"
 	s, err := c.as(token).Auth().Token().LookupSelfWithContext(ctx)
@@ -292,8 +284,7 @@ func (c *Client) RenewSelf(ctx context.Context, token secret.Value) (Token, erro
 	return t, nil
 }
 
-// RevokeSelf revokes the token. A token that is already gone answers 403, which callers that
-// only want it gone may ignore (errors.Is(err, ErrForbidden)).
+// RevokeSelf revokes the token; one already gone answers 403 (ErrForbidden), ignorable.
 func (c *Client) RevokeSelf(ctx context.Context, token secret.Value) error {
 	if err := c.as(token).Auth().Token().RevokeSelfWithContext(ctx, ""); err != nil {
 		return classify(ctx, "bao: revoke-self", err, token.Reveal())
@@ -301,8 +292,7 @@ func (c *Client) RevokeSelf(ctx context.Context, token secret.Value) error {
 	return nil
 }
 
-// ReadKV reads data.data[key] of a KV v2 secret: GET /v1/{mount}/data/{path}?version=N
-// (version 0 = latest). path is the full path under the mount, prefix included.
+// ReadKV reads data.data[key] of KV v2 secret path (full, prefix included) at version (0 = latest).
 func (c *Client) ReadKV(ctx context.Context, token secret.Value, mount, path string, version int, key string) (secret.Value, error) {
 	if key == "" {
 		return secret.Value{}, fmt.Errorf("%s: empty key", subjectOf(path, version))
@@ -454,8 +444,7 @@ func (c *Client) ReadMany(ctx context.Context, token secret.Value, mount string,
 	return out, nil
 }
 
-// authToken reads the `auth` block of a login or renew answer. needValue is false for renew-self,
-// whose answer may omit the token it renewed.
+// authToken reads a login or renew `auth` block; renew-self may omit the token (needValue false).
 func authToken(subject string, s *api.Secret, needValue bool) (Token, error) {
 	if s == nil || s.Auth == nil {
 		return Token{}, fmt.Errorf("%s: answer has no auth", subject)
@@ -478,8 +467,7 @@ func checkMount(m string) error {
 	return nil
 }
 
-// checkPath is a last line of defence: the bundle package already refuses manifest paths that
-// leave the prefix (MANIFEST_PATH), but a path here must never climb out of the mount either.
+// checkPath: defence in depth behind MANIFEST_PATH; a path must never climb out of the mount.
 func checkPath(p string) error {
 	if p == "" || strings.HasPrefix(p, "/") || strings.HasSuffix(p, "/") || strings.Contains(p, "//") ||
 		hasDotSegment(p) || strings.ContainsAny(p, "?#\\\x00") {
@@ -499,8 +487,7 @@ func hasDotSegment(p string) bool {
 
 var occurred = regexp.MustCompile(`^\d+ errors? occurred:\s*`)
 
-// serverMessage is OpenBao's own error text on one line, with the given secrets masked: a login
-// error is the operator's best clue, but it must not carry the grant back into a log.
+// serverMessage is OpenBao's error text on one line, the given secrets masked.
 func serverMessage(re *api.ResponseError, secrets ...string) string {
 	msg := strings.Join(strings.Fields(strings.Join(re.Errors, "; ")), " ")
 	msg = occurred.ReplaceAllString(msg, "")
@@ -516,8 +503,7 @@ func serverMessage(re *api.ResponseError, secrets ...string) string {
 	return msg
 }
 
-// classify maps an api/transport error onto the sentinels. The api library's own error text is
-// multi-line and includes the request URL; only the status and OpenBao's messages are kept.
+// classify maps an api/transport error onto the sentinels, keeping only status and server messages.
 func classify(ctx context.Context, subject string, err error, secrets ...string) error {
 	var re *api.ResponseError
 	if errors.As(err, &re) {

@@ -36,8 +36,7 @@ type Docker struct {
 	PollInterval time.Duration
 }
 
-// Info is what the agent needs from `docker info`. Either field may be empty when the engine
-// does not report it; callers fall back (DockerRootDir to /var/lib/docker).
+// Info is what the agent needs of `docker info`; empty fields fall back (root dir /var/lib/docker).
 type Info struct {
 	DockerRootDir string
 	ServerVersion string
@@ -52,8 +51,7 @@ func (d *Docker) Info(ctx context.Context) (Info, error) {
 	return ParseInfo(res.Stdout)
 }
 
-// ComposeVersion runs `docker compose version --short` and returns the version without a
-// leading "v" (e.g. "2.40.3").
+// ComposeVersion returns `docker compose version --short` without a leading "v".
 func (d *Docker) ComposeVersion(ctx context.Context) (string, error) {
 	res, err := d.run(ctx, "docker compose version", "", "compose", "version", "--short")
 	if err != nil {
@@ -66,8 +64,7 @@ func (d *Docker) ComposeVersion(ctx context.Context) (string, error) {
 	return v, nil
 }
 
-// Pull pulls the project's images. policy is the bundle's `pull`: "always" (or "") pulls every
-// image, "missing" only those not present locally.
+// Pull pulls the images; policy "always" (or "") pulls all, "missing" only absent ones.
 func (d *Docker) Pull(ctx context.Context, dir, composeFile, policy string) error {
 	args, err := d.fileArgs(dir, composeFile)
 	if err != nil {
@@ -113,8 +110,7 @@ func (d *Docker) Up(ctx context.Context, dir, composeFile string) error {
 	return err
 }
 
-// Ps lists every container of the project, stopped ones included (`ps -a`: an exited container
-// is exactly what a heartbeat must report). With dir == "" the project is found by name alone.
+// Ps lists every container, exited ones included (a heartbeat must see them); dir "" finds by name.
 func (d *Docker) Ps(ctx context.Context, dir, composeFile string) ([]protocol.Container, error) {
 	args, workDir, err := d.optionalFileArgs(dir, composeFile)
 	if err != nil {
@@ -127,8 +123,7 @@ func (d *Docker) Ps(ctx context.Context, dir, composeFile string) ([]protocol.Co
 	return ParsePs(res.Stdout)
 }
 
-// Logs returns the last tail lines of every service's log (tail <= 0: all of it), standard
-// error appended. Container logs may print secrets: redact before reporting.
+// Logs returns the last tail lines of every service (tail <= 0: all) plus stderr; may hold secrets.
 func (d *Docker) Logs(ctx context.Context, dir, composeFile string, tail int) (string, error) {
 	args, workDir, err := d.optionalFileArgs(dir, composeFile)
 	if err != nil {
@@ -166,8 +161,7 @@ func (d *Docker) Down(ctx context.Context, dir, composeFile string, volumes bool
 	return err
 }
 
-// ImagePrune removes dangling images (`docker image prune -f`); images still tagged stay, so a
-// rollback does not have to pull again.
+// ImagePrune removes dangling images only; tagged ones stay so a rollback need not pull.
 func (d *Docker) ImagePrune(ctx context.Context) error {
 	_, err := d.run(ctx, "docker image prune", "", "image", "prune", "-f")
 	return err
@@ -227,14 +221,12 @@ func (d *Docker) now() time.Time {
 	return time.Now()
 }
 
-// Ready reports whether c is running and, where it has a healthcheck, healthy. Containers
-// without a healthcheck count once running, as in `compose up --wait`.
+// Ready: running and, with a healthcheck, healthy (as `compose up --wait` counts).
 func Ready(c protocol.Container) bool {
 	return c.State == "running" && (c.Health == "" || c.Health == "healthy")
 }
 
-// AllReady reports whether there is at least one container and every one is Ready. A project
-// with no containers at all is not ready: `up` that started nothing did not deploy anything.
+// AllReady: at least one container, every one Ready (an `up` that started nothing deployed nothing).
 func AllReady(cs []protocol.Container) bool {
 	if len(cs) == 0 {
 		return false
@@ -275,22 +267,19 @@ func (d *Docker) projectArgs() []string {
 	return []string{"compose", "-p", d.Project}
 }
 
-// fileArgs is `compose -p P --project-directory DIR -f DIR/FILE`. The project directory also
-// decides where compose reads `.env` from, which is why it is always the release directory.
+// fileArgs is `compose -p P --project-directory DIR -f DIR/FILE`; DIR also decides which .env is read.
 func (d *Docker) fileArgs(dir, composeFile string) ([]string, error) {
 	if dir == "" {
 		return nil, errors.New("compose: no release directory given")
 	}
-	// The bundle package validates compose_file; this is defence in depth against a path that
-	// would make compose read a file outside the release.
+	// Defence in depth: compose_file was validated, but must never point outside the release.
 	if composeFile == "" || !filepath.IsLocal(composeFile) || strings.Contains(composeFile, `\`) {
 		return nil, fmt.Errorf("compose: compose file %q is not a relative path inside the release", composeFile)
 	}
 	return append(d.projectArgs(), "--project-directory", dir, "-f", filepath.Join(dir, composeFile)), nil
 }
 
-// optionalFileArgs is fileArgs when dir is set, else the project name alone, run from "/" so
-// that no compose file in the agent's working directory (or its parents) gets picked up.
+// optionalFileArgs is fileArgs, or without dir the project name alone, run from "/" (no stray file).
 func (d *Docker) optionalFileArgs(dir, composeFile string) ([]string, string, error) {
 	if dir == "" {
 		return d.projectArgs(), "/", nil

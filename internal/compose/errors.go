@@ -18,8 +18,7 @@ type CmdError struct {
 	Output   string // standard output then standard error, ANSI escapes removed
 }
 
-// maxDetail bounds the output quoted in Error(): enough for the last few lines of a failed
-// pull, short enough for a report detail (≤ 1000 chars) with room for the prefix.
+// maxDetail bounds Error()'s output: a failed pull's last lines within a report detail.
 const maxDetail = 600
 
 func (e *CmdError) Error() string {
@@ -30,8 +29,7 @@ func (e *CmdError) Error() string {
 	}
 	msg += tail
 	if strings.Contains(e.Output, "is not a docker command") {
-		// DOCKER_CONFIG also moves the per-user plugin directory, so a compose plugin installed
-		// only under ~/.docker/cli-plugins vanishes for the agent.
+		// DOCKER_CONFIG moves the per-user plugin dir too, hiding ~/.docker/cli-plugins from the agent.
 		msg += " (install the compose plugin system-wide, e.g. /usr/libexec/docker/cli-plugins: DOCKER_CONFIG hides ~/.docker/cli-plugins)"
 	}
 	return msg

@@ -33,8 +33,7 @@ func ParseInfo(b []byte) (Info, error) {
 	return Info{DockerRootDir: raw.DockerRootDir, ServerVersion: raw.ServerVersion}, nil
 }
 
-// psEntry is the part of a `compose ps --format json` entry the agent reads; the rest (ports,
-// labels, mounts …) is ignored.
+// psEntry is what the agent reads of a `compose ps --format json` entry.
 type psEntry struct {
 	Service string `json:"Service"`
 	Name    string `json:"Name"`

@@ -83,16 +83,14 @@ func newDoctorCommand(g *cliDeps) *cobra.Command {
 	return cmd
 }
 
-// runDoctor prints the results and returns an *exitError: 78 when the config does not load
-// (as for tick), 1 when any check failed, nil when none did.
+// runDoctor prints the results; exit 78 when the config fails to load, 1 when a check failed.
 func runDoctor(ctx context.Context, opts doctorOptions, g *cliDeps, d doctorDeps) error {
 	cfg, cfgErr := config.Load(g.configPath)
 	env := &doctor.Env{ConfigPath: g.configPath, Config: cfg, ConfigErr: cfgErr}
 	if cfgErr == nil {
 		closeFn := fillDoctorEnv(env, opts, d)
 		defer closeFn()
-		// doctor runs docker as a tick does, without DOCKER_HOST; its own is only mentioned when
-		// it names another endpoint than the ticks'.
+		// Doctor runs docker as a tick does; its own DOCKER_HOST is only mentioned when it differs.
 		env.DockerHost = g.getenv("DOCKER_HOST")
 	}
 	results, _ := doctor.Run(ctx, doctor.Checks(env))
@@ -114,8 +112,7 @@ func runDoctor(ctx context.Context, opts doctorOptions, g *cliDeps, d doctorDeps
 	return nil
 }
 
-// fillDoctorEnv completes env for a loaded config: the accounts, the box, and the tenancy and
-// OpenBao clients over the same transport and TLS settings a tick uses.
+// fillDoctorEnv completes env: accounts, the box, and clients over the tick's transport and TLS.
 func fillDoctorEnv(env *doctor.Env, opts doctorOptions, d doctorDeps) (closeFn func()) {
 	cfg := env.Config
 	name := opts.user

@@ -30,11 +30,9 @@ type process struct {
 	euid func() int
 	// owner returns the uid owning path, following no symlink.
 	owner func(path string) (uint32, error)
-	// lookup finds the account of uid with its groups (user.ErrUnknownUser-like error when the
-	// uid has no account).
+	// lookup finds uid's account with its groups (an error when the uid has no account).
 	lookup func(uid uint32) (account, error)
-	// become drops to a and executes this same binary with argv and env; it returns only on
-	// failure.
+	// become drops to a and executes this binary with argv and env; it returns only on failure.
 	become  func(a account, argv, env []string) error
 	environ func() []string
 }
@@ -89,8 +87,7 @@ func keptEnv(k string) bool {
 	return strings.HasPrefix(k, "LC_")
 }
 
-// withAccountEnv is the allowed part of env (keptEnv) with HOME, USER and LOGNAME of a: sudo
-// leaves root's, and the docker CLI, for one, reads HOME.
+// withAccountEnv is keptEnv's part of env plus a's HOME, USER, LOGNAME (sudo leaves root's).
 func withAccountEnv(env []string, a account) []string {
 	out := make([]string, 0, 8)
 	for _, kv := range env {
@@ -105,8 +102,7 @@ func withAccountEnv(env []string, a account) []string {
 	return append(out, "HOME="+home, "USER="+a.name, "LOGNAME="+a.name)
 }
 
-// statOwner is the owner of the directory path names (a symlink is followed: the files land
-// where it points).
+// statOwner is the owner of directory path, symlinks followed (files land where it points).
 func statOwner(path string) (uint32, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -119,8 +115,7 @@ func statOwner(path string) (uint32, error) {
 	return st.Uid, nil
 }
 
-// lookupAccount reads the user and group databases for uid: its name, home, primary group and
-// every group that lists it, as initgroups(3) would give a login of it.
+// lookupAccount reads uid's name, home, primary group and groups, as initgroups(3) would.
 func lookupAccount(uid uint32) (account, error) {
 	u, err := user.LookupId(strconv.FormatUint(uint64(uid), 10))
 	if err != nil {
@@ -183,8 +178,7 @@ func becomeAndExec(a account, argv, env []string) error {
 	return nil
 }
 
-// foreignFiles lists what under state_dir the running account does not own; root owns
-// everything it needs (a root-owned state_dir is a box set up to run the agent as root).
+// foreignFiles lists what under state_dir the running account does not own; root owns everything.
 func foreignFiles(p process, cfg *config.Config) (agent.Foreign, error) {
 	euid := p.euid()
 	if euid == 0 {

@@ -31,8 +31,7 @@ func runProxy(ctx context.Context, g *cliDeps) error {
 	}
 	log := slog.New(journal.New(g.stderr, cfg.SlogLevel()))
 	opts := transportOptions(cfg, log)
-	// The proxy itself always dials through the SDK: it is what the `proxy` transport of a tick
-	// connects to.
+	// The proxy always dials through the SDK: it is what a tick's `proxy` transport connects to.
 	opts.Mode = "sdk"
 	err = transport.RunProxy(ctx, opts)
 	if err != nil && !errors.Is(err, context.Canceled) {

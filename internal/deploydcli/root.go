@@ -1,5 +1,5 @@
-// Package deploydcli is the command line of monky-deployd: cobra commands that parse flags and
-// hand off to plain functions, and the one place where a tick's error becomes an exit code.
+// Package deploydcli is monky-deployd's command line: cobra commands over plain functions, and the
+// one place a tick's error becomes an exit code.
 package deploydcli
 
 import (
@@ -17,15 +17,13 @@ import (
 // DefaultConfigPath is where the package and install.sh put the config.
 const DefaultConfigPath = "/etc/monky-deployd/config.yaml"
 
-// cliDeps are what every command takes from outside: the shared flags, the streams, the
-// environment and the process (agent.Deps and doctorDeps are the same idea one level down).
+// cliDeps are what every command takes from outside: flags, streams, environment, process.
 type cliDeps struct {
 	configPath string
 	stdout     io.Writer
 	stderr     io.Writer
 	getenv     func(string) string
-	// args are the command line as given (without the program name), for a re-run as the
-	// owner of state_dir; proc is the running process (realProcess outside tests).
+	// args are the command line as given, for a re-run as state_dir's owner; proc is the process.
 	args []string
 	proc process
 }

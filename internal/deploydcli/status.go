@@ -50,8 +50,7 @@ type statusDoc struct {
 	Backoff *state.DeployBackoff `json:"deploy_backoff"`
 	// BackoffNote is Backoff in words, as the journal writes it.
 	BackoffNote string `json:"-"`
-	// SupersededToken is the token tenancy refused (AGENT_UNAUTHENTICATED), kept aside; null
-	// when there is none.
+	// SupersededToken is the token tenancy refused, kept aside; null when there is none.
 	SupersededToken *supersededToken `json:"superseded_token"`
 }
 
@@ -130,8 +129,7 @@ func runStatus(ctx context.Context, opts statusOptions, g *cliDeps, run runner.R
 	return printStatus(g.stdout, doc)
 }
 
-// findSupersededToken looks for the token a tick put aside on 401 AGENT_UNAUTHENTICATED; the
-// file's mtime is when (a rename keeps the mtime of the token's last write, so it is touched).
+// findSupersededToken finds the token a tick put aside on a 401; its mtime (touched) says when.
 func findSupersededToken(cfg *config.Config) *supersededToken {
 	p := token.In(cfg).Superseded
 	fi, err := os.Lstat(p)

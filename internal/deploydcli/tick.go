@@ -45,8 +45,7 @@ func runTick(ctx context.Context, opts tickOptions, g *cliDeps) (err error) {
 	defer func() {
 		rec.err = err
 		if !rec.ran {
-			// Another tick holds the lock (or the state directory is unusable): state.json is
-			// only read, never written, outside the lock.
+			// Another tick holds the lock (or state_dir is unusable): state.json is only read.
 			writeTickMetrics(log.With("env", cfg.EnvID), rec)
 		}
 	}()
@@ -64,8 +63,7 @@ func runTick(ctx context.Context, opts tickOptions, g *cliDeps) (err error) {
 		defer closeFn()
 		return agent.New(cfg, deps, agent.Options{}).RunForeign(ctx, f)
 	}
-	// The lock comes first: a tick that finds another running must do nothing at all, not even
-	// load a (possibly broken) ziti identity.
+	// The lock first: a tick finding another running does nothing, not even load the identity.
 	return agent.WithLock(cfg, log.With("env", cfg.EnvID), func() (err error) {
 		rec.ran = true
 		defer func() {

@@ -14,8 +14,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/version"
 )
 
-// defaultTextfileDir is where the textfile goes when the config leaves textfile_dir at its
-// default, or cannot be read at all (exit 78 must still be seen). Tests point it elsewhere.
+// defaultTextfileDir is used for the default textfile_dir or an unreadable config (tests override).
 var defaultTextfileDir = config.DefaultTextfileDir
 
 // tickRecord is what runTick knows of a tick when it ends.
@@ -29,8 +28,7 @@ type tickRecord struct {
 	disk  *diskspace.Meter
 }
 
-// writeTickMetrics leaves the tick's textfile. Failing to write it never changes the tick's
-// exit: the journal says so, and the stale textfile raises MonkyDeploydTickStale.
+// writeTickMetrics never changes the exit: a failure is logged, and staleness alerts.
 func writeTickMetrics(log *slog.Logger, rec tickRecord) {
 	end := time.Now()
 	t := metrics.Tick{
@@ -73,8 +71,7 @@ func writeTickMetrics(log *slog.Logger, rec tickRecord) {
 	}
 }
 
-// tickState is the state the textfile shows. A tick that ran and exited 0 records its end as
-// the last success, under the lock it still holds; any other tick only reads state.json.
+// tickState is what the textfile shows; only an exit-0 tick, still locked, records its success.
 func tickState(log *slog.Logger, rec tickRecord, end time.Time) *state.State {
 	if rec.agent != nil && rec.agent.State() != nil {
 		st := rec.agent.State()

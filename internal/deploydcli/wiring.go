@@ -51,8 +51,7 @@ func hostPort(raw string) string {
 	return u.Hostname() + ":80"
 }
 
-// wire builds the real outside world for a tick: the transport, both HTTP clients, the docker
-// CLI, systemd and the disk meter.
+// wire builds a tick's outside world: transport, HTTP clients, docker CLI, systemd, disk meter.
 func wire(cfg *config.Config, log *slog.Logger) (agent.Deps, func(), error) {
 	tr, err := transport.New(transportOptions(cfg, log))
 	if err != nil {
@@ -96,8 +95,7 @@ func wire(cfg *config.Config, log *slog.Logger) (agent.Deps, func(), error) {
 	return deps, func() { _ = tr.Close() }, nil
 }
 
-// newBaoClient is an OpenBao client for addr through the transport, verifying TLS against
-// bao.ca_file with the address's host as the server name (an intercept name, never an IP).
+// newBaoClient reaches addr through the transport, TLS against bao.ca_file named by addr's host.
 func newBaoClient(cfg *config.Config, tr *transport.Transport, addr string) (*bao.Client, error) {
 	u, err := url.Parse(addr)
 	if err != nil {

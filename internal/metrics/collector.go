@@ -18,8 +18,7 @@ func desc(name, help string, env string, labels ...string) *prometheus.Desc {
 	return prometheus.NewDesc(prometheus.BuildFQName(Namespace, "", name), help, labels, cl)
 }
 
-// collector turns one Tick into constant series. The series are described by collecting them
-// (prometheus.DescribeByCollect): the set depends on what the tick knew.
+// collector turns one Tick into constant series, described by collecting: the set varies per tick.
 type collector struct{ t Tick }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) { prometheus.DescribeByCollect(c, ch) }
@@ -116,8 +115,7 @@ func appliedSha(t Tick) string {
 	return shaLabel(t.State.AppliedSha)
 }
 
-// shaLabel is a sha as a label value. state.json is a file on disk, not a promise: anything but
-// a plain hex sha becomes "invalid", so a damaged file cannot put arbitrary text in a label.
+// shaLabel: anything but a plain hex sha is "invalid", so a damaged state.json cannot inject labels.
 func shaLabel(s string) string {
 	if s == "" {
 		return ""

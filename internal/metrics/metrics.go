@@ -22,8 +22,7 @@ import (
 // Namespace prefixes every series the agent writes.
 const Namespace = "monky_deployd"
 
-// Tick is what one run of `monky-deployd tick` leaves for the textfile. Zero fields are unknown
-// and their series are left out, never guessed.
+// Tick is what one tick leaves for the textfile; zero fields are unknown and left out.
 type Tick struct {
 	EnvID   string
 	Version string
@@ -33,8 +32,7 @@ type Tick struct {
 	ExitCode int
 	// LockHeld: another tick held the lock, so this one did nothing (exit 0).
 	LockHeld bool
-	// State is state.json as the tick left it; nil when it could not be read (a config error
-	// names no state_dir, an unreadable file).
+	// State is state.json as the tick left it; nil when unreadable.
 	State *state.State
 	// Report is the last report the tick sent; nil when it sent none.
 	Report *Report
@@ -61,8 +59,7 @@ type Disk struct {
 	FreeBytes int64
 }
 
-// Results are the report results the textfile knows, each a series of monky_deployd_last_result:
-// a fixed list, so an unexpected string from a newer state file cannot make a new series.
+// Results is the fixed list of last_result series, so a newer state cannot add series.
 var Results = []string{
 	protocol.ResultApplied, protocol.ResultHealthy, protocol.ResultUnhealthy,
 	protocol.ResultFailed, protocol.ResultRefused, protocol.ResultDown,
@@ -71,8 +68,7 @@ var Results = []string{
 // ContainerStates are the values of monky_deployd_containers' state label.
 var ContainerStates = []string{"healthy", "unhealthy", "starting", "running", "not_running"}
 
-// containerState sorts a container into ContainerStates: a container without a health check
-// that runs is "running"; anything that is not running, whatever docker calls it, "not_running".
+// containerState: running without health check is "running"; anything not running "not_running".
 func containerState(c protocol.Container) string {
 	switch c.Health {
 	case "healthy", "unhealthy", "starting":
@@ -112,8 +108,7 @@ func Encode(t Tick) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// ErrNoDir: the textfile directory does not exist, so node_exporter is not installed (or reads
-// elsewhere) and nothing is written.
+// ErrNoDir: no textfile directory, so node_exporter is absent (or reads elsewhere); nothing written.
 var ErrNoDir = errors.New("textfile directory does not exist")
 
 // WriteFile replaces path atomically, mode 0644 for node_exporter; ErrNoDir when the directory is

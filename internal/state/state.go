@@ -60,17 +60,14 @@ type State struct {
 	// LeaseBackoff holds off leasing after a login refusal retrying does not cure, so ticks do not
 	// spend tenancy's 5 leases an hour on the same refusal.
 	LeaseBackoff *LeaseBackoff `json:"lease_backoff,omitempty"`
-	// DockerInfoFailedAt is when the last `docker info` a tick ran before its check-in failed;
-	// the next try waits an hour.
+	// DockerInfoFailedAt is when the last pre-check-in `docker info` failed; retries wait an hour.
 	DockerInfoFailedAt *time.Time `json:"docker_info_failed_at,omitempty"`
-	// Backoff is a desired sha whose apply failed: it is not tried again before NextAttemptAt,
-	// and the release it replaced was brought back (RevertedTo). Nil when no apply is failing.
+	// Backoff is a failing desired sha: not retried before NextAttemptAt; nil when none is failing.
 	Backoff *DeployBackoff `json:"deploy_backoff,omitempty"`
 	// Applying is saved just before `compose up` and cleared with the outcome: a tick killed in
 	// between leaves it set, and the next tick counts a failure of Sha.
 	Applying *ApplyInProgress `json:"applying,omitempty"`
-	// Counters count what ticks did, for the metrics textfile: every tick is its own process, so
-	// a counter that must grow across ticks lives here.
+	// Counters persist the metrics counters: every tick is its own process.
 	Counters Counters `json:"counters,omitzero"`
 	// LastTickOKAt is when the last tick that exited 0 ended (the textfile's last success).
 	LastTickOKAt *time.Time `json:"last_tick_ok_at,omitempty"`
@@ -82,8 +79,7 @@ type State struct {
 	// whole release directory strictly.
 	AppliedFiles *ReleaseFiles `json:"applied_files,omitempty"`
 
-	// extra keeps fields this version does not know, so a downgrade or a newer writer loses
-	// nothing when this version saves.
+	// extra keeps unknown fields, so a downgrade or newer writer loses nothing on save.
 	extra map[string]json.RawMessage
 }
 
@@ -93,15 +89,13 @@ type TokenMeta struct {
 	Accessor   string    `json:"accessor,omitempty"`
 	ObtainedAt time.Time `json:"obtained_at,omitzero"`
 	TTLSec     int64     `json:"ttl_s,omitempty"`
-	// Addr is the OpenBao the token was minted by, the only one that knows it ("" in a state an
-	// older agent wrote: the tick's OpenBao address is then assumed).
+	// Addr is the OpenBao that minted the token ("" from older agents: the tick's is assumed).
 	Addr string `json:"addr,omitempty"`
 
 	extra map[string]json.RawMessage
 }
 
-// TTLLeft is what the check-in reports as token_ttl_s: the recorded TTL less the time since it
-// was obtained, never below 0; nil when m is nil or records no TTL.
+// TTLLeft is token_ttl_s: recorded TTL less time since obtained, ≥ 0; nil without a TTL.
 func (m *TokenMeta) TTLLeft(now time.Time) *int64 {
 	if m == nil || m.TTLSec <= 0 {
 		return nil
@@ -121,8 +115,7 @@ type PendingLease struct {
 	BearerAccessor string `json:"bearer_accessor,omitempty"`
 }
 
-// RefusedSha is a bundle the compose judgement or the disk check refused. AgentVersion is the
-// agent that judged it: another version may judge by another policy, so it judges again.
+// RefusedSha is a refused bundle; another AgentVersion may judge by another policy, so re-judges.
 type RefusedSha struct {
 	Sha          string    `json:"sha"`
 	Code         string    `json:"code"`
@@ -133,13 +126,11 @@ type RefusedSha struct {
 	// the refusal stands while DiskChanged finds nothing changed.
 	Disk          []DiskFree `json:"disk,omitempty"`
 	RequiredBytes int64      `json:"required_bytes,omitempty"`
-	// NeedBytes is the bundle's agent.disk_need_bytes (0: none declared), so that a changed
-	// disk config (factor, headroom) is noticed without fetching the bundle again.
+	// NeedBytes is the bundle's disk_need_bytes, so a changed disk config is noticed without a fetch.
 	NeedBytes int64 `json:"need_bytes,omitempty"`
 }
 
-// DiskFree is one filesystem measured by the disk check: the path asked about (docker's
-// data-root, containerd's root) and the bytes free on it.
+// DiskFree is one filesystem the disk check measured: the path asked about and bytes free.
 type DiskFree struct {
 	Path      string `json:"path"`
 	FreeBytes int64  `json:"free_bytes"`
@@ -176,15 +167,13 @@ func (r *RefusedSha) DiskChanged(now []DiskFree) string {
 	return ""
 }
 
-// ReleaseFiles is the list of files (bundle paths, '/'-separated; the rendered .env apart) the
-// agent staged for the release Sha.
+// ReleaseFiles lists the bundle paths ('/'-separated, .env apart) staged for release Sha.
 type ReleaseFiles struct {
 	Sha   string   `json:"sha"`
 	Files []string `json:"files"`
 }
 
-// StagedFiles returns the files staged for the release sha, nil when the state does not know
-// them (a release applied by an older agent, or a record of another sha).
+// StagedFiles returns the files staged for sha, nil when unknown (older agent, other sha).
 func (s *State) StagedFiles(sha string) []string {
 	if f := s.AppliedFiles; f != nil && sha != "" && f.Sha == sha {
 		return f.Files
@@ -239,8 +228,7 @@ func checkReleaseFiles(f *ReleaseFiles) error {
 		case seen[p]:
 			return fmt.Errorf("applied_files: files[%d]: %q listed twice", i, p)
 		case !fs.ValidPath(p) || p == "." || strings.ContainsRune(p, '\\') || p == ".env":
-			// A bundle path as Stage writes it: relative, clean, '/'-separated; never the .env
-			// the agent renders.
+			// A bundle path as Stage writes it: relative, clean, '/'-separated, never .env.
 			return fmt.Errorf("applied_files: files[%d]: %q is no staged bundle path", i, p)
 		}
 		seen[p] = true
@@ -255,27 +243,22 @@ type LeaseBackoff struct {
 	Reason string `json:"reason,omitempty"`
 }
 
-// DeployBackoff is the failing desired sha and when it is tried next. A refusal is no part of
-// it: a refused bundle stays refused whatever the clock says.
+// DeployBackoff is the failing sha and its next try; refusals are not part of it.
 type DeployBackoff struct {
 	Sha string `json:"sha"`
-	// Attempts counts the failed applies of Sha since it became the desired sha (or since the
-	// last kit re-run).
+	// Attempts counts failed applies of Sha since it became desired (or the last kit re-run).
 	Attempts      int       `json:"attempts"`
 	NextAttemptAt time.Time `json:"next_attempt_at"`
-	// RevertedTo is the release brought back after the last failure; "" when none was, and
-	// NoRevert then says why.
+	// RevertedTo is the release brought back after the last failure; "" when none, NoRevert says why.
 	RevertedTo string `json:"reverted_to,omitempty"`
 	NoRevert   string `json:"no_revert,omitempty"`
-	// RevertPending is set, with RevertedTo, before the revert starts and cleared when it ends:
-	// a tick killed in between finds it set and finishes the revert.
+	// RevertPending is set before a revert starts and cleared at its end, so a killed tick's is finished.
 	RevertPending bool `json:"revert_pending,omitempty"`
 	// RevertHealthy says whether the reverted release came up healthy; nil while none ended.
 	RevertHealthy *bool `json:"revert_healthy,omitempty"`
 }
 
-// ApplyInProgress is an apply whose `compose up` started and whose outcome is not recorded yet.
-// Its revert target is applied_sha, which changes only when the apply is recorded healthy.
+// ApplyInProgress is an apply past `compose up` with no recorded outcome; it reverts to applied_sha.
 type ApplyInProgress struct {
 	Sha       string    `json:"sha"`
 	StartedAt time.Time `json:"started_at"`
@@ -283,8 +266,7 @@ type ApplyInProgress struct {
 	AutoRevert *bool `json:"auto_revert,omitempty"`
 }
 
-// Backoff schedule of a failing desired sha: 2 min after the first failure, doubling, at most
-// an hour.
+// Backoff schedule: 2 min after the first failure, doubling, at most an hour.
 const (
 	FirstBackoff = 2 * time.Minute
 	MaxBackoff   = time.Hour
@@ -317,8 +299,7 @@ func (s *State) BackingOff(sha string, now time.Time) bool {
 	return b != nil && b.Sha == sha && now.Before(b.NextAttemptAt) && b.NextAttemptAt.Sub(now) <= MaxBackoff
 }
 
-// Counters are the totals a Prometheus counter is made of. They only ever grow; a state file
-// moved aside as corrupt starts them again at zero, which Prometheus reads as a counter reset.
+// Counters only grow; a state moved aside as corrupt restarts them, which Prometheus reads as a reset.
 type Counters struct {
 	Applies  int64 `json:"applies,omitempty"`
 	Failures int64 `json:"failures,omitempty"`
@@ -326,8 +307,7 @@ type Counters struct {
 	Leases   int64 `json:"leases,omitempty"`
 }
 
-// CountOutcome counts a tick's outcome: applied, failed or refused; any other result counts
-// nothing (a heartbeat is no event).
+// CountOutcome counts applied, failed or refused; a heartbeat is no event.
 func (s *State) CountOutcome(result string) {
 	switch result {
 	case "applied":
@@ -339,8 +319,7 @@ func (s *State) CountOutcome(result string) {
 	}
 }
 
-// CorruptError is a state file that exists but cannot be read as a state: the caller decides
-// whether to start afresh (and lose the rollback history) or stop.
+// CorruptError is a state file that is no state; the caller decides whether to start afresh.
 type CorruptError struct {
 	Path string
 	Err  error
@@ -352,8 +331,7 @@ func (e *CorruptError) Error() string {
 
 func (e *CorruptError) Unwrap() error { return e.Err }
 
-// Load reads the state file. A missing file is the empty state and no error; a file that is not
-// a state document is a *CorruptError; any other failure (permission, I/O) is a plain error.
+// Load reads the state file: missing is the empty state, not a state is a *CorruptError.
 func Load(path string) (*State, error) {
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {

@@ -61,8 +61,7 @@ func (p Probe) TimerState(ctx context.Context, unit string, now time.Time) *prot
 	res, err := p.Runner.Run(ctx, runner.Cmd{
 		Name: bin,
 		Args: []string{"show", unit, "--no-pager", "-p", strings.Join(showProps, ",")},
-		// Timestamps are printed in the local zone with its abbreviation, which does not name an
-		// offset reliably ("CST" is three zones); in UTC and the C locale they parse exactly.
+		// Local zone abbreviations are ambiguous ("CST" is three zones); UTC and C locale parse exactly.
 		Env: []string{"TZ=UTC", "LC_ALL=C"},
 	})
 	if err != nil || res.ExitCode != 0 {
@@ -117,8 +116,7 @@ func clockMonotonic() (time.Duration, error) {
 	return time.Duration(ts.Nano()), nil
 }
 
-// ParseShow reads `systemctl show` output: KEY=VALUE lines (a value may be empty or contain
-// '='). A non-blank line without '=' or with an empty key is an error naming the line.
+// ParseShow reads `systemctl show` KEY=VALUE lines; a line without '=' or key is an error naming it.
 func ParseShow(b []byte) (map[string]string, error) {
 	props := map[string]string{}
 	for i, line := range strings.Split(string(b), "\n") {
@@ -161,8 +159,7 @@ func ParseTimestamp(v string) (time.Time, bool) {
 	return t.UTC(), true
 }
 
-// timespanUnits are systemd's format_timespan suffixes; a month and a year are systemd's
-// averages (30.44 and 365.25 days).
+// timespanUnits are format_timespan's suffixes (month and year are systemd's averages).
 var timespanUnits = map[string]time.Duration{
 	"y":     31557600 * time.Second,
 	"month": 2629800 * time.Second,
@@ -175,8 +172,7 @@ var timespanUnits = map[string]time.Duration{
 	"us":    time.Microsecond,
 }
 
-// ParseTimespan reads a span as systemctl prints one ("1d 2h 3min 4.500000s"). "", "0" and
-// "infinity" mean no value (false, nil error); anything else unreadable is an error.
+// ParseTimespan reads "1d 2h 3min 4.500000s"; "", "0", "infinity" give no value; junk is an error.
 func ParseTimespan(v string) (time.Duration, bool, error) {
 	v = strings.TrimSpace(v)
 	if v == "" || v == "0" || v == "infinity" || v == "n/a" {

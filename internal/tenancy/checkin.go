@@ -21,8 +21,7 @@ type Telemetry struct {
 	}
 }
 
-// CheckinRequest is the check-in for cfg and st. The tick and `monky-deployd doctor` both send
-// it, so that doctor's check-in leaves tenancy's view of the box as the last tick left it.
+// CheckinRequest is the check-in for cfg and st, shared by tick and doctor so both look the same.
 func CheckinRequest(cfg *config.Config, st *state.State, t Telemetry) protocol.CheckinRequest {
 	req := protocol.CheckinRequest{
 		EnvID:         cfg.EnvID,

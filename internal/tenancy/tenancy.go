@@ -1,5 +1,5 @@
-// Package tenancy is the agent's client of monky-tenancy's agent entrypoint: check-in, bundle
-// fetch, lease of a deploy grant, and report, with the bearer being the agent's own OpenBao token.
+// Package tenancy is the agent's client of monky-tenancy (check-in, bundle, lease, report),
+// bearing the agent's OpenBao token.
 package tenancy
 
 import (
@@ -26,8 +26,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/strictjson"
 )
 
-// Sentinels an *APIError or *ProtocolError matches with errors.Is. Each maps to one line of
-// PROTOCOL's Authentication rules, decided by the caller.
+// Sentinels matched with errors.Is; each is one line of PROTOCOL's Authentication rules.
 var (
 	// ErrUnauthenticated is tenancy's own 401 AGENT_UNAUTHENTICATED: put the token aside, bootstrap
 	// again. A 401 without that code (ingress, auth proxy) is ErrTemporary.
@@ -36,19 +35,16 @@ var (
 	ErrEnvMismatch = errors.New("env mismatch")
 	// ErrRateLimited is any 429 (LEASE_RATE_LIMITED: 5 leases per hour per backend).
 	ErrRateLimited = errors.New("rate limited")
-	// ErrTemporary is a 5xx, a timeout, a refused or reset connection or a DNS failure, and a
-	// 401 or 403 without tenancy's code for it (see ErrNotTenancy).
+	// ErrTemporary: 5xx, timeout, refused/reset connection, DNS failure, or ErrNotTenancy.
 	ErrTemporary = errors.New("temporary failure")
 	// ErrNotTenancy is a 401/403 without tenancy's code (an ingress or proxy answered); it also
 	// matches ErrTemporary and the token is kept.
 	ErrNotTenancy = errors.New("refused by something that is not tenancy")
-	// ErrProtocol is a 2xx answer the agent cannot use (not JSON, a field of the wrong type or
-	// value). It is not temporary: tenancy will answer the same next tick.
+	// ErrProtocol is an unusable 2xx answer; not temporary, tenancy will answer the same next tick.
 	ErrProtocol = errors.New("protocol error")
 )
 
-// Limits on what the client reads. A bundle is at most 8 MiB of content (PROTOCOL); its JSON
-// encoding gets twice that before the client gives up.
+// Read limits: a bundle is ≤ 8 MiB of content (PROTOCOL); its JSON gets twice that.
 const (
 	DefaultMaxBundleBytes int64 = 16 << 20
 	maxJSONBytes          int64 = 1 << 20
@@ -65,8 +61,7 @@ type APIError struct {
 	Message    string
 	RetryAfter time.Duration
 	Err        error
-	// FirstLine is the body's first non-blank line (collapsed, cut at 120 bytes, the token
-	// masked) when the body is no tenancy error: it names whatever answered instead.
+	// FirstLine names whatever answered instead of tenancy: the body's first line, cut and masked.
 	FirstLine string
 
 	temporary bool
@@ -106,12 +101,10 @@ func (e *APIError) Unwrap() error { return e.Err }
 func (e *APIError) Is(target error) bool {
 	switch target {
 	case ErrUnauthenticated:
-		// Only tenancy's code says "superseded": an nginx 401 page for a minute must not cost
-		// the box its token.
+		// Only tenancy's code means "superseded": an nginx 401 page must not cost the box its token.
 		return e.Status == http.StatusUnauthorized && e.Code == protocol.CodeUnauthenticated
 	case ErrEnvMismatch:
-		// Only the code says "env mismatch": a bare 403 from anything else in the path (a
-		// proxy, a FastAPI auth dependency) must not make the agent give up with exit 78.
+		// Only the code means "env mismatch": a bare 403 from a proxy must not cause exit 78.
 		return e.Status == http.StatusForbidden && e.Code == protocol.CodeEnvMismatch
 	case ErrRateLimited:
 		return e.Status == http.StatusTooManyRequests
@@ -152,8 +145,7 @@ func (e *ProtocolError) Error() string {
 
 func (e *ProtocolError) Is(target error) bool { return target == ErrProtocol }
 
-// Client calls one tenancy. It is safe for concurrent use. Fields may be set before the first
-// call.
+// Client calls one tenancy, concurrency-safe; set fields before the first call.
 type Client struct {
 	// UserAgent, when set, is sent on every request.
 	UserAgent string
@@ -243,8 +235,7 @@ func (c *Client) Lease(ctx context.Context, token secret.Value, envID, reason st
 	return decodeLease(body, envID)
 }
 
-// Report posts the outcome of a tick. Detail and LogTail must already be redacted and cut to
-// protocol.MaxDetail / MaxLogTail: this client sends what it is given.
+// Report posts a tick's outcome; Detail and LogTail must already be redacted and cut.
 func (c *Client) Report(ctx context.Context, token secret.Value, r protocol.Report) error {
 	_, _, err := c.do(ctx, "report", http.MethodPost, "/v1/agent/report", token, r, maxJSONBytes)
 	return err
@@ -312,8 +303,7 @@ func (c *Client) do(ctx context.Context, op, method, path string, token secret.V
 func (c *Client) transportError(ctx context.Context, op string, err error, token secret.Value) error {
 	class := neterr.Classify(ctx, err)
 	if class == neterr.Redirect {
-		// Not temporary: whatever answers with a redirect (an ingress, a login proxy) will
-		// answer the same next minute, and exit 1 keeps the box in `systemctl --failed`.
+		// Not temporary: a redirecting ingress answers the same next minute; exit 1 shows in --failed.
 		var redirect *noredirect.Error
 		errors.As(err, &redirect)
 		return &APIError{Op: op, Err: redirect}
@@ -350,8 +340,7 @@ var markupOnly = regexp.MustCompile(`^(\s*<[^<>]*>)+\s*$`)
 // firstLine is body's first non-blank, non-markup-only line, spaces collapsed, token masked, cut
 // at 120 bytes on a UTF-8 boundary, unprintables stripped.
 func firstLine(body []byte, token secret.Value) string {
-	// Unprintable runes go first: dropped after the mask, they could join two halves of the
-	// token into a whole one.
+	// Unprintables go first: dropped after masking, they could rejoin a token's halves.
 	text := strings.Map(func(r rune) rune {
 		switch {
 		case r == '\n' || r == '\t':
@@ -552,8 +541,7 @@ func decodeCheckin(body []byte, envID string) (*protocol.CheckinResponse, error)
 
 func decodeLease(body []byte, envID string) (*protocol.LeaseResponse, error) {
 	const op = "lease"
-	// Look for the AppRole-era keys before typing anything: whatever their type, their
-	// presence says which tenancy is answering.
+	// AppRole-era keys first, whatever their type: their presence says which tenancy answers.
 	var keys map[string]json.RawMessage
 	if strictjson.Unmarshal(body, &keys) == nil {
 		var found []string
