@@ -214,9 +214,8 @@ func describe(ms []diskspace.Measure) string {
 
 func mib(n int64) int64 { return n / (1 << 20) }
 
-// readSecrets gets a token for this apply and reads every entry concurrently. The registry
-// credential goes to the agent's DOCKER_CONFIG, never .env (every container would see it), and a
-// human's `docker login` is invisible to the agent (env-dev-01, seed 0.1.7).
+// readSecrets gets a token and reads every entry concurrently. The registry credential goes to the
+// agent's DOCKER_CONFIG, never .env (containers see it) nor ~/.docker (env-dev-01, seed 0.1.7).
 func (a *Agent) readSecrets(ctx context.Context, b *bundle.Bundle, paths []string) (map[string]secret.Value, error) {
 	if len(b.Entries) == 0 {
 		return map[string]secret.Value{}, nil

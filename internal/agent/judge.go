@@ -11,9 +11,8 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/version"
 )
 
-// The compose judgement runs twice: before any lease on the shipped file (checkBundle), and on
-// `docker compose config` of the rendered release before any pull. Refusals (and disk refusals,
-// with their free space) are remembered by sha so repeats skip fetch, judgement and lease.
+// The compose judgement runs pre-lease on the shipped file and on the rendered release's `compose
+// config` before any pull; refusals (disk ones with free space) are remembered by sha.
 
 // repeatRefusal reports a remembered refusal as this tick's, same journal line and report.
 func (a *Agent) repeatRefusal(ctx context.Context, r *state.RefusedSha) error {
@@ -27,9 +26,8 @@ func (a *Agent) repeatRefusal(ctx context.Context, r *state.RefusedSha) error {
 	return fmt.Errorf("%w: %s", ErrRefused, r.Detail)
 }
 
-// refusalLapsed says why a remembered refusal must be judged again, "" when it stands. A compose
-// verdict always stands; a disk verdict stands while the filesystems, their free space
-// (DiskChanged) and the config's ask are the same and the need still does not fit.
+// refusalLapsed says why a remembered refusal must be judged again, "" when it stands: compose
+// verdicts always, disk ones while free space (DiskChanged), config and need are unchanged.
 func (a *Agent) refusalLapsed(r *state.RefusedSha) string {
 	if r.Code != protocol.CodeDisk {
 		return ""

@@ -171,9 +171,8 @@ func httpClient(opts Options) (*http.Client, error) {
 	}
 	tr.TLSClientConfig = tc
 	hc.Transport = tr
-	// The api library would resend the token to wherever a redirect points, any host; a standby's
-	// redirect cannot be told from a hostile one (and through ziti it is no route anyway). A
-	// redirect is an error naming its target.
+	// The library would resend the token to any redirect target, and a standby's redirect cannot be
+	// told from a hostile one: a redirect is an error naming its target.
 	hc.CheckRedirect = noredirect.Refuse
 	return &hc, nil
 }

@@ -182,9 +182,8 @@ func (j Judgement) staged() []string {
 	return append([]string{j.File, EnvFile, MetaFile}, j.Staged...)
 }
 
-// load runs compose-go's loader: documents merged, extends applied, interpolated with Env only,
-// paths from ReleaseDir, every profile kept. Nothing is read from disk (include and extends.file
-// were refused before).
+// load runs compose-go's loader (merges, extends, Env-only interpolation, paths from ReleaseDir,
+// all profiles); nothing is read from disk, include and extends.file were refused before.
 func (j Judgement) load() (*types.Project, error) {
 	if j.Project == "" {
 		return nil, fmt.Errorf("cannot be judged without a compose project name")

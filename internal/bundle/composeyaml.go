@@ -98,9 +98,8 @@ func (c *nodeCount) add(n *yaml.Node) error {
 	return nil
 }
 
-// rawWalk finds what must be judged before loading: `include`, `extends.file`, and judged
-// settings holding a variable, which compose interpolates before validating, so they are
-// BUNDLE_INVALID whatever they hold.
+// rawWalk finds `include`, `extends.file` and judged settings holding a variable: compose
+// interpolates before validating, so those are BUNDLE_INVALID whatever they hold.
 type rawWalk struct {
 	memo     map[*yaml.Node]bool
 	work     int

@@ -8,9 +8,8 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 )
 
-// ResolvePath joins an entry's path under the env's KV prefix, always strictly under it (the token
-// may read other prefixes): empty, dot-only, absolute, "..", backslash, NUL, control, "?" or "#"
-// is a MANIFEST_PATH refusal naming the path.
+// ResolvePath joins an entry's path strictly under the env's KV prefix (the token may read others);
+// empty, dot-only, absolute, "..", \, NUL, control, "?" or "#" is a MANIFEST_PATH refusal.
 func ResolvePath(prefix, p string) (string, error) {
 	if why := badManifestPath(p); why != "" {
 		return "", protocol.Refuse(protocol.CodeManifestPath, "path %q: %s", p, why)

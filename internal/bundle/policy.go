@@ -11,9 +11,8 @@ import (
 	"github.com/compose-spec/compose-go/v2/types"
 )
 
-// The privilege policy is an allow-list over compose-go's model: each service setting is harmless,
-// judged by a rule below, or (anything unknown, e.g. new in compose-go) privileged.
-// docs/PROTOCOL.md carries the same table.
+// The privilege policy is an allow-list over compose-go's model: harmless, judged below, or (all
+// unknown settings) privileged. docs/PROTOCOL.md carries the same table.
 
 // rule judges one service setting; nil means the setting is harmless whatever it holds.
 type rule func(j *judge, svc string, s *types.ServiceConfig)
@@ -223,9 +222,8 @@ func judgeProject(p *types.Project, releaseDir, project string, staged []string)
 	return j.findings
 }
 
-// releaseRewrites refuses a writable bind of a staged release file or a directory holding one: a
-// container rewriting the compose file, .env or bundle.json changes what a revert runs after the
-// judgement. Read-only binds stay allowed.
+// releaseRewrites refuses writable binds of staged files or their directories: rewriting them
+// changes what a revert runs after the judgement. Read-only binds stay allowed.
 func (j *judge) releaseRewrites(all map[string]types.ServiceConfig, staged []string) {
 	// every staged file and each directory on its way up to the release, as host paths
 	holds := map[string]string{j.release: ""}
@@ -265,9 +263,8 @@ type hostPath struct {
 	writable           bool // a bind a container can write to
 }
 
-// plantedSymlinks refuses a host path strictly inside a writable bind: a container can later
-// plant ./shared/x -> / and another service's bind of ./shared/x (resolved at every start) is the
-// host root. Likewise for files compose reads or mounts.
+// plantedSymlinks refuses host paths strictly inside a writable bind: a container can plant
+// ./shared/x -> / for another service's bind of ./shared/x. Likewise files compose reads.
 func (j *judge) plantedSymlinks(all map[string]types.ServiceConfig) {
 	var paths []hostPath
 	for _, name := range sortedNames(all) {
@@ -455,9 +452,8 @@ func judgeCapAdd(j *judge, svc string, s *types.ServiceConfig) {
 	}
 }
 
-// judgeSecurityOpt allows no-new-privileges, named AppArmor profiles and the builtin seccomp
-// profile; other seccomp values are files (an allow-all can ship), and label/systempaths lift
-// confinement.
+// judgeSecurityOpt allows no-new-privileges, named AppArmor profiles and builtin seccomp; other
+// seccomp values are files (an allow-all can ship); label/systempaths lift confinement.
 func judgeSecurityOpt(j *judge, svc string, s *types.ServiceConfig) {
 	for _, o := range s.SecurityOpt {
 		key, val, _ := strings.Cut(o, "=")

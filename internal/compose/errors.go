@@ -9,9 +9,8 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/runner"
 )
 
-// CmdError is a docker command that failed. Error() carries the output's last lines: the
-// registry's own words are the diagnosis, `rc=1` alone sent operators hunting (seed 0.1.7).
-// Output is raw: redact before it leaves the box.
+// CmdError is a failed docker command; Error() carries the output's last lines, the registry's own
+// diagnosis (`rc=1` alone sent operators hunting, seed 0.1.7). Output is raw: redact it.
 type CmdError struct {
 	Op       string // e.g. "docker compose pull"
 	ExitCode int

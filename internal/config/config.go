@@ -1,6 +1,5 @@
-// Package config loads /etc/monky-deployd/config.yaml strictly: an unknown key, wrong type or
-// out-of-range value is a *config.Error naming key and file (exit 78), so a typo never leaves a
-// default silently in force. The Python installer's file loads unchanged.
+// Package config loads config.yaml strictly: any bad key or value is a *config.Error naming key and
+// file (exit 78), so a typo never leaves a default in force. The Python installer's file loads.
 package config
 
 import (

@@ -169,9 +169,8 @@ func (c *checker) dockerConfig(context.Context) Result {
 // and state are kilobytes.
 const StateDirFloor = int64(256) << 20
 
-// disk: data-root and containerd's root (on another disk at env-dev-08: 93 GiB where the Python
-// agent looked, 2.8 GiB where pulls wrote) must clear disk.headroom_bytes as the tick's check
-// does; state_dir alone is held to StateDirFloor.
+// disk: data-root and containerd's root (env-dev-08: 93 GiB where the Python agent looked, 2.8 GiB
+// where pulls wrote) must clear disk.headroom_bytes as the tick checks; state_dir StateDirFloor.
 func (c *checker) disk(ctx context.Context) Result {
 	cfg := c.cfg()
 	headroom := cfg.Disk.HeadroomBytes

@@ -1,6 +1,5 @@
-// Package doctor checks every precondition of a tick, one line each, and says how to fix what
-// fails. Each fault once passed for another (a dropped ACL as a mesh fault, a full containerd
-// disk as a registry fault); doctor names them where they are.
+// Package doctor checks every tick precondition, one line each, with the fix. Each fault once passed
+// for another (a dropped ACL as a mesh fault, a full containerd disk as a registry fault).
 package doctor
 
 import (

@@ -22,9 +22,8 @@ import (
 // AgentUser is the account the package's units run the agent as (User=monky-deployd).
 const AgentUser = "monky-deployd"
 
-// DefaultPluginDirs are the docker CLI's system plugin directories. DOCKER_CONFIG moves the
-// per-user plugin directory along with the credentials, so a compose plugin found only under
-// ~/.docker/cli-plugins works for a human and vanishes for the agent.
+// DefaultPluginDirs are the docker CLI's system plugin directories: DOCKER_CONFIG moves the
+// per-user one, so a plugin only under ~/.docker/cli-plugins vanishes for the agent.
 var DefaultPluginDirs = []string{
 	"/usr/local/lib/docker/cli-plugins",
 	"/usr/local/libexec/docker/cli-plugins",

@@ -74,9 +74,8 @@ type State struct {
 	// Refused remembers the last refused bundle so ticks told to apply it again neither fetch, judge
 	// nor lease for it (the disk verdict is re-measured each tick).
 	Refused *RefusedSha `json:"refused_sha,omitempty"`
-	// AppliedFiles lists the staged files of the applied release: a revert reads back only these
-	// (not the app's ./data), and the bundle sha covers them. Nil from an older agent: read the
-	// whole release directory strictly.
+	// AppliedFiles lists the applied release's staged files, all a revert reads back (the sha covers
+	// them, not ./data). Nil from an older agent: read the whole release directory strictly.
 	AppliedFiles *ReleaseFiles `json:"applied_files,omitempty"`
 
 	// extra keeps unknown fields, so a downgrade or newer writer loses nothing on save.

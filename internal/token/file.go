@@ -25,9 +25,8 @@ func Read(path string) (secret.Value, error) {
 	return secret.New(strings.TrimSpace(string(data))), nil
 }
 
-// Write stores tok at path atomically, mode 0600, followed by a newline. An empty token or
-// one containing whitespace or control characters is refused (use Remove to forget one);
-// the error never contains the token.
+// Write stores tok at path atomically, 0600, newline-terminated; empty or whitespace/control tokens
+// are refused (Remove forgets one). The error never contains the token.
 func Write(path string, tok secret.Value) error {
 	v := tok.Reveal()
 	if v == "" {
@@ -50,9 +49,8 @@ func Remove(path string) error {
 	return nil
 }
 
-// Supersede moves the token file aside to path+".superseded" (0600, mtime now: when tenancy
-// refused it) and returns where, "" when there was none: it is the evidence of which token was
-// refused, should the refusal be the fault.
+// Supersede moves the token aside to path+".superseded" (0600, mtime now) as evidence of which
+// token was refused, and returns where ("" when there was none).
 func Supersede(path string, now time.Time) (string, error) {
 	dst := path + SupersededSuffix
 	if err := os.Rename(path, dst); err != nil {

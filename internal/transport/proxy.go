@@ -50,9 +50,8 @@ type proxySpec struct {
 	svc  serviceInfo
 }
 
-// RunProxy is `monky-deployd proxy`: one ziti context forwarding each loopback connection to its
-// service. The identity loads before anything listens, so a broken one fails the unit at once.
-// When ctx is done, streams get a grace period and RunProxy returns nil.
+// RunProxy is `monky-deployd proxy`: loopback connections forwarded to their services. A broken
+// identity fails before anything listens; on ctx done, streams get a grace period, then nil.
 func RunProxy(ctx context.Context, opts Options) error {
 	logger := loggerOrDiscard(opts.Logger)
 	h := opts.hooks

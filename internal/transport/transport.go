@@ -82,9 +82,8 @@ type Transport struct {
 	once   sync.Once
 }
 
-// New builds the Transport for opts.Mode. sdk pre-flights and loads the identity eagerly (a broken
-// one fails New with an *IdentityError) but never waits on the network; proxy requires loopback
-// addresses; system dials with the OS resolver.
+// New builds the Transport for opts.Mode: sdk loads the identity eagerly (*IdentityError) without
+// waiting on the network; proxy requires loopback addresses; system uses the OS resolver.
 func New(opts Options) (*Transport, error) {
 	t := &Transport{
 		mode:   opts.Mode,
@@ -212,9 +211,6 @@ func checkLoopback(key, addr string, allowPortZero bool) error {
 	}
 	return nil
 }
-
-// Mode reports the transport's mode.
-func (t *Transport) Mode() string { return t.mode }
 
 // DialContext opens a stream to addr as the mode says. In sdk and proxy modes an unmapped addr is
 // refused with ErrUnmapped; dial faults come back as *ServiceError naming the service.

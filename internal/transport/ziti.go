@@ -19,9 +19,8 @@ type zitiDialer struct {
 	zctx ziti.Context
 }
 
-// newZitiDialer pre-flights the identity, loads it under recover and builds a ziti context that
-// never sees the raw config (the SDK's lazy loader exits or panics on bad material). It does not
-// wait on the network.
+// newZitiDialer pre-flights and loads the identity under recover (the SDK's lazy loader exits or
+// panics on bad material); it does not wait on the network.
 func newZitiDialer(path string, readFile func(string) ([]byte, error), logger *slog.Logger) (*zitiDialer, error) {
 	raw, err := checkIdentity(path, readFile)
 	if err != nil {
@@ -59,9 +58,8 @@ func newZitiDialer(path string, readFile func(string) ([]byte, error), logger *s
 	return &zitiDialer{zctx: zctx}, nil
 }
 
-// DialService runs the SDK dial in a goroutine and stops waiting when ctx is done: sdk-golang
-// v1.9.0's first dial waits for the controller's version probe whatever ctx says. A dial that
-// completes after being abandoned is closed.
+// DialService dials in a goroutine and stops waiting when ctx is done: sdk-golang v1.9.0's first
+// dial ignores ctx until the controller answers. A late dial is closed.
 func (d *zitiDialer) DialService(ctx context.Context, service string) (net.Conn, error) {
 	type result struct {
 		conn net.Conn
