@@ -142,8 +142,7 @@ type stepStop struct {
 func (e *stepStop) Error() string { return "step " + e.name + ": " + e.err.Error() }
 func (e *stepStop) Unwrap() error { return e.err }
 
-// WithLock runs fn holding the tick lock; when another tick holds it fn does not run and the
-// result is nil (a long apply must not be joined by the next timer tick).
+// WithLock runs fn holding the tick lock; if another tick holds it, fn does not run (nil).
 func WithLock(cfg *config.Config, log *slog.Logger, fn func() error) error {
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return fmt.Errorf("state dir: %w", err)
@@ -195,8 +194,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	err = a.redacted(a.run(ctx))
 	var off *token.OffMesh
 	if errors.As(err, &off) {
-		// PROTOCOL step 2: off the mesh is no fault, but only for the check-in's transport failure;
-		// other temporary failures keep exit 75.
+		// PROTOCOL step 2: only the check-in's transport failure is off-mesh; others keep exit 75.
 		a.log.Info("laptop mode: tenancy unreachable; nothing to do", "why", a.redact.Redact(off.Err.Error()))
 		err = nil
 	}
@@ -224,8 +222,7 @@ type redactedError struct {
 func (e *redactedError) Error() string { return e.msg }
 func (e *redactedError) Unwrap() error { return e.err }
 
-// removeLeftovers deletes atomic-write temp files a killed tick left in state_dir: they may hold
-// a token or grant, and fill disks. The tick lock means no write is in flight.
+// removeLeftovers deletes temp files of killed writes in state_dir: they may hold a token.
 func (a *Agent) removeLeftovers() {
 	for _, p := range []string{a.cfg.StatePath(), a.cfg.TokenPath(), a.files().Staged, a.files().Grant, filepath.Join(a.cfg.DockerConfigDir(), registryauth.ConfigFile)} {
 		removed, err := atomicfile.RemoveLeftovers(p)

@@ -182,8 +182,7 @@ func (a *Agent) checkDisk(ctx context.Context, b *bundle.Bundle) error {
 	return refusal
 }
 
-// diskRequired is the free space a bundle needing need bytes must find; sizes of 4 EiB and more
-// are math.MaxInt64 so the sum cannot wrap negative.
+// diskRequired is the free space needed; sizes ≥ 4 EiB saturate so the sum cannot wrap.
 func (a *Agent) diskRequired(need int64) int64 {
 	const huge = 1 << 62
 	if need <= 0 {
@@ -297,8 +296,7 @@ func (a *Agent) runCompose(ctx context.Context, b *bundle.Bundle, dir string) er
 	if err := a.step("pull"); err != nil {
 		return err
 	}
-	// Saved before `up` so a killed tick is found by finishKilledApply. A failed save (full disk)
-	// does not stop the apply; the report names it.
+	// Saved before `up` for finishKilledApply; a failed save does not stop the apply.
 	a.st.Applying = &state.ApplyInProgress{Sha: sha, StartedAt: a.deps.Now().UTC(), AutoRevert: b.Meta.Agent.AutoRevert}
 	_ = a.saveState()
 	if err := a.step("applying"); err != nil {

@@ -43,8 +43,7 @@ func (a *Agent) checkin(ctx context.Context) (*protocol.CheckinResponse, error) 
 	return resp, nil
 }
 
-// dockerFactsMaxAge bounds the cached `docker info`: an upgrade shows within hours while a
-// converged tick makes no docker call of its own.
+// dockerFactsMaxAge bounds the cached `docker info`: upgrades show within hours.
 const dockerFactsMaxAge = 6 * time.Hour
 
 // dockerInfoTimeout: a hung daemon must not hold up the liveness check-in.
@@ -53,8 +52,7 @@ const dockerInfoTimeout = 10 * time.Second
 // dockerInfoRetry spaces retries of a failed `docker info`: a dockerless box must not warn each tick.
 const dockerInfoRetry = time.Hour
 
-// refreshDockerFacts runs `docker info` when the cache is empty (a migrated box may never apply)
-// or stale. A failure keeps the cache and waits dockerInfoRetry.
+// refreshDockerFacts runs `docker info` when the cache is empty or stale; failures wait a retry.
 func (a *Agent) refreshDockerFacts(ctx context.Context) {
 	now := a.deps.Now().UTC()
 	if at := a.st.DockerInfoAt; a.st.DockerRootDir != "" && at != nil && now.Sub(*at) < dockerFactsMaxAge && !at.After(now) {

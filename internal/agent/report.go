@@ -122,8 +122,7 @@ func (a *Agent) heartbeat(ctx context.Context, resp *protocol.CheckinResponse, n
 		return a.saveState()
 	}
 	if sha == "" && a.st.AppliedSha == "" {
-		// Converged with nothing to run: a box whose docker is unusable says so now, not at its first
-		// apply, so docker is asked.
+		// Converged with nothing to run: an unusable docker says so now, not at the first apply.
 		if err := a.dockerUsable(ctx); err != nil {
 			detail := a.redact.Redact("nothing deployed; docker is not usable: " + err.Error() + dockerHint(err))
 			a.log.Warn("unhealthy: " + detail)
@@ -204,8 +203,7 @@ func dockerHint(err error) string {
 	return ""
 }
 
-// current is the promoted release. A `current` whose directory was removed still names the
-// project, so heartbeats and retires keep working by project name.
+// current is the promoted release; a removed directory still names the project.
 func (a *Agent) current() (sha, dir string, err error) {
 	sha, dir, err = release.Current(a.cfg.EnvDir())
 	if errors.Is(err, release.ErrDangling) {

@@ -176,8 +176,7 @@ func (a *Agent) revertTarget(at *applyAttempt) (target, why string) {
 	return prev, ""
 }
 
-// revert brings st.Backoff.RevertedTo back and saves the outcome; an error (crash, cancel) leaves
-// the revert pending.
+// revert brings st.Backoff.RevertedTo back; an error (crash, cancel) leaves the revert pending.
 func (a *Agent) revert(ctx context.Context) error {
 	bo := a.st.Backoff
 	target := bo.RevertedTo
@@ -217,8 +216,7 @@ func (a *Agent) revert(ctx context.Context) error {
 	return a.step("reverted")
 }
 
-// revertRefused gives up a revert whose release no longer passes the judgement; the failed
-// release stays.
+// revertRefused gives up a revert whose release fails the judgement; the failed release stays.
 func (a *Agent) revertRefused(ctx context.Context, refusal string) error {
 	bo := a.st.Backoff
 	target := bo.RevertedTo
@@ -274,8 +272,7 @@ func (a *Agent) judgeRelease(ctx context.Context, dir, sha string) string {
 // maxReleaseBytes caps a release read-back: a bundle (tenancy caps 16 MiB) plus its .env.
 const maxReleaseBytes = 16 << 20
 
-// readRelease reads a staged release but its .env through an os.Root; anything but a regular
-// file or directory (a planted link) is an error.
+// readRelease reads a release but its .env via os.Root; a non-regular, non-directory entry errors.
 func readRelease(dir string) (map[string]string, error) {
 	return readReleaseFiles(dir, func(root *os.Root, read func(p string, want fs.FileInfo) error) error {
 		return fs.WalkDir(root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
@@ -316,8 +313,7 @@ func readStaged(dir string, staged []string) (map[string]string, error) {
 	})
 }
 
-// readReleaseFiles collects the files pick reads (within maxReleaseBytes); a pick error means
-// the release changed on disk.
+// readReleaseFiles collects what pick reads (≤ maxReleaseBytes); a pick error: the release changed.
 func readReleaseFiles(dir string, pick func(root *os.Root, read func(p string, want fs.FileInfo) error) error) (map[string]string, error) {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
@@ -438,8 +434,7 @@ func (a *Agent) releaseMeta(dir string) (composeFile string, healthy time.Durati
 	return m.ComposeFile, healthy
 }
 
-// finishKilledApply counts an apply a killed tick left after `compose up` as failed (backoff,
-// revert, report); otherwise the unhealthy release would keep running unreported.
+// finishKilledApply counts an apply a killed tick left after `compose up` as failed, and reverts.
 func (a *Agent) finishKilledApply(ctx context.Context) error {
 	ap := a.st.Applying
 	detail := "the tick was killed during compose up or the wait for health (started " + ap.StartedAt.UTC().Format(time.RFC3339) + ")"

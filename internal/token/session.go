@@ -54,8 +54,7 @@ type Tick struct {
 	// Step is the tick's crash point after a named step (nil: none); Save writes state.json.
 	Step func(name string) error
 	Save func() error
-	// Classify maps a client error onto the tick's sentinels; Temporary tells a failure the
-	// next tick may not meet.
+	// Classify maps a client error onto the tick's sentinels; Temporary: the next tick may not meet it.
 	Classify  func(what string, err error) error
 	Temporary func(err error) bool
 	// Kit is called when a kit's bootstrap grant logged in: an operator's fresh start.
@@ -199,8 +198,7 @@ func (s *Session) swapToken(tok bao.Token, g Grant, asked time.Time) error {
 	return s.step("token-swapped")
 }
 
-// finishSwap clears previous_token once the old token was revoked (or could not be) and deletes
-// the used grant's file.
+// finishSwap clears previous_token after the revoke attempt and deletes the used grant's file.
 func (s *Session) finishSwap() error {
 	s.St.PreviousToken = nil
 	if err := s.Save(); err != nil {
@@ -257,8 +255,7 @@ func (s *Session) supersedeToken(ctx context.Context, what string) error {
 	return nil
 }
 
-// revokeRefused revokes tok at addr and says whether that worked; a refusal or no answer is only
-// logged.
+// revokeRefused revokes tok at addr, reporting success; a refusal or no answer is only logged.
 func (s *Session) revokeRefused(ctx context.Context, tok secret.Value, addr string) bool {
 	client, err := s.NewBao(addr)
 	if err == nil {
@@ -383,8 +380,7 @@ func (s *Session) ForApply(ctx context.Context) (secret.Value, error) {
 	return secret.Value{}, err
 }
 
-// lookupToken asks the OpenBao that minted the token, then the tick's if different: otherwise a
-// dead address would end every apply until the TTL ran out.
+// lookupToken asks the minting OpenBao, then the tick's: a dead address must not end every apply.
 func (s *Session) lookupToken(ctx context.Context) (Bao, bao.TokenInfo, error) {
 	addr := s.Addr()
 	client, info, err := s.lookupAt(ctx, addr)
@@ -625,8 +621,7 @@ func (s *Session) removeLeaseGrantFile() {
 	}
 }
 
-// Tidy (local files only) forgets a kept grant that can no longer log in, deletes a lease.jwt no
-// state names, and ends a lapsed lease back-off.
+// Tidy (local files only) drops an unusable kept grant, an unrecorded lease.jwt, a lapsed back-off.
 func (s *Session) Tidy() {
 	changed := false
 	if p := s.St.PendingLease; p != nil {

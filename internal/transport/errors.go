@@ -35,8 +35,7 @@ var ErrUnmapped = errors.New("target not mapped to a ziti service")
 // ErrClosed is returned by a dial on a Transport after Close.
 var ErrClosed = errors.New("transport closed")
 
-// IdentityError says what is wrong with the ziti identity file; its Error() text is the journal
-// line the runbook matches. Reason never quotes key or certificate material.
+// IdentityError's Error() is the journal line the runbook matches; it never quotes key material.
 type IdentityError struct {
 	Path   string
 	Reason string

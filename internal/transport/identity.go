@@ -141,8 +141,7 @@ func checkControllers(single string, many []string) error {
 	return nil
 }
 
-// material resolves an identity value as the identity library does ("pem:", bare PEM, "file:",
-// plain path via readFile); skip is true for engine schemes only the SDK can load.
+// material resolves an identity value as the identity library does; skip: an engine scheme.
 func material(value string, readFile func(string) ([]byte, error)) (data []byte, skip bool, err error) {
 	if rest, ok := strings.CutPrefix(value, "pem:"); ok {
 		return []byte(rest), false, nil

@@ -36,8 +36,7 @@ type Options struct {
 	TenancyService string // `tenancy.service`, e.g. monky.tenancy.deploy
 	BaoService     string // `bao.service`, e.g. openbao
 
-	// The host:port the agent dials, as it appears in the URL: monky.tenancy.deploy:443 and
-	// bao.cbs.tikali.net:8200. sdk and proxy modes route exactly these and refuse the rest.
+	// The host:port the agent dials, as in the URL; sdk and proxy modes route exactly these.
 	TenancyHostPort string
 	BaoHostPort     string
 
@@ -47,8 +46,7 @@ type Options struct {
 
 	Logger *slog.Logger // nil discards
 
-	// Dialer replaces the ziti SDK context (tests); New and RunProxy take ownership and close it.
-	// With a Dialer, IdentityFile is not read.
+	// Dialer replaces the SDK context (tests; New and RunProxy close it); IdentityFile is then unread.
 	Dialer ServiceDialer
 	// ReadFile replaces os.ReadFile for the identity pre-flight (tests).
 	ReadFile func(string) ([]byte, error)
