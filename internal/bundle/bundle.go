@@ -329,8 +329,7 @@ func looseString(raw json.RawMessage) string {
 	return string(raw)
 }
 
-// jsonProblem turns a strictjson error into "field: want TYPE", "field: given twice" or
-// "not valid JSON: …".
+// jsonProblem renders strictjson errors: "field: want TYPE", "field: given twice", "not valid JSON: …".
 func jsonProblem(err error, want map[string]string) string {
 	var se *strictjson.Error
 	switch {

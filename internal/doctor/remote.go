@@ -285,8 +285,7 @@ func (c *checker) otherEnv(info bao.TokenInfo) *Result {
 	return nil
 }
 
-// tokenAt looks the token up at addr, as the tick does; done is false when that OpenBao does not
-// answer, and the caller tries bao.addr.
+// tokenAt looks the token up at addr; done is false when it does not answer (then bao.addr is tried).
 func (c *checker) tokenAt(ctx context.Context, addr string, tok secret.Value, ca string) (r Result, done bool) {
 	cfg := c.cfg()
 	if c.env.BaoAt == nil {

@@ -28,8 +28,7 @@ type dockerEndpoint struct {
 	Shown string
 }
 
-// parseDockerHost reads a docker endpoint as the docker CLI's opts.ParseHost does; a relative unix
-// path or unknown scheme is an error naming field.
+// parseDockerHost reads an endpoint as docker's opts.ParseHost does; bad ones are errors naming field.
 func parseDockerHost(field, host string) (dockerEndpoint, error) {
 	if host == "" {
 		host = DefaultDockerHost
@@ -79,8 +78,7 @@ func (r tickRunner) Run(ctx context.Context, c runner.Cmd) (runner.Result, error
 	return r.Runner.Run(ctx, c)
 }
 
-// tickEndpoint asks the agent's docker CLI where it connects; a config.json naming a missing
-// context fails every tick, so a failure fails the check.
+// tickEndpoint asks the agent's docker CLI where it connects; a failure fails the check (and ticks).
 func (c *checker) tickEndpoint(ctx context.Context) (dockerEndpoint, *Result) {
 	cfg := c.cfg()
 	d := c.dockerCLI()
@@ -102,8 +100,7 @@ func (c *checker) tickEndpoint(ctx context.Context) (dockerEndpoint, *Result) {
 	return ep, nil
 }
 
-// doctorHostNote says doctor's own DOCKER_HOST was set aside when docker resolves it elsewhere
-// than the ticks' endpoint; "" otherwise.
+// doctorHostNote notes doctor's own DOCKER_HOST set aside when it resolves elsewhere; "" otherwise.
 func (c *checker) doctorHostNote(ctx context.Context, tick dockerEndpoint) string {
 	if c.env.DockerHost == "" {
 		return ""
@@ -210,8 +207,7 @@ func (c *checker) dockerSocket(ctx context.Context) (notes []string, failed *Res
 	return append(notes, fmt.Sprintf("socket %s is %s: %s reaches it %s", sock, desc, a.Name, via)), nil
 }
 
-// socketFix says how to let a use the socket: search on the blocking directory, else group and
-// mode made to last (the socket is recreated at every start).
+// socketFix: search on the blocking directory, else a lasting socket group and mode (it is recreated).
 func (c *checker) socketFix(a Account, sock string, fi FileInfo, deniedAt string) string {
 	if deniedAt != sock {
 		return fmt.Sprintf("chmod o+x %s (the directories above the docker socket must be searchable by %s)", deniedAt, a.Name)

@@ -54,8 +54,7 @@ type State struct {
 	// logs in with it rather than leasing again, as tenancy allows 5 leases an hour (seed 0.1.6).
 	// Cleared in the same write that records the resulting token.
 	PendingLease *PendingLease `json:"pending_lease,omitempty"`
-	// PreviousToken is set while bao.token.new replaces bao.token; a tick that finds it set finishes
-	// (or, without bao.token.new, forgets) the interrupted swap.
+	// PreviousToken is set during a bao.token.new swap; a tick finding it finishes or forgets the swap.
 	PreviousToken *TokenMeta `json:"previous_token,omitempty"`
 	// LeaseBackoff holds off leasing after a login refusal retrying does not cure, so ticks do not
 	// spend tenancy's 5 leases an hour on the same refusal.
@@ -64,8 +63,7 @@ type State struct {
 	DockerInfoFailedAt *time.Time `json:"docker_info_failed_at,omitempty"`
 	// Backoff is a failing desired sha: not retried before NextAttemptAt; nil when none is failing.
 	Backoff *DeployBackoff `json:"deploy_backoff,omitempty"`
-	// Applying is saved just before `compose up` and cleared with the outcome: a tick killed in
-	// between leaves it set, and the next tick counts a failure of Sha.
+	// Applying is saved before `compose up`, cleared with the outcome: found set, Sha counts as failed.
 	Applying *ApplyInProgress `json:"applying,omitempty"`
 	// Counters persist the metrics counters: every tick is its own process.
 	Counters Counters `json:"counters,omitzero"`
@@ -141,8 +139,7 @@ func DiskSlack(free int64) int64 {
 	return max(free/100, 64<<20)
 }
 
-// DiskChanged says why a disk refusal no longer stands (other paths, or free space moved by more
-// than DiskSlack), "" when it does.
+// DiskChanged says why a disk refusal no longer stands (paths, or a move past DiskSlack), else "".
 func (r *RefusedSha) DiskChanged(now []DiskFree) string {
 	if len(r.Disk) == 0 {
 		return "no measure was kept with the refusal"
@@ -358,8 +355,7 @@ func Save(path string, s *State) error {
 	return nil
 }
 
-// IsRollback reports whether sha was applied before and is not the current release (AppliedSha,
-// or after a retire the newest History entry).
+// IsRollback: sha was applied before and is not current (AppliedSha, or after a retire History's tail).
 func (s *State) IsRollback(sha string) bool {
 	return sha != "" && sha != s.currentRelease() && slices.Contains(s.History, sha)
 }
