@@ -9,6 +9,11 @@
 // unless a scenario took it off). Kits revealed through the admin API — `fleetctl onboard` —
 // are real ES256 grants that supersede the earlier ones, and have the broker create or repair
 // the host's identity.
+//
+// With Options.ZitiBin the ziti side is real instead (zitidev): a controller and edge router
+// on loopback, the router hosting tenancy and OpenBao as services; fleetctl reads the
+// controller, fleetctl onboard makes the identities there, and a box is on the mesh while its
+// own `monky-deployd proxy` holds its enrolled identity (World.AddBox).
 package devstack
 
 import (

@@ -77,7 +77,11 @@ func Run(ctx context.Context, o Options) (err error) {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)
 		defer cancel()
 		p.line("")
-		p.line("cleaning up: stopping %d agents (and their proxies), removing their compose projects (down -v), images, registry, OpenBao, control plane (ziti controller included)", len(w.Boxes()))
+		proxies, ctrl := "", ""
+		if w.Stack.RealZiti != nil {
+			proxies, ctrl = " and their proxies", " with the ziti controller and router"
+		}
+		p.line("cleaning up: stopping %d agents%s, removing their compose projects (down -v), images, registry, OpenBao, control plane%s", len(w.Boxes()), proxies, ctrl)
 		if cerr := w.Close(cctx); cerr != nil {
 			p.line("  cleanup FAILED: %v", cerr)
 			err = errors.Join(err, cerr)
@@ -338,7 +342,7 @@ func (p *printer) intro(w *devstack.World) {
 		p.line("ziti controller: real (%s at %s); the router hosts %s and %s, the agents reach them only through the mesh", zitiVersion(w.ZitiBin()), s.ZitiURL(), devstack.TenancyService, devstack.BaoService)
 	} else {
 		p.line("  ziti management     %-28s host identities: attributes, online or not — the in-process fake (no controller or router: the agents reach tenancy directly)", s.ZitiURL())
-		p.line("ziti controller: fake (no ziti binary; run scripts/build-ziti.sh, or MONKY_DEMO_ZITI=off chose it)")
+		p.line("ziti controller: fake (no ziti binary; run scripts/build-ziti.sh — unless MONKY_DEMO_ZITI=off asked for the fake)")
 	}
 	p.line("  OpenBao             %-28s %s, configured like production (jwt-tenancy, see-env)", s.Bao.Addr(), s.Bao.Kind())
 	switch {
@@ -389,7 +393,7 @@ func Serve(ctx context.Context, o Options) (err error) {
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)
 		defer cancel()
-		p.line("stopping: agents, proxies, compose projects, images, registry, OpenBao, control plane")
+		p.line("stopping: agents (and proxies), compose projects, images, registry, OpenBao, control plane")
 		if cerr := w.Close(cctx); cerr != nil {
 			err = errors.Join(err, cerr)
 		}
