@@ -446,6 +446,18 @@ func TestRestageDistrustsATamperedRelease(t *testing.T) {
 				if err != nil || distrusted == nil || got != dir {
 					t.Fatalf("Stage = %q, %v, %v; want a fresh copy at %q and a reason", got, distrusted, err, dir)
 				}
+				wantWhy := map[string]string{
+					"staged file is a symlink":            "docker-compose.yml is not a regular file (symlink)",
+					".env is a symlink":                   ".env is not a regular file (symlink)",
+					"a directory on the way is a symlink": "config is not a directory (symlink)",
+					"staged file is a directory":          "config/deep/x.txt is not a regular file (directory)",
+					"staged file is a FIFO":               "bundle.json is not a regular file (fifo)",
+					"staged file is missing":              ".env.template is missing",
+					"the release is a symlink":            shaA + " is not a directory (symlink)",
+				}[name]
+				if !strings.Contains(distrusted.Error(), wantWhy) {
+					t.Errorf("distrusted = %v, want it to say %q", distrusted, wantWhy)
+				}
 				if strings.Contains(distrusted.Error(), "K=new") {
 					t.Errorf("the reason carries the rendered .env: %v", distrusted)
 				}
