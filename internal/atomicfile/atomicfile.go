@@ -26,7 +26,59 @@ var (
 // The temp file beside path is created with perm from the start, so a secret is never readable by
 // others even for a moment; file and directory are fsynced so the rename survives a power cut,
 // and a failure leaves the old file and no temp file. A symlink at path is replaced, not followed.
-func WriteFile(path string, data []byte, perm os.FileMode) (err error) {
+func WriteFile(path string, data []byte, perm os.FileMode) error {
+	return write(pathOps, path, data, perm)
+}
+
+// WriteFileIn is WriteFile for name ('/'-separated, relative) inside root: no link on the way
+// leads the write out of root. The final name is replaced, never followed.
+func WriteFileIn(root *os.Root, name string, data []byte, perm os.FileMode) error {
+	return write(rootOps(root), name, data, perm)
+}
+
+// fileOps are the operations a write and a leftover sweep make: on paths, or inside an os.Root.
+type fileOps struct {
+	openFile func(name string, flag int, perm os.FileMode) (*os.File, error)
+	rename   func(oldname, newname string) error
+	remove   func(name string) error
+	syncDir  func(dir string) error
+	readDir  func(dir string) ([]fs.DirEntry, error)
+}
+
+// pathOps go through the test hooks above.
+var pathOps = fileOps{
+	openFile: os.OpenFile,
+	rename:   func(o, n string) error { return rename(o, n) },
+	remove:   os.Remove,
+	syncDir:  func(d string) error { return syncDir(d) },
+	readDir:  os.ReadDir,
+}
+
+func rootOps(root *os.Root) fileOps {
+	return fileOps{
+		openFile: root.OpenFile,
+		rename:   root.Rename,
+		remove:   root.Remove,
+		syncDir: func(dir string) error {
+			d, err := root.Open(dir)
+			if err != nil {
+				return err
+			}
+			serr := d.Sync()
+			return errors.Join(serr, d.Close())
+		},
+		readDir: func(dir string) ([]fs.DirEntry, error) {
+			d, err := root.Open(dir)
+			if err != nil {
+				return nil, err
+			}
+			defer d.Close()
+			return d.ReadDir(-1)
+		},
+	}
+}
+
+func write(ops fileOps, path string, data []byte, perm os.FileMode) (err error) {
 	perm = perm.Perm()
 	dir, base := filepath.Split(path)
 	if dir == "" {
@@ -35,14 +87,14 @@ func WriteFile(path string, data []byte, perm os.FileMode) (err error) {
 	if base == "" {
 		return fmt.Errorf("atomicfile: write %q: not a file name", path)
 	}
-	f, tmp, err := createTemp(dir, base, perm)
+	f, tmp, err := createTemp(ops, dir, base, perm)
 	if err != nil {
 		return fmt.Errorf("atomicfile: write %q: %w", path, err)
 	}
 	defer func() {
 		if err != nil {
 			_ = f.Close() // may already be closed; the error of a second Close is meaningless
-			_ = os.Remove(tmp)
+			_ = ops.remove(tmp)
 		}
 	}()
 	afterCreate(tmp)
@@ -52,10 +104,10 @@ func WriteFile(path string, data []byte, perm os.FileMode) (err error) {
 	if err = f.Close(); err != nil {
 		return fmt.Errorf("atomicfile: write %q: close: %w", path, err)
 	}
-	if err = rename(tmp, path); err != nil {
+	if err = ops.rename(tmp, path); err != nil {
 		return fmt.Errorf("atomicfile: write %q: rename: %w", path, err)
 	}
-	if derr := syncDir(dir); derr != nil {
+	if derr := ops.syncDir(dir); derr != nil {
 		// The temp file is gone (renamed), so the deferred cleanup has nothing to remove.
 		return fmt.Errorf("atomicfile: write %q: new content in place but directory fsync failed: %w", path, derr)
 	}
@@ -94,14 +146,14 @@ func fill(f *os.File, data []byte, perm os.FileMode) error {
 
 // createTemp opens a new file next to the target with O_EXCL and mode perm. os.CreateTemp would
 // create it 0600 and need a chmod, and its name pattern cannot start with a dot.
-func createTemp(dir, base string, perm os.FileMode) (*os.File, string, error) {
+func createTemp(ops fileOps, dir, base string, perm os.FileMode) (*os.File, string, error) {
 	for range 10 {
 		var b [8]byte
 		if _, err := rand.Read(b[:]); err != nil {
 			return nil, "", err
 		}
 		name := filepath.Join(dir, "."+base+".tmp-"+hex.EncodeToString(b[:])) // see RemoveLeftovers
-		f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+		f, err := ops.openFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
 		if errors.Is(err, fs.ErrExist) {
 			continue
 		}
@@ -134,6 +186,15 @@ const tempSuffixLen = 16
 // left, and nothing else. The caller holds the lock that serialises writers of path, or it may
 // remove a write in flight. A failure to remove one does not stop the others.
 func RemoveLeftovers(path string) ([]string, error) {
+	return removeLeftovers(pathOps, path)
+}
+
+// RemoveLeftoversIn is RemoveLeftovers for name ('/'-separated, relative) inside root.
+func RemoveLeftoversIn(root *os.Root, name string) ([]string, error) {
+	return removeLeftovers(rootOps(root), name)
+}
+
+func removeLeftovers(ops fileOps, path string) ([]string, error) {
 	dir, base := filepath.Split(path)
 	if dir == "" {
 		dir = "."
@@ -141,7 +202,7 @@ func RemoveLeftovers(path string) ([]string, error) {
 	if base == "" {
 		return nil, fmt.Errorf("atomicfile: leftovers of %q: not a file name", path)
 	}
-	entries, err := os.ReadDir(dir)
+	entries, err := ops.readDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -158,7 +219,7 @@ func RemoveLeftovers(path string) ([]string, error) {
 			continue
 		}
 		p := filepath.Join(dir, name)
-		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := ops.remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			errs = append(errs, err)
 			continue
 		}
