@@ -84,8 +84,8 @@ func exitCode(err error, started bool) int {
 	return ExitNotOK
 }
 
-// world is everything fleetctl takes from outside: tests replace any of it.
-type world struct {
+// Deps is everything fleetctl takes from outside: tests replace any of it.
+type Deps struct {
 	Stdout, Stderr io.Writer
 	Getenv         func(string) string
 	ReadFile       func(string) ([]byte, error)
@@ -100,8 +100,8 @@ type world struct {
 	Listen func(network, addr string) (net.Listener, error)
 }
 
-func realWorld(stdout, stderr io.Writer) world {
-	return world{
+func realDeps(stdout, stderr io.Writer) Deps {
+	return Deps{
 		Stdout: stdout, Stderr: stderr,
 		Getenv: os.Getenv, ReadFile: os.ReadFile, Now: time.Now,
 		Sleep: func(ctx context.Context, d time.Duration) error {
@@ -133,11 +133,11 @@ func Main() int {
 
 // Run executes fleetctl with args (without the program name) and returns the exit code.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	return run(ctx, args, realWorld(stdout, stderr))
+	return run(ctx, args, realDeps(stdout, stderr))
 }
 
-func run(ctx context.Context, args []string, w world) int {
-	g := newGlobals(w)
+func run(ctx context.Context, args []string, deps Deps) int {
+	g := newGlobals(deps)
 	root := newRootCommand(g)
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
@@ -164,7 +164,7 @@ func trimUsage(err error) string {
 	return s
 }
 
-// globalOptions are the flags every command shares, plus the world and what is derived from it.
+// globalOptions are the flags every command shares, plus the Deps and what is derived from it.
 type globalOptions struct {
 	configPath      string
 	verbose         bool
@@ -173,7 +173,7 @@ type globalOptions struct {
 	zitiConcurrency int
 	flags           config.Flags
 
-	w       world
+	deps    Deps
 	stdout  io.Writer // redacting
 	stderr  io.Writer // redacting
 	log     *slog.Logger
@@ -182,10 +182,10 @@ type globalOptions struct {
 	started bool
 }
 
-func newGlobals(w world) *globalOptions {
-	g := &globalOptions{w: w, secrets: &secrets{}}
-	g.stdout = redactingWriter{w.Stdout, g.secrets}
-	g.stderr = redactingWriter{w.Stderr, g.secrets}
+func newGlobals(deps Deps) *globalOptions {
+	g := &globalOptions{deps: deps, secrets: &secrets{}}
+	g.stdout = redactingWriter{deps.Stdout, g.secrets}
+	g.stderr = redactingWriter{deps.Stderr, g.secrets}
 	return g
 }
 
@@ -326,13 +326,13 @@ func (g *globalOptions) printer() render.Printer {
 func (g *globalOptions) settings() (*config.Settings, error) {
 	path, explicit := g.configPath, g.configPath != ""
 	if !explicit {
-		path = config.DefaultPath(g.w.Getenv)
+		path = config.DefaultPath(g.deps.Getenv)
 	}
-	f, err := config.Load(path, explicit, g.w.ReadFile)
+	f, err := config.Load(path, explicit, g.deps.ReadFile)
 	if err != nil {
 		return nil, err
 	}
-	s, err := config.Resolve(f, g.w.Getenv, g.flags, g.w.ReadFile)
+	s, err := config.Resolve(f, g.deps.Getenv, g.flags, g.deps.ReadFile)
 	if err != nil {
 		return nil, err
 	}

@@ -78,10 +78,10 @@ func runExporter(ctx context.Context, opts exporterOptions, g *globalOptions, di
 		Sources: []string{sourceZiti, sourceTenancy},
 		Refresh: opts.refresh,
 		Timeout: g.timeout,
-		Now:     g.w.Now,
+		Now:     g.deps.Now,
 		Log:     g.log,
 	})
-	ln, err := g.w.Listen("tcp", listen)
+	ln, err := g.deps.Listen("tcp", listen)
 	if err != nil {
 		return fmt.Errorf("exporter: %w", err)
 	}

@@ -198,7 +198,7 @@ func runOnboard(ctx context.Context, opts onboardOptions, g *globalOptions, w io
 
 	k.Hostname = id.Hostname
 	k.Reissued = stage.Replaces()
-	k.CreatedAt = g.w.Now().UTC()
+	k.CreatedAt = g.deps.Now().UTC()
 	k.Tool = "fleetctl " + version.Version
 	dir, err := stage.Commit(k)
 	if err != nil {

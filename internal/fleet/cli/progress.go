@@ -26,9 +26,9 @@ type progress struct {
 }
 
 func (g *globalOptions) newProgress() *progress {
-	p := &progress{w: g.stderr, enabled: g.w.IsTerminal(g.w.Stderr)}
+	p := &progress{w: g.stderr, enabled: g.deps.IsTerminal(g.deps.Stderr)}
 	if p.enabled {
-		p.stop = g.w.After(progressDelay, p.arm)
+		p.stop = g.deps.After(progressDelay, p.arm)
 	}
 	return p
 }

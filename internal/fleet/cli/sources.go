@@ -44,7 +44,7 @@ func (g *globalOptions) zitiSetup(s *config.Settings) (*zitiSetup, error) {
 	}
 	zs := &zitiSetup{cfg: ziti.Config{Concurrency: g.zitiConcurrency}, method: config.AuthPassword}
 	if s.ZitiCAFile != "" {
-		pem, err := g.w.ReadFile(s.ZitiCAFile)
+		pem, err := g.deps.ReadFile(s.ZitiCAFile)
 		if err != nil {
 			return nil, fmt.Errorf("%w: ziti.ca_file: %v", config.ErrInvalid, err)
 		}
@@ -84,7 +84,7 @@ func (g *globalOptions) zitiSetup(s *config.Settings) (*zitiSetup, error) {
 
 // dialZiti authenticates to the controller; any failure is a source error.
 func (g *globalOptions) dialZiti(ctx context.Context, zs *zitiSetup) (*ziti.Client, error) {
-	start := g.w.Now()
+	start := g.deps.Now()
 	c, err := ziti.Dial(ctx, zs.cfg)
 	if err != nil {
 		if zs.fromIdentity && errors.Is(err, ziti.ErrNotFound) {
@@ -94,7 +94,7 @@ func (g *globalOptions) dialZiti(ctx context.Context, zs *zitiSetup) (*ziti.Clie
 		}
 		return nil, &SourceError{Source: sourceZiti, Addr: zs.cfg.URL, Err: err}
 	}
-	g.log.Debug("ziti: authenticated", "url", zs.cfg.URL, "method", zs.method, "took", g.w.Now().Sub(start).Round(time.Millisecond))
+	g.log.Debug("ziti: authenticated", "url", zs.cfg.URL, "method", zs.method, "took", g.deps.Now().Sub(start).Round(time.Millisecond))
 	return c, nil
 }
 
@@ -219,24 +219,24 @@ func (r *reader) read(ctx context.Context, site, envGlob string) (*sources, erro
 	out := &sources{}
 	eg, ectx := errgroup.WithContext(ctx)
 	eg.Go(func() error {
-		start := g.w.Now()
+		start := g.deps.Now()
 		ids, err := r.identities(ectx, prog.ziti)
 		if err != nil {
 			return err
 		}
 		out.identities = ids
-		g.log.Debug("ziti: listed host identities", "count", len(ids), "took", g.w.Now().Sub(start).Round(time.Millisecond))
+		g.log.Debug("ziti: listed host identities", "count", len(ids), "took", g.deps.Now().Sub(start).Round(time.Millisecond))
 		return nil
 	})
 	eg.Go(func() error {
-		start := g.w.Now()
+		start := g.deps.Now()
 		agents, err := r.ac.ListAgents(ectx, site, prog.tenancy)
 		if err != nil {
 			return &SourceError{Source: sourceTenancy, Addr: r.s.TenancyURL, Err: err}
 		}
 		out.agents = agents
 		g.log.Debug("tenancy: listed agents", "count", len(agents.Agents), "pages", agents.Pages,
-			"now", agents.Now.Format(time.RFC3339), "took", g.w.Now().Sub(start).Round(time.Millisecond))
+			"now", agents.Now.Format(time.RFC3339), "took", g.deps.Now().Sub(start).Round(time.Millisecond))
 		return nil
 	})
 	if err := eg.Wait(); err != nil {

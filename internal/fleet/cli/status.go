@@ -156,7 +156,7 @@ func (r *reader) document(ctx context.Context, site string, ro report.Options) (
 // that fails is reported (on stderr) and the next round tries again. The exit code is the last
 // round's.
 func (g *globalOptions) watch(ctx context.Context, w io.Writer, every time.Duration, snap func(*bytes.Buffer) (string, error)) error {
-	tty := g.w.IsTerminal(g.w.Stdout)
+	tty := g.deps.IsTerminal(g.deps.Stdout)
 	table := g.printer().Format != render.FormatJSON
 	var last error
 	for round := 1; ; round++ {
@@ -186,7 +186,7 @@ func (g *globalOptions) watch(ctx context.Context, w io.Writer, every time.Durat
 		if err != nil && !errors.Is(err, ErrNotOK) {
 			fmt.Fprintf(g.stderr, "fleetctl: %s\n", g.redact(err.Error()))
 		}
-		if err := g.w.Sleep(ctx, every); err != nil {
+		if err := g.deps.Sleep(ctx, every); err != nil {
 			return last
 		}
 	}
