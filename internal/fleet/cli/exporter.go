@@ -17,8 +17,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/report"
 )
 
-// DefaultExporterListen is where `fleetctl exporter` listens unless told otherwise: loopback,
-// so a Prometheus on the same host scrapes it and nothing else on the network reads the fleet.
+// DefaultExporterListen is loopback: a Prometheus on the same host scrapes, nothing else reads the fleet.
 const DefaultExporterListen = "127.0.0.1:9465"
 
 type exporterOptions struct {
@@ -124,7 +123,6 @@ func checkListen(hp string) error {
 	return nil
 }
 
-// sourceOf names the source a reading failed on.
 func sourceOf(err error) string {
 	var se *SourceError
 	if errors.As(err, &se) {

@@ -87,8 +87,7 @@ func runGate(ctx context.Context, opts gateOptions, g *globalOptions, w io.Write
 	for attempt := 1; ; attempt++ {
 		doc, err := r.document(ctx, opts.site, ro)
 		if err != nil {
-			// A reading that fails while waiting is retried: agents restart during an upgrade,
-			// tenancy may blip. The first reading, or the last one, must succeed.
+			// Retried while waiting (agents restart, tenancy blips); the first and last must succeed.
 			if attempt == 1 || ctx.Err() != nil || !g.deps.Now().Before(deadline) {
 				return err
 			}
@@ -117,8 +116,7 @@ func runGate(ctx context.Context, opts gateOptions, g *globalOptions, w io.Write
 			}
 			return notOK(!gate.Pass)
 		}
-		// A box backing off a failed release checks in as usual: it is no laggard, and no wait
-		// clears its verdict; say so rather than let the wait look like it covers it.
+		// A box backing off checks in as usual: no wait clears its verdict, so say so.
 		backingOff := gate.BackingOff()
 		g.log.Info("gate: waiting", "lagging", lagging, "backing_off", backingOff, "expect", opts.expectVersion, "left", remaining.Round(time.Second))
 		if g.deps.IsTerminal(g.deps.Stderr) {
