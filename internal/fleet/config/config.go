@@ -1,7 +1,5 @@
-// Package config resolves fleetctl's settings: the config file (~/.config/fleetctl/config.yaml
-// or --config), then the FLEETCTL_* environment, then flags — flags beat env beat file. The file
-// is read strictly (an unknown key is an error naming it); secrets are read from files or the
-// environment, never from the config file itself, and only ever held as secret.Value.
+// Package config resolves fleetctl's settings: flags beat FLEETCTL_* env beat the (strict) config
+// file; secrets come from files or env, never the config file, held as secret.Value.
 package config
 
 import (
@@ -79,8 +77,7 @@ var inlineSecrets = map[string]string{
 	"tenancy.token": "tenancy.token_file or " + EnvTenancyToken,
 }
 
-// Parse reads a config file's content. name is used in errors. Paths in the file are relative
-// to its directory.
+// Parse reads a config file's content; name is for errors, paths are relative to its directory.
 func Parse(data []byte, name string) (*File, error) {
 	f := &File{Path: name}
 	root, err := yamldoc.Root(data)
@@ -149,9 +146,7 @@ func bad(name string, n *yaml.Node, msg string) error {
 	return fmt.Errorf("config %s: line %d: %w: %s", name, n.Line, ErrInvalid, msg)
 }
 
-// Load reads the config file at path. A missing file is an error only when the operator named
-// it (explicit); the default location may simply not exist when everything comes from the
-// environment.
+// Load reads the config file at path; a missing one is an error only when explicit.
 func Load(path string, explicit bool, readFile func(string) ([]byte, error)) (*File, error) {
 	if path == "" {
 		return &File{}, nil
@@ -166,8 +161,7 @@ func Load(path string, explicit bool, readFile func(string) ([]byte, error)) (*F
 	return Parse(b, path)
 }
 
-// DefaultPath is ~/.config/fleetctl/config.yaml, honouring XDG_CONFIG_HOME; "" when neither it
-// nor HOME is set.
+// DefaultPath honours XDG_CONFIG_HOME, else HOME; "" when neither is set.
 func DefaultPath(getenv func(string) string) string {
 	if x := getenv("XDG_CONFIG_HOME"); x != "" {
 		return filepath.Join(x, "fleetctl", "config.yaml")
@@ -178,8 +172,7 @@ func DefaultPath(getenv func(string) string) string {
 	return ""
 }
 
-// Flags are the command-line overrides. Secrets have no flag: argv is visible to every user of
-// the machine (ps, /proc), so only the files that hold them can be named.
+// Flags are the command-line overrides; secrets have none (argv is world-readable), only files.
 type Flags struct {
 	ZitiURL          string
 	ZitiUsername     string
@@ -229,10 +222,8 @@ const (
 
 var levelNames = [...]string{levelFile: "the config file", levelEnv: "the environment", levelFlag: "flags"}
 
-// authMethod picks the controller's authentication method from the highest level that names
-// one: a flag or env setting of one method beats a file setting of the other, so an operator's
-// `--ziti-username` is not silently overridden by the ziti.identity in their config file. Both
-// methods at that same level is an error naming both.
+// authMethod picks the auth method from the highest level that names one, so `--ziti-username`
+// beats the file's ziti.identity; both at one level is an error naming both.
 func authMethod(f *File, getenv func(string) string, fl Flags) (method, origin string, err error) {
 	type setting struct {
 		level int
@@ -343,8 +334,7 @@ func Resolve(f *File, getenv func(string) string, fl Flags, readFile func(string
 	return s, nil
 }
 
-// secretFrom resolves a secret: a file named by flag, else the env var itself, else a file named
-// in the config.
+// secretFrom resolves a secret: flag's file, else the env var, else the config's file.
 func secretFrom(s *Settings, key, flagName, flagFile, envName, fileKey, fileFile, cfgPath string,
 	getenv func(string) string, readFile func(string) ([]byte, error)) (secret.Value, error) {
 	path := ""
@@ -372,8 +362,7 @@ func secretFrom(s *Settings, key, flagName, flagFile, envName, fileKey, fileFile
 	return secret.New(v), nil
 }
 
-// CheckZiti says what is missing to reach the controller. Under certificate auth ziti.url may
-// be unset: the identity file names its controller (ztAPI).
+// CheckZiti says what is missing to reach the controller (under cert auth, ziti.url may be unset).
 func (s *Settings) CheckZiti() error {
 	if s.ZitiIdentity != "" {
 		return nil
