@@ -14,9 +14,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/report"
 )
 
-// Reader reads the fleet once. A failure names the source that failed (Source), so the
-// exporter can count errors by source; both sources are read for every view, and a view is
-// never made from one of them alone.
+// Reader reads both sources once; a failure names its Source, for the error count.
 type Reader func(ctx context.Context) (*report.Document, error)
 
 // Source names the source of a Reader's error ("ziti controller", "tenancy"), "" when unknown.
@@ -35,9 +33,7 @@ type Options struct {
 	Log     *slog.Logger
 }
 
-// Exporter keeps the last good view of the fleet and the exposition made from it. Scrapes are
-// served from that exposition and never read a source: the sources are read by Run, once per
-// Refresh, however often the exporter is scraped.
+// Exporter serves scrapes from the last good view; only Run reads the sources, once per Refresh.
 type Exporter struct {
 	o Options
 
@@ -88,8 +84,7 @@ func (e *Exporter) Run(ctx context.Context) {
 	}
 }
 
-// Refresh reads the fleet once and rebuilds the exposition. A failed reading keeps the last
-// good view (monky_fleet_exporter_view_fresh says it is not the latest reading's).
+// Refresh rebuilds the exposition; a failed reading keeps the last good view (view_fresh 0).
 func (e *Exporter) Refresh(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, e.o.Timeout)
 	defer cancel()
