@@ -38,8 +38,7 @@ type AdminAgent struct {
 	RevertHealthy *bool   `json:"revert_healthy,omitempty"`
 }
 
-// AdminAgentsPage is the body of GET /v1/admin/agents. Next is an opaque cursor, nil on the last
-// page; Now is the server's clock, against which staleness is measured.
+// AdminAgentsPage is GET /v1/admin/agents; Next is nil on the last page, Now measures staleness.
 type AdminAgentsPage struct {
 	Now    string       `json:"now"`
 	Agents []AdminAgent `json:"agents"`

@@ -10,8 +10,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/verdict"
 )
 
-// Laggard marks an env that has not checked in running the expected version since the gate
-// started.
+// Laggard: no check-in running the expected version since the gate started.
 const Laggard = "LAGGARD"
 
 // Gate is the result of `fleetctl gate`: only what blocks a rollout.
@@ -71,8 +70,7 @@ func Allowed(env string, allow []string) bool {
 	return false
 }
 
-// LagReason says why env has not yet satisfied --expect-version, or "" when it has. An agent
-// satisfies it once it has checked in since start (tenancy's clock) running the version.
+// LagReason says why env has not checked in since start (tenancy's clock) running expect; "" when it has.
 func LagReason(e Env, expect string, start time.Time) string {
 	if e.Verdict == string(verdict.OrphanIdentity) {
 		return ""
@@ -192,8 +190,7 @@ func (g *Gate) line() string {
 	return s
 }
 
-// BackingOff counts the blockers whose desired sha is backing off: no wait unblocks them before
-// their next try, and a new bundle or a kit re-run is what does.
+// BackingOff counts blockers backing off: no wait unblocks them, a new bundle or kit re-run does.
 func (g *Gate) BackingOff() int {
 	n := 0
 	for _, b := range g.Blockers {

@@ -1,6 +1,5 @@
-// Package verdict decides, for one backend env, what its agent's state means and what the SRE
-// should do next. It is a pure function of what tenancy and the ziti controller said, tenancy's
-// clock, and the thresholds: no I/O, no clock of its own (docs/FLEET.md, "Verdicts").
+// Package verdict decides what one env's state means and the next step: a pure function of the
+// two sources, tenancy's clock and the thresholds (docs/FLEET.md, "Verdicts").
 package verdict
 
 import (
@@ -89,8 +88,7 @@ type Mesh struct {
 	Online *bool
 }
 
-// Input joins the two sources for one env. Agent is nil for an identity tenancy does not know;
-// Mesh is nil when the controller has no identity for the env.
+// Input joins the two sources for one env; either side is nil when that source lacks the env.
 type Input struct {
 	Agent *Agent
 	Mesh  *Mesh
@@ -129,8 +127,8 @@ func StaleAfter(interval time.Duration) time.Duration {
 	return max(3*interval, minStale)
 }
 
-// Evaluate judges one env at now, which must be tenancy's clock (the `now` of its answer), never
-// the operator's: a laptop ten minutes off must neither invent nor hide a silent agent.
+// Evaluate judges one env at tenancy's now, never the operator's: a laptop ten minutes off must
+// neither invent nor hide a silent agent.
 func Evaluate(in Input, now time.Time, th Thresholds) Result {
 	if in.Agent == nil {
 		name := ""
@@ -231,8 +229,7 @@ func Evaluate(in Input, now time.Time, th Thresholds) Result {
 	return r
 }
 
-// servesPrevious reports whether a box whose desired sha is backing off runs the release it
-// reverted to, healthy: its last heartbeat said so, or its last failure's revert came up healthy.
+// servesPrevious: a backing-off box runs its reverted-to release, healthy (heartbeat or revert says so).
 func servesPrevious(a *Agent, bo *Backoff) bool {
 	if bo == nil || a.AppliedSha == "" {
 		return false
@@ -246,8 +243,7 @@ func servesPrevious(a *Agent, bo *Backoff) bool {
 	return false
 }
 
-// backoffPhrase says what the backoff is: `9f3e21d0 failed 3×, reverted to 7a10c4e2 (healthy),
-// next try in 8m`.
+// backoffPhrase: `9f3e21d0 failed 3×, reverted to 7a10c4e2 (healthy), next try in 8m`.
 func backoffPhrase(bo *Backoff, now time.Time) string {
 	s := fmt.Sprintf("%s failed %d×", Short(bo.FailedSha), bo.Attempts)
 	switch {
