@@ -97,9 +97,8 @@ func (c envCollector) Collect(ch chan<- prometheus.Metric) {
 		e := &c.v.Doc.Envs[i]
 		env, site := label(e.EnvID), label(e.Site)
 		if seen[env] {
-			// An orphan identity named after an env whose agent uses another identity: the
-			// env's own row (first, the document is sorted stably) is the one alerts need, and
-			// a second series with the same labels would fail the whole scrape.
+			// An orphan named after an env with another identity: the env's own row comes first,
+			// and a second series with the same labels would fail the whole scrape.
 			continue
 		}
 		seen[env] = true
@@ -108,15 +107,18 @@ func (c envCollector) Collect(ch chan<- prometheus.Metric) {
 				ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, append([]string{env, site}, extra...)...)
 			}
 		}
+		gb := func(d *prometheus.Desc, b *bool) {
+			if b != nil {
+				g(d, b2f(*b))
+			}
+		}
 		if want(descVerdict) {
 			for _, v := range all {
 				g(descVerdict, b2f(e.Verdict == string(v)), string(v))
 			}
 		}
+		gb(descOnline, e.MeshOnline)
 		if e.Verdict == string(verdict.OrphanIdentity) {
-			if e.MeshOnline != nil {
-				g(descOnline, b2f(*e.MeshOnline))
-			}
 			continue // tenancy knows nothing else of it
 		}
 		if e.CheckinAgeS != nil {
@@ -124,19 +126,12 @@ func (c envCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		g(descStale, float64(e.StaleAfterS))
 		g(descInterval, float64(e.CheckinIntervalS))
-		if e.MeshOnline != nil {
-			g(descOnline, b2f(*e.MeshOnline))
-		}
 		if e.IdentityID != nil {
 			g(descMissing, float64(len(e.MissingAttributes)))
 		}
 		if t := e.Timer; t != nil {
-			if t.Enabled != nil {
-				g(descEnabled, b2f(*t.Enabled))
-			}
-			if t.Active != nil {
-				g(descActive, b2f(*t.Active))
-			}
+			gb(descEnabled, t.Enabled)
+			gb(descActive, t.Active)
 		}
 		if e.AgentVersion != "" {
 			g(descAgent, 1, label(e.AgentVersion))
