@@ -27,11 +27,9 @@ const (
 	TLS
 	// Canceled: the caller gave up (shutdown); that is not the network's fault.
 	Canceled
-	// NoRoute: the transport has no route, or the mesh says the identity may not see the
-	// service; retrying changes nothing until someone fixes the config or the attributes.
+	// NoRoute: no route, or the identity may not see the service; a retry changes nothing.
 	NoRoute
-	// Network: the request did not complete (refused, reset, timed out, cut short); a retry may
-	// succeed.
+	// Network: refused, reset, timed out or cut short; a retry may succeed.
 	Network
 )
 

@@ -28,9 +28,7 @@ type AdminAgent struct {
 	TokenTTLSec      *int64      `json:"token_ttl_s"`
 	DiskFreeBytes    *int64      `json:"disk_free_bytes"`
 	UpgradedFrom     *string     `json:"upgraded_from"`
-	// FailedSha, Attempts, NextAttemptAt, RevertedTo and RevertHealthy are what the agent's
-	// last check-in said of a failing desired sha that is backing off; absent or null when
-	// none is (and from a tenancy that predates them).
+	// The backoff of a failing desired sha, as last checked in; null when none (or older tenancy).
 	FailedSha     *string `json:"failed_sha,omitempty"`
 	Attempts      int     `json:"attempts,omitempty"`
 	NextAttemptAt *string `json:"next_attempt_at,omitempty"`

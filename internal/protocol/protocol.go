@@ -85,9 +85,7 @@ type CheckinRequest struct {
 	DiskFreeBytes *int64  `json:"disk_free_bytes"`
 	DockerVersion string  `json:"docker_version,omitempty"`
 	UpgradedFrom  string  `json:"upgraded_from,omitempty"`
-	// FailedSha, Attempts and NextAttemptAt describe a desired sha whose apply failed and is
-	// backing off (left out when none is); RevertedTo and RevertHealthy the release the last
-	// failure brought back, and whether it came up healthy.
+	// A failed desired sha backing off (left out when none), and the release its failure brought back.
 	FailedSha     string `json:"failed_sha,omitempty"`
 	Attempts      int    `json:"attempts,omitempty"`
 	NextAttemptAt string `json:"next_attempt_at,omitempty"`
@@ -156,8 +154,7 @@ type Report struct {
 	LogTail      string      `json:"log_tail"`
 	AgentVersion string      `json:"agent_version"`
 	Containers   []Container `json:"containers"`
-	// RevertedTo is set on a `failed` report when the release that ran before was brought
-	// back; RevertHealthy says whether it came up healthy.
+	// RevertedTo is set on a `failed` report that brought the previous release back.
 	RevertedTo    string `json:"reverted_to,omitempty"`
 	RevertHealthy *bool  `json:"revert_healthy,omitempty"`
 }

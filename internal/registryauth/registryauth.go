@@ -87,8 +87,7 @@ func Parse(value secret.Value, defaultRegistry string) (Auth, error) {
 
 func parseJSON(text string) (Auth, string, error) {
 	var raw map[string]json.RawMessage
-	// Keys match exactly and a key given twice is refused: which of two passwords is meant is
-	// no guess to make. The decoder's errors are not passed on: the message never quotes the value.
+	// Which of two passwords is meant is no guess to make; the decoder's error is not passed on.
 	if err := strictjson.Unmarshal([]byte(text), &raw); err != nil {
 		var se *strictjson.Error
 		switch {
@@ -157,8 +156,7 @@ func WriteDockerConfig(dir string, a Auth) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("registry-auth: create %q: %w", dir, err)
 	}
-	// MkdirAll leaves an existing directory's mode alone, and the umask may have narrowed a new
-	// one; the credential's directory is the agent's alone either way.
+	// MkdirAll keeps an existing mode, the umask narrows a new one: 0700 either way.
 	if err := os.Chmod(dir, 0o700); err != nil {
 		return fmt.Errorf("registry-auth: chmod %q: %w", dir, err)
 	}

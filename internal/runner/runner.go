@@ -57,8 +57,7 @@ var ErrNotFound = errors.New("executable not found")
 type Exec struct {
 	// Environ is the environment Cmd.Env is appended to; nil means the agent's own (os.Environ).
 	Environ []string
-	// WaitDelay bounds how long Run waits for the output pipes to close after the process has
-	// exited or been killed (a grandchild that escaped the group may hold them); 0 means 5s.
+	// WaitDelay bounds the wait for pipes an escaped grandchild may hold open; 0 means 5s.
 	WaitDelay time.Duration
 }
 

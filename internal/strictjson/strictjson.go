@@ -20,17 +20,13 @@ var ErrDuplicateKey = errors.New("duplicate key")
 
 // Error is a document that does not decode; it never quotes a value (an answer may hold a secret).
 type Error struct {
-	// Field is the member at fault as a dotted path with array indexes left out
-	// ("agent.allow_privileged", "entries.var"): the form a caller keys its "want" text by.
-	// "" is the document itself.
+	// Field is the member at fault, dotted, indexes left out ("entries.var"); "" is the document.
 	Field string
 	// Pointer is the same place as a JSON pointer, indexes kept ("/entries/2/var").
 	Pointer string
 	// Key is the last member name of the place, unescaped (a file path of a bundle's files).
 	Key string
-	// Got is the JSON kind found where another was wanted, named as encoding/json names it
-	// ("string", "number", "object", "array", "bool", "null"); "" when the error is not about a
-	// type.
+	// Got is the JSON kind found where another was wanted ("string", "null"…); "" if no type error.
 	Got string
 	// Duplicate: Field was given twice in one object.
 	Duplicate bool

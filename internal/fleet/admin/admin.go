@@ -58,15 +58,13 @@ func New(baseURL string, token secret.Value, hc *http.Client) (*Client, error) {
 		hc = &http.Client{Timeout: 30 * time.Second}
 	}
 	u.Path = strings.TrimSuffix(u.Path, "/")
-	// Every call carries the admin token; Go's client would resend it on a redirect to the
-	// same host on another port or scheme.
+	// Go's client would resend the admin token on a redirect to another port or scheme.
 	return &Client{base: u, token: token, hc: noredirect.Client(hc)}, nil
 }
 
 // Agents is a complete listing: every page, and the server's clock.
 type Agents struct {
-	// Now is the newest `now` among the pages: staleness is measured against tenancy's clock,
-	// never the operator's, so a laptop ten minutes off cannot invent or hide a silent agent.
+	// Now is the newest `now` among the pages: staleness is on tenancy's clock, never the operator's.
 	Now    time.Time
 	Agents []protocol.AdminAgent
 	Pages  int

@@ -92,11 +92,9 @@ type timeField struct {
 var (
 	// kitNameRE: env_id and site, as install.sh's --env and --site (and the ansible role).
 	kitNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
-	// kitVersionRE: install.sh's --version, with the suffix limited to 40 characters after
-	// '-', '+' or '~' (0.2.0, 0.2.0-rc.1, 0.2.0+deb12, 0.2.0~rc1).
+	// kitVersionRE: install.sh's --version (0.2.0, 0.2.0-rc.1, 0.2.0+deb12, 0.2.0~rc1).
 	kitVersionRE = regexp.MustCompile(`^[0-9]+\.[0-9]+\.[0-9]+([~+-][0-9A-Za-z.~+-]{1,40})?$`)
-	// kitBaoAddrRE: install.sh's --bao-addr, https only: scheme, host and port, nothing after
-	// the host but an optional '/'.
+	// kitBaoAddrRE: install.sh's --bao-addr: https, host and port, at most a '/' after.
 	kitBaoAddrRE = regexp.MustCompile(`^https://[A-Za-z0-9.-]+(:[1-9][0-9]{0,4})?/?$`)
 )
 

@@ -21,21 +21,19 @@ var ErrInvalid = errors.New("invalid configuration")
 
 // Environment variables, read in Resolve and nowhere else.
 const (
-	EnvZitiURL      = "FLEETCTL_ZITI_URL"
-	EnvZitiUsername = "FLEETCTL_ZITI_USERNAME"
-	EnvZitiPassword = "FLEETCTL_ZITI_PASSWORD"
-	EnvZitiIdentity = "FLEETCTL_ZITI_IDENTITY"
-	EnvZitiCAFile   = "FLEETCTL_ZITI_CA_FILE"
-	EnvTenancyURL   = "FLEETCTL_TENANCY_URL"
-	EnvTenancyToken = "FLEETCTL_TENANCY_TOKEN"
-	// EnvExporterListen is where `fleetctl exporter` listens.
+	EnvZitiURL        = "FLEETCTL_ZITI_URL"
+	EnvZitiUsername   = "FLEETCTL_ZITI_USERNAME"
+	EnvZitiPassword   = "FLEETCTL_ZITI_PASSWORD"
+	EnvZitiIdentity   = "FLEETCTL_ZITI_IDENTITY"
+	EnvZitiCAFile     = "FLEETCTL_ZITI_CA_FILE"
+	EnvTenancyURL     = "FLEETCTL_TENANCY_URL"
+	EnvTenancyToken   = "FLEETCTL_TENANCY_TOKEN"
 	EnvExporterListen = "FLEETCTL_EXPORTER_LISTEN"
 )
 
 // File is the config file.
 type File struct {
-	// Path is where it was read from, "" when there was none.
-	Path     string
+	Path     string // "" when there was none
 	Ziti     ZitiFile
 	Tenancy  TenancyFile
 	Exporter ExporterFile
@@ -192,23 +190,18 @@ const (
 
 // Settings are the resolved values.
 type Settings struct {
-	// ZitiURL is "" when ziti.url is set nowhere; the controller is then the one the identity
-	// file names (see the cli's zitiClient), recorded here once known.
+	// ZitiURL "" is later set to the controller the identity file names.
 	ZitiURL string
-	// ZitiAuth is AuthCert, AuthPassword, or "" when neither is configured. Only the chosen
-	// method's settings are kept: ZitiIdentity is "" under password auth, ZitiUsername and
-	// ZitiPassword are empty under cert auth.
-	ZitiAuth     string
-	ZitiUsername string
-	ZitiPassword secret.Value
-	ZitiIdentity string
-	ZitiCAFile   string
-	TenancyURL   string
-	TenancyToken secret.Value
-	// ExporterListen is where `fleetctl exporter` listens ("" when set nowhere).
+	// ZitiAuth is AuthCert, AuthPassword or ""; only the chosen method's settings are kept.
+	ZitiAuth       string
+	ZitiUsername   string
+	ZitiPassword   secret.Value
+	ZitiIdentity   string
+	ZitiCAFile     string
+	TenancyURL     string
+	TenancyToken   secret.Value
 	ExporterListen string
-	// Origin says where each value came from ("flag --ziti-url", "env FLEETCTL_ZITI_URL",
-	// "file /path"), for -v. It never holds a value.
+	// Origin says where each value came from ("env FLEETCTL_ZITI_URL"), for -v; never a value.
 	Origin map[string]string
 }
 

@@ -42,8 +42,7 @@ type Kit struct {
 	BaoRole        string
 	Grant          secret.Value
 	GrantExpiresAt time.Time
-	// EnrollmentJWT is the identity's pending one-time enrolment; empty when the identity is
-	// enrolled already (the box keeps the identity it has).
+	// EnrollmentJWT is empty when the identity is enrolled already (the box keeps it).
 	EnrollmentJWT secret.Value
 	// Hostname is the box, when tenancy or the controller know it.
 	Hostname string

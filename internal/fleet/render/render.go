@@ -23,8 +23,7 @@ const (
 	FormatTable Format = "table"
 	FormatWide  Format = "wide"
 	FormatJSON  Format = "json"
-	// FormatPrometheus is the text exposition format; only `fleetctl status` prints it (through
-	// internal/fleet/exporter), every other command refuses it.
+	// FormatPrometheus: only `fleetctl status` prints it (through internal/fleet/exporter).
 	FormatPrometheus Format = "prometheus"
 )
 

@@ -22,8 +22,7 @@ type Gate struct {
 	Envs          int    `json:"envs"`
 	MinVersion    string `json:"min_version,omitempty"`
 	ExpectVersion string `json:"expect_version,omitempty"`
-	// StartedAt is tenancy's clock at the gate's first listing: with --expect-version, every
-	// env must have checked in since then, running that version.
+	// StartedAt is tenancy's clock at the first listing, what --expect-version counts from.
 	StartedAt string    `json:"started_at,omitempty"`
 	TimedOut  bool      `json:"timed_out"`
 	Allowed   []string  `json:"allowed"`
@@ -43,8 +42,7 @@ type Blocker struct {
 	CheckinAgeS   *int64  `json:"checkin_age_s"`
 	// Why is the next step of the verdict, or why the env lags.
 	Why string `json:"why"`
-	// BackingOff is set when the env's desired sha failed and waits for its next try
-	// (NextAttemptAt, tenancy's word for the agent's): waiting on the gate does not unblock it.
+	// BackingOff: the desired sha failed and waits for its next try; no gate wait unblocks it.
 	BackingOff    bool    `json:"backing_off"`
 	NextAttemptAt *string `json:"next_attempt_at"`
 }

@@ -62,8 +62,7 @@ type Env struct {
 	TokenTTLS     *int64               `json:"token_ttl_s"`
 	DiskFreeBytes *int64               `json:"disk_free_bytes"`
 	UpgradedFrom  *string              `json:"upgraded_from"`
-	// The backoff of a failing desired sha, as the agent's last check-in said (null and 0 when
-	// none).
+	// The backoff of a failing desired sha, as last checked in (null and 0 when none).
 	FailedSha     *string `json:"failed_sha"`
 	Attempts      int     `json:"attempts"`
 	NextAttemptAt *string `json:"next_attempt_at"`
@@ -73,10 +72,8 @@ type Env struct {
 
 // Options select and judge the rows.
 type Options struct {
-	// EnvGlob keeps envs whose id matches (path.Match syntax); "" keeps all.
-	EnvGlob string
-	// Orphans lists identities tenancy does not know. Turn it off when tenancy's listing was
-	// filtered (by site): an identity missing from a filtered listing is not an orphan.
+	EnvGlob string // see Keeps
+	// Orphans lists identities tenancy does not know; off when the listing was filtered by site.
 	Orphans    bool
 	Thresholds verdict.Thresholds
 }

@@ -21,14 +21,12 @@ const (
 	Silent         Verdict = "SILENT"
 	Offline        Verdict = "OFFLINE"
 	Failing        Verdict = "FAILING"
-	// BackingOff is a box serving the release it ran before, healthy, while the desired sha,
-	// which failed, waits for its next try.
+	// BackingOff: serving the previous release, healthy, while the failed desired sha waits.
 	BackingOff Verdict = "BACKOFF"
 	Drift      Verdict = "DRIFT"
 	Outdated   Verdict = "OUTDATED"
 	OK         Verdict = "OK"
-	// OrphanIdentity is a monky-host.* identity tenancy does not know: a retired backend whose
-	// identity was left behind, or a typo'd onboarding. It is judged by nothing else.
+	// OrphanIdentity: a monky-host.* identity tenancy does not know (retired backend, typo).
 	OrphanIdentity Verdict = "ORPHAN_IDENTITY"
 )
 
@@ -42,8 +40,7 @@ const (
 	DefaultDrift    = 15 * time.Minute
 	minStale        = 3 * time.Minute
 	defaultInterval = 60 * time.Second
-	// detailWidth is how much of a failure detail fits in the NEXT STEP column; the JSON
-	// document carries it whole.
+	// detailWidth is a failure detail's share of NEXT STEP; the JSON carries it whole.
 	detailWidth = 80
 )
 
@@ -60,8 +57,7 @@ type Agent struct {
 	AppliedSha string
 	LastResult string
 	LastDetail string
-	// TimerEnabled is what the agent's last check-in said of its systemd timer; nil when it
-	// could not tell.
+	// TimerEnabled is nil when the agent could not tell.
 	TimerEnabled *bool
 	// Backoff is what the agent's last check-in said of a failing desired sha; nil when none.
 	Backoff *Backoff
@@ -73,8 +69,7 @@ type Backoff struct {
 	Attempts  int
 	// NextAttemptAt is nil when the agent did not say.
 	NextAttemptAt *time.Time
-	// RevertedTo is the release the agent brought back ("" when none); RevertHealthy whether it
-	// came up healthy (nil when unknown).
+	// RevertedTo is the release brought back ("" when none); RevertHealthy nil when unknown.
 	RevertedTo    string
 	RevertHealthy *bool
 }
@@ -96,8 +91,7 @@ type Input struct {
 
 // Thresholds tune the rules.
 type Thresholds struct {
-	// Stale is the check-in age beyond which an agent is stale; 0 means per env,
-	// max(3 × its interval, 3 min), so that a host is late against its own deadline.
+	// Stale 0 means per env, StaleAfter: a host is late against its own deadline.
 	Stale time.Duration
 	// Drift is how long desired may differ from applied; 0 means 15 min.
 	Drift time.Duration
@@ -108,8 +102,7 @@ type Thresholds struct {
 // Result is the verdict of one env.
 type Result struct {
 	Verdict Verdict
-	// Reasons lists every verdict that applies, in table order; Verdict is the first. OK has
-	// no reasons.
+	// Reasons lists every verdict that applies, in table order (OK has none).
 	Reasons  []Verdict
 	NextStep string
 	// Age is how long ago, on tenancy's clock, the agent last checked in; nil when never.

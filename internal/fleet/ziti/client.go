@@ -114,9 +114,7 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 		MaxIdleConnsPerHost: cfg.Concurrency + 1,
 		TLSHandshakeTimeout: 10 * time.Second,
 	}},
-		// Go's client resends the zt-session header to any host a redirect names, and a
-		// 307's body (the password) with it: the controller redirects no management call.
-		CheckRedirect: noredirect.Refuse,
+		CheckRedirect: noredirect.Refuse, // zt-session and the password would follow to any host
 	}
 	rt := openapiclient.NewWithClient(u.Host, path, []string{"https"}, hc)
 	// go-openapi dumps the wire (password, session token) when DEBUG or SWAGGER_DEBUG is set.
