@@ -175,9 +175,6 @@ func runRepairAttrs(ctx context.Context, opts repairOptions, g *globalOptions, w
 func itemFor(env string, id *ziti.Identity) repairItem {
 	it := repairItem{EnvID: env, Identity: id.Name, ID: id.ID, Has: append([]string{}, id.RoleAttributes...),
 		Missing: ziti.MissingAttributes(id.RoleAttributes), Action: "none"}
-	if it.Missing == nil {
-		it.Missing = []string{}
-	}
 	if len(it.Missing) > 0 {
 		it.Action = "would add"
 	}
@@ -204,7 +201,6 @@ func applyRepairs(ctx context.Context, zc *ziti.Client, plan *repairPlan, g *glo
 				}
 				it.Missing = ziti.MissingAttributes(cur.RoleAttributes)
 				if len(it.Missing) == 0 {
-					it.Missing = []string{}
 					return nil
 				}
 				merged := ziti.MergeAttributes(cur.RoleAttributes)

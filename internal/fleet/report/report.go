@@ -189,9 +189,6 @@ func setMesh(e *Env, id *ziti.Identity) {
 	e.MeshOnline = id.Online
 	e.RoleAttributes = append([]string{}, id.RoleAttributes...)
 	e.MissingAttributes = ziti.MissingAttributes(id.RoleAttributes)
-	if e.MissingAttributes == nil {
-		e.MissingAttributes = []string{}
-	}
 	e.MeshHostname = id.Hostname
 	e.SDKVersion = id.SDKVersion
 }

@@ -28,9 +28,9 @@ func EnvOf(name string) (string, bool) {
 }
 
 // MissingAttributes returns the required attributes absent from have ('#attr', as policies
-// write them, counts).
+// write them, counts); never nil, as it is a JSON list.
 func MissingAttributes(have []string) []string {
-	var missing []string
+	missing := []string{}
 	for _, want := range RequiredAttributes() {
 		if !slices.ContainsFunc(have, func(h string) bool { return strings.TrimPrefix(h, "#") == want }) {
 			missing = append(missing, want)
