@@ -26,10 +26,8 @@ func New(w io.Writer, level slog.Leveler) *Handler {
 	return &Handler{mu: &sync.Mutex{}, w: w, level: level}
 }
 
-// Enabled reports whether lvl is logged.
 func (h *Handler) Enabled(_ context.Context, lvl slog.Level) bool { return lvl >= h.level.Level() }
 
-// Handle writes one line.
 func (h *Handler) Handle(_ context.Context, r slog.Record) error {
 	var b strings.Builder
 	b.WriteString(levelName(r.Level))

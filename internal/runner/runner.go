@@ -61,7 +61,6 @@ type Exec struct {
 	WaitDelay time.Duration
 }
 
-// Run implements Runner.
 func (e Exec) Run(ctx context.Context, c Cmd) (Result, error) {
 	if c.Name == "" {
 		return Result{}, errors.New("runner: empty command name")

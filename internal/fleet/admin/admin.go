@@ -165,11 +165,10 @@ func (c *Client) do(ctx context.Context, op, method, path string, q url.Values, 
 		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := c.hc.Do(req)
-	var redirect *noredirect.Error
-	if errors.As(err, &redirect) {
-		return nil, fmt.Errorf("tenancy: %s: %w", op, redirect) // not the *url.Error: it quotes the query
-	}
 	if err != nil {
+		if redirect := (*noredirect.Error)(nil); errors.As(err, &redirect) {
+			err = redirect // not the *url.Error: it quotes the query
+		}
 		return nil, fmt.Errorf("tenancy: %s: %w", op, err)
 	}
 	defer resp.Body.Close()

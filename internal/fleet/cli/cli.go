@@ -273,7 +273,6 @@ Exit codes: 0 all OK, 1 something is not OK, 2 usage or configuration error,
 	return root
 }
 
-// setup validates the shared flags and makes the logger.
 func (g *globalOptions) setup(cmd *cobra.Command) error {
 	level := slog.LevelWarn
 	if g.verbose {

@@ -102,7 +102,6 @@ func (g *globalOptions) adminClient(s *config.Settings) (*admin.Client, error) {
 	return c, nil
 }
 
-// sources is one complete read of both sources.
 type sources struct {
 	agents     *admin.Agents
 	identities []ziti.Identity

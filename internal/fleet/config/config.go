@@ -40,24 +40,13 @@ type File struct {
 }
 
 // ExporterFile is the `exporter:` section.
-type ExporterFile struct {
-	Listen string
-}
+type ExporterFile struct{ Listen string }
 
 // ZitiFile is the `ziti:` section.
-type ZitiFile struct {
-	URL          string
-	Username     string
-	PasswordFile string
-	Identity     string
-	CAFile       string
-}
+type ZitiFile struct{ URL, Username, PasswordFile, Identity, CAFile string }
 
 // TenancyFile is the `tenancy:` section.
-type TenancyFile struct {
-	URL       string
-	TokenFile string
-}
+type TenancyFile struct{ URL, TokenFile string }
 
 // keys maps every accepted key to where its value goes.
 func (f *File) keys() map[string]*string {
@@ -172,14 +161,8 @@ func DefaultPath(getenv func(string) string) string {
 
 // Flags are the command-line overrides; secrets have none (argv is world-readable), only files.
 type Flags struct {
-	ZitiURL          string
-	ZitiUsername     string
-	ZitiPasswordFile string
-	ZitiIdentity     string
-	ZitiCAFile       string
-	TenancyURL       string
-	TenancyTokenFile string
-	ExporterListen   string
+	ZitiURL, ZitiUsername, ZitiPasswordFile, ZitiIdentity, ZitiCAFile string
+	TenancyURL, TenancyTokenFile, ExporterListen                      string
 }
 
 // Authentication methods to the controller.

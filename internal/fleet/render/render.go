@@ -62,11 +62,8 @@ type Printer struct {
 func (p Printer) Render(v Printable) ([]byte, error) {
 	var buf bytes.Buffer
 	if p.Format == FormatJSON {
-		enc := json.NewEncoder(&buf)
-		enc.SetIndent("", "  ")
-		enc.SetEscapeHTML(false)
-		if err := enc.Encode(v); err != nil {
-			return nil, fmt.Errorf("render: %w", err)
+		if err := p.Print(&buf, v); err != nil {
+			return nil, err
 		}
 		return buf.Bytes(), nil
 	}

@@ -161,7 +161,6 @@ func (c *Client) ListHostIdentities(ctx context.Context, progress func(done, tot
 	return ids, err
 }
 
-// listOnce reads the host identities page by page, once.
 func (c *Client) listOnce(ctx context.Context, progress func(done, total int)) ([]Identity, error) {
 	filter := fmt.Sprintf("name contains %s", quote(HostPrefix))
 	first, total, stride, err := c.page(ctx, filter, 0, c.cfg.PageSize)
