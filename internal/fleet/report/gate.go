@@ -1,6 +1,7 @@
 package report
 
 import (
+	"cmp"
 	"fmt"
 	"path"
 	"strings"
@@ -81,19 +82,12 @@ func LagReason(e Env, expect string, start time.Time) string {
 		return "unreadable last check-in"
 	}
 	if e.AgentVersion != expect {
-		return fmt.Sprintf("running %s, expected %s", orNone(e.AgentVersion), expect)
+		return fmt.Sprintf("running %s, expected %s", cmp.Or(e.AgentVersion, "no known version"), expect)
 	}
 	if at.Before(start) {
 		return fmt.Sprintf("no check-in since the gate started (last %s before it)", verdict.Human(start.Sub(at)))
 	}
 	return ""
-}
-
-func orNone(s string) string {
-	if s == "" {
-		return "no known version"
-	}
-	return s
 }
 
 // NewGate picks the blockers out of a status document.

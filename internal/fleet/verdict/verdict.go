@@ -3,6 +3,7 @@
 package verdict
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 	"time"
@@ -156,7 +157,7 @@ func Evaluate(in Input, now time.Time, th Thresholds) Result {
 		steps[v] = step
 	}
 	if in.Mesh == nil {
-		add(NoIdentity, fmt.Sprintf("no ziti identity monky-host.%s: re-run fleetctl onboard %s --site %s", a.EnvID, a.EnvID, orDash(a.Site)))
+		add(NoIdentity, fmt.Sprintf("no ziti identity monky-host.%s: re-run fleetctl onboard %s --site %s", a.EnvID, a.EnvID, cmp.Or(a.Site, "SITE")))
 	} else if len(in.Mesh.MissingAttributes) > 0 {
 		add(AttrsMissing, fmt.Sprintf("identity lacks %s: fleetctl repair-attrs %s", hashList(in.Mesh.MissingAttributes), a.EnvID))
 	}
@@ -164,7 +165,7 @@ func Evaluate(in Input, now time.Time, th Thresholds) Result {
 		add(NeverCheckedIn, "never checked in: install kit not run, or the first tick is failing (journalctl -u monky-deployd)")
 	}
 	if r.Stale && online {
-		why := "last ran " + orUnknown(a.Version)
+		why := "last ran " + cmp.Or(a.Version, "an unknown version")
 		if a.TimerEnabled != nil && !*a.TimerEnabled {
 			why = "timer reported disabled; " + why
 		}
@@ -268,20 +269,17 @@ func Human(d time.Duration) string {
 	case d < time.Hour:
 		return fmt.Sprintf("%dm", int(d.Minutes()))
 	case d < 48*time.Hour:
-		h := int(d.Hours())
-		m := int((d - time.Duration(h)*time.Hour).Minutes())
-		if m == 0 {
-			return fmt.Sprintf("%dh", h)
-		}
-		return fmt.Sprintf("%dh%dm", h, m)
+		return twoUnits(int(d.Hours()), "h", int(d.Minutes())%60, "m")
 	default:
-		days := int(d.Hours()) / 24
-		h := int(d.Hours()) - days*24
-		if h == 0 {
-			return fmt.Sprintf("%dd", days)
-		}
-		return fmt.Sprintf("%dd%dh", days, h)
+		return twoUnits(int(d.Hours())/24, "d", int(d.Hours())%24, "h")
 	}
+}
+
+func twoUnits(a int, au string, b int, bu string) string {
+	if b == 0 {
+		return fmt.Sprintf("%d%s", a, au)
+	}
+	return fmt.Sprintf("%d%s%d%s", a, au, b, bu)
 }
 
 // Short is the 8-character prefix a table shows of a sha.
@@ -298,20 +296,6 @@ func hashList(attrs []string) string {
 		out[i] = "#" + a
 	}
 	return strings.Join(out, " and ")
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "SITE"
-	}
-	return s
-}
-
-func orUnknown(s string) string {
-	if s == "" {
-		return "an unknown version"
-	}
-	return s
 }
 
 // oneLine folds whitespace, so that a multi-line compose error stays on its table row.
