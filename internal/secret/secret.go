@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -53,7 +54,7 @@ func (r *Redactor) Add(values ...string) {
 	defer r.mu.Unlock()
 	for _, v := range values {
 		for _, cand := range variants(v) {
-			if len(cand) >= minLen && !contains(r.values, cand) {
+			if len(cand) >= minLen && !slices.Contains(r.values, cand) {
 				r.values = append(r.values, cand)
 			}
 		}
@@ -97,9 +98,7 @@ func escapedForms(v string) []string {
 		unquote(strconv.QuoteToASCII(v)),
 		url.QueryEscape(v),
 		url.PathEscape(v),
-		// A `.env` line as compose reads it, double-quoted (the agent writes values with a
-		// quote, a backslash or a newline so), and a compose file's `$$`.
-		dotenvQuoted.Replace(v),
+		dotenvQuoted.Replace(v), // a double-quoted `.env` value, as the agent writes one
 		strings.ReplaceAll(v, "$", "$$"),
 	)
 }
@@ -114,19 +113,8 @@ func unquote(q string) string {
 	return q
 }
 
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
 // Redact returns s with every registered value replaced by `***`.
-func (r *Redactor) Redact(s string) string {
-	return r.redactWith(s, mask)
-}
+func (r *Redactor) Redact(s string) string { return r.redactWith(s, mask) }
 
 // redactWith is Redact with another mask, so a test can tell a survivor from mask-spelt text.
 func (r *Redactor) redactWith(s, m string) string {

@@ -1,6 +1,7 @@
 package exporter
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -24,11 +25,9 @@ type Source func(err error) string
 type Options struct {
 	Read    Reader
 	Source  Source
-	Sources []string // every source, so each has its series before its first failure
-	// Refresh is the least time between two readings.
-	Refresh time.Duration
-	// Timeout bounds one reading.
-	Timeout time.Duration
+	Sources []string      // every source, so each has its series before its first failure
+	Refresh time.Duration // the least time between two readings
+	Timeout time.Duration // bounds one reading
 	Now     func() time.Time
 	Log     *slog.Logger
 }
@@ -108,10 +107,7 @@ func (e *Exporter) Refresh(ctx context.Context) {
 			s.up, s.lastSuccess = true, end
 		}
 	} else {
-		name := e.o.Source(err)
-		if name == "" {
-			name = "unknown"
-		}
+		name := cmp.Or(e.o.Source(err), "unknown")
 		s := h.sources[name]
 		if s == nil {
 			s = &sourceHealth{}
