@@ -3,6 +3,7 @@
 package atomicfile
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -115,11 +116,7 @@ func SyncDir(dir string) error {
 		return err
 	}
 	serr := d.Sync()
-	cerr := d.Close()
-	if serr != nil {
-		return serr
-	}
-	return cerr
+	return cmp.Or(serr, d.Close())
 }
 
 // tempSuffixLen is the length of the random hex part of a temp file's name (8 bytes).

@@ -3,6 +3,7 @@
 package protocol
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"regexp"
@@ -194,16 +195,9 @@ func ParseErrorBody(b []byte) ErrorBody {
 		var s string
 		switch {
 		case strictjson.Unmarshal(raw.Detail, &nested) == nil:
-			if out.Code == "" {
-				out.Code = nested.Code
-			}
-			if out.Message == "" {
-				out.Message = nested.Message
-			}
+			out.Code, out.Message = cmp.Or(out.Code, nested.Code), cmp.Or(out.Message, nested.Message)
 		case strictjson.Unmarshal(raw.Detail, &s) == nil:
-			if out.Message == "" {
-				out.Message = s
-			}
+			out.Message = cmp.Or(out.Message, s)
 			if m := plainCode.FindStringSubmatch(s); m != nil && out.Code == "" {
 				out.Code, out.Message = m[1], m[2]
 			}
