@@ -98,28 +98,19 @@ func parseJSON(text string) (Auth, string, error) {
 		}
 		return Auth{}, "", invalid("the value starts with '{' but is not a JSON object")
 	}
-	field := func(name string) (string, error) {
-		v, ok := raw[name]
-		if !ok || bytes.Equal(bytes.TrimSpace(v), []byte("null")) {
-			return "", nil
-		}
-		var s string
-		if err := json.Unmarshal(v, &s); err != nil {
-			return "", invalid(fmt.Sprintf("JSON field %q is not a string", name))
-		}
-		return s, nil
-	}
 	var a Auth
 	var password string
-	var err error
-	if a.Registry, err = field("registry"); err != nil {
-		return Auth{}, "", err
-	}
-	if a.Username, err = field("username"); err != nil {
-		return Auth{}, "", err
-	}
-	if password, err = field("password"); err != nil {
-		return Auth{}, "", err
+	for _, f := range []struct {
+		name string
+		dst  *string
+	}{{"registry", &a.Registry}, {"username", &a.Username}, {"password", &password}} {
+		v, ok := raw[f.name]
+		if !ok || bytes.Equal(bytes.TrimSpace(v), []byte("null")) {
+			continue
+		}
+		if err := json.Unmarshal(v, f.dst); err != nil {
+			return Auth{}, "", invalid(fmt.Sprintf("JSON field %q is not a string", f.name))
+		}
 	}
 	return a, password, nil
 }
