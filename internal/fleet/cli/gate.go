@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -103,7 +104,7 @@ func runGate(ctx context.Context, opts gateOptions, g *globalOptions, w io.Write
 		gate := report.NewGate(doc, report.GateOptions{
 			Allow: opts.allow, MinVersion: opts.minVersion, ExpectVersion: opts.expectVersion, StartedAt: started,
 		})
-		lagging := laggards(gate)
+		lagging := gate.Lagging()
 		remaining := deadline.Sub(g.deps.Now())
 		if opts.wait == 0 || lagging == 0 || remaining <= 0 {
 			gate.TimedOut = lagging > 0 && opts.wait > 0
@@ -133,22 +134,4 @@ func runGate(ctx context.Context, opts gateOptions, g *globalOptions, w io.Write
 	}
 }
 
-func laggards(g *report.Gate) int {
-	n := 0
-	for _, b := range g.Blockers {
-		if b.Lagging {
-			n++
-		}
-	}
-	return n
-}
-
-func isGlob(s string) bool {
-	for _, c := range s {
-		switch c {
-		case '*', '?', '[':
-			return true
-		}
-	}
-	return false
-}
+func isGlob(s string) bool { return strings.ContainsAny(s, "*?[") }

@@ -163,18 +163,12 @@ func (g *Gate) line() string {
 		}
 		return s
 	}
-	lag := 0
-	for _, b := range g.Blockers {
-		if b.Lagging {
-			lag++
-		}
-	}
 	s := fmt.Sprintf("gate: FAIL — %d of %d envs block%s", len(g.Blockers), g.Envs, allowed)
 	if n := g.BackingOff(); n > 0 {
 		s += fmt.Sprintf("; %d backing off a failed release", n)
 	}
 	if g.ExpectVersion != "" {
-		s += fmt.Sprintf("; %d not yet on %s", lag, g.ExpectVersion)
+		s += fmt.Sprintf("; %d not yet on %s", g.Lagging(), g.ExpectVersion)
 		if g.TimedOut {
 			s += " when the wait ran out"
 		}
@@ -183,10 +177,15 @@ func (g *Gate) line() string {
 }
 
 // BackingOff counts blockers backing off: no wait unblocks them, a new bundle or kit re-run does.
-func (g *Gate) BackingOff() int {
+func (g *Gate) BackingOff() int { return g.count(func(b Blocker) bool { return b.BackingOff }) }
+
+// Lagging counts blockers not yet on --expect-version.
+func (g *Gate) Lagging() int { return g.count(func(b Blocker) bool { return b.Lagging }) }
+
+func (g *Gate) count(f func(Blocker) bool) int {
 	n := 0
 	for _, b := range g.Blockers {
-		if b.BackingOff {
+		if f(b) {
 			n++
 		}
 	}
