@@ -3,6 +3,7 @@
 package atomicfile
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -22,10 +23,8 @@ var (
 	afterCreate = func(tmp string) {}
 )
 
-// WriteFile atomically replaces path with data, with mode perm exactly (umask does not apply).
-// The temp file beside path is created with perm from the start, so a secret is never readable by
-// others even for a moment; file and directory are fsynced so the rename survives a power cut,
-// and a failure leaves the old file and no temp file. A symlink at path is replaced, not followed.
+// WriteFile atomically replaces path (a symlink too, not followed) with data and mode perm exactly:
+// the temp file has perm from the start, so a secret is never readable by others for a moment.
 func WriteFile(path string, data []byte, perm os.FileMode) error {
 	return write(pathOps, path, data, perm)
 }
@@ -114,9 +113,8 @@ func write(ops fileOps, path string, data []byte, perm os.FileMode) (err error) 
 	return nil
 }
 
-// WriteNew creates path, which must not exist, with data and mode perm exactly, and fsyncs it:
-// for the files of a directory that is itself renamed into place (a release, a kit). The caller
-// removes what is left on failure and fsyncs the directory.
+// WriteNew creates path (it must not exist) with data and mode perm, fsynced: for a directory
+// renamed into place; the caller cleans up on failure and fsyncs the directory.
 func WriteNew(path string, data []byte, perm os.FileMode) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm.Perm())
 	if err != nil {
@@ -129,8 +127,7 @@ func WriteNew(path string, data []byte, perm os.FileMode) error {
 	return f.Close()
 }
 
-// fill sets perm exactly (the umask may have narrowed it at creation; this can only widen the
-// file up to perm), writes data and fsyncs.
+// fill sets perm exactly (undoing the umask), writes data and fsyncs.
 func fill(f *os.File, data []byte, perm os.FileMode) error {
 	if err := f.Chmod(perm); err != nil {
 		return fmt.Errorf("chmod: %w", err)
@@ -144,8 +141,7 @@ func fill(f *os.File, data []byte, perm os.FileMode) error {
 	return nil
 }
 
-// createTemp opens a new file next to the target with O_EXCL and mode perm. os.CreateTemp would
-// create it 0600 and need a chmod, and its name pattern cannot start with a dot.
+// createTemp opens a new dot-file beside the target, O_EXCL with mode perm (os.CreateTemp can do neither).
 func createTemp(ops fileOps, dir, base string, perm os.FileMode) (*os.File, string, error) {
 	for range 10 {
 		var b [8]byte
@@ -172,19 +168,14 @@ func SyncDir(dir string) error {
 		return err
 	}
 	serr := d.Sync()
-	cerr := d.Close()
-	if serr != nil {
-		return serr
-	}
-	return cerr
+	return cmp.Or(serr, d.Close())
 }
 
 // tempSuffixLen is the length of the random hex part of a temp file's name (8 bytes).
 const tempSuffixLen = 16
 
-// RemoveLeftovers removes the `.<base>.tmp-<16 hex>` files beside path that a killed WriteFile
-// left, and nothing else. The caller holds the lock that serialises writers of path, or it may
-// remove a write in flight. A failure to remove one does not stop the others.
+// RemoveLeftovers removes only the `.<base>.tmp-<16 hex>` files a killed WriteFile left beside
+// path; the caller holds the writers' lock, or it may remove a write in flight.
 func RemoveLeftovers(path string) ([]string, error) {
 	return removeLeftovers(pathOps, path)
 }
