@@ -5,7 +5,9 @@
 # and `fleetctl status` catching both; `fleetctl exporter` serves the same verdicts to a
 # Prometheus on loopback, which raises MonkyAgentSilent from the package's alert rules. Needs Go;
 # uses docker when an engine answers (else the agents report that they cannot deploy),
-# docker-registry and a built OpenBao when present (`make integration-setup` installs both), and
+# docker-registry, a built OpenBao and a built ziti (the real OpenZiti controller and router, the
+# agents on the mesh through their own proxies) when present (`make integration-setup` installs
+# them; MONKY_DEMO_ZITI=off keeps the fake controller), and
 # Debian's prometheus when installed (`make prometheus-deps`). Leaves nothing running, Ctrl-C included.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -61,9 +63,26 @@ if [ -z "$bao" ]; then
     echo "demo: no OpenBao binary built yet (scripts/build-bao.sh builds one, in minutes): OpenBao is the in-process fake"
   fi
 fi
+# OpenZiti: the real controller and edge router (`ziti edge quickstart` on loopback) when a ziti
+# binary is at hand (MONKY_ZITI_BIN, or the one scripts/build-ziti.sh caches), never built here;
+# else the in-process fake management API. MONKY_DEMO_ZITI=off forces the fake.
+ziti=
+case ${MONKY_DEMO_ZITI:-auto} in
+  off) echo "demo: MONKY_DEMO_ZITI=off: the ziti controller is the in-process fake" ;;
+  auto)
+    ziti=${MONKY_ZITI_BIN:-}
+    if [ -z "$ziti" ]; then
+      if cached=$(GO=$GO scripts/build-ziti.sh --print-path --no-build); then
+        ziti=$cached
+      else
+        echo "demo: no ziti binary built yet (scripts/build-ziti.sh builds one, in minutes): the ziti controller is the in-process fake"
+      fi
+    fi ;;
+  *) echo "demo: MONKY_DEMO_ZITI=$MONKY_DEMO_ZITI: want off or auto" >&2; exit 2 ;;
+esac
 echo "demo: built in $((SECONDS - t0))s"
 echo
 
 "$work/bin/devstack" demo --dir "$work/stack" \
   --agent-bin bin/monky-deployd --fleetctl-bin bin/fleetctl \
-  --app-bin "$work/bin/demoapp" ${bao:+--bao-bin "$bao"}
+  --app-bin "$work/bin/demoapp" ${bao:+--bao-bin "$bao"} ${ziti:+--ziti-bin "$ziti"}

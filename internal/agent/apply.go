@@ -81,7 +81,12 @@ func (a *Agent) apply(ctx context.Context, resp *protocol.CheckinResponse) error
 	if err != nil {
 		return a.refuseOrFail(ctx, sha, err)
 	}
-	dir, err := release.Stage(a.cfg.EnvDir(), sha, b.Files, envText)
+	dir, distrusted, err := release.Stage(a.cfg.EnvDir(), sha, b.Files, envText)
+	if distrusted != nil {
+		// The old copy is gone, and with it anything the app had written into it.
+		log.Warn("existing release directory was not as the agent staged it; replaced with a fresh copy, app data in it is lost",
+			"dir", release.Dir(a.cfg.EnvDir(), sha), "why", distrusted.Error())
+	}
 	if err != nil {
 		return a.fail(ctx, sha, err.Error(), "")
 	}

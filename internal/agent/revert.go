@@ -295,13 +295,11 @@ func readRelease(dir string) (map[string]string, error) {
 // directories to a regular file, or a .env that is not regular, is an error.
 func readStaged(dir string, staged []string) (map[string]string, error) {
 	return readReleaseFiles(dir, func(root *os.Root, read func(p string, want fs.FileInfo) error) error {
-		if fi, err := root.Lstat(release.EnvFile); err == nil && !fi.Mode().IsRegular() {
-			return fmt.Errorf("%s is not a regular file (%s)", release.EnvFile, typeName(fi.Mode()))
-		} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if _, err := release.CheckStaged(root, release.EnvFile); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
 		for _, p := range staged {
-			fi, err := checkStagedPath(root, p)
+			fi, err := release.CheckStaged(root, p)
 			if err != nil {
 				return err
 			}
@@ -335,41 +333,6 @@ func readReleaseFiles(dir string, pick func(root *os.Root, read func(p string, w
 		return nil, fmt.Errorf("changed on disk since it was applied: %w", err)
 	}
 	return files, nil
-}
-
-// checkStagedPath Lstats the way to p: os.Root would follow a link staying inside the release
-// (to a writable ./data), which a container could rewrite between reads.
-func checkStagedPath(root *os.Root, p string) (fs.FileInfo, error) {
-	parts := strings.Split(p, "/")
-	var fi fs.FileInfo
-	for i := range parts {
-		sub := strings.Join(parts[:i+1], "/")
-		var err error
-		if fi, err = root.Lstat(sub); err != nil {
-			return nil, err
-		}
-		last := i == len(parts)-1
-		switch {
-		case !last && !fi.IsDir():
-			return nil, fmt.Errorf("%s is not a directory (%s)", sub, typeName(fi.Mode()))
-		case last && !fi.Mode().IsRegular():
-			return nil, fmt.Errorf("%s is not a regular file (%s)", sub, typeName(fi.Mode()))
-		}
-	}
-	return fi, nil
-}
-
-// typeName names a file mode's type for an error: "symlink", "fifo", "directory".
-func typeName(m fs.FileMode) string {
-	switch {
-	case m&fs.ModeSymlink != 0:
-		return "symlink"
-	case m&fs.ModeNamedPipe != 0:
-		return "fifo"
-	case m.IsDir():
-		return "directory"
-	}
-	return m.Type().String()
 }
 
 // readRegular reads regular file p, at most limit bytes, opening non-blocking so a swapped-in FIFO

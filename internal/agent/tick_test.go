@@ -22,6 +22,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/bao/baotest"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/compose"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/release"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/runner"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/state"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/syncbuf"
@@ -1122,10 +1123,22 @@ func TestStateThatCannotBeSavedIsReportedAndRecovered(t *testing.T) {
 				t.Errorf("report = %s %s %q; want %s %s naming the write error", r.Sha, r.Result, r.Detail, sha, tc.wantResult)
 			}
 			h.expectLog("state.json not saved; the report went out")
+			// what the running app wrote into its release through a writable bind of ./data
+			appData := filepath.Join(release.Dir(h.cfg.EnvDir(), sha), "data", "db")
+			if err := os.MkdirAll(filepath.Dir(appData), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(appData, []byte("rows\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
 			unblock()
 			h.expectExit(agent.ExitOK)
 			if st := h.state(); st.AppliedSha != sha || st.LastResult == "" {
 				t.Errorf("after recovery: applied %s, last result %q; want %s", st.AppliedSha, st.LastResult, sha)
+			}
+			// the re-apply of the same sha re-staged its release in place
+			if got, err := os.ReadFile(appData); err != nil || string(got) != "rows\n" {
+				t.Errorf("the app's data after the re-apply: %q, %v", got, err)
 			}
 			if r := h.lastReport(); strings.Contains(r.Detail, "not saved") {
 				t.Errorf("the recovered tick still reports %q", r.Detail)

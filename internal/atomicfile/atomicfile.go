@@ -3,6 +3,7 @@
 package atomicfile
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -22,11 +23,61 @@ var (
 	afterCreate = func(tmp string) {}
 )
 
-// WriteFile atomically replaces path with data, with mode perm exactly (umask does not apply).
-// The temp file beside path is created with perm from the start, so a secret is never readable by
-// others even for a moment; file and directory are fsynced so the rename survives a power cut,
-// and a failure leaves the old file and no temp file. A symlink at path is replaced, not followed.
-func WriteFile(path string, data []byte, perm os.FileMode) (err error) {
+// WriteFile atomically replaces path (a symlink too, not followed) with data and mode perm exactly:
+// the temp file has perm from the start, so a secret is never readable by others for a moment.
+func WriteFile(path string, data []byte, perm os.FileMode) error {
+	return write(pathOps, path, data, perm)
+}
+
+// WriteFileIn is WriteFile for name ('/'-separated, relative) inside root: no link on the way
+// leads the write out of root. The final name is replaced, never followed.
+func WriteFileIn(root *os.Root, name string, data []byte, perm os.FileMode) error {
+	return write(rootOps(root), name, data, perm)
+}
+
+// fileOps are the operations a write and a leftover sweep make: on paths, or inside an os.Root.
+type fileOps struct {
+	openFile func(name string, flag int, perm os.FileMode) (*os.File, error)
+	rename   func(oldname, newname string) error
+	remove   func(name string) error
+	syncDir  func(dir string) error
+	readDir  func(dir string) ([]fs.DirEntry, error)
+}
+
+// pathOps go through the test hooks above.
+var pathOps = fileOps{
+	openFile: os.OpenFile,
+	rename:   func(o, n string) error { return rename(o, n) },
+	remove:   os.Remove,
+	syncDir:  func(d string) error { return syncDir(d) },
+	readDir:  os.ReadDir,
+}
+
+func rootOps(root *os.Root) fileOps {
+	return fileOps{
+		openFile: root.OpenFile,
+		rename:   root.Rename,
+		remove:   root.Remove,
+		syncDir: func(dir string) error {
+			d, err := root.Open(dir)
+			if err != nil {
+				return err
+			}
+			serr := d.Sync()
+			return errors.Join(serr, d.Close())
+		},
+		readDir: func(dir string) ([]fs.DirEntry, error) {
+			d, err := root.Open(dir)
+			if err != nil {
+				return nil, err
+			}
+			defer d.Close()
+			return d.ReadDir(-1)
+		},
+	}
+}
+
+func write(ops fileOps, path string, data []byte, perm os.FileMode) (err error) {
 	perm = perm.Perm()
 	dir, base := filepath.Split(path)
 	if dir == "" {
@@ -35,14 +86,14 @@ func WriteFile(path string, data []byte, perm os.FileMode) (err error) {
 	if base == "" {
 		return fmt.Errorf("atomicfile: write %q: not a file name", path)
 	}
-	f, tmp, err := createTemp(dir, base, perm)
+	f, tmp, err := createTemp(ops, dir, base, perm)
 	if err != nil {
 		return fmt.Errorf("atomicfile: write %q: %w", path, err)
 	}
 	defer func() {
 		if err != nil {
 			_ = f.Close() // may already be closed; the error of a second Close is meaningless
-			_ = os.Remove(tmp)
+			_ = ops.remove(tmp)
 		}
 	}()
 	afterCreate(tmp)
@@ -52,19 +103,18 @@ func WriteFile(path string, data []byte, perm os.FileMode) (err error) {
 	if err = f.Close(); err != nil {
 		return fmt.Errorf("atomicfile: write %q: close: %w", path, err)
 	}
-	if err = rename(tmp, path); err != nil {
+	if err = ops.rename(tmp, path); err != nil {
 		return fmt.Errorf("atomicfile: write %q: rename: %w", path, err)
 	}
-	if derr := syncDir(dir); derr != nil {
+	if derr := ops.syncDir(dir); derr != nil {
 		// The temp file is gone (renamed), so the deferred cleanup has nothing to remove.
 		return fmt.Errorf("atomicfile: write %q: new content in place but directory fsync failed: %w", path, derr)
 	}
 	return nil
 }
 
-// WriteNew creates path, which must not exist, with data and mode perm exactly, and fsyncs it:
-// for the files of a directory that is itself renamed into place (a release, a kit). The caller
-// removes what is left on failure and fsyncs the directory.
+// WriteNew creates path (it must not exist) with data and mode perm, fsynced: for a directory
+// renamed into place; the caller cleans up on failure and fsyncs the directory.
 func WriteNew(path string, data []byte, perm os.FileMode) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm.Perm())
 	if err != nil {
@@ -77,8 +127,7 @@ func WriteNew(path string, data []byte, perm os.FileMode) error {
 	return f.Close()
 }
 
-// fill sets perm exactly (the umask may have narrowed it at creation; this can only widen the
-// file up to perm), writes data and fsyncs.
+// fill sets perm exactly (undoing the umask), writes data and fsyncs.
 func fill(f *os.File, data []byte, perm os.FileMode) error {
 	if err := f.Chmod(perm); err != nil {
 		return fmt.Errorf("chmod: %w", err)
@@ -92,16 +141,15 @@ func fill(f *os.File, data []byte, perm os.FileMode) error {
 	return nil
 }
 
-// createTemp opens a new file next to the target with O_EXCL and mode perm. os.CreateTemp would
-// create it 0600 and need a chmod, and its name pattern cannot start with a dot.
-func createTemp(dir, base string, perm os.FileMode) (*os.File, string, error) {
+// createTemp opens a new dot-file beside the target, O_EXCL with mode perm (os.CreateTemp can do neither).
+func createTemp(ops fileOps, dir, base string, perm os.FileMode) (*os.File, string, error) {
 	for range 10 {
 		var b [8]byte
 		if _, err := rand.Read(b[:]); err != nil {
 			return nil, "", err
 		}
 		name := filepath.Join(dir, "."+base+".tmp-"+hex.EncodeToString(b[:])) // see RemoveLeftovers
-		f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+		f, err := ops.openFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
 		if errors.Is(err, fs.ErrExist) {
 			continue
 		}
@@ -120,20 +168,24 @@ func SyncDir(dir string) error {
 		return err
 	}
 	serr := d.Sync()
-	cerr := d.Close()
-	if serr != nil {
-		return serr
-	}
-	return cerr
+	return cmp.Or(serr, d.Close())
 }
 
 // tempSuffixLen is the length of the random hex part of a temp file's name (8 bytes).
 const tempSuffixLen = 16
 
-// RemoveLeftovers removes the `.<base>.tmp-<16 hex>` files beside path that a killed WriteFile
-// left, and nothing else. The caller holds the lock that serialises writers of path, or it may
-// remove a write in flight. A failure to remove one does not stop the others.
+// RemoveLeftovers removes only the `.<base>.tmp-<16 hex>` files a killed WriteFile left beside
+// path; the caller holds the writers' lock, or it may remove a write in flight.
 func RemoveLeftovers(path string) ([]string, error) {
+	return removeLeftovers(pathOps, path)
+}
+
+// RemoveLeftoversIn is RemoveLeftovers for name ('/'-separated, relative) inside root.
+func RemoveLeftoversIn(root *os.Root, name string) ([]string, error) {
+	return removeLeftovers(rootOps(root), name)
+}
+
+func removeLeftovers(ops fileOps, path string) ([]string, error) {
 	dir, base := filepath.Split(path)
 	if dir == "" {
 		dir = "."
@@ -141,7 +193,7 @@ func RemoveLeftovers(path string) ([]string, error) {
 	if base == "" {
 		return nil, fmt.Errorf("atomicfile: leftovers of %q: not a file name", path)
 	}
-	entries, err := os.ReadDir(dir)
+	entries, err := ops.readDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -158,7 +210,7 @@ func RemoveLeftovers(path string) ([]string, error) {
 			continue
 		}
 		p := filepath.Join(dir, name)
-		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := ops.remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			errs = append(errs, err)
 			continue
 		}

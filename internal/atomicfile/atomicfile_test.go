@@ -249,7 +249,7 @@ func TestRemoveLeftovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A real leftover, made the way WriteFile makes its temp file.
-	f, leftover, err := createTemp(dir, "state.json", 0o600)
+	f, leftover, err := createTemp(pathOps, dir, "state.json", 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,5 +309,60 @@ func TestWriteNew(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(p); string(b) != "x" {
 		t.Fatalf("content %q, want the first write's", b)
+	}
+}
+
+// WriteFileIn writes inside its root only: a link on the way out is refused, a link at the final
+// name is replaced (not written through), and a leftover of a killed write is swept by
+// RemoveLeftoversIn without touching anything else.
+func TestWriteFileInStaysInsideTheRoot(t *testing.T) {
+	dir, outside := t.TempDir(), t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "sub"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(dir, "out")); err != nil {
+		t.Fatal(err)
+	}
+	victim := filepath.Join(outside, "victim")
+	if err := os.WriteFile(victim, []byte("keep"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(victim, filepath.Join(dir, "sub", "f")); err != nil {
+		t.Fatal(err)
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	if err := WriteFileIn(root, "out/x", []byte("no"), 0o600); err == nil {
+		t.Error("a write through a link out of the root succeeded")
+	}
+	if _, err := os.Lstat(filepath.Join(outside, "x")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a file appeared outside the root: %v", err)
+	}
+	if err := WriteFileIn(root, "sub/f", []byte("new"), 0o600); err != nil {
+		t.Fatalf("WriteFileIn: %v", err)
+	}
+	if got, _ := os.ReadFile(victim); string(got) != "keep" {
+		t.Errorf("the link's target was written: %q", got)
+	}
+	fi, err := os.Lstat(filepath.Join(dir, "sub", "f"))
+	if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("sub/f = %v, %v; want a regular 0600 file", fi, err)
+	}
+	leftover := filepath.Join(dir, "sub", ".f.tmp-0123456789abcdef")
+	other := filepath.Join(dir, "sub", "data")
+	for _, p := range []string{leftover, other} {
+		if err := os.WriteFile(p, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	removed, err := RemoveLeftoversIn(root, "sub/f")
+	if err != nil || len(removed) != 1 || removed[0] != "sub/.f.tmp-0123456789abcdef" {
+		t.Errorf("RemoveLeftoversIn = %v, %v", removed, err)
+	}
+	if _, err := os.Stat(other); err != nil {
+		t.Errorf("RemoveLeftoversIn removed another file: %v", err)
 	}
 }

@@ -64,7 +64,7 @@ func convergedBoxWithTenancy(tb testing.TB, dir, dockerBin string) (cfgPath stri
 	sha := ts.SetDesired(env, files)
 	stateDir := filepath.Join(dir, "state")
 	envDir := filepath.Join(stateDir, env)
-	if _, err := release.Stage(envDir, sha, files, ""); err != nil {
+	if _, _, err := release.Stage(envDir, sha, files, ""); err != nil {
 		tb.Fatal(err)
 	}
 	if err := release.Promote(envDir, sha); err != nil {

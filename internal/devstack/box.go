@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/devstack/dockercli"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/devstack/process"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/state"
 )
 
@@ -35,6 +37,18 @@ type BoxOptions struct {
 	RegistryHost string
 	// HealthyTimeout is healthy_timeout_s (60 s when zero).
 	HealthyTimeout time.Duration
+	// Mesh, set with the stack's real controller, has the box reach tenancy and OpenBao through
+	// the mesh (transport proxy) rather than directly (transport system).
+	Mesh *BoxMesh
+}
+
+// BoxMesh is how a box is on the real mesh: its enrolled identity and the loopback addresses
+// its `monky-deployd proxy` listens on (StartProxy runs it).
+type BoxMesh struct {
+	// Identity is the enrolled identity file (ziti edge enroll of the kit's token).
+	Identity string
+	// TenancyProxy and BaoProxy are tenancy.proxy_addr and bao.proxy_addr (127.0.0.1:PORT).
+	TenancyProxy, BaoProxy string
 }
 
 // Tick is one run of `monky-deployd tick`.
@@ -57,7 +71,11 @@ type Box struct {
 	// TextfileDir is textfile_dir: node_exporter's directory, where every tick leaves its metrics.
 	TextfileDir string
 
+	// Mesh is BoxOptions.Mesh (nil: transport system, no proxy).
+	Mesh *BoxMesh
+
 	mu      sync.Mutex
+	proxy   *process.Process // the box's `monky-deployd proxy`, when StartProxy ran it
 	bin     string
 	ticks   []Tick
 	stop    chan struct{} // closes to end the ticking loop
@@ -85,7 +103,7 @@ func (s *Stack) NewBox(o BoxOptions) (*Box, error) {
 	}
 	b := &Box{Env: o.Env, Site: o.Site, Dir: o.Dir, ConfigPath: filepath.Join(o.Dir, "config.yaml"),
 		Project: "monky-" + o.Env, BootstrapFile: o.BootstrapFile, Interval: o.Interval, bin: o.Bin,
-		TextfileDir: filepath.Join(o.Dir, "textfile")}
+		TextfileDir: filepath.Join(o.Dir, "textfile"), Mesh: o.Mesh}
 	for _, d := range []string{o.Dir, filepath.Join(o.Dir, "home"), b.TextfileDir} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("devstack: box %s: %w", o.Env, err)
@@ -97,15 +115,18 @@ func (s *Stack) NewBox(o BoxOptions) (*Box, error) {
 	}
 	// ca_file names a file that does not exist: OpenBao is plain HTTP on loopback here, and
 	// an absent CA file means "system roots", never "no verification".
+	// With the real mesh: transport proxy, the box's own proxy dialling the router's services;
+	// bao.addr stays the address tenancy hands out (the proxy maps that one).
+	transport := fmt.Sprintf("transport: system\ntenancy:\n  base_url: %s\nbao:\n  addr: %s\n", s.Tenancy.URL, s.Bao.Addr())
+	if o.Mesh != nil {
+		transport = fmt.Sprintf("transport: proxy\nidentity: %s\ntenancy:\n  service: %s\n  host: monky.tenancy.deploy\n  port: 443\n"+
+			"  proxy_addr: %s\nbao:\n  service: %s\n  addr: %s\n  proxy_addr: %s\n",
+			o.Mesh.Identity, TenancyService, o.Mesh.TenancyProxy, BaoService, s.Bao.Addr(), o.Mesh.BaoProxy)
+	}
 	cfg := fmt.Sprintf(`# monky-deployd config of a dev-stack box (internal/devstack)
 env_id: %s
 site: %s
-transport: system
-tenancy:
-  base_url: %s
-bao:
-  addr: %s
-  ca_file: %s
+%s  ca_file: %s
 interval_s: %d
 state_dir: %s
 bootstrap_file: %s
@@ -114,7 +135,7 @@ healthy_timeout_s: %d
 textfile_dir: %s
 disk:
   headroom_bytes: 1048576
-%s`, o.Env, o.Site, s.Tenancy.URL, s.Bao.Addr(), filepath.Join(o.Dir, "no-openbao-ca.pem"),
+%s`, o.Env, o.Site, transport, filepath.Join(o.Dir, "no-openbao-ca.pem"),
 		int(o.Interval/time.Second), filepath.Join(o.Dir, "state"), o.BootstrapFile, b.Project,
 		int(o.HealthyTimeout/time.Second), b.TextfileDir, registry)
 	if err := os.WriteFile(b.ConfigPath, []byte(cfg), 0o640); err != nil {
@@ -255,6 +276,65 @@ func (b *Box) Ticking() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.stop != nil
+}
+
+// StartProxy runs the box's `monky-deployd proxy` (what monky-deployd-proxy.service runs): it
+// holds the box's ziti context, so the host is on the mesh whether the agent ticks or not. Its
+// log is Dir/proxy.log. It does nothing without a mesh or when the proxy runs already.
+func (b *Box) StartProxy(ctx context.Context) error {
+	if b.Mesh == nil {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.proxy != nil {
+		return nil
+	}
+	p, err := process.Start("monky-deployd proxy", filepath.Join(b.Dir, "proxy.log"),
+		[]string{"HOME=" + filepath.Join(b.Dir, "home")}, nil, b.bin, "--config", b.ConfigPath, "proxy")
+	if err != nil {
+		return fmt.Errorf("devstack: box %s: %w", b.Env, err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := p.WaitReady(wctx, func(context.Context) (bool, error) {
+		conn, err := net.DialTimeout("tcp", b.Mesh.TenancyProxy, time.Second)
+		if err != nil {
+			return false, err
+		}
+		conn.Close()
+		return true, nil
+	}); err != nil {
+		_ = p.Stop()
+		return fmt.Errorf("devstack: box %s: proxy: %w\n%s", b.Env, err, p.LogTail())
+	}
+	b.proxy = p
+	return nil
+}
+
+// ProxyPid is the proxy's process id, 0 when none runs.
+func (b *Box) ProxyPid() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.proxy == nil {
+		return 0
+	}
+	return b.proxy.Pid()
+}
+
+// StopProxy stops the box's proxy: the host leaves the mesh.
+func (b *Box) StopProxy() error {
+	b.mu.Lock()
+	p := b.proxy
+	b.proxy = nil
+	b.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	if err := p.Stop(); err != nil {
+		return fmt.Errorf("devstack: box %s: proxy: %w", b.Env, err)
+	}
+	return nil
 }
 
 // State reads the agent's state.json.

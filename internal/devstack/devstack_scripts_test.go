@@ -63,3 +63,36 @@ func TestBuildBaoPrintsThePath(t *testing.T) {
 		t.Error("scripts/demo.sh spells the cached bao's path instead of asking build-bao.sh --print-path --no-build")
 	}
 }
+
+// The demo finds ziti as it finds bao — MONKY_ZITI_BIN, else build-ziti.sh's cache, never a
+// spelled version — and MONKY_DEMO_ZITI=off keeps the fake whatever is built.
+func TestDemoScriptFindsZiti(t *testing.T) {
+	demo, err := os.ReadFile(filepath.Join("..", "..", "scripts", "demo.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"MONKY_ZITI_BIN", "build-ziti.sh --print-path --no-build", "MONKY_DEMO_ZITI", `--ziti-bin "$ziti"`} {
+		if !bytes.Contains(demo, []byte(want)) {
+			t.Errorf("scripts/demo.sh lacks %q", want)
+		}
+	}
+	if regexp.MustCompile(`ziti-[0-9]`).Match(demo) {
+		t.Error("scripts/demo.sh spells the cached ziti's path instead of asking build-ziti.sh")
+	}
+	cmd := exec.Command("bash", "-c", `sed -n '/^case \${MONKY_DEMO_ZITI/,/^esac/p' scripts/demo.sh > "$T/sel.sh"
+GO=false; ziti=; MONKY_DEMO_ZITI=off; MONKY_ZITI_BIN=/bin/true; . "$T/sel.sh"; echo "off:[$ziti]"
+ziti=; MONKY_DEMO_ZITI=; . "$T/sel.sh"; echo "auto:[$ziti]"
+MONKY_DEMO_ZITI=bogus; . "$T/sel.sh"; echo unreachable`)
+	cmd.Dir = filepath.Join("..", "..")
+	cmd.Env = append(os.Environ(), "T="+t.TempDir())
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 {
+		t.Errorf("MONKY_DEMO_ZITI=bogus: %v, want exit 2\n%s", err, out)
+	}
+	for _, want := range []string{"off:[]", "auto:[/bin/true]", "MONKY_DEMO_ZITI=bogus: want off or auto"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("the demo's ziti selection printed no %q:\n%s", want, out)
+		}
+	}
+}

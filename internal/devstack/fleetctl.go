@@ -15,12 +15,21 @@ import (
 // Fleetctl runs a fleetctl binary against a stack.
 type Fleetctl struct {
 	// Bin is the fleetctl binary.
-	Bin   string
-	stack *Stack
+	Bin string
+	// Transport is what Onboard's kits say: system, or proxy with the real controller (the
+	// stack's boxes then run one).
+	Transport string
+	stack     *Stack
 }
 
 // Fleetctl returns a runner of bin with this stack's settings.
-func (s *Stack) Fleetctl(bin string) *Fleetctl { return &Fleetctl{Bin: bin, stack: s} }
+func (s *Stack) Fleetctl(bin string) *Fleetctl {
+	f := &Fleetctl{Bin: bin, Transport: "system", stack: s}
+	if s.RealZiti != nil {
+		f.Transport = "proxy"
+	}
+	return f
+}
 
 // Result is one fleetctl run. Stdout and Stderr have the stack's secrets masked, so a test or
 // the demo may print them.
@@ -60,10 +69,10 @@ func (f *Fleetctl) Run(ctx context.Context, args ...string) (Result, error) {
 	return r, nil
 }
 
-// Onboard runs `fleetctl onboard ENV --site SITE --transport system --out KITS [--reissue]`
+// Onboard runs `fleetctl onboard ENV --site SITE --transport TRANSPORT --out KITS [--reissue]`
 // and fails unless it exits 0. The kit lands in KITS/ENV/ (bootstrap.jwt among it).
 func (f *Fleetctl) Onboard(ctx context.Context, env, site, kits string, reissue bool) (Result, error) {
-	args := []string{"onboard", env, "--site", site, "--transport", "system", "--out", kits}
+	args := []string{"onboard", env, "--site", site, "--transport", f.Transport, "--out", kits}
 	if reissue {
 		args = append(args, "--reissue")
 	}

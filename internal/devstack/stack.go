@@ -9,6 +9,11 @@
 // unless a scenario took it off). Kits revealed through the admin API — `fleetctl onboard` —
 // are real ES256 grants that supersede the earlier ones, and have the broker create or repair
 // the host's identity.
+//
+// With Options.ZitiBin the ziti side is real instead (zitidev): a controller and edge router
+// on loopback, the router hosting tenancy and OpenBao as services; fleetctl reads the
+// controller, fleetctl onboard makes the identities there, and a box is on the mesh while its
+// own `monky-deployd proxy` holds its enrolled identity (World.AddBox).
 package devstack
 
 import (
@@ -19,6 +24,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -29,6 +35,7 @@ import (
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/bao/baotest"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/devstack/baodev"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/devstack/zitidev"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/admin/admintest"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/ziti"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/ziti/zititest"
@@ -46,6 +53,12 @@ type Options struct {
 	// BaoBin is an OpenBao server binary: when set the stack runs the REAL dev server
 	// (baodev), configured as production; when empty, the in-process fake (baotest).
 	BaoBin string
+	// ZitiBin is a ziti binary (scripts/build-ziti.sh): when set the stack runs a REAL OpenZiti
+	// controller and edge router (zitidev), the router hosting tenancy's agent API and OpenBao as
+	// services, and fleetctl's config names its management API; boxes then reach the control
+	// plane through the mesh (BoxOptions.Mesh). When empty, the in-process fake management API
+	// (zititest), which the stack's mirror keeps in step with the check-ins.
+	ZitiBin string
 	// CheckinInterval is the checkin_interval_s tenancy hands out (1 min when zero; whole
 	// seconds). fleetctl's default staleness is max(3×interval, 3 min).
 	CheckinInterval time.Duration
@@ -67,8 +80,11 @@ type Stack struct {
 	Tenancy *tenancytest.Server
 	// Admin is the admin API fleetctl reads: tenancy.url.
 	Admin *admintest.Server
-	// Ziti is the controller's management API: ziti.url (TLS, CA in ZitiCAFile).
+	// Ziti is the fake controller's management API: ziti.url (TLS, CA in ZitiCAFile) unless
+	// RealZiti is set, in which case fleetctl reads that one and Ziti is not started (nil).
 	Ziti *zititest.Server
+	// RealZiti is the real controller and router (Options.ZitiBin), nil with the fake.
+	RealZiti *zitidev.Controller
 	// Bao is OpenBao, real or fake.
 	Bao Bao
 	// Signer signs every grant; OpenBao's jwt-tenancy mount trusts its key.
@@ -135,6 +151,10 @@ const (
 	zitiPasswordFile   = "ziti-password"
 	tenancyTokenFile   = "tenancy-token"
 	zitiCAFile         = "ziti-ca.pem"
+	// The services the real controller's router hosts: tenancy's agent API (the name kits
+	// carry) and OpenBao, dialled by identities with the production role attributes.
+	TenancyService = "monky.tenancy.deploy"
+	BaoService     = "openbao"
 	// PidFile lists the pids of the servers the stack started as processes, one a line, so a
 	// script's exit trap can stop them even if the stack itself was killed.
 	PidFile = "pids"
@@ -199,10 +219,25 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		return nil, err
 	}
 
-	if s.Ziti, err = zititest.New(zititest.Options{Users: map[string]string{s.zitiUser: s.zitiPassword.Reveal()}}); err != nil {
-		return nil, fmt.Errorf("devstack: ziti: %w", err)
+	if opts.ZitiBin != "" {
+		zdir := filepath.Join(opts.Dir, "ziti")
+		if err := os.MkdirAll(zdir, 0o700); err != nil {
+			return nil, fmt.Errorf("devstack: %w", err)
+		}
+		if s.RealZiti, err = zitidev.Start(ctx, zitidev.Options{Bin: opts.ZitiBin, Dir: zdir}); err != nil {
+			return nil, fmt.Errorf("devstack: %w", err)
+		}
+		closers = append(closers, s.RealZiti.Stop)
+		if err := s.AddPid(s.RealZiti.Pid()); err != nil {
+			return nil, err
+		}
+		s.zitiUser, s.zitiPassword = s.RealZiti.User, s.RealZiti.Password
+	} else {
+		if s.Ziti, err = zititest.New(zititest.Options{Users: map[string]string{s.zitiUser: s.zitiPassword.Reveal()}}); err != nil {
+			return nil, fmt.Errorf("devstack: ziti: %w", err)
+		}
+		closers = append(closers, func() error { s.Ziti.Close(); return nil })
 	}
-	closers = append(closers, func() error { s.Ziti.Close(); return nil })
 
 	s.Admin = admintest.New(admintest.Options{Token: s.adminToken.Reveal(), Now: opts.Clock, OnKit: s.brokerIdentity, Grant: s.kitGrant})
 	closers = append(closers, func() error { s.Admin.Close(); return nil })
@@ -220,10 +255,25 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	})
 	closers = append(closers, func() error { s.Tenancy.Close(); return nil })
 
+	if s.RealZiti != nil {
+		// The router hosts the stack's tenancy and OpenBao (on loopback) as the production
+		// services; only identities with the production attributes may dial them.
+		for _, svc := range []struct{ name, url, role string }{
+			{TenancyService, s.Tenancy.URL, ziti.AttrDeployAgent}, {BaoService, s.Bao.Addr(), ziti.AttrOpenBaoClient},
+		} {
+			u, err := url.Parse(svc.url)
+			if err != nil {
+				return nil, fmt.Errorf("devstack: %w", err)
+			}
+			if err := s.RealZiti.HostService(ctx, svc.name, u.Host, svc.role); err != nil {
+				return nil, fmt.Errorf("devstack: %w", err)
+			}
+		}
+	}
 	if err := s.writeFleetctlConfig(); err != nil {
 		return nil, err
 	}
-	s.log.Info("control plane up", "tenancy", s.Tenancy.URL, "admin", s.Admin.URL, "ziti", s.Ziti.URL,
+	s.log.Info("control plane up", "tenancy", s.Tenancy.URL, "admin", s.Admin.URL, "ziti", s.ZitiURL(),
 		"openbao", s.Bao.Addr(), "openbao_kind", s.Bao.Kind())
 	return s, nil
 }
@@ -233,8 +283,16 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 func (s *Stack) Close() error {
 	s.Tenancy.Close()
 	s.Admin.Close()
-	s.Ziti.Close()
-	err := s.Bao.Close()
+	var errs []error
+	if s.Ziti != nil {
+		s.Ziti.Close()
+	}
+	if s.RealZiti != nil {
+		errs = append(errs, s.RealZiti.Stop())
+		_ = os.RemoveAll(filepath.Join(s.dir, "ziti"))
+	}
+	errs = append(errs, s.Bao.Close())
+	err := errors.Join(errs...)
 	for _, f := range []string{PidFile, FleetctlConfigFile, zitiPasswordFile, tenancyTokenFile, zitiCAFile} {
 		_ = os.Remove(filepath.Join(s.dir, f))
 	}
@@ -246,6 +304,22 @@ func (s *Stack) Close() error {
 
 // Dir is the stack's directory.
 func (s *Stack) Dir() string { return s.dir }
+
+// ZitiURL is the management API fleetctl reads: the real controller's or the fake's.
+func (s *Stack) ZitiURL() string {
+	if s.RealZiti != nil {
+		return s.RealZiti.URL
+	}
+	return s.Ziti.URL
+}
+
+// ZitiKind says which controller this is, for people.
+func (s *Stack) ZitiKind() string {
+	if s.RealZiti != nil {
+		return fmt.Sprintf("real OpenZiti controller and edge router (ziti edge quickstart, pid %d, router %s)", s.RealZiti.Pid(), s.RealZiti.RouterAddr)
+	}
+	return "in-process fake"
+}
 
 func (s *Stack) writePids() error {
 	var b strings.Builder
@@ -273,6 +347,15 @@ func (s *Stack) AddPid(pid int) error {
 // file, the password and admin token in 0600 files beside it (never in the config itself, and
 // never in argv).
 func (s *Stack) writeFleetctlConfig() error {
+	var caPEM []byte
+	if s.RealZiti != nil {
+		var err error
+		if caPEM, err = os.ReadFile(s.RealZiti.CAFile()); err != nil {
+			return fmt.Errorf("devstack: ziti CA: %w", err)
+		}
+	} else {
+		caPEM = s.Ziti.CAPEM()
+	}
 	files := []struct {
 		name string
 		data []byte
@@ -280,7 +363,7 @@ func (s *Stack) writeFleetctlConfig() error {
 	}{
 		{zitiPasswordFile, []byte(s.zitiPassword.Reveal() + "\n"), 0o600},
 		{tenancyTokenFile, []byte(s.adminToken.Reveal() + "\n"), 0o600},
-		{zitiCAFile, s.Ziti.CAPEM(), 0o644},
+		{zitiCAFile, caPEM, 0o644},
 		{FleetctlConfigFile, []byte(fmt.Sprintf(`# fleetctl settings for the local dev stack (internal/devstack); secrets are in the files beside it.
 ziti:
   url: %s
@@ -290,7 +373,7 @@ ziti:
 tenancy:
   url: %s
   token_file: %s
-`, s.Ziti.URL, s.zitiUser, zitiPasswordFile, zitiCAFile, s.Admin.URL, tenancyTokenFile)), 0o600},
+`, s.ZitiURL(), s.zitiUser, zitiPasswordFile, zitiCAFile, s.Admin.URL, tenancyTokenFile)), 0o600},
 	}
 	for _, f := range files {
 		if err := os.WriteFile(filepath.Join(s.dir, f.name), f.data, f.mode); err != nil {
@@ -337,7 +420,9 @@ func (s *Stack) SetOnline(env string, online bool) {
 	s.syncMu.Lock()
 	defer s.syncMu.Unlock()
 	s.pinned[env] = online
-	s.Ziti.SetOnline(ziti.IdentityName(env), online)
+	if s.Ziti != nil {
+		s.Ziti.SetOnline(ziti.IdentityName(env), online)
+	}
 }
 
 // mirror is tenancy's OnUpdate: it copies env's view into the admin API and, once the agent
@@ -351,8 +436,8 @@ func (s *Stack) mirror(env string) {
 		return
 	}
 	s.Admin.PutAgent(a)
-	if a.LastCheckinAt == nil {
-		return
+	if a.LastCheckinAt == nil || s.Ziti == nil {
+		return // with the real controller, the mesh itself says who is on it
 	}
 	id, ok := s.Ziti.Identity(ziti.IdentityName(env))
 	if !ok {
@@ -384,7 +469,13 @@ func (s *Stack) kitGrant(env string) (string, time.Time, error) {
 
 // brokerIdentity is what tenancy's broker does at a kit reveal: monky-host.<env> is created with
 // both role attributes and a pending enrolment, or its missing attributes are added.
+//
+// With the real controller the broker does nothing: `fleetctl onboard` creates or repairs the
+// identity on the controller itself (its ensure step), as it does when tenancy's broker is late.
 func (s *Stack) brokerIdentity(env string) {
+	if s.Ziti == nil {
+		return
+	}
 	s.syncMu.Lock()
 	defer s.syncMu.Unlock()
 	name := ziti.IdentityName(env)
@@ -405,6 +496,9 @@ func (s *Stack) brokerIdentity(env string) {
 // AddIdentity puts an identity on the controller directly (a scenario's orphan, or one made
 // before the broker knew the attributes). Attributes are copied.
 func (s *Stack) AddIdentity(name string, attrs []string, online bool) {
+	if s.Ziti == nil {
+		panic("devstack: AddIdentity is for the fake controller")
+	}
 	s.syncMu.Lock()
 	defer s.syncMu.Unlock()
 	s.Ziti.AddIdentity(zititest.Identity{Name: name, RoleAttributes: slices.Clone(attrs), Online: online})

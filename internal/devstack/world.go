@@ -5,14 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/devstack/appimage"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/devstack/dockercli"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/devstack/process"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/devstack/registrydev"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/kit"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 )
 
@@ -31,6 +35,10 @@ type WorldOptions struct {
 	ImageTag string
 	// BaoBin runs the real OpenBao dev server when set (Options.BaoBin).
 	BaoBin string
+	// ZitiBin runs the real OpenZiti controller and router when set (Options.ZitiBin): every
+	// box's identity is then made on it by `fleetctl onboard`, enrolled, and held by the box's
+	// own `monky-deployd proxy`, through which its agent reaches tenancy and OpenBao.
+	ZitiBin string
 	// RegistryBin is the registry binary; registrydev.DefaultBin when empty. When it is not
 	// there, the image is only built into the engine and bundles say pull: missing.
 	RegistryBin string
@@ -95,7 +103,7 @@ func NewWorld(ctx context.Context, o WorldOptions) (_ *World, err error) {
 	if err := os.MkdirAll(stackDir, 0o700); err != nil {
 		return nil, fmt.Errorf("devstack: %w", err)
 	}
-	if w.Stack, err = Start(ctx, Options{Dir: stackDir, BaoBin: o.BaoBin, CheckinInterval: o.Interval,
+	if w.Stack, err = Start(ctx, Options{Dir: stackDir, BaoBin: o.BaoBin, ZitiBin: o.ZitiBin, CheckinInterval: o.Interval,
 		PackageVersion: o.PackageVersion, Log: o.Log}); err != nil {
 		return nil, err
 	}
@@ -149,6 +157,9 @@ func (w *World) addPulled(ref string) {
 	w.pulled = append(w.pulled, ref)
 }
 
+// ZitiBin is the ziti binary of the real controller, "" with the fake.
+func (w *World) ZitiBin() string { return w.opts.ZitiBin }
+
 // Boxes returns the boxes added so far, in order.
 func (w *World) Boxes() []*Box {
 	w.mu.Lock()
@@ -168,7 +179,9 @@ func (w *World) Box(env string) (*Box, bool) {
 
 // AddBox registers env in tenancy, writes its secrets to OpenBao (greeting, db_password and,
 // with a registry, the pull credential), runs `fleetctl onboard` for its kit, and writes the
-// box's config with bootstrap_file pointing into that kit. It does not tick.
+// box's config with bootstrap_file pointing into that kit. It does not tick. With the real
+// controller the box also enrols the kit's enrolment token (`ziti edge enroll`, what the
+// installer's tunneller step does) and starts its `monky-deployd proxy`: the host is on the mesh.
 func (w *World) AddBox(ctx context.Context, env string) (*Box, error) {
 	if err := w.Onboard(ctx, env); err != nil {
 		return nil, err
@@ -177,16 +190,56 @@ func (w *World) AddBox(ctx context.Context, env string) (*Box, error) {
 	if w.Registry != nil {
 		registryHost = w.Registry.Addr
 	}
+	dir := filepath.Join(w.opts.Dir, "boxes", env)
+	var mesh *BoxMesh
+	if w.Stack.RealZiti != nil {
+		var err error
+		if mesh, err = w.enrol(ctx, env, dir); err != nil {
+			return nil, err
+		}
+	}
 	b, err := w.Stack.NewBox(BoxOptions{Env: env, Site: w.opts.Site, Bin: w.opts.AgentBin,
-		Dir: filepath.Join(w.opts.Dir, "boxes", env), BootstrapFile: filepath.Join(w.Kits, env, "bootstrap.jwt"),
-		Interval: w.opts.Interval, RegistryHost: registryHost})
+		Dir: dir, BootstrapFile: filepath.Join(w.Kits, env, "bootstrap.jwt"),
+		Interval: w.opts.Interval, RegistryHost: registryHost, Mesh: mesh})
 	if err != nil {
 		return nil, err
 	}
 	w.mu.Lock()
 	w.boxes = append(w.boxes, b)
 	w.mu.Unlock()
+	if err := b.StartProxy(ctx); err != nil {
+		return nil, err
+	}
+	if pid := b.ProxyPid(); pid > 0 {
+		if err := w.Stack.AddPid(pid); err != nil {
+			return nil, err
+		}
+	}
 	return b, nil
+}
+
+// enrol turns the enrolment token of env's kit into the box's identity file in dir and picks
+// the loopback ports of the box's proxy.
+func (w *World) enrol(ctx context.Context, env, dir string) (*BoxMesh, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("devstack: %w", err)
+	}
+	m := &BoxMesh{Identity: filepath.Join(dir, "identity.json")}
+	jwt := filepath.Join(w.Kits, env, kit.EnrollmentFile(env))
+	if err := w.Stack.RealZiti.Enroll(ctx, jwt, m.Identity); err != nil {
+		return nil, fmt.Errorf("devstack: box %s: %w", env, err)
+	}
+	for _, a := range []*string{&m.TenancyProxy, &m.BaoProxy} {
+		port, err := process.FreePort()
+		if err != nil {
+			return nil, fmt.Errorf("devstack: %w", err)
+		}
+		*a = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	}
+	if m.TenancyProxy == m.BaoProxy {
+		return nil, fmt.Errorf("devstack: box %s: the same free port twice (%s); try again", env, m.TenancyProxy)
+	}
+	return m, nil
 }
 
 // Onboard is AddBox without the box: env registered in tenancy, its secrets in OpenBao, its kit
@@ -302,6 +355,11 @@ func (w *World) Close(ctx context.Context) error {
 		go func() { defer wg.Done(); b.Stop() }()
 	}
 	wg.Wait()
+	for _, b := range boxes {
+		if err := b.StopProxy(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if w.Docker != "" {
 		for _, b := range boxes {
 			if err := b.Remove(ctx); err != nil {

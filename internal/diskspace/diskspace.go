@@ -9,8 +9,7 @@ import (
 	"path/filepath"
 )
 
-// StatFunc reports the bytes available to an unprivileged writer on the filesystem holding path.
-// For a path that does not exist it returns an error matching fs.ErrNotExist.
+// StatFunc reports the bytes free to an unprivileged writer at path (fs.ErrNotExist if absent).
 type StatFunc func(path string) (int64, error)
 
 // Measure is one filesystem measured for Tightest.
@@ -50,11 +49,9 @@ func (m Meter) free(path string) (int64, string, error) {
 	}
 }
 
-// Tightest measures every path and returns the smallest free space and what it measured, in the
-// order given. The first path (docker's data-root) is always measured, through its nearest
-// existing parent if need be; a later path that does not exist at all is skipped, because it is a
-// root the box does not use (containerd's root on a docker without the containerd image store).
-// Any other failure to measure is an error: a guess here would let a pull fill the disk.
+// Tightest returns the smallest free space of paths and each measure. The first (data-root) is
+// always measured; a later path that does not exist is a root the box does not use, skipped.
+// Any other failure is an error: a guess would let a pull fill the disk.
 func (m Meter) Tightest(paths []string) (int64, []Measure, error) {
 	if len(paths) == 0 {
 		return 0, nil, errors.New("diskspace: no paths to measure")

@@ -40,6 +40,10 @@ func runDemo(t *testing.T, o demo.Options) string {
 	if ents, _ := os.ReadDir(o.Dir); len(ents) != 0 {
 		t.Errorf("the demo's directory is not empty: %v", ents)
 	}
+	// The ziti quickstart (--home), the proxies and the agents (--config) name the directory.
+	if ps := procsNaming(o.Dir); len(ps) > 0 {
+		t.Errorf("processes left running: %v", ps)
+	}
 	return out.String()
 }
 
@@ -52,13 +56,19 @@ func mustContain(t *testing.T, out string, wants ...string) {
 	}
 }
 
-// TestDemo: the demo with the docker engine, the registry and the real OpenBao catches the
-// silent and the refused box, and leaves no container, network, volume or image behind.
+// TestDemo: the demo with the docker engine, the registry, the real OpenBao and the real
+// OpenZiti controller and router — every agent on the mesh through its own proxy, fleetctl
+// reading the controller's management API — catches the silent box (its proxy keeps it online)
+// and the refused one, and leaves no container, network, volume, image or process behind.
 func TestDemo(t *testing.T) {
-	itest.Require(t, itest.PartDocker, itest.PartCompose, itest.PartRegistry, itest.PartBao, itest.PartGo, itest.PartPrometheus)
-	out := runDemo(t, demo.Options{BaoBin: itest.BaoBin(t), RegistryBin: itest.RegistryBin,
+	itest.Require(t, itest.PartDocker, itest.PartCompose, itest.PartRegistry, itest.PartBao, itest.PartGo, itest.PartPrometheus, itest.PartZiti)
+	out := runDemo(t, demo.Options{BaoBin: itest.BaoBin(t), ZitiBin: itest.ZitiBin(t), RegistryBin: itest.RegistryBin,
 		RulesFile: filepath.Join(itest.ModuleRoot(t), "packaging", "prometheus", "monky-deployd.rules.yml")})
 	mustContain(t, out,
+		`ziti controller: real \(ziti v\d+\.\d+\.\d+ quickstart at https://127\.0\.0\.1:\d+\)`,
+		`onboarding 5 boxes with .fleetctl onboard --transport proxy.`,
+		`(?m)^   env-demo-03  kit written; identity monky-host\.env-demo-03 \(#monky-deploy-agent, #openbao-client\) made on the controller .* proxy pid \d+`,
+		`env-demo-03  its timer stops .* its proxy \(pid \d+\) keeps the host on the mesh`,
 		`OpenBao dev server \(pid \d+\)`,
 		`registry 127\.0\.0\.1:\d+ \(password required\)`,
 		`(?m)^5 envs: 5 OK$`, `\(exit 0: every env OK\)`,
@@ -155,16 +165,18 @@ type runningDemo struct {
 }
 
 // startDemo builds the binaries and starts run (demo.Run or demo.Serve) with boxes agents (0:
-// the demo's default) ticking every 2 s; the test ends it with cancel.
+// the demo's default) ticking every 2 s, on the real OpenZiti controller; the test ends it with
+// cancel.
 func startDemo(t *testing.T, run func(context.Context, demo.Options) error, boxes int) runningDemo {
 	t.Helper()
-	itest.Require(t, itest.PartDocker, itest.PartCompose, itest.PartRegistry, itest.PartBao, itest.PartGo)
+	itest.Require(t, itest.PartDocker, itest.PartCompose, itest.PartRegistry, itest.PartBao, itest.PartGo, itest.PartZiti)
 	d := runningDemo{bins: build(t), dir: t.TempDir(), out: &syncbuf.Buffer{}, done: make(chan error, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	d.cancel = cancel
 	opts := demo.Options{Dir: d.dir, Boxes: boxes, AgentBin: d.bins.agent[oldVersion], FleetctlBin: d.bins.fleetctl,
-		AppBin: d.bins.app, BaoBin: itest.BaoBin(t), RegistryBin: itest.RegistryBin, Interval: 2 * time.Second, Stdout: d.out}
+		AppBin: d.bins.app, BaoBin: itest.BaoBin(t), ZitiBin: itest.ZitiBin(t), RegistryBin: itest.RegistryBin,
+		Interval: 2 * time.Second, Stdout: d.out}
 	go func() { d.done <- run(ctx, opts) }()
 	return d
 }
@@ -177,8 +189,8 @@ func TestDemoInterrupted(t *testing.T) {
 	dir, out, cancel, done := d.dir, d.out, d.cancel, d.done
 	waitOutput(t, out, regexp.MustCompile(`\$ fleetctl status\n`), done, 5*time.Minute)
 	// The check below must be able to see something: the demo's processes name its directory.
-	if ps := procsNaming(dir); len(ps) < 2 {
-		t.Fatalf("the running demo shows %d processes naming %s, want OpenBao and the registry at least: %v", len(ps), dir, ps)
+	if ps := procsNaming(dir); len(ps) < 8 {
+		t.Fatalf("the running demo shows %d processes naming %s, want OpenBao, the registry, the ziti quickstart and the proxies at least: %v", len(ps), dir, ps)
 	}
 	if running, _ := dockercli.Run(context.Background(), "", nil, "ps", "-q", "--filter", "label="+dockercli.ProjectLabel+"=monky-env-demo-01"); strings.TrimSpace(running) == "" {
 		t.Fatal("no container of env-demo-01 runs before the interrupt: the check below would prove nothing")
@@ -238,8 +250,8 @@ func TestServe(t *testing.T) {
 		}
 		time.Sleep(time.Second)
 	}
-	if ps := procsNaming(dir); len(ps) < 2 {
-		t.Fatalf("Serve shows %d processes naming %s, want OpenBao and the registry at least: %v", len(ps), dir, ps)
+	if ps := procsNaming(dir); len(ps) < 5 {
+		t.Fatalf("Serve shows %d processes naming %s, want OpenBao, the registry, the ziti quickstart and 2 proxies at least: %v", len(ps), dir, ps)
 	}
 	cancel()
 	select {
@@ -262,6 +274,7 @@ func TestDemoWithoutDocker(t *testing.T) {
 	out := runDemo(t, demo.Options{})
 	mustContain(t, out,
 		`NO docker engine \(docker engine does not answer`,
+		`ziti controller: fake \(no ziti binary`,
 		`in-process OpenBao fake`,
 		`env-demo-01  failed .*Cannot connect to the Docker daemon`,
 		`(?m)^5 envs: 5 FAILING$`,

@@ -260,20 +260,7 @@ func TestRevertToAReleaseWhoseAppWroteData(t *testing.T) {
 	b := w.newBox(t, "env-i12-data", "")
 	sha1 := w.ten.SetDesired(b.env, w.bundle(bundleOpts{tag: "v1", webHealthy: true, registry: true, dataBind: true}))
 	b.expect(0)
-	// `docker cp` into the container's /data writes through the bind, as the app itself would
-	src := filepath.Join(t.TempDir(), "x")
-	if err := os.WriteFile(src, []byte("the app's own data\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if out, err := runDocker(ctx, "", nil, "cp", src, b.containers()["worker"].Name+":/data/x"); err != nil {
-		t.Fatalf("docker cp: %v: %s", err, out)
-	}
-	written := filepath.Join(b.dir, "state", b.env, "releases", sha1, "data", "x")
-	if _, err := os.Stat(written); err != nil {
-		t.Fatalf("the app's write did not land in the release directory: %v", err)
-	}
+	written := workerWritesData(t, b, sha1)
 
 	sha2 := w.ten.SetDesired(b.env, w.bundle(bundleOpts{tag: "v2", webHealthy: false, registry: true, dataBind: true,
 		agent: map[string]any{"healthy_timeout_s": 8}}))
@@ -288,4 +275,61 @@ func TestRevertToAReleaseWhoseAppWroteData(t *testing.T) {
 	if got, err := os.ReadFile(written); err != nil || string(got) != "the app's own data\n" {
 		t.Errorf("the app's data after the revert: %q, %v", got, err)
 	}
+}
+
+// A rollback to a sha still on disk re-stages its release in place, with the real engine: what
+// its app wrote through a writable bind of ./data is still there, and the app sees it again.
+func TestRollbackKeepsTheDataItsAppWrote(t *testing.T) {
+	w := newWorld(t)
+	b := w.newBox(t, "env-stage-data", "")
+	v1 := bundleOpts{tag: "v1", webHealthy: true, registry: true, dataBind: true, agent: map[string]any{"allow_rollback": true}}
+	sha1 := w.ten.SetDesired(b.env, w.bundle(v1))
+	b.expect(0)
+	written := workerWritesData(t, b, sha1)
+
+	sha2 := w.ten.SetDesired(b.env, w.bundle(bundleOpts{tag: "v2", webHealthy: true, registry: true, dataBind: true}))
+	b.expect(0)
+	if r := b.report(); r.Sha != sha2 || r.Result != "applied" {
+		t.Fatalf("report after v2 = %+v", r)
+	}
+	if again := w.ten.SetDesired(b.env, w.bundle(v1)); again != sha1 {
+		t.Fatalf("the same bundle has sha %.12s, then %.12s", sha1, again)
+	}
+	b.expect(0)
+	if r := b.report(); r.Sha != sha1 || r.Result != "applied" {
+		t.Fatalf("report after the rollback = %+v\n%s", r, b.last)
+	}
+	if got, err := os.ReadFile(written); err != nil || string(got) != "the app's own data\n" {
+		t.Errorf("the app's data after the rollback: %q, %v", got, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dst := filepath.Join(t.TempDir(), "back")
+	if out, err := runDocker(ctx, "", nil, "cp", b.containers()["worker"].Name+":/data/x", dst); err != nil {
+		t.Fatalf("docker cp back: %v: %s", err, out)
+	}
+	if got, err := os.ReadFile(dst); err != nil || string(got) != "the app's own data\n" {
+		t.Errorf("the app sees %q, %v after the rollback", got, err)
+	}
+}
+
+// workerWritesData has the worker of release sha (bundleOpts.dataBind) write /data/x through its
+// bind, as the app itself would (`docker cp` into the container), and returns where that landed
+// in the release directory.
+func workerWritesData(t *testing.T, b *box, sha string) string {
+	t.Helper()
+	src := filepath.Join(t.TempDir(), "x")
+	if err := os.WriteFile(src, []byte("the app's own data\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if out, err := runDocker(ctx, "", nil, "cp", src, b.containers()["worker"].Name+":/data/x"); err != nil {
+		t.Fatalf("docker cp: %v: %s", err, out)
+	}
+	written := filepath.Join(b.dir, "state", b.env, "releases", sha, "data", "x")
+	if _, err := os.Stat(written); err != nil {
+		t.Fatalf("the app's write did not land in the release directory: %v", err)
+	}
+	return written
 }

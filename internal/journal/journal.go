@@ -1,6 +1,5 @@
-// Package journal formats the agent's log for the systemd journal: one short line per step,
-// `LEVEL message key=value …`, without a timestamp (journald adds its own), so the lines read
-// the way the operators' runbook (docs/OPERATIONS.md) quotes them.
+// Package journal formats the agent's log for the systemd journal as docs/OPERATIONS.md quotes
+// it: `LEVEL message key=value …`, no timestamp (journald adds its own).
 package journal
 
 import (
@@ -13,8 +12,7 @@ import (
 	"sync"
 )
 
-// Handler is a slog.Handler writing `LEVEL msg k=v` lines. Values that need quoting are quoted
-// with strconv.Quote; secret.Value attributes print `***` through their LogValue.
+// Handler writes `LEVEL msg k=v` lines, quoting values with strconv.Quote where needed.
 type Handler struct {
 	mu    *sync.Mutex
 	w     io.Writer
@@ -28,10 +26,8 @@ func New(w io.Writer, level slog.Leveler) *Handler {
 	return &Handler{mu: &sync.Mutex{}, w: w, level: level}
 }
 
-// Enabled reports whether lvl is logged.
 func (h *Handler) Enabled(_ context.Context, lvl slog.Level) bool { return lvl >= h.level.Level() }
 
-// Handle writes one line.
 func (h *Handler) Handle(_ context.Context, r slog.Record) error {
 	var b strings.Builder
 	b.WriteString(levelName(r.Level))

@@ -27,16 +27,13 @@ const (
 	TLS
 	// Canceled: the caller gave up (shutdown); that is not the network's fault.
 	Canceled
-	// NoRoute: the transport has no route, or the mesh says the identity may not see the
-	// service; retrying changes nothing until someone fixes the config or the attributes.
+	// NoRoute: no route, or the identity may not see the service; a retry changes nothing.
 	NoRoute
-	// Network: the request did not complete (refused, reset, timed out, cut short); a retry may
-	// succeed.
+	// Network: refused, reset, timed out or cut short; a retry may succeed.
 	Network
 )
 
-// Classify sorts err, the failure of a request made under ctx. The checks run in this order
-// because the chains overlap (a TLS failure is also a *url.Error).
+// Classify sorts err, a request's failure under ctx; the order matters: chains overlap.
 func Classify(ctx context.Context, err error) Class {
 	var redirect *noredirect.Error
 	var ue *url.Error
@@ -70,8 +67,7 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne)
 }
 
-// StatusError is a non-2xx answer, with the code and message of the server's error body when it
-// sent one.
+// StatusError is a non-2xx answer, with the error body's code and message when it had them.
 type StatusError struct {
 	Service string // "tenancy", "ziti"
 	Op      string

@@ -1,9 +1,6 @@
-// Package noredirect keeps a credential from following a redirect. Go's http.Client resends
-// Authorization to the same host on another port or scheme, and custom headers (ziti's
-// zt-session) and a 307/308's body (a password) to any host at all. The agent's clients of
-// tenancy and OpenBao and fleetctl's clients of tenancy's admin API and the ziti controller all
-// authenticate every call, and none of those services redirects a call it serves, so a redirect
-// is an error that names where it pointed.
+// Package noredirect keeps a credential from following a redirect: Go's http.Client resends
+// custom headers (zt-session) and a 307's body (a password) to any host. None of our services
+// redirects a call it serves, so a redirect is an error naming where it pointed.
 package noredirect
 
 import (
@@ -12,8 +9,8 @@ import (
 	"net/url"
 )
 
-// Error is a redirect that was not followed. Location is the target without user info, query
-// or fragment: a redirect may carry a token in its query, and the message goes to the journal.
+// Error is a redirect not followed; Location drops user info, query and fragment (a token may
+// ride in the query, and the message goes to the journal).
 type Error struct {
 	Status   int
 	Location string
@@ -27,10 +24,8 @@ func (e *Error) Error() string {
 	return "refusing to send the token to " + e.Location + ": the server answered with a redirect" + status
 }
 
-// Client returns a shallow copy of hc (a client with no timeout when nil) that follows no
-// redirect: every request that would have been redirected fails with a *url.Error wrapping an
-// *Error; nothing is sent to the target. The *url.Error quotes the target's whole URL, query
-// included: a caller reports the *Error (errors.As), not the *url.Error.
+// Client returns a copy of hc (nil: no timeout) that follows no redirect. Report the wrapped
+// *Error (errors.As), not the *url.Error: it quotes the target's whole URL.
 func Client(hc *http.Client) *http.Client {
 	var c http.Client
 	if hc != nil {
@@ -49,8 +44,7 @@ func Refuse(req *http.Request, via []*http.Request) error {
 	return &Error{Status: status, Location: Where(req.URL)}
 }
 
-// FromResponse returns an *Error for a 3xx answer, nil for any other: for clients whose library
-// is handed the redirect itself (http.ErrUseLastResponse).
+// FromResponse returns an *Error for a 3xx answer, for clients using http.ErrUseLastResponse.
 func FromResponse(resp *http.Response) error {
 	if resp == nil || resp.StatusCode < 300 || resp.StatusCode > 399 {
 		return nil

@@ -28,9 +28,7 @@ type AdminAgent struct {
 	TokenTTLSec      *int64      `json:"token_ttl_s"`
 	DiskFreeBytes    *int64      `json:"disk_free_bytes"`
 	UpgradedFrom     *string     `json:"upgraded_from"`
-	// FailedSha, Attempts, NextAttemptAt, RevertedTo and RevertHealthy are what the agent's
-	// last check-in said of a failing desired sha that is backing off; absent or null when
-	// none is (and from a tenancy that predates them).
+	// The backoff of a failing desired sha, as last checked in; null when none (or older tenancy).
 	FailedSha     *string `json:"failed_sha,omitempty"`
 	Attempts      int     `json:"attempts,omitempty"`
 	NextAttemptAt *string `json:"next_attempt_at,omitempty"`
@@ -38,8 +36,7 @@ type AdminAgent struct {
 	RevertHealthy *bool   `json:"revert_healthy,omitempty"`
 }
 
-// AdminAgentsPage is the body of GET /v1/admin/agents. Next is an opaque cursor, nil on the last
-// page; Now is the server's clock, against which staleness is measured.
+// AdminAgentsPage is GET /v1/admin/agents; Next is nil on the last page, Now measures staleness.
 type AdminAgentsPage struct {
 	Now    string       `json:"now"`
 	Agents []AdminAgent `json:"agents"`

@@ -1,9 +1,9 @@
-// Package protocol holds the wire types of the agent protocol (docs/PROTOCOL.md) and of tenancy's
-// admin API (docs/FLEET-API.md), shared by the agent, fleetctl and the fakes that stand in for
-// tenancy in tests, so that no side can drift from the others.
+// Package protocol holds the wire types of docs/PROTOCOL.md and docs/FLEET-API.md, shared by the
+// agent, fleetctl and the fakes, so that no side drifts.
 package protocol
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"regexp"
@@ -18,9 +18,8 @@ const (
 	ActionDown  = "down"
 )
 
-// MaxHealthyTimeoutS caps healthy_timeout_s, the bundle's and the config's. The unit's
-// TimeoutStartSec is 1h and one tick may wait for health twice (the apply, then the revert) after
-// a pull: a longer wait would have systemd kill the tick mid-wait, with nothing reported.
+// MaxHealthyTimeoutS caps healthy_timeout_s: a tick may wait twice (apply, revert) after a pull
+// within the unit's 1h TimeoutStartSec, or systemd kills it with nothing reported.
 const MaxHealthyTimeoutS = 1800
 
 // Results the agent reports.
@@ -51,8 +50,8 @@ const (
 	CodeLeaseShape        = "LEASE_SHAPE"
 )
 
-// Refusal is a bundle the agent will not run. It is reported as `CODE: detail` with result
-// `refused` (or `failed` for LEASE_SHAPE), and nothing is started, leased or read.
+// Refusal is a bundle the agent will not run, reported `CODE: detail` with result `refused`
+// (`failed` for LEASE_SHAPE); nothing is started, leased or read.
 type Refusal struct {
 	Code   string
 	Detail string
@@ -65,8 +64,7 @@ func Refuse(code, format string, args ...any) *Refusal {
 	return &Refusal{Code: code, Detail: fmt.Sprintf(format, args...)}
 }
 
-// Timer is the agent's systemd timer as it last saw it. Every field is null where systemd is
-// absent: the agent never guesses.
+// Timer is the agent's systemd timer as last seen; null without systemd: the agent never guesses.
 type Timer struct {
 	Unit       string  `json:"unit,omitempty"`
 	Enabled    *bool   `json:"enabled"`
@@ -88,9 +86,7 @@ type CheckinRequest struct {
 	DiskFreeBytes *int64  `json:"disk_free_bytes"`
 	DockerVersion string  `json:"docker_version,omitempty"`
 	UpgradedFrom  string  `json:"upgraded_from,omitempty"`
-	// FailedSha, Attempts and NextAttemptAt describe a desired sha whose apply failed and is
-	// backing off (left out when none is); RevertedTo and RevertHealthy the release the last
-	// failure brought back, and whether it came up healthy.
+	// A failed desired sha backing off (left out when none), and the release its failure brought back.
 	FailedSha     string `json:"failed_sha,omitempty"`
 	Attempts      int    `json:"attempts,omitempty"`
 	NextAttemptAt string `json:"next_attempt_at,omitempty"`
@@ -129,8 +125,7 @@ type LeaseRequest struct {
 	Reason string `json:"reason"`
 }
 
-// LeaseResponse is the 200 answer to a lease. WrappingToken and RoleID only exist to recognise an
-// AppRole-era tenancy, which the agent refuses with LEASE_SHAPE.
+// LeaseResponse is a lease's 200; WrappingToken and RoleID only spot an AppRole-era tenancy (LEASE_SHAPE).
 type LeaseResponse struct {
 	EnvID         string `json:"env_id"`
 	LoginJWT      string `json:"login_jwt"`
@@ -160,8 +155,7 @@ type Report struct {
 	LogTail      string      `json:"log_tail"`
 	AgentVersion string      `json:"agent_version"`
 	Containers   []Container `json:"containers"`
-	// RevertedTo is set on a `failed` report when the release that ran before was brought
-	// back; RevertHealthy says whether it came up healthy.
+	// RevertedTo is set on a `failed` report that brought the previous release back.
 	RevertedTo    string `json:"reverted_to,omitempty"`
 	RevertHealthy *bool  `json:"revert_healthy,omitempty"`
 }
@@ -172,8 +166,7 @@ const (
 	MaxLogTail = 2048
 )
 
-// ErrorBody is a tenancy error. The code arrives at top level, FastAPI-style under `detail`, or
-// not at all (a plain-string `detail`); Parse accepts all three.
+// ErrorBody is a tenancy error: code at top level, under `detail` (FastAPI), or a plain-string detail.
 type ErrorBody struct {
 	Code    string
 	Message string
@@ -182,11 +175,8 @@ type ErrorBody struct {
 // plainCode is a plain-string detail that carries its code as "CODE: message".
 var plainCode = regexp.MustCompile(`^([A-Z][A-Z0-9_]{2,}):\s*(.*)$`)
 
-// ParseErrorBody reads a tenancy error body in any of its three shapes; a plain-string detail
-// written as "CODE: message" gives its code back. Keys match exactly and a key given twice makes
-// the body unreadable (strictjson): a body tenancy did not write carries no code. An unreadable
-// body gives
-// an empty ErrorBody, never an error: the HTTP status still decides what happens.
+// ParseErrorBody reads any of the three shapes ("CODE: message" gives its code), strictly: an
+// unreadable body is an empty ErrorBody, never an error; the HTTP status still decides.
 func ParseErrorBody(b []byte) ErrorBody {
 	var raw struct {
 		Code    string          `json:"code"`
@@ -205,16 +195,9 @@ func ParseErrorBody(b []byte) ErrorBody {
 		var s string
 		switch {
 		case strictjson.Unmarshal(raw.Detail, &nested) == nil:
-			if out.Code == "" {
-				out.Code = nested.Code
-			}
-			if out.Message == "" {
-				out.Message = nested.Message
-			}
+			out.Code, out.Message = cmp.Or(out.Code, nested.Code), cmp.Or(out.Message, nested.Message)
 		case strictjson.Unmarshal(raw.Detail, &s) == nil:
-			if out.Message == "" {
-				out.Message = s
-			}
+			out.Message = cmp.Or(out.Message, s)
 			if m := plainCode.FindStringSubmatch(s); m != nil && out.Code == "" {
 				out.Code, out.Message = m[1], m[2]
 			}

@@ -27,8 +27,7 @@ const Use = "registry-auth"
 // ConfigFile is the file name docker reads under DOCKER_CONFIG.
 const ConfigFile = "config.json"
 
-// ErrInvalid is wrapped by every Parse error. The messages are fixed text that never quote the
-// value, so an error can go to the journal and to tenancy as it is.
+// ErrInvalid is wrapped by every Parse error; messages never quote the value.
 var ErrInvalid = errors.New("registry credential unusable")
 
 // Auth is a parsed registry credential. Password prints as `***`.
@@ -40,9 +39,8 @@ type Auth struct {
 
 func invalid(msg string) error { return fmt.Errorf("registry-auth: %s: %w", msg, ErrInvalid) }
 
-// Parse reads the credential as JSON {"registry", "username", "password"} (registry defaults to
-// defaultRegistry) or as `username:password`, split at the FIRST colon (a password may hold
-// colons, a docker username may not). Errors wrap ErrInvalid and never quote the value.
+// Parse reads JSON {"registry", "username", "password"} or `username:password`, split at the
+// FIRST colon (a password may hold colons, a docker username may not).
 func Parse(value secret.Value, defaultRegistry string) (Auth, error) {
 	text := strings.TrimSpace(value.Reveal())
 	if text == "" {
@@ -89,8 +87,7 @@ func Parse(value secret.Value, defaultRegistry string) (Auth, error) {
 
 func parseJSON(text string) (Auth, string, error) {
 	var raw map[string]json.RawMessage
-	// Keys match exactly and a key given twice is refused: which of two passwords is meant is
-	// no guess to make. The decoder's errors are not passed on: the message never quotes the value.
+	// Which of two passwords is meant is no guess to make; the decoder's error is not passed on.
 	if err := strictjson.Unmarshal([]byte(text), &raw); err != nil {
 		var se *strictjson.Error
 		switch {
@@ -101,35 +98,25 @@ func parseJSON(text string) (Auth, string, error) {
 		}
 		return Auth{}, "", invalid("the value starts with '{' but is not a JSON object")
 	}
-	field := func(name string) (string, error) {
-		v, ok := raw[name]
-		if !ok || bytes.Equal(bytes.TrimSpace(v), []byte("null")) {
-			return "", nil
-		}
-		var s string
-		if err := json.Unmarshal(v, &s); err != nil {
-			return "", invalid(fmt.Sprintf("JSON field %q is not a string", name))
-		}
-		return s, nil
-	}
 	var a Auth
 	var password string
-	var err error
-	if a.Registry, err = field("registry"); err != nil {
-		return Auth{}, "", err
-	}
-	if a.Username, err = field("username"); err != nil {
-		return Auth{}, "", err
-	}
-	if password, err = field("password"); err != nil {
-		return Auth{}, "", err
+	for _, f := range []struct {
+		name string
+		dst  *string
+	}{{"registry", &a.Registry}, {"username", &a.Username}, {"password", &password}} {
+		v, ok := raw[f.name]
+		if !ok || bytes.Equal(bytes.TrimSpace(v), []byte("null")) {
+			continue
+		}
+		if err := json.Unmarshal(v, f.dst); err != nil {
+			return Auth{}, "", invalid(fmt.Sprintf("JSON field %q is not a string", f.name))
+		}
 	}
 	return a, password, nil
 }
 
-// checkRegistry accepts what docker accepts as an auths key: a host[:port], optionally with a
-// scheme or path (`https://index.docker.io/v1/`). It refuses what would corrupt the file or
-// never match a pull: whitespace and control characters.
+// checkRegistry accepts docker's auths keys (host[:port], maybe a scheme or path) and refuses
+// whitespace and control characters.
 func checkRegistry(r string) error {
 	if strings.IndexFunc(r, func(c rune) bool { return unicode.IsSpace(c) || unicode.IsControl(c) }) >= 0 {
 		return invalid("registry contains whitespace or a control character")
@@ -137,9 +124,8 @@ func checkRegistry(r string) error {
 	return nil
 }
 
-// Encoded is the credential as docker's config.json carries it, base64("<username>:<password>"):
-// a secret of its own, which docker echoes in its errors and which decodes to the password, so
-// the agent registers it with its redactor beside the password.
+// Encoded is config.json's base64("<username>:<password>"), a secret docker echoes in errors:
+// register it with the redactor beside the password.
 func (a Auth) Encoded() secret.Value {
 	return secret.New(base64.StdEncoding.EncodeToString([]byte(a.Username + ":" + a.Password.Reveal())))
 }
@@ -152,9 +138,8 @@ type dockerAuth struct {
 	Auth string `json:"auth"`
 }
 
-// WriteDockerConfig atomically replaces <dir>/config.json (0600, dir 0700) with a's credential
-// only: replaced, never merged, so a stray `credsStore` or a stale registry cannot creep in. The
-// same Auth always yields the same bytes.
+// WriteDockerConfig atomically replaces <dir>/config.json (0600, dir 0700) with a alone, never
+// merged: no stray credsStore or stale registry. The same Auth yields the same bytes.
 func WriteDockerConfig(dir string, a Auth) error {
 	if a.Registry == "" || a.Username == "" || a.Password.Empty() {
 		return fmt.Errorf("registry-auth: write docker config in %q: incomplete credential", dir)
@@ -162,8 +147,7 @@ func WriteDockerConfig(dir string, a Auth) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("registry-auth: create %q: %w", dir, err)
 	}
-	// MkdirAll leaves an existing directory's mode alone, and the umask may have narrowed a new
-	// one; the credential's directory is the agent's alone either way.
+	// MkdirAll keeps an existing mode, the umask narrows a new one: 0700 either way.
 	if err := os.Chmod(dir, 0o700); err != nil {
 		return fmt.Errorf("registry-auth: chmod %q: %w", dir, err)
 	}

@@ -45,23 +45,151 @@ var exchange = func(a, b string) error {
 // Dir is the directory of the release sha under envDir.
 func Dir(envDir, sha string) string { return filepath.Join(envDir, ReleasesDir, sha) }
 
-// Stage writes the bundle files and the rendered .env (0600, dirs 0700) into a staging directory
-// renamed to releases/<sha>, exchanging atomically with a release of the same sha (its .env may
-// carry new secrets). On error nothing new is left under the final name; env never appears in an
-// error.
-func Stage(envDir, sha string, files map[string]string, env string) (string, error) {
+// Stage writes the bundle files and the rendered .env (0600, dirs 0700) into releases/<sha> and
+// returns its directory. On error a new sha leaves nothing under the final name, and a re-stage
+// in place leaves each file old or new, complete; env never appears in an error.
+//
+// A new sha is written into a staging directory that is then renamed into place. A sha already
+// on disk is re-staged in place (see restage): the bundle sha covers every file's name and
+// content, so only .env can differ, and whatever the app wrote into its release (a writable bind
+// of ./data) is kept. When that existing directory is not as Stage made it (a staged path, or a
+// directory on its way, is a link, a FIFO, a directory in a file's place, missing, or the release
+// itself is a link), it is not trusted: Stage writes a fresh copy and swaps it in as for a new
+// sha, the old one with all it held is removed, and distrusted says why (for the caller's log);
+// it is nil otherwise.
+func Stage(envDir, sha string, files map[string]string, env string) (dir string, distrusted, err error) {
 	if err := checkSha(sha); err != nil {
-		return "", err
+		return "", nil, err
 	}
 	paths := make([]string, 0, len(files))
 	for p := range files {
 		if err := checkPath(p); err != nil {
-			return "", err
+			return "", nil, err
 		}
 		paths = append(paths, p)
 	}
 	sort.Strings(paths)
 
+	final := Dir(envDir, sha)
+	if _, err := os.Lstat(final); err == nil {
+		distrusted, err = restage(final, sha, paths, files, env)
+		if err != nil || distrusted == nil {
+			return final, nil, err
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return "", nil, fmt.Errorf("release: stage %s: %w", sha, err)
+	}
+	dir, err = stageFresh(envDir, sha, paths, files, env)
+	return dir, distrusted, err
+}
+
+// restage rewrites the staged files and .env of the existing release final in place, each by an
+// atomic rename over the old one (a kill leaves every file old or new, both complete, and the
+// same bytes but for .env), and leaves every other entry alone. Everything goes through an
+// os.Root, and every staged path is first checked without following links (CheckStaged); a
+// release that fails the check is returned as distrusted, with nothing written; an error
+// reading it is returned as an error, the release left as it was. Temp files of a write killed
+// earlier are removed first.
+func restage(final, sha string, paths []string, files map[string]string, env string) (distrusted, err error) {
+	if fi, err := os.Lstat(final); err != nil {
+		return nil, fmt.Errorf("release: stage %s: %w", sha, err)
+	} else if !fi.IsDir() {
+		return fmt.Errorf("%s is not a directory (%s)", final, typeName(fi.Mode())), nil
+	}
+	root, err := os.OpenRoot(final)
+	if err != nil {
+		return nil, fmt.Errorf("release: stage %s: %w", sha, err)
+	}
+	defer root.Close()
+	for _, p := range append(slices.Clone(paths), EnvFile) {
+		_, err := CheckStaged(root, p)
+		var shape *shapeError
+		switch {
+		case errors.As(err, &shape):
+			return err, nil
+		case errors.Is(err, fs.ErrNotExist):
+			// Stage writes them all, and a rewrite only ever renames over one.
+			return fmt.Errorf("%s is missing", p), nil
+		case err != nil:
+			// Not a verdict on the release (an I/O error): the old copy, and the app's data
+			// in it, are not thrown away for it.
+			return nil, fmt.Errorf("release: stage %s: %w", sha, err)
+		}
+	}
+	if err := hook("restage-checked"); err != nil {
+		return nil, err
+	}
+	for _, p := range paths {
+		if err := rewrite(root, p, files[p]); err != nil {
+			return nil, fmt.Errorf("release: stage %s: file %q: %w", sha, p, err)
+		}
+		if err := hook("file-rewritten"); err != nil {
+			return nil, err
+		}
+	}
+	if err := rewrite(root, EnvFile, env); err != nil {
+		return nil, fmt.Errorf("release: stage %s: write %s: %w", sha, EnvFile, scrub(err))
+	}
+	if err := hook("env-rewritten"); err != nil {
+		return nil, err
+	}
+	return nil, nil
+}
+
+// rewrite atomically replaces the file p under root (fsyncing it and its directory), after
+// removing what a killed write of it left.
+func rewrite(root *os.Root, p, content string) error {
+	if _, err := atomicfile.RemoveLeftoversIn(root, p); err != nil {
+		return err
+	}
+	return atomicfile.WriteFileIn(root, p, []byte(content), 0o600)
+}
+
+// CheckStaged checks, without following links, that every directory on the way to the staged
+// file p ('/'-separated) under root is a real directory and p itself a regular file, whose
+// FileInfo it returns: what Stage made. os.Root alone would follow a link that stays inside the
+// release (to a copy in a writable ./data, say). An error is the Lstat's own (fs.ErrNotExist for
+// a missing path) or names the path and what it is instead ("symlink", "fifo", "directory").
+func CheckStaged(root *os.Root, p string) (fs.FileInfo, error) {
+	parts := strings.Split(p, "/")
+	var fi fs.FileInfo
+	for i := range parts {
+		sub := strings.Join(parts[:i+1], "/")
+		var err error
+		if fi, err = root.Lstat(sub); err != nil {
+			return nil, err
+		}
+		last := i == len(parts)-1
+		switch {
+		case !last && !fi.IsDir():
+			return nil, &shapeError{fmt.Sprintf("%s is not a directory (%s)", sub, typeName(fi.Mode()))}
+		case last && !fi.Mode().IsRegular():
+			return nil, &shapeError{fmt.Sprintf("%s is not a regular file (%s)", sub, typeName(fi.Mode()))}
+		}
+	}
+	return fi, nil
+}
+
+// shapeError is a staged path that is not the kind of file Stage made.
+type shapeError struct{ msg string }
+
+func (e *shapeError) Error() string { return e.msg }
+
+// typeName names a file mode's type for an error: "symlink", "fifo", "directory".
+func typeName(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeSymlink != 0:
+		return "symlink"
+	case m&fs.ModeNamedPipe != 0:
+		return "fifo"
+	case m.IsDir():
+		return "directory"
+	}
+	return m.Type().String()
+}
+
+// stageFresh writes a complete staging directory and moves it to releases/<sha>.
+func stageFresh(envDir, sha string, paths []string, files map[string]string, env string) (string, error) {
 	releases := filepath.Join(envDir, ReleasesDir)
 	if err := os.MkdirAll(releases, 0o700); err != nil {
 		return "", fmt.Errorf("release: stage %s: %w", sha, err)

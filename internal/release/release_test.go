@@ -49,7 +49,7 @@ func noExchange(t *testing.T) {
 func TestStageLayoutAndModes(t *testing.T) {
 	env := t.TempDir()
 	files := bundle("v1")
-	dir, err := Stage(env, shaA, files, "API_KEY=k1\n")
+	dir, _, err := Stage(env, shaA, files, "API_KEY=k1\n")
 	if err != nil {
 		t.Fatalf("Stage: %v", err)
 	}
@@ -113,7 +113,7 @@ func TestStageRefusesBadInput(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			env := t.TempDir()
-			_, err := Stage(env, tt.sha, map[string]string{tt.path: "x", "docker-compose.yml": "services: {}\n"}, secretEnv)
+			_, _, err := Stage(env, tt.sha, map[string]string{tt.path: "x", "docker-compose.yml": "services: {}\n"}, secretEnv)
 			if err == nil {
 				t.Fatal("Stage succeeded")
 			}
@@ -129,7 +129,7 @@ func TestStageRefusesBadInput(t *testing.T) {
 
 func TestStageConflictingPathsLeaveNothing(t *testing.T) {
 	env := t.TempDir()
-	_, err := Stage(env, shaA, map[string]string{"config": "a file", "config/x": "and a dir"}, "")
+	_, _, err := Stage(env, shaA, map[string]string{"config": "a file", "config/x": "and a dir"}, "")
 	if err == nil {
 		t.Fatal("Stage succeeded with a file and a directory of the same name")
 	}
@@ -141,6 +141,51 @@ func TestStageConflictingPathsLeaveNothing(t *testing.T) {
 	}
 }
 
+// tamper replaces the staged config/nginx.conf of the release in dir with a link to a copy of it
+// outside the environment, as a container with a writable bind of ./config could: the release
+// still reads complete, but it is no longer as Stage made it.
+func tamper(t *testing.T, dir string) {
+	t.Helper()
+	p := filepath.Join(dir, "config", "nginx.conf")
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copyOut := filepath.Join(t.TempDir(), "nginx.conf")
+	if err := os.WriteFile(copyOut, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(p); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(copyOut, p); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// writeAppData writes what an app's writable bind of ./data would: a file and a nested one.
+func writeAppData(t *testing.T, dir string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Join(dir, "data", "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for p, c := range map[string]string{"data/db": "rows\n", "data/sub/x": "nested\n"} {
+		if err := os.WriteFile(filepath.Join(dir, filepath.FromSlash(p)), []byte(c), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// checkAppData asserts the app's entries written by writeAppData are there, unchanged.
+func checkAppData(t *testing.T, dir, when string) {
+	t.Helper()
+	for p, c := range map[string]string{"data/db": "rows\n", "data/sub/x": "nested\n"} {
+		if b, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(p))); err != nil || string(b) != c {
+			t.Errorf("%s: %s = %q, %v; want the app's %q", when, p, b, err, c)
+		}
+	}
+}
+
 func TestRestageReplacesTheRelease(t *testing.T) {
 	for _, fallback := range []bool{false, true} {
 		t.Run(fmt.Sprintf("without RENAME_EXCHANGE=%v", fallback), func(t *testing.T) {
@@ -148,15 +193,15 @@ func TestRestageReplacesTheRelease(t *testing.T) {
 				noExchange(t)
 			}
 			env := t.TempDir()
-			if _, err := Stage(env, shaA, bundle("v1"), "API_KEY=old\n"); err != nil {
+			if _, _, err := Stage(env, shaA, bundle("v1"), "API_KEY=old\n"); err != nil {
 				t.Fatal(err)
 			}
 			if err := Promote(env, shaA); err != nil {
 				t.Fatal(err)
 			}
-			dir, err := Stage(env, shaA, bundle("v1"), "API_KEY=rotated\n")
-			if err != nil {
-				t.Fatalf("re-Stage: %v", err)
+			dir, distrusted, err := Stage(env, shaA, bundle("v1"), "API_KEY=rotated\n")
+			if err != nil || distrusted != nil {
+				t.Fatalf("re-Stage: %v (distrusted: %v)", err, distrusted)
 			}
 			b, err := os.ReadFile(filepath.Join(dir, ".env"))
 			if err != nil || string(b) != "API_KEY=rotated\n" {
@@ -172,13 +217,278 @@ func TestRestageReplacesTheRelease(t *testing.T) {
 	}
 }
 
+// Re-staging a sha already on disk (a state save that failed after a healthy apply, a retry, a
+// rollback) rewrites the staged files and .env in place and leaves what the app wrote alone.
+func TestRestageKeepsAppData(t *testing.T) {
+	env := t.TempDir()
+	dir, _, err := Stage(env, shaA, bundle("v1"), "API_KEY=old\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Promote(env, shaA); err != nil {
+		t.Fatal(err)
+	}
+	writeAppData(t, dir)
+	before, err := os.Lstat(filepath.Join(dir, "data"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a staged file the app rewrote is put back: it is the bundle's
+	if err := os.WriteFile(filepath.Join(dir, "config", "nginx.conf"), []byte("edited"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, distrusted, err := Stage(env, shaA, bundle("v1"), "API_KEY=rotated\n")
+	if err != nil || distrusted != nil || got != dir {
+		t.Fatalf("re-Stage = %q, %v, %v; want %q in place", got, distrusted, err, dir)
+	}
+	checkAppData(t, dir, "after the re-stage")
+	if after, err := os.Lstat(filepath.Join(dir, "data")); err != nil || !os.SameFile(before, after) {
+		t.Errorf("data/ is not the app's own directory any more: %v", err)
+	}
+	tree := readTree(t, dir)
+	for p, c := range bundle("v1") {
+		if tree[p] != c {
+			t.Errorf("%s = %q, want the bundle's %q", p, tree[p], c)
+		}
+	}
+	if tree[".env"] != "API_KEY=rotated\n" {
+		t.Errorf(".env = %q, want the new rendering", tree[".env"])
+	}
+	if fi, err := os.Lstat(filepath.Join(dir, "config", "nginx.conf")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("config/nginx.conf mode = %v, %v; want 0600", fi, err)
+	}
+	if h := hidden(t, env); len(h) != 0 {
+		t.Errorf("leftovers: %v", h)
+	}
+}
+
+// A kill in the middle of an in-place re-stage (a failure injected after each step, and the
+// temp files a write killed between its create and its rename leaves) leaves a usable release
+// and the app's data; the next Stage completes and sweeps the temp files.
+func TestRestageInterruptedKeepsAppData(t *testing.T) {
+	steps := []string{"restage-checked", "file-rewritten", "env-rewritten"}
+	for _, step := range steps {
+		for n := 1; n <= len(bundle("v1")); n++ {
+			if step != "file-rewritten" && n > 1 {
+				break
+			}
+			t.Run(fmt.Sprintf("%s#%d", step, n), func(t *testing.T) {
+				env := t.TempDir()
+				dir, _, err := Stage(env, shaA, bundle("v1"), "K=old\n")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := Promote(env, shaA); err != nil {
+					t.Fatal(err)
+				}
+				writeAppData(t, dir)
+				injected := errors.New("injected failure")
+				seen := 0
+				setHook(t, func(s string) error {
+					if s == step {
+						if seen++; seen == n {
+							return injected
+						}
+					}
+					return nil
+				})
+				if _, _, err := Stage(env, shaA, bundle("v1"), "K=new\n"); !errors.Is(err, injected) {
+					t.Fatalf("err = %v, want the injected failure", err)
+				}
+				setHook(t, func(string) error { return nil })
+				checkAppData(t, dir, "after the kill")
+				tree := readTree(t, dir)
+				for _, p := range []string{"data/db", "data/sub/x"} {
+					delete(tree, p)
+				}
+				if !mapsEqual(withoutEnv(tree), bundle("v1")) {
+					t.Errorf("after the kill the release is not complete: %v", keys(tree))
+				}
+				if e := tree[".env"]; e != "K=old\n" && e != "K=new\n" {
+					t.Errorf(".env after the kill = %q", e)
+				}
+				// what a kill inside a write would have left
+				for _, p := range []string{"config/.nginx.conf.tmp-00112233445566ff", "..env.tmp-00112233445566ff"} {
+					if err := os.WriteFile(filepath.Join(dir, filepath.FromSlash(p)), []byte("half"), 0o600); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if _, distrusted, err := Stage(env, shaA, bundle("v1"), "K=new\n"); err != nil || distrusted != nil {
+					t.Fatalf("the next Stage: %v (distrusted: %v)", err, distrusted)
+				}
+				checkAppData(t, dir, "after the next Stage")
+				tree = readTree(t, dir)
+				delete(tree, "data/db")
+				delete(tree, "data/sub/x")
+				want := bundle("v1")
+				want[".env"] = "K=new\n"
+				if !mapsEqual(tree, want) {
+					t.Errorf("after the next Stage: %v, want %v (temp files swept)", keys(tree), keys(want))
+				}
+			})
+		}
+	}
+}
+
+func withoutEnv(m map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range m {
+		if k != ".env" {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// A release directory that is not as Stage made it is not trusted: Stage writes a fresh copy,
+// says why, and never writes through what was planted.
+func TestRestageDistrustsATamperedRelease(t *testing.T) {
+	outsideFile := func(t *testing.T) string {
+		p := filepath.Join(t.TempDir(), "victim")
+		if err := os.WriteFile(p, []byte("keep"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	cases := map[string]func(t *testing.T, dir string) string{
+		"staged file is a symlink": func(t *testing.T, dir string) string {
+			v := outsideFile(t)
+			p := filepath.Join(dir, "docker-compose.yml")
+			if err := os.Remove(p); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(v, p); err != nil {
+				t.Fatal(err)
+			}
+			return v
+		},
+		".env is a symlink": func(t *testing.T, dir string) string {
+			v := outsideFile(t)
+			p := filepath.Join(dir, ".env")
+			if err := os.Remove(p); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(v, p); err != nil {
+				t.Fatal(err)
+			}
+			return v
+		},
+		"a directory on the way is a symlink": func(t *testing.T, dir string) string {
+			out := t.TempDir()
+			v := filepath.Join(out, "nginx.conf")
+			if err := os.WriteFile(v, []byte("keep"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.RemoveAll(filepath.Join(dir, "config")); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(out, filepath.Join(dir, "config")); err != nil {
+				t.Fatal(err)
+			}
+			return v
+		},
+		"staged file is a directory": func(t *testing.T, dir string) string {
+			p := filepath.Join(dir, "config", "deep", "x.txt")
+			if err := os.Remove(p); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Mkdir(p, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			return ""
+		},
+		"staged file is a FIFO": func(t *testing.T, dir string) string {
+			p := filepath.Join(dir, "bundle.json")
+			if err := os.Remove(p); err != nil {
+				t.Fatal(err)
+			}
+			if err := unix.Mkfifo(p, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			return ""
+		},
+		"staged file is missing": func(t *testing.T, dir string) string {
+			if err := os.Remove(filepath.Join(dir, ".env.template")); err != nil {
+				t.Fatal(err)
+			}
+			return ""
+		},
+		"the release is a symlink": func(t *testing.T, dir string) string {
+			out := filepath.Join(t.TempDir(), "r")
+			if err := os.Rename(dir, out); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(out, dir); err != nil {
+				t.Fatal(err)
+			}
+			return filepath.Join(out, ".env")
+		},
+	}
+	for name, plant := range cases {
+		for _, fallback := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/without RENAME_EXCHANGE=%v", name, fallback), func(t *testing.T) {
+				if fallback {
+					noExchange(t)
+				}
+				env := t.TempDir()
+				dir, _, err := Stage(env, shaA, bundle("v1"), "K=old\n")
+				if err != nil {
+					t.Fatal(err)
+				}
+				victim := plant(t, dir)
+				var was []byte
+				if victim != "" {
+					if was, err = os.ReadFile(victim); err != nil {
+						t.Fatal(err)
+					}
+				}
+				got, distrusted, err := Stage(env, shaA, bundle("v1"), "K=new\n")
+				if err != nil || distrusted == nil || got != dir {
+					t.Fatalf("Stage = %q, %v, %v; want a fresh copy at %q and a reason", got, distrusted, err, dir)
+				}
+				wantWhy := map[string]string{
+					"staged file is a symlink":            "docker-compose.yml is not a regular file (symlink)",
+					".env is a symlink":                   ".env is not a regular file (symlink)",
+					"a directory on the way is a symlink": "config is not a directory (symlink)",
+					"staged file is a directory":          "config/deep/x.txt is not a regular file (directory)",
+					"staged file is a FIFO":               "bundle.json is not a regular file (fifo)",
+					"staged file is missing":              ".env.template is missing",
+					"the release is a symlink":            shaA + " is not a directory (symlink)",
+				}[name]
+				if !strings.Contains(distrusted.Error(), wantWhy) {
+					t.Errorf("distrusted = %v, want it to say %q", distrusted, wantWhy)
+				}
+				if strings.Contains(distrusted.Error(), "K=new") {
+					t.Errorf("the reason carries the rendered .env: %v", distrusted)
+				}
+				if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
+					t.Fatalf("release after the fresh copy: %v, %v; want a directory", fi, err)
+				}
+				want := bundle("v1")
+				want[".env"] = "K=new\n"
+				if tree := readTree(t, dir); !mapsEqual(tree, want) {
+					t.Errorf("fresh copy = %v, want %v", keys(tree), keys(want))
+				}
+				if victim != "" {
+					if now, err := os.ReadFile(victim); err != nil || string(now) != string(was) {
+						t.Errorf("the planted link's target was written: %q, %v", now, err)
+					}
+				}
+				if h := hidden(t, env); len(h) != 0 {
+					t.Errorf("leftovers: %v", h)
+				}
+			})
+		}
+	}
+}
+
 func TestPromoteAndCurrent(t *testing.T) {
 	env := t.TempDir()
 	if sha, dir, err := Current(env); sha != "" || dir != "" || err != nil {
 		t.Errorf("Current before any promote = %q, %q, %v; want empty", sha, dir, err)
 	}
 	for _, sha := range []string{shaA, shaB} {
-		if _, err := Stage(env, sha, bundle(sha[:4]), "K=v\n"); err != nil {
+		if _, _, err := Stage(env, sha, bundle(sha[:4]), "K=v\n"); err != nil {
 			t.Fatal(err)
 		}
 		if err := Promote(env, sha); err != nil {
@@ -262,7 +572,7 @@ func TestPrune(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			env := t.TempDir()
 			for _, sha := range shas {
-				if _, err := Stage(env, sha, bundle(sha), "SECRET=old-"+sha+"\n"); err != nil {
+				if _, _, err := Stage(env, sha, bundle(sha), "SECRET=old-"+sha+"\n"); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -312,7 +622,7 @@ func TestPrune(t *testing.T) {
 	}
 	t.Run("a kept name that is no sha", func(t *testing.T) {
 		env := t.TempDir()
-		if _, err := Stage(env, shaA, bundle(shaA), ""); err != nil {
+		if _, _, err := Stage(env, shaA, bundle(shaA), ""); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := Prune(env, []string{"../x"}); err == nil || !strings.Contains(err.Error(), "keep") {
@@ -338,6 +648,7 @@ func TestCrashSafety(t *testing.T) {
 	type scenario struct {
 		name     string
 		fallback bool
+		tamper   string // a release to tamper with before op (see tamper)
 		op       func(env string) error
 		steps    []string
 		// wantCurrentAfterFailure is where current must point after an injected failure;
@@ -347,27 +658,35 @@ func TestCrashSafety(t *testing.T) {
 	scenarios := []scenario{
 		{
 			name:                    "stage a new release",
-			op:                      func(env string) error { _, err := Stage(env, shaB, newFiles, "K=new\n"); return err },
+			op:                      func(env string) error { _, _, err := Stage(env, shaB, newFiles, "K=new\n"); return err },
 			steps:                   []string{"staging-created", "file-written", "env-written", "synced", "renamed"},
 			wantCurrentAfterFailure: shaA,
 		},
 		{
-			name:                    "re-stage the current release",
-			op:                      func(env string) error { _, err := Stage(env, shaA, oldFiles, "K=new\n"); return err },
+			name:                    "re-stage the current release in place",
+			op:                      func(env string) error { _, _, err := Stage(env, shaA, oldFiles, "K=new\n"); return err },
+			steps:                   []string{"restage-checked", "file-rewritten", "env-rewritten"},
+			wantCurrentAfterFailure: shaA,
+		},
+		{
+			name:                    "re-stage a tampered current release",
+			tamper:                  shaA,
+			op:                      func(env string) error { _, _, err := Stage(env, shaA, oldFiles, "K=new\n"); return err },
 			steps:                   []string{"staging-created", "file-written", "env-written", "synced", "exchanged"},
 			wantCurrentAfterFailure: shaA,
 		},
 		{
-			name:                    "re-stage a release not current, without RENAME_EXCHANGE",
+			name:                    "re-stage a tampered release not current, without RENAME_EXCHANGE",
 			fallback:                true,
-			op:                      func(env string) error { _, err := Stage(env, shaC, bundle("v3"), "K=new\n"); return err },
+			tamper:                  shaC,
+			op:                      func(env string) error { _, _, err := Stage(env, shaC, bundle("v3"), "K=new\n"); return err },
 			steps:                   []string{"staging-created", "file-written", "env-written", "synced", "aside", "renamed"},
 			wantCurrentAfterFailure: shaA,
 		},
 		{
 			name: "stage and promote a new release",
 			op: func(env string) error {
-				if _, err := Stage(env, shaB, newFiles, "K=new\n"); err != nil {
+				if _, _, err := Stage(env, shaB, newFiles, "K=new\n"); err != nil {
 					return err
 				}
 				return Promote(env, shaB)
@@ -387,14 +706,17 @@ func TestCrashSafety(t *testing.T) {
 						noExchange(t)
 					}
 					env := t.TempDir()
-					if _, err := Stage(env, shaA, oldFiles, "K=old\n"); err != nil {
+					if _, _, err := Stage(env, shaA, oldFiles, "K=old\n"); err != nil {
 						t.Fatal(err)
 					}
-					if _, err := Stage(env, shaC, bundle("v3"), "K=old\n"); err != nil {
+					if _, _, err := Stage(env, shaC, bundle("v3"), "K=old\n"); err != nil {
 						t.Fatal(err)
 					}
 					if err := Promote(env, shaA); err != nil {
 						t.Fatal(err)
+					}
+					if sc.tamper != "" {
+						tamper(t, Dir(env, sc.tamper))
 					}
 					injected := errors.New("injected failure")
 					seen := 0
@@ -535,18 +857,19 @@ func keys(m map[string]string) []string {
 	return ks
 }
 
-// Without RENAME_EXCHANGE, re-staging the current release has a window between two renames in
+// Without RENAME_EXCHANGE, replacing a distrusted current release has a window between two renames in
 // which releases/<sha> is absent (documented on Stage). A failure inside that window must put
 // the previous copy back.
 func TestFallbackRestoresTheCurrentReleaseOnFailure(t *testing.T) {
 	noExchange(t)
 	env := t.TempDir()
-	if _, err := Stage(env, shaA, bundle("v1"), "K=old\n"); err != nil {
+	if _, _, err := Stage(env, shaA, bundle("v1"), "K=old\n"); err != nil {
 		t.Fatal(err)
 	}
 	if err := Promote(env, shaA); err != nil {
 		t.Fatal(err)
 	}
+	tamper(t, Dir(env, shaA)) // a trusted release is re-staged in place, without renames
 	injected := errors.New("injected failure")
 	setHook(t, func(s string) error {
 		if s == "aside" {
@@ -554,7 +877,7 @@ func TestFallbackRestoresTheCurrentReleaseOnFailure(t *testing.T) {
 		}
 		return nil
 	})
-	if _, err := Stage(env, shaA, bundle("v1"), "K=new\n"); !errors.Is(err, injected) {
+	if _, _, err := Stage(env, shaA, bundle("v1"), "K=new\n"); !errors.Is(err, injected) {
 		t.Fatalf("err = %v, want the injected failure", err)
 	}
 	sha, dir, err := Current(env)

@@ -1,6 +1,5 @@
-// Package runner is the one place monky-deployd starts other programs (docker, systemctl): every
-// other package describes a command as a Cmd and hands it to a Runner, so tests swap in
-// runnertest.Fake and the exact argv and environment of every call can be asserted.
+// Package runner is the one place monky-deployd starts other programs (docker, systemctl), so
+// tests swap in runnertest.Fake and assert every call's argv and environment.
 package runner
 
 import (
@@ -16,13 +15,9 @@ import (
 	"time"
 )
 
-// Cmd is one program to run.
-//
-// Secrets never go in Args: argv is world-readable through /proc/<pid>/cmdline and `ps` on every
-// box, and it lands in the journal when a command fails. Hand a secret over through a file the
-// callee reads (the registry credential is DOCKER_CONFIG/config.json, the rendered .env is a
-// 0600 file) or through Stdin. Env is visible to the same user only (/proc/<pid>/environ is 0400),
-// but keep secrets out of it too unless the callee offers no other way.
+// Cmd is one program to run. Secrets never go in Args (world-readable in /proc/<pid>/cmdline,
+// and in the journal on failure) and not in Env unless the callee offers no other way: hand them
+// over in a 0600 file the callee reads, or on Stdin.
 type Cmd struct {
 	Name  string   // program; looked up in PATH when it has no slash
 	Args  []string // arguments, without the program name
@@ -31,8 +26,7 @@ type Cmd struct {
 	Stdin []byte   // fed to standard input; nil means /dev/null
 }
 
-// String renders the command line for logs and test failures. Cmd carries no secret (see above),
-// so the whole argv is safe to print.
+// String renders the command line for logs; Cmd carries no secret (see above).
 func (c Cmd) String() string {
 	if len(c.Args) == 0 {
 		return c.Name
@@ -47,36 +41,26 @@ type Result struct {
 	ExitCode int // 0 on success; 128+N when killed by signal N
 }
 
-// Runner runs a command to completion.
-//
-// Contract: the error is non-nil only when the command could not be started (the program is
-// missing: the error matches ErrNotFound; not executable; the directory is absent) or when ctx
-// ended before it finished (the error matches ctx.Err(), and Result holds the output captured so
-// far). A command that ran and exited non-zero is a Result with that ExitCode and a nil error:
-// callers decide what a non-zero exit means, and need its output to say why.
-// Implementations are safe for concurrent use.
+// Runner runs a command to completion; implementations are safe for concurrent use. The error
+// is non-nil only when the command could not start (ErrNotFound when the program is missing) or
+// ctx ended first (matches ctx.Err(); Result holds the output so far). A non-zero exit is a
+// Result with that ExitCode and a nil error: callers decide what it means.
 type Runner interface {
 	Run(ctx context.Context, c Cmd) (Result, error)
 }
 
-// ErrNotFound matches the error of a command whose program does not exist, so callers can tell
-// "systemctl is not installed" (a box without systemd) from a command that failed.
+// ErrNotFound: the program does not exist (a box without systemd), not a command that failed.
 var ErrNotFound = errors.New("executable not found")
 
-// Exec runs commands as child processes of the agent.
-//
-// Each child leads its own process group, and a cancelled ctx kills the whole group: `docker
-// compose` starts plugins and helpers of its own, and killing only the CLI would leave them
-// pulling or holding the output pipes open after the tick has given up.
+// Exec runs commands as children, each leading its own process group that a cancelled ctx kills:
+// `docker compose` starts helpers that would otherwise keep pulling and hold the pipes open.
 type Exec struct {
 	// Environ is the environment Cmd.Env is appended to; nil means the agent's own (os.Environ).
 	Environ []string
-	// WaitDelay bounds how long Run waits for the output pipes to close after the process has
-	// exited or been killed (a grandchild that escaped the group may hold them); 0 means 5s.
+	// WaitDelay bounds the wait for pipes an escaped grandchild may hold open; 0 means 5s.
 	WaitDelay time.Duration
 }
 
-// Run implements Runner.
 func (e Exec) Run(ctx context.Context, c Cmd) (Result, error) {
 	if c.Name == "" {
 		return Result{}, errors.New("runner: empty command name")
@@ -128,8 +112,7 @@ func (e Exec) Run(ctx context.Context, c Cmd) (Result, error) {
 	return res, fmt.Errorf("runner: start %s: %w", c.Name, err)
 }
 
-// isMissing reports whether a start failure means the program itself is absent (a path given
-// with a slash that does not exist), as opposed to a missing working directory.
+// isMissing tells an absent program (a path with a slash too) from a missing working directory.
 func isMissing(err error, c Cmd) bool {
 	if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(c.Name, "/") {
 		return false

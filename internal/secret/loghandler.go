@@ -6,12 +6,9 @@ import (
 	"log/slog"
 )
 
-// LogHandler returns a slog.Handler that passes every record to inner with its message and
-// attribute values redacted by r: the journal gets what the redactor knows at the time of the
-// line, whoever wrote the line and whatever it put in it. Attributes given to WithAttrs are
-// redacted when they are given (they are fixed fields such as env, never secrets). Values that
-// are neither strings nor errors are redacted in their printed form, and replaced by it only
-// when redaction changed it.
+// LogHandler redacts every record's message and attribute values by r before inner sees them,
+// whoever wrote the line. WithAttrs values are redacted once, when given; other kinds are
+// replaced by their printed form only when redaction changed it.
 func LogHandler(inner slog.Handler, r *Redactor) slog.Handler {
 	return &logHandler{inner: inner, r: r}
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -37,26 +38,23 @@ func (v Value) LogValue() slog.Value { return slog.StringValue(mask) }
 // MarshalText keeps a Value out of any JSON or YAML document by accident.
 func (v Value) MarshalText() ([]byte, error) { return []byte(mask), nil }
 
-// Redactor replaces known secret values with `***`. It is safe for concurrent use: KV reads of
-// one apply run in parallel and each adds what it read.
+// Redactor replaces known secret values with `***`; safe for concurrent use (parallel KV reads add).
 type Redactor struct {
 	mu     sync.RWMutex
 	values []string
 }
 
-// minLen is the shortest value worth redacting: masking a one- or two-character value would
-// shred every log line without protecting anything.
+// minLen: masking one or two characters would shred every log line and protect nothing.
 const minLen = 3
 
-// Add registers values to be masked, also trimmed, line by line, and in the escaped forms they
-// take on their way into text (JSON, %q, %+q, URL, .env): a password with a quote reaches a log
-// escaped, not raw. A form the caller derives (a base64 `auth`) is registered by that caller.
+// Add registers values, also trimmed, line by line and escaped (JSON, %q, URL, .env) as they
+// reach text; derived forms (base64 `auth`) are the caller's to add.
 func (r *Redactor) Add(values ...string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, v := range values {
 		for _, cand := range variants(v) {
-			if len(cand) >= minLen && !contains(r.values, cand) {
+			if len(cand) >= minLen && !slices.Contains(r.values, cand) {
 				r.values = append(r.values, cand)
 			}
 		}
@@ -84,9 +82,7 @@ func variants(v string) []string {
 	return out
 }
 
-// escapedForms returns v as it appears inside a JSON string (HTML-escaped, as encoding/json
-// writes it, and not), inside %q and %+q, URL query- and path-escaped, and in compose's `.env`
-// and `$$` escaping.
+// escapedForms returns v as JSON (with and without HTML escapes), %q, %+q, URL and .env write it.
 func escapedForms(v string) []string {
 	var forms []string
 	for _, html := range []bool{true, false} {
@@ -102,9 +98,7 @@ func escapedForms(v string) []string {
 		unquote(strconv.QuoteToASCII(v)),
 		url.QueryEscape(v),
 		url.PathEscape(v),
-		// A `.env` line as compose reads it, double-quoted (the agent writes values with a
-		// quote, a backslash or a newline so), and a compose file's `$$`.
-		dotenvQuoted.Replace(v),
+		dotenvQuoted.Replace(v), // a double-quoted `.env` value, as the agent writes one
 		strings.ReplaceAll(v, "$", "$$"),
 	)
 }
@@ -119,22 +113,10 @@ func unquote(q string) string {
 	return q
 }
 
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
 // Redact returns s with every registered value replaced by `***`.
-func (r *Redactor) Redact(s string) string {
-	return r.redactWith(s, mask)
-}
+func (r *Redactor) Redact(s string) string { return r.redactWith(s, mask) }
 
-// redactWith is Redact with another mask, so a test can tell a value that survived from one
-// that the mask and its neighbours happen to spell (`ab*` beside `***`).
+// redactWith is Redact with another mask, so a test can tell a survivor from mask-spelt text.
 func (r *Redactor) redactWith(s, m string) string {
 	if r == nil {
 		return s
@@ -149,14 +131,12 @@ func (r *Redactor) redactWith(s, m string) string {
 	return s
 }
 
-// Truncate redacts s and keeps at most its last n bytes: the last lines of a log are the ones
-// that explain a failure. A detail is cut with TruncateHead.
+// Truncate redacts s and keeps its last n bytes: a log's last lines explain a failure.
 func (r *Redactor) Truncate(s string, n int) string {
 	return clip.LastBytes(r.Redact(s), n)
 }
 
-// TruncateHead redacts s and keeps at most n bytes of its start, the last of them "…" when it
-// cut: a refusal's `CODE:` prefix and first findings are what an operator greps for.
+// TruncateHead redacts s and keeps its first n bytes ("…" last when cut): operators grep `CODE:`.
 func (r *Redactor) TruncateHead(s string, n int) string {
 	s = r.Redact(s)
 	switch {
@@ -168,8 +148,7 @@ func (r *Redactor) TruncateHead(s string, n int) string {
 	return clip.Head(s, n-len("…"))
 }
 
-// Mask replaces every non-empty value in s with `***`: for the one or two secrets a client holds
-// while it builds an error, where a Redactor's escaped forms are not needed.
+// Mask replaces every non-empty value in s with `***`, for a client's one or two secrets.
 func Mask(s string, values ...string) string {
 	for _, v := range values {
 		if v != "" {
@@ -179,8 +158,7 @@ func Mask(s string, values ...string) string {
 	return s
 }
 
-// MaskError returns err with values masked in its text; errors.Is/As still see err's chain.
-// It holds the masked text, never the values.
+// MaskError masks values in err's text (holding no value); errors.Is/As still see the chain.
 func MaskError(err error, values ...string) error {
 	return maskedError{err: err, msg: Mask(err.Error(), values...)}
 }

@@ -1,10 +1,7 @@
-// Package strictjson decodes JSON that someone else wrote the way its writer meant it.
-// encoding/json matches object keys to struct fields case-insensitively and keeps the last of
-// two equal keys, so `{"allow_privileged": false, "ALLOW_PRIVILEGED": true}` reads as true; here
-// keys match exactly (the second key is an unknown member, ignored) and a key given twice in one
-// object is an error. The decoding is encoding/json/v2's (github.com/go-json-experiment/json,
-// its mirror until Go 1.27), whose defaults are exactly these; unknown members are ignored, as
-// answers from a newer peer must be.
+// Package strictjson decodes JSON as its writer meant it: encoding/json matches keys
+// case-insensitively and keeps the last of two, so `{"allow_privileged": false,
+// "ALLOW_PRIVILEGED": true}` reads as true. encoding/json/v2's defaults (go-json-experiment/json)
+// match exactly and refuse duplicates; unknown members are ignored, as a newer peer's must be.
 package strictjson
 
 import (
@@ -21,20 +18,15 @@ import (
 // ErrDuplicateKey is matched (errors.Is) by an *Error for a key given twice in one object.
 var ErrDuplicateKey = errors.New("duplicate key")
 
-// Error is a document that does not decode. Its text never quotes a value of the document (an
-// answer may hold a secret), only member names and JSON kinds.
+// Error is a document that does not decode; it never quotes a value (an answer may hold a secret).
 type Error struct {
-	// Field is the member at fault as a dotted path with array indexes left out
-	// ("agent.allow_privileged", "entries.var"): the form a caller keys its "want" text by.
-	// "" is the document itself.
+	// Field is the member at fault, dotted, indexes left out ("entries.var"); "" is the document.
 	Field string
 	// Pointer is the same place as a JSON pointer, indexes kept ("/entries/2/var").
 	Pointer string
 	// Key is the last member name of the place, unescaped (a file path of a bundle's files).
 	Key string
-	// Got is the JSON kind found where another was wanted, named as encoding/json names it
-	// ("string", "number", "object", "array", "bool", "null"); "" when the error is not about a
-	// type.
+	// Got is the JSON kind found where another was wanted ("string", "null"…); "" if no type error.
 	Got string
 	// Duplicate: Field was given twice in one object.
 	Duplicate bool
@@ -65,9 +57,8 @@ func (e *Error) Error() string {
 // Is matches ErrDuplicateKey.
 func (e *Error) Is(target error) bool { return target == ErrDuplicateKey && e.Duplicate }
 
-// Unmarshal decodes data into v: keys match struct fields exactly, a key given twice in one
-// object is an *Error with Duplicate set, unknown members are ignored, invalid UTF-8 and trailing
-// data are errors. Every error is an *Error.
+// Unmarshal decodes data into v; every error is an *Error (Duplicate set for a repeated key),
+// invalid UTF-8 and trailing data included.
 func Unmarshal(data []byte, v any) error {
 	err := jsonv2.Unmarshal(data, v)
 	if err == nil {
@@ -100,8 +91,7 @@ func trailing(data []byte) bool {
 	return len(bytes.TrimSpace(data[dec.InputOffset():])) > 0
 }
 
-// Path is the place as a reader writes it: entries[2].var. A member name that is all digits is
-// taken for an index, as in Field.
+// Path is the place as a reader writes it: entries[2].var.
 func (e *Error) Path() string {
 	var b strings.Builder
 	for tok := range jsontext.Pointer(e.Pointer).Tokens() {
@@ -117,9 +107,8 @@ func (e *Error) Path() string {
 	return b.String()
 }
 
-// dotted turns /agent/allow_privileged into agent.allow_privileged and /entries/2/var into
-// entries.var. A member name that is all digits is taken for an index: no field the agent
-// reads has such a name.
+// dotted turns /entries/2/var into entries.var; an all-digit member is an index (no field has
+// such a name).
 func dotted(p jsontext.Pointer) string {
 	var parts []string
 	for tok := range p.Tokens() {

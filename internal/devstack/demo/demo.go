@@ -6,6 +6,7 @@ package demo
 
 import (
 	"context"
+	"debug/buildinfo"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/devstack"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/devstack/dockercli"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/ziti"
 )
 
 // Options configure Run.
@@ -25,6 +27,10 @@ type Options struct {
 	// The binaries: the agent and fleetctl under demonstration, the demo app (static), and
 	// optionally a bao server binary (else OpenBao is the in-process fake) and the registry.
 	AgentBin, FleetctlBin, AppBin, BaoBin, RegistryBin string
+	// ZitiBin is a ziti binary (scripts/build-ziti.sh): when set the demo runs the real OpenZiti
+	// controller and router, and its agents reach the control plane over that mesh, each box's
+	// identity held by its own `monky-deployd proxy`; else the in-process fake controller.
+	ZitiBin string
 	// Boxes is how many agents (5 when zero, at least 4: two of them are broken on purpose).
 	Boxes int
 	// Interval is the check-in interval and tick period (5 s when zero).
@@ -61,7 +67,7 @@ func Run(ctx context.Context, o Options) (err error) {
 
 	w, err := devstack.NewWorld(ctx, devstack.WorldOptions{
 		Dir: o.Dir, AgentBin: o.AgentBin, FleetctlBin: o.FleetctlBin, AppBin: o.AppBin,
-		BaoBin: o.BaoBin, RegistryBin: o.RegistryBin, Interval: o.Interval,
+		BaoBin: o.BaoBin, ZitiBin: o.ZitiBin, RegistryBin: o.RegistryBin, Interval: o.Interval,
 	})
 	if err != nil {
 		return err
@@ -71,7 +77,11 @@ func Run(ctx context.Context, o Options) (err error) {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)
 		defer cancel()
 		p.line("")
-		p.line("cleaning up: stopping %d agents, removing their compose projects (down -v), images, registry, OpenBao, control plane", len(w.Boxes()))
+		proxies, ctrl := "", ""
+		if w.Stack.RealZiti != nil {
+			proxies, ctrl = " and their proxies", " with the ziti controller and router"
+		}
+		p.line("cleaning up: stopping %d agents%s, removing their compose projects (down -v), images, registry, OpenBao, control plane%s", len(w.Boxes()), proxies, ctrl)
 		if cerr := w.Close(cctx); cerr != nil {
 			p.line("  cleanup FAILED: %v", cerr)
 			err = errors.Join(err, cerr)
@@ -87,10 +97,16 @@ func Run(ctx context.Context, o Options) (err error) {
 	}
 	silent, broken := envs[2], envs[3]
 
-	p.step("onboarding %d boxes with `fleetctl onboard --transport system` (kits in %s)", o.Boxes, w.Kits)
+	p.step("onboarding %d boxes with `fleetctl onboard --transport %s` (kits in %s)", o.Boxes, w.Fleetctl.Transport, w.Kits)
 	for _, env := range envs {
-		if _, err := w.AddBox(ctx, env); err != nil {
+		b, err := w.AddBox(ctx, env)
+		if err != nil {
 			return err
+		}
+		if b.Mesh != nil {
+			p.line("   %s  kit written; identity monky-host.%s (#%s, #%s) made on the controller by fleetctl, enrolled (ziti edge enroll); monky-deployd proxy pid %d holds it",
+				env, env, ziti.AttrDeployAgent, ziti.AttrOpenBaoClient, b.ProxyPid())
+			continue
 		}
 		p.line("   %s  kit written (bootstrap.jwt, enrolment token, install command); identity monky-host.%s made by the broker", env, env)
 	}
@@ -137,10 +153,14 @@ func Run(ctx context.Context, o Options) (err error) {
 	p.line("   every agent also leaves its own metrics for node_exporter after each tick: <box>/textfile/%s", "monky_deployd.prom")
 
 	p.step("two things go wrong")
-	w.Stack.SetOnline(silent, true)
+	w.Stack.SetOnline(silent, true) // the fake's pin; the real mesh sees the proxy still running
 	sb, _ := w.Box(silent)
 	sb.Stop()
-	p.line("   %s  its timer stops (what 0.1.8's prerm did: systemctl disable --now); the host stays on the mesh", silent)
+	if sb.Mesh != nil {
+		p.line("   %s  its timer stops (what 0.1.8's prerm did: systemctl disable --now); its proxy (pid %d) keeps the host on the mesh", silent, sb.ProxyPid())
+	} else {
+		p.line("   %s  its timer stops (what 0.1.8's prerm did: systemctl disable --now); the host stays on the mesh", silent)
+	}
 	sha, err := w.Deploy(broken, "hello-privileged")
 	if err != nil {
 		return err
@@ -317,7 +337,13 @@ func (p *printer) intro(w *devstack.World) {
 	p.line("control plane (127.0.0.1 only; its files are in %s)", s.Dir())
 	p.line("  tenancy agent API   %-28s the agents check in, fetch bundles, lease grants, report", s.Tenancy.URL)
 	p.line("  tenancy admin API   %-28s fleetctl reads the agents' check-ins; kits are revealed here", s.Admin.URL)
-	p.line("  ziti management     %-28s host identities: attributes, online or not — the in-process fake (no controller or router: the agents reach tenancy directly)", s.Ziti.URL)
+	if s.RealZiti != nil {
+		p.line("  ziti management     %-28s host identities as the controller has them: attributes, online or not", s.ZitiURL())
+		p.line("ziti controller: real (%s at %s); the router hosts %s and %s, the agents reach them only through the mesh", zitiVersion(w.ZitiBin()), s.ZitiURL(), devstack.TenancyService, devstack.BaoService)
+	} else {
+		p.line("  ziti management     %-28s host identities: attributes, online or not — the in-process fake (no controller or router: the agents reach tenancy directly)", s.ZitiURL())
+		p.line("ziti controller: fake (no ziti binary; run scripts/build-ziti.sh — unless MONKY_DEMO_ZITI=off asked for the fake)")
+	}
 	p.line("  OpenBao             %-28s %s, configured like production (jwt-tenancy, see-env)", s.Bao.Addr(), s.Bao.Kind())
 	switch {
 	case w.Docker == "":
@@ -359,7 +385,7 @@ func Serve(ctx context.Context, o Options) (err error) {
 	p := &printer{w: o.Stdout}
 	w, err := devstack.NewWorld(ctx, devstack.WorldOptions{
 		Dir: o.Dir, AgentBin: o.AgentBin, FleetctlBin: o.FleetctlBin, AppBin: o.AppBin,
-		BaoBin: o.BaoBin, RegistryBin: o.RegistryBin, Interval: o.Interval,
+		BaoBin: o.BaoBin, ZitiBin: o.ZitiBin, RegistryBin: o.RegistryBin, Interval: o.Interval,
 	})
 	if err != nil {
 		return err
@@ -367,7 +393,7 @@ func Serve(ctx context.Context, o Options) (err error) {
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)
 		defer cancel()
-		p.line("stopping: agents, compose projects, images, registry, OpenBao, control plane")
+		p.line("stopping: agents (and proxies), compose projects, images, registry, OpenBao, control plane")
 		if cerr := w.Close(cctx); cerr != nil {
 			err = errors.Join(err, cerr)
 		}
@@ -391,3 +417,21 @@ func Serve(ctx context.Context, o Options) (err error) {
 	<-ctx.Done()
 	return nil
 }
+
+// zitiVersion is "ziti vX.Y.Z quickstart": the openziti/ziti module the binary was built from
+// (a build from the module proxy says v0.0.0 to `ziti version`).
+func zitiVersion(bin string) string {
+	if info, err := buildinfo.ReadFile(bin); err == nil {
+		if info.Main.Path == zitiModule && info.Main.Version != "" && info.Main.Version != "(devel)" {
+			return "ziti " + info.Main.Version + " quickstart"
+		}
+		for _, d := range info.Deps {
+			if d.Path == zitiModule {
+				return "ziti " + d.Version + " quickstart"
+			}
+		}
+	}
+	return "ziti quickstart"
+}
+
+const zitiModule = "github.com/openziti/ziti"

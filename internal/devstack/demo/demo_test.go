@@ -42,3 +42,13 @@ func TestNarrativeHelpers(t *testing.T) {
 		t.Error("mesh/deref of nil, true, false")
 	}
 }
+
+// zitiVersion reads the openziti/ziti module version a binary was built from; a file that is no
+// Go binary (or none at all) gives the name alone, never a made-up version.
+func TestZitiVersionWithoutBuildInfo(t *testing.T) {
+	for _, bin := range []string{"/nonexistent/ziti", "/bin/sh"} {
+		if got := zitiVersion(bin); got != "ziti quickstart" {
+			t.Errorf("zitiVersion(%s) = %q", bin, got)
+		}
+	}
+}

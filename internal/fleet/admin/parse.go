@@ -13,9 +13,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/strictjson"
 )
 
-// nameRE is what an env id may look like in a listing or on the command line, and what the kit's
-// tenancy service, auth mount and role may look like: they end up in file names, ansible variables
-// and the install command an operator pastes into a root shell.
+// nameRE: env ids and the kit's names end up in file names, ansible variables and a root shell.
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
 func checkName(field, v string) error {
@@ -28,9 +26,8 @@ func checkName(field, v string) error {
 // CheckEnvID reports whether envID is a well-formed env id.
 func CheckEnvID(envID string) error { return checkName("env_id", envID) }
 
-// CheckKitName reports whether v may be the env id or site of an install kit (field names it):
-// what install.sh's --env and --site take. onboard checks it before the reveal, which supersedes
-// the env's earlier grants, so a kit ParseKit would refuse is never paid for with a working one.
+// CheckKitName checks v as install.sh's --env or --site, before a reveal supersedes the env's
+// grants: a kit ParseKit would refuse is never paid for with a working one.
 func CheckKitName(field, v string) error {
 	if !kitNameRE.MatchString(v) {
 		return fmt.Errorf("%s: %q is not a valid kit name (lower-case letters, digits and '-', at most 63)", field, v)
@@ -38,10 +35,8 @@ func CheckKitName(field, v string) error {
 	return nil
 }
 
-// ParseAgentsPage reads one page of GET /v1/admin/agents and checks what fleetctl relies on:
-// `now` and every time are RFC 3339, every agent has a valid env_id, intervals are not negative,
-// and a cursor, when present, is not empty. Unknown fields are ignored (tenancy only ever adds).
-// Errors name the field, e.g. `agents[3] (env-x).last_checkin_at: …`.
+// ParseAgentsPage reads one page of GET /v1/admin/agents, checking what fleetctl relies on;
+// unknown fields are ignored (tenancy only adds), errors name the field.
 func ParseAgentsPage(b []byte) (*protocol.AdminAgentsPage, time.Time, error) {
 	var p protocol.AdminAgentsPage
 	if err := decode(b, &p); err != nil {
@@ -92,18 +87,14 @@ type timeField struct {
 	v     *string
 }
 
-// The shapes of the kit's values, each the stricter of install.sh's check of the flag the value
-// becomes (packaging/install.sh, "0. arguments"; a test holds the two together) and what is safe in
-// a root shell command line and in YAML. A kit install.sh would refuse is refused here, before it
-// is written, naming tenancy's field.
+// The kit's values: the stricter of install.sh's check (a test holds the two together) and what
+// is safe in a root shell and in YAML.
 var (
 	// kitNameRE: env_id and site, as install.sh's --env and --site (and the ansible role).
 	kitNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
-	// kitVersionRE: install.sh's --version, with the suffix limited to 40 characters after
-	// '-', '+' or '~' (0.2.0, 0.2.0-rc.1, 0.2.0+deb12, 0.2.0~rc1).
+	// kitVersionRE: install.sh's --version (0.2.0, 0.2.0-rc.1, 0.2.0+deb12, 0.2.0~rc1).
 	kitVersionRE = regexp.MustCompile(`^[0-9]+\.[0-9]+\.[0-9]+([~+-][0-9A-Za-z.~+-]{1,40})?$`)
-	// kitBaoAddrRE: install.sh's --bao-addr, https only: scheme, host and port, nothing after
-	// the host but an optional '/'.
+	// kitBaoAddrRE: install.sh's --bao-addr: https, host and port, at most a '/' after.
 	kitBaoAddrRE = regexp.MustCompile(`^https://[A-Za-z0-9.-]+(:[1-9][0-9]{0,4})?/?$`)
 )
 
@@ -114,10 +105,8 @@ type kitField struct {
 	want        string
 }
 
-// ParseKit reads the answer to POST /v1/admin/backends/{env_id}/kit. It is the one check of the
-// kit: every value that reaches a file, an ansible variable or the install command is checked
-// here, because the operator runs that command as root on the box. An absent tenancy_port becomes
-// 443; the other optional values stay empty (install.sh and the role use their defaults).
+// ParseKit reads POST /v1/admin/backends/{env_id}/kit's answer: the one check of every value
+// that reaches a root shell. An absent tenancy_port becomes 443; other optional values stay empty.
 func ParseKit(b []byte) (*protocol.KitResponse, error) {
 	var k protocol.KitResponse
 	if err := decode(b, &k); err != nil {
@@ -165,8 +154,7 @@ func ParseKit(b []byte) (*protocol.KitResponse, error) {
 	return &k, nil
 }
 
-// decode reads one JSON object the way tenancy writes it (strictjson: keys match exactly, a key
-// given twice is an error); a type mismatch names the field.
+// decode reads one JSON object strictly (strictjson); a type mismatch names the field.
 func decode(b []byte, v any) error {
 	err := strictjson.Unmarshal(b, v)
 	var se *strictjson.Error

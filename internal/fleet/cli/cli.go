@@ -1,7 +1,5 @@
 // Package cli is fleetctl: the operator's view of the fleet, joining the ziti controller and
-// tenancy's admin API (docs/FLEET.md). Each command lives in its own file; its cobra RunE only
-// hands off to a plain run<Command>(ctx, opts, g, w) that tests call directly. Exit codes are
-// decided once, in exitCode, from the sentinel errors below.
+// tenancy's admin API (docs/FLEET.md). One file per command; exit codes are decided in exitCode.
 package cli
 
 import (
@@ -39,20 +37,16 @@ const (
 
 // Errors that decide the exit code.
 var (
-	// ErrUsage: the command line or the configuration is wrong (exit 2).
-	ErrUsage = errors.New("usage")
-	// ErrNotOK: the command ran and found something not OK; the output already says what
-	// (exit 1, and nothing more is printed).
+	ErrUsage = errors.New("usage") // exit 2
+	// ErrNotOK: exit 1; the output already says what, nothing more is printed.
 	ErrNotOK = errors.New("not ok")
 )
 
 // SourceError: a source could not be read, so nothing was judged (exit 3).
 type SourceError struct {
-	// Source is "ziti controller" or "tenancy".
-	Source string
-	// Addr is the URL it was reached at.
-	Addr string
-	Err  error
+	Source string // "ziti controller" or "tenancy"
+	Addr   string
+	Err    error
 }
 
 func (e *SourceError) Error() string {
@@ -69,8 +63,8 @@ func usagef(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrUsage}, args...)...)
 }
 
-// exitCode is the one place an error becomes an exit code. Errors that cobra raised before any
-// command ran (unknown command or flag, wrong argument count) are usage errors.
+// exitCode is the one place an error becomes an exit code; cobra's errors before any command
+// ran are usage errors.
 func exitCode(err error, started bool) int {
 	var se *SourceError
 	switch {
@@ -84,24 +78,20 @@ func exitCode(err error, started bool) int {
 	return ExitNotOK
 }
 
-// world is everything fleetctl takes from outside: tests replace any of it.
-type world struct {
+// Deps is everything fleetctl takes from outside: tests replace any of it.
+type Deps struct {
 	Stdout, Stderr io.Writer
 	Getenv         func(string) string
 	ReadFile       func(string) ([]byte, error)
 	Now            func() time.Time
-	// Sleep waits d or until ctx ends (then it returns ctx.Err()).
-	Sleep func(ctx context.Context, d time.Duration) error
-	// IsTerminal reports whether w is a terminal (redraw in place, show progress).
-	IsTerminal func(w io.Writer) bool
-	// After runs f once d has passed (progress shows only for work that takes over a second).
-	After func(d time.Duration, f func()) (stop func() bool)
-	// Listen opens the exporter's listener.
-	Listen func(network, addr string) (net.Listener, error)
+	Sleep          func(ctx context.Context, d time.Duration) error // ctx.Err() when ctx ends first
+	IsTerminal     func(w io.Writer) bool
+	After          func(d time.Duration, f func()) (stop func() bool)
+	Listen         func(network, addr string) (net.Listener, error)
 }
 
-func realWorld(stdout, stderr io.Writer) world {
-	return world{
+func realDeps(stdout, stderr io.Writer) Deps {
+	return Deps{
 		Stdout: stdout, Stderr: stderr,
 		Getenv: os.Getenv, ReadFile: os.ReadFile, Now: time.Now,
 		Sleep: func(ctx context.Context, d time.Duration) error {
@@ -123,8 +113,7 @@ func realWorld(stdout, stderr io.Writer) world {
 	}
 }
 
-// Main runs fleetctl with the process's arguments and streams; cmd/fleetctl calls it and exits
-// with what it returns. Ctrl-C ends a --watch or a gate's wait cleanly.
+// Main runs fleetctl on the process's arguments and streams; Ctrl-C ends a wait cleanly.
 func Main() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -133,11 +122,11 @@ func Main() int {
 
 // Run executes fleetctl with args (without the program name) and returns the exit code.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	return run(ctx, args, realWorld(stdout, stderr))
+	return run(ctx, args, realDeps(stdout, stderr))
 }
 
-func run(ctx context.Context, args []string, w world) int {
-	g := newGlobals(w)
+func run(ctx context.Context, args []string, deps Deps) int {
+	g := newGlobals(deps)
 	root := newRootCommand(g)
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
@@ -164,7 +153,7 @@ func trimUsage(err error) string {
 	return s
 }
 
-// globalOptions are the flags every command shares, plus the world and what is derived from it.
+// globalOptions are the flags every command shares, plus the Deps and what is derived from it.
 type globalOptions struct {
 	configPath      string
 	verbose         bool
@@ -173,7 +162,7 @@ type globalOptions struct {
 	zitiConcurrency int
 	flags           config.Flags
 
-	w       world
+	deps    Deps
 	stdout  io.Writer // redacting
 	stderr  io.Writer // redacting
 	log     *slog.Logger
@@ -182,10 +171,10 @@ type globalOptions struct {
 	started bool
 }
 
-func newGlobals(w world) *globalOptions {
-	g := &globalOptions{w: w, secrets: &secrets{}}
-	g.stdout = redactingWriter{w.Stdout, g.secrets}
-	g.stderr = redactingWriter{w.Stderr, g.secrets}
+func newGlobals(deps Deps) *globalOptions {
+	g := &globalOptions{deps: deps, secrets: &secrets{}}
+	g.stdout = redactingWriter{deps.Stdout, g.secrets}
+	g.stderr = redactingWriter{deps.Stderr, g.secrets}
 	return g
 }
 
@@ -221,8 +210,7 @@ func (s *secrets) in(p []byte) bool {
 	return false
 }
 
-// redactingWriter is the last line of defence: every byte fleetctl prints passes through it,
-// and any secret fleetctl has read (password, tokens, grants) is masked.
+// redactingWriter masks every secret fleetctl has read in every byte it prints: the last guard.
 type redactingWriter struct {
 	w io.Writer
 	s *secrets
@@ -285,7 +273,6 @@ Exit codes: 0 all OK, 1 something is not OK, 2 usage or configuration error,
 	return root
 }
 
-// setup validates the shared flags and makes the logger.
 func (g *globalOptions) setup(cmd *cobra.Command) error {
 	level := slog.LevelWarn
 	if g.verbose {
@@ -321,18 +308,18 @@ func (g *globalOptions) printer() render.Printer {
 	return render.Printer{Format: f}
 }
 
-// settings loads the config file and layers env and flags over it. Every secret it reads is
-// registered with the redactor before anything can print it.
+// settings layers env and flags over the config file; its secrets are registered with the
+// redactor before anything can print them.
 func (g *globalOptions) settings() (*config.Settings, error) {
 	path, explicit := g.configPath, g.configPath != ""
 	if !explicit {
-		path = config.DefaultPath(g.w.Getenv)
+		path = config.DefaultPath(g.deps.Getenv)
 	}
-	f, err := config.Load(path, explicit, g.w.ReadFile)
+	f, err := config.Load(path, explicit, g.deps.ReadFile)
 	if err != nil {
 		return nil, err
 	}
-	s, err := config.Resolve(f, g.w.Getenv, g.flags, g.w.ReadFile)
+	s, err := config.Resolve(f, g.deps.Getenv, g.flags, g.deps.ReadFile)
 	if err != nil {
 		return nil, err
 	}

@@ -60,8 +60,8 @@ func newHarness(t *testing.T) *harness {
 	return &harness{t: t, f: f, work: work, env: f.env(work), clock: time.Date(2031, 5, 17, 3, 33, 0, 0, time.UTC)}
 }
 
-func (h *harness) world() world {
-	return world{
+func (h *harness) deps() Deps {
+	return Deps{
 		Stdout: &h.stdout, Stderr: &h.stderr,
 		Getenv:   func(k string) string { return h.env[k] },
 		ReadFile: os.ReadFile,
@@ -102,7 +102,7 @@ func (h *harness) world() world {
 func (h *harness) run(ctx context.Context, args ...string) int {
 	h.stdout.Reset()
 	h.stderr.Reset()
-	return run(ctx, args, h.world())
+	return run(ctx, args, h.deps())
 }
 
 func TestExitCode(t *testing.T) {

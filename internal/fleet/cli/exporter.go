@@ -17,8 +17,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/report"
 )
 
-// DefaultExporterListen is where `fleetctl exporter` listens unless told otherwise: loopback,
-// so a Prometheus on the same host scrapes it and nothing else on the network reads the fleet.
+// DefaultExporterListen is loopback: a Prometheus on the same host scrapes, nothing else reads the fleet.
 const DefaultExporterListen = "127.0.0.1:9465"
 
 type exporterOptions struct {
@@ -78,10 +77,10 @@ func runExporter(ctx context.Context, opts exporterOptions, g *globalOptions, di
 		Sources: []string{sourceZiti, sourceTenancy},
 		Refresh: opts.refresh,
 		Timeout: g.timeout,
-		Now:     g.w.Now,
+		Now:     g.deps.Now,
 		Log:     g.log,
 	})
-	ln, err := g.w.Listen("tcp", listen)
+	ln, err := g.deps.Listen("tcp", listen)
 	if err != nil {
 		return fmt.Errorf("exporter: %w", err)
 	}
@@ -124,7 +123,6 @@ func checkListen(hp string) error {
 	return nil
 }
 
-// sourceOf names the source a reading failed on.
 func sourceOf(err error) string {
 	var se *SourceError
 	if errors.As(err, &se) {

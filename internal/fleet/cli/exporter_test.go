@@ -30,7 +30,7 @@ func TestExporterServesTheFleet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := h.world()
+	w := h.deps()
 	var asked string
 	w.Listen = func(network, addr string) (net.Listener, error) {
 		asked = addr

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -76,7 +77,7 @@ func runGate(ctx context.Context, opts gateOptions, g *globalOptions, w io.Write
 		return err
 	}
 
-	deadline := g.w.Now().Add(opts.wait)
+	deadline := g.deps.Now().Add(opts.wait)
 	var started time.Time
 	waitLine := false
 	defer func() {
@@ -87,13 +88,12 @@ func runGate(ctx context.Context, opts gateOptions, g *globalOptions, w io.Write
 	for attempt := 1; ; attempt++ {
 		doc, err := r.document(ctx, opts.site, ro)
 		if err != nil {
-			// A reading that fails while waiting is retried: agents restart during an upgrade,
-			// tenancy may blip. The first reading, or the last one, must succeed.
-			if attempt == 1 || ctx.Err() != nil || !g.w.Now().Before(deadline) {
+			// Retried while waiting (agents restart, tenancy blips); the first and last must succeed.
+			if attempt == 1 || ctx.Err() != nil || !g.deps.Now().Before(deadline) {
 				return err
 			}
 			g.log.Warn("gate: reading failed; retrying", "err", err.Error())
-			if err := g.w.Sleep(ctx, min(opts.poll, max(deadline.Sub(g.w.Now()), 0))); err != nil {
+			if err := g.deps.Sleep(ctx, min(opts.poll, max(deadline.Sub(g.deps.Now()), 0))); err != nil {
 				return err
 			}
 			continue
@@ -104,8 +104,8 @@ func runGate(ctx context.Context, opts gateOptions, g *globalOptions, w io.Write
 		gate := report.NewGate(doc, report.GateOptions{
 			Allow: opts.allow, MinVersion: opts.minVersion, ExpectVersion: opts.expectVersion, StartedAt: started,
 		})
-		lagging := laggards(gate)
-		remaining := deadline.Sub(g.w.Now())
+		lagging := gate.Lagging()
+		remaining := deadline.Sub(g.deps.Now())
 		if opts.wait == 0 || lagging == 0 || remaining <= 0 {
 			gate.TimedOut = lagging > 0 && opts.wait > 0
 			if waitLine {
@@ -117,11 +117,10 @@ func runGate(ctx context.Context, opts gateOptions, g *globalOptions, w io.Write
 			}
 			return notOK(!gate.Pass)
 		}
-		// A box backing off a failed release checks in as usual: it is no laggard, and no wait
-		// clears its verdict; say so rather than let the wait look like it covers it.
+		// A box backing off checks in as usual: no wait clears its verdict, so say so.
 		backingOff := gate.BackingOff()
 		g.log.Info("gate: waiting", "lagging", lagging, "backing_off", backingOff, "expect", opts.expectVersion, "left", remaining.Round(time.Second))
-		if g.w.IsTerminal(g.w.Stderr) {
+		if g.deps.IsTerminal(g.deps.Stderr) {
 			extra := ""
 			if backingOff > 0 {
 				extra = fmt.Sprintf(" (%d more backing off a failed release: they block whatever the wait)", backingOff)
@@ -129,28 +128,10 @@ func runGate(ctx context.Context, opts gateOptions, g *globalOptions, w io.Write
 			fmt.Fprintf(g.stderr, "\r\x1b[Kgate: %d envs not yet on %s%s, %s left", lagging, opts.expectVersion, extra, remaining.Round(time.Second))
 			waitLine = true
 		}
-		if err := g.w.Sleep(ctx, min(opts.poll, remaining)); err != nil {
+		if err := g.deps.Sleep(ctx, min(opts.poll, remaining)); err != nil {
 			return fmt.Errorf("gate: interrupted while %d envs were not yet on %s", lagging, opts.expectVersion)
 		}
 	}
 }
 
-func laggards(g *report.Gate) int {
-	n := 0
-	for _, b := range g.Blockers {
-		if b.Lagging {
-			n++
-		}
-	}
-	return n
-}
-
-func isGlob(s string) bool {
-	for _, c := range s {
-		switch c {
-		case '*', '?', '[':
-			return true
-		}
-	}
-	return false
-}
+func isGlob(s string) bool { return strings.ContainsAny(s, "*?[") }

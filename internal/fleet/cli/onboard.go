@@ -146,8 +146,7 @@ func runOnboard(ctx context.Context, opts onboardOptions, g *globalOptions, w io
 		return err
 	}
 
-	// The kit directory is checked and staged BEFORE the reveal: a reveal supersedes the grant
-	// the box may be holding, so it must not happen when the kit cannot be written.
+	// Staged BEFORE the reveal: a reveal supersedes the box's grant, so not when no kit can be written.
 	stage, err := kit.Prepare(opts.out, opts.env, opts.reissue)
 	if err != nil {
 		return err
@@ -198,7 +197,7 @@ func runOnboard(ctx context.Context, opts onboardOptions, g *globalOptions, w io
 
 	k.Hostname = id.Hostname
 	k.Reissued = stage.Replaces()
-	k.CreatedAt = g.w.Now().UTC()
+	k.CreatedAt = g.deps.Now().UTC()
 	k.Tool = "fleetctl " + version.Version
 	dir, err := stage.Commit(k)
 	if err != nil {
@@ -217,9 +216,8 @@ func runOnboard(ctx context.Context, opts onboardOptions, g *globalOptions, w io
 	return g.printer().Print(w, res)
 }
 
-// ensureIdentity makes sure monky-host.ENV exists with both role attributes. Tenancy's broker
-// normally created it at the reveal; an identity made before the broker learned the attributes,
-// or a broker that failed, is repaired here.
+// ensureIdentity makes sure monky-host.ENV exists with both role attributes, repairing what an
+// early or failed broker left at the reveal.
 func ensureIdentity(ctx context.Context, zc *ziti.Client, env string) (identityOp, *ziti.Identity, error) {
 	name := ziti.IdentityName(env)
 	id, err := zc.FindIdentity(ctx, name)

@@ -7,13 +7,10 @@ import (
 	"time"
 )
 
-// progressDelay: work quicker than this shows nothing; a status over 10,000 envs shows pages as
-// they arrive.
 const progressDelay = time.Second
 
-// progress draws one line on stderr — pages fetched of how many — while the sources are read.
-// It draws only on a terminal, and only once the work has taken longer than progressDelay; on a
-// pipe or in CI it prints nothing at all.
+// progress draws one line on stderr, pages fetched of how many, only on a terminal and only once
+// the work has taken longer than progressDelay.
 type progress struct {
 	w       io.Writer
 	enabled bool
@@ -26,14 +23,13 @@ type progress struct {
 }
 
 func (g *globalOptions) newProgress() *progress {
-	p := &progress{w: g.stderr, enabled: g.w.IsTerminal(g.w.Stderr)}
+	p := &progress{w: g.stderr, enabled: g.deps.IsTerminal(g.deps.Stderr)}
 	if p.enabled {
-		p.stop = g.w.After(progressDelay, p.arm)
+		p.stop = g.deps.After(progressDelay, p.arm)
 	}
 	return p
 }
 
-// arm is called once the delay has passed.
 func (p *progress) arm() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -72,7 +68,6 @@ func (p *progress) drawLocked() {
 	p.shown = true
 }
 
-// done stops the timer and erases the line if it was drawn.
 func (p *progress) done() {
 	if p.stop != nil {
 		p.stop()

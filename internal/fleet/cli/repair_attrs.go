@@ -45,7 +45,6 @@ Without --apply it only says what it would do, and exits 1 when something needs 
 	return cmd
 }
 
-// repairPlan is the result of repair-attrs.
 type repairPlan struct {
 	Schema int          `json:"schema"`
 	Apply  bool         `json:"apply"`
@@ -176,18 +175,14 @@ func runRepairAttrs(ctx context.Context, opts repairOptions, g *globalOptions, w
 func itemFor(env string, id *ziti.Identity) repairItem {
 	it := repairItem{EnvID: env, Identity: id.Name, ID: id.ID, Has: append([]string{}, id.RoleAttributes...),
 		Missing: ziti.MissingAttributes(id.RoleAttributes), Action: "none"}
-	if it.Missing == nil {
-		it.Missing = []string{}
-	}
 	if len(it.Missing) > 0 {
 		it.Action = "would add"
 	}
 	return it
 }
 
-// applyRepairs patches every identity that lacks attributes, four at a time. Each identity is
-// read again just before its PATCH: the list replaces the whole set, and an attribute someone
-// added since the listing must not be dropped.
+// applyRepairs patches identities four at a time, each read again just before: a PATCH replaces
+// the whole set, and an attribute added since the listing must not be dropped.
 func applyRepairs(ctx context.Context, zc *ziti.Client, plan *repairPlan, g *globalOptions) error {
 	var mu sync.Mutex
 	var first error
@@ -206,7 +201,6 @@ func applyRepairs(ctx context.Context, zc *ziti.Client, plan *repairPlan, g *glo
 				}
 				it.Missing = ziti.MissingAttributes(cur.RoleAttributes)
 				if len(it.Missing) == 0 {
-					it.Missing = []string{}
 					return nil
 				}
 				merged := ziti.MergeAttributes(cur.RoleAttributes)

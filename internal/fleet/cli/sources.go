@@ -22,29 +22,23 @@ const (
 	sourceTenancy = "tenancy"
 )
 
-// zitiSetup is everything reaching the controller needs, read from the settings and local files
-// before any request is made.
+// zitiSetup is everything reaching the controller needs, read before any request.
 type zitiSetup struct {
-	cfg    ziti.Config
-	method string
-	// fromIdentity: ziti.url was not set and the controller is the one the identity file names.
-	fromIdentity bool
+	cfg          ziti.Config
+	method       string
+	fromIdentity bool // ziti.url came from the identity file
 }
 
-// zitiSetup checks the controller settings and reads the local files they name (CA bundle,
-// identity file). Every problem is a configuration error (exit 2), found before any network:
-// a command fails the same way whatever the sources would have answered.
-//
-// Under certificate auth without ziti.url, the controller is the one the identity file names
-// (ztAPI, or the first of ztAPIs): the management API is looked for under /edge/management/v1
-// beside the client API the file names. The URL so found is recorded in s, with its origin for -v.
+// zitiSetup checks the controller settings and reads the files they name; every problem is a
+// configuration error found before any network. Without ziti.url, certificate auth uses the
+// controller the identity file names, recorded in s with its origin.
 func (g *globalOptions) zitiSetup(s *config.Settings) (*zitiSetup, error) {
 	if err := s.CheckZiti(); err != nil {
 		return nil, err
 	}
 	zs := &zitiSetup{cfg: ziti.Config{Concurrency: g.zitiConcurrency}, method: config.AuthPassword}
 	if s.ZitiCAFile != "" {
-		pem, err := g.w.ReadFile(s.ZitiCAFile)
+		pem, err := g.deps.ReadFile(s.ZitiCAFile)
 		if err != nil {
 			return nil, fmt.Errorf("%w: ziti.ca_file: %v", config.ErrInvalid, err)
 		}
@@ -84,17 +78,16 @@ func (g *globalOptions) zitiSetup(s *config.Settings) (*zitiSetup, error) {
 
 // dialZiti authenticates to the controller; any failure is a source error.
 func (g *globalOptions) dialZiti(ctx context.Context, zs *zitiSetup) (*ziti.Client, error) {
-	start := g.w.Now()
+	start := g.deps.Now()
 	c, err := ziti.Dial(ctx, zs.cfg)
 	if err != nil {
 		if zs.fromIdentity && errors.Is(err, ziti.ErrNotFound) {
-			// The identity file names the client API; a controller may serve the management API
-			// on another listener or prefix.
+			// a controller may serve the management API elsewhere than the client API
 			err = fmt.Errorf("%w (the management API is not at the identity file's controller address; set ziti.url)", err)
 		}
 		return nil, &SourceError{Source: sourceZiti, Addr: zs.cfg.URL, Err: err}
 	}
-	g.log.Debug("ziti: authenticated", "url", zs.cfg.URL, "method", zs.method, "took", g.w.Now().Sub(start).Round(time.Millisecond))
+	g.log.Debug("ziti: authenticated", "url", zs.cfg.URL, "method", zs.method, "took", g.deps.Now().Sub(start).Round(time.Millisecond))
 	return c, nil
 }
 
@@ -109,14 +102,12 @@ func (g *globalOptions) adminClient(s *config.Settings) (*admin.Client, error) {
 	return c, nil
 }
 
-// sources is one complete read of both sources.
 type sources struct {
 	agents     *admin.Agents
 	identities []ziti.Identity
 }
 
-// reader reads both sources, again and again for --watch and gate --wait. It keeps the
-// controller session between readings and opens a new one when the controller drops it.
+// reader reads both sources, again for --watch and gate --wait, keeping the controller session.
 type reader struct {
 	g  *globalOptions
 	s  *config.Settings
@@ -127,10 +118,9 @@ type reader struct {
 	zc *ziti.Client
 }
 
-// openReader is how status, gate and the exporter reach the fleet: it reads the settings, lets
-// check (nil: none) vet the command's own, then checks both sources' settings and reads their
-// local files once, before any reading: a configuration error ends the command (exit 2) before
-// any network, rather than racing a source error or repeating every --watch round.
+// openReader reads the settings, lets check (optional) vet the command's own, and checks both
+// sources' once: a configuration error ends the command before any network, rather than racing
+// a source error or repeating every --watch round.
 func (g *globalOptions) openReader(check func(*config.Settings) error) (*reader, error) {
 	s, err := g.settings()
 	if err != nil {
@@ -152,8 +142,7 @@ func (g *globalOptions) openReader(check func(*config.Settings) error) (*reader,
 	return &reader{g: g, s: s, zs: zs, ac: ac}, nil
 }
 
-// zitiSession returns the session kept between readings, or opens one; fresh says it was
-// opened by this call.
+// zitiSession returns the kept session, or opens one (fresh).
 func (r *reader) zitiSession(ctx context.Context) (zc *ziti.Client, fresh bool, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -168,7 +157,7 @@ func (r *reader) zitiSession(ctx context.Context) (zc *ziti.Client, fresh bool, 
 	return r.zc, false, nil
 }
 
-// dropSession forgets zc (when it is still the kept session): the next reading logs in again.
+// dropSession forgets zc if it is still the kept one: the next reading logs in again.
 func (r *reader) dropSession(zc *ziti.Client) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -177,11 +166,8 @@ func (r *reader) dropSession(zc *ziti.Client) {
 	}
 }
 
-// identities lists the host identities on the kept session. The controller drops an API
-// session that idles (between --watch rounds, between gate polls) or when it restarts; a
-// kept session refused with 401 is replaced by a new login and the listing made once more, so
-// the round still gets its answer. A fresh session refused is a source error, as is every
-// other failure.
+// identities lists the host identities. The controller drops idle sessions and forgets them on
+// restart: a kept session refused with 401 is replaced once; a fresh one refused is a source error.
 func (r *reader) identities(ctx context.Context, progress func(done, total int)) ([]ziti.Identity, error) {
 	zc, fresh, err := r.zitiSession(ctx)
 	if err != nil {
@@ -206,9 +192,8 @@ func (r *reader) identities(ctx context.Context, progress func(done, total int))
 	return ids, nil
 }
 
-// read fetches tenancy's agents and the controller's host identities at the same time. When
-// one fails the other is abandoned and the failure is returned as a *SourceError naming it: a
-// verdict is never made from one source alone.
+// read fetches both sources at once; a failure of either is a *SourceError: a verdict is never
+// made from one source alone.
 func (r *reader) read(ctx context.Context, site, envGlob string) (*sources, error) {
 	g := r.g
 	ctx, cancel := context.WithTimeout(ctx, g.timeout)
@@ -219,24 +204,24 @@ func (r *reader) read(ctx context.Context, site, envGlob string) (*sources, erro
 	out := &sources{}
 	eg, ectx := errgroup.WithContext(ctx)
 	eg.Go(func() error {
-		start := g.w.Now()
+		start := g.deps.Now()
 		ids, err := r.identities(ectx, prog.ziti)
 		if err != nil {
 			return err
 		}
 		out.identities = ids
-		g.log.Debug("ziti: listed host identities", "count", len(ids), "took", g.w.Now().Sub(start).Round(time.Millisecond))
+		g.log.Debug("ziti: listed host identities", "count", len(ids), "took", g.deps.Now().Sub(start).Round(time.Millisecond))
 		return nil
 	})
 	eg.Go(func() error {
-		start := g.w.Now()
+		start := g.deps.Now()
 		agents, err := r.ac.ListAgents(ectx, site, prog.tenancy)
 		if err != nil {
 			return &SourceError{Source: sourceTenancy, Addr: r.s.TenancyURL, Err: err}
 		}
 		out.agents = agents
 		g.log.Debug("tenancy: listed agents", "count", len(agents.Agents), "pages", agents.Pages,
-			"now", agents.Now.Format(time.RFC3339), "took", g.w.Now().Sub(start).Round(time.Millisecond))
+			"now", agents.Now.Format(time.RFC3339), "took", g.deps.Now().Sub(start).Round(time.Millisecond))
 		return nil
 	})
 	if err := eg.Wait(); err != nil {
@@ -250,18 +235,12 @@ func (r *reader) read(ctx context.Context, site, envGlob string) (*sources, erro
 	return out, nil
 }
 
-// maxConfirm bounds the exact lookups one reading makes for envs the listing lacks; beyond it
-// the whole list is read once more instead.
+// maxConfirm bounds the lookups by name per reading; beyond it the list is read again instead.
 const maxConfirm = 50
 
-// confirmMissing checks, before any verdict, every env (of those envGlob keeps) whose identity
-// the listing lacks. Offset paging over a list that changes meanwhile can drop a live identity
-// without a trace (a create and a delete on either side of a page boundary keep totalCount and
-// the distinct count right), and a dropped one would read as NO_IDENTITY, whose next step
-// (onboard) supersedes a working box's grant. Each such env is looked up by its exact name; when
-// more than maxConfirm are missing (a fleet not onboarded yet, say), the list is read a second
-// time and an identity found in either reading counts. It returns the listing with the
-// identities so found added.
+// confirmMissing looks up by name each kept env whose identity the listing lacks: offset paging
+// can drop a live identity without a trace, and NO_IDENTITY leads onboard to supersede a working
+// box's grant. Over maxConfirm missing, the list is read again and either reading counts.
 func (r *reader) confirmMissing(ctx context.Context, src *sources, envGlob string) ([]ziti.Identity, error) {
 	have := make(map[string]bool, len(src.identities))
 	for _, id := range src.identities {
@@ -272,9 +251,7 @@ func (r *reader) confirmMissing(ctx context.Context, src *sources, envGlob strin
 		if !report.Keeps(envGlob, a.EnvID) {
 			continue
 		}
-		// The env set and the names are the report's own, so what is confirmed here is what
-		// report.Build judges.
-		name := report.IdentityOf(a)
+		name := report.IdentityOf(a) // the report's own names: what is confirmed is what Build judges
 		if !have[name] {
 			have[name] = true
 			missing = append(missing, name)

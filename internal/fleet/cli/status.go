@@ -35,7 +35,6 @@ func (f *filterOptions) register(cmd *cobra.Command) {
 	fl.StringVar(&f.minVersion, "min-version", "", "agents older than this are OUTDATED")
 }
 
-// reportOptions validates the filters and turns them into report options.
 func (f *filterOptions) reportOptions() (report.Options, error) {
 	o := report.Options{EnvGlob: f.env, Orphans: f.site == "", Thresholds: verdict.Thresholds{Stale: f.stale, Drift: f.drift}}
 	if f.env != "" {
@@ -138,7 +137,6 @@ func notOK(b bool) error {
 	return nil
 }
 
-// document reads both sources and judges every env.
 func (r *reader) document(ctx context.Context, site string, ro report.Options) (*report.Document, error) {
 	src, err := r.read(ctx, site, ro.EnvGlob)
 	if err != nil {
@@ -151,12 +149,10 @@ func (r *reader) document(ctx context.Context, site string, ro report.Options) (
 	return doc, nil
 }
 
-// watch redraws one snapshot every interval until ctx ends. On a terminal the screen is cleared
-// and redrawn in place; on a pipe snapshots are appended, so a log keeps the history. A source
-// that fails is reported (on stderr) and the next round tries again. The exit code is the last
-// round's.
+// watch redraws a snapshot every interval until ctx ends: in place on a terminal, appended on a
+// pipe (a log keeps the history). A failed source is reported and retried; the last round's exit code counts.
 func (g *globalOptions) watch(ctx context.Context, w io.Writer, every time.Duration, snap func(*bytes.Buffer) (string, error)) error {
-	tty := g.w.IsTerminal(g.w.Stdout)
+	tty := g.deps.IsTerminal(g.deps.Stdout)
 	table := g.printer().Format != render.FormatJSON
 	var last error
 	for round := 1; ; round++ {
@@ -186,13 +182,12 @@ func (g *globalOptions) watch(ctx context.Context, w io.Writer, every time.Durat
 		if err != nil && !errors.Is(err, ErrNotOK) {
 			fmt.Fprintf(g.stderr, "fleetctl: %s\n", g.redact(err.Error()))
 		}
-		if err := g.w.Sleep(ctx, every); err != nil {
+		if err := g.deps.Sleep(ctx, every); err != nil {
 			return last
 		}
 	}
 }
 
-// noArgs refuses positional arguments as a usage error.
 func noArgs(_ *cobra.Command, args []string) error {
 	if len(args) > 0 {
 		return usagef("unexpected argument %q", args[0])

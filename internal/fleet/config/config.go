@@ -1,7 +1,5 @@
-// Package config resolves fleetctl's settings: the config file (~/.config/fleetctl/config.yaml
-// or --config), then the FLEETCTL_* environment, then flags — flags beat env beat file. The file
-// is read strictly (an unknown key is an error naming it); secrets are read from files or the
-// environment, never from the config file itself, and only ever held as secret.Value.
+// Package config resolves fleetctl's settings: flags beat FLEETCTL_* env beat the (strict) config
+// file; secrets come from files or env, never the config file, held as secret.Value.
 package config
 
 import (
@@ -23,45 +21,32 @@ var ErrInvalid = errors.New("invalid configuration")
 
 // Environment variables, read in Resolve and nowhere else.
 const (
-	EnvZitiURL      = "FLEETCTL_ZITI_URL"
-	EnvZitiUsername = "FLEETCTL_ZITI_USERNAME"
-	EnvZitiPassword = "FLEETCTL_ZITI_PASSWORD"
-	EnvZitiIdentity = "FLEETCTL_ZITI_IDENTITY"
-	EnvZitiCAFile   = "FLEETCTL_ZITI_CA_FILE"
-	EnvTenancyURL   = "FLEETCTL_TENANCY_URL"
-	EnvTenancyToken = "FLEETCTL_TENANCY_TOKEN"
-	// EnvExporterListen is where `fleetctl exporter` listens.
+	EnvZitiURL        = "FLEETCTL_ZITI_URL"
+	EnvZitiUsername   = "FLEETCTL_ZITI_USERNAME"
+	EnvZitiPassword   = "FLEETCTL_ZITI_PASSWORD"
+	EnvZitiIdentity   = "FLEETCTL_ZITI_IDENTITY"
+	EnvZitiCAFile     = "FLEETCTL_ZITI_CA_FILE"
+	EnvTenancyURL     = "FLEETCTL_TENANCY_URL"
+	EnvTenancyToken   = "FLEETCTL_TENANCY_TOKEN"
 	EnvExporterListen = "FLEETCTL_EXPORTER_LISTEN"
 )
 
 // File is the config file.
 type File struct {
-	// Path is where it was read from, "" when there was none.
-	Path     string
+	Path     string // "" when there was none
 	Ziti     ZitiFile
 	Tenancy  TenancyFile
 	Exporter ExporterFile
 }
 
 // ExporterFile is the `exporter:` section.
-type ExporterFile struct {
-	Listen string
-}
+type ExporterFile struct{ Listen string }
 
 // ZitiFile is the `ziti:` section.
-type ZitiFile struct {
-	URL          string
-	Username     string
-	PasswordFile string
-	Identity     string
-	CAFile       string
-}
+type ZitiFile struct{ URL, Username, PasswordFile, Identity, CAFile string }
 
 // TenancyFile is the `tenancy:` section.
-type TenancyFile struct {
-	URL       string
-	TokenFile string
-}
+type TenancyFile struct{ URL, TokenFile string }
 
 // keys maps every accepted key to where its value goes.
 func (f *File) keys() map[string]*string {
@@ -79,8 +64,7 @@ var inlineSecrets = map[string]string{
 	"tenancy.token": "tenancy.token_file or " + EnvTenancyToken,
 }
 
-// Parse reads a config file's content. name is used in errors. Paths in the file are relative
-// to its directory.
+// Parse reads a config file's content; name is for errors, paths are relative to its directory.
 func Parse(data []byte, name string) (*File, error) {
 	f := &File{Path: name}
 	root, err := yamldoc.Root(data)
@@ -149,9 +133,7 @@ func bad(name string, n *yaml.Node, msg string) error {
 	return fmt.Errorf("config %s: line %d: %w: %s", name, n.Line, ErrInvalid, msg)
 }
 
-// Load reads the config file at path. A missing file is an error only when the operator named
-// it (explicit); the default location may simply not exist when everything comes from the
-// environment.
+// Load reads the config file at path; a missing one is an error only when explicit.
 func Load(path string, explicit bool, readFile func(string) ([]byte, error)) (*File, error) {
 	if path == "" {
 		return &File{}, nil
@@ -166,8 +148,7 @@ func Load(path string, explicit bool, readFile func(string) ([]byte, error)) (*F
 	return Parse(b, path)
 }
 
-// DefaultPath is ~/.config/fleetctl/config.yaml, honouring XDG_CONFIG_HOME; "" when neither it
-// nor HOME is set.
+// DefaultPath honours XDG_CONFIG_HOME, else HOME; "" when neither is set.
 func DefaultPath(getenv func(string) string) string {
 	if x := getenv("XDG_CONFIG_HOME"); x != "" {
 		return filepath.Join(x, "fleetctl", "config.yaml")
@@ -178,17 +159,10 @@ func DefaultPath(getenv func(string) string) string {
 	return ""
 }
 
-// Flags are the command-line overrides. Secrets have no flag: argv is visible to every user of
-// the machine (ps, /proc), so only the files that hold them can be named.
+// Flags are the command-line overrides; secrets have none (argv is world-readable), only files.
 type Flags struct {
-	ZitiURL          string
-	ZitiUsername     string
-	ZitiPasswordFile string
-	ZitiIdentity     string
-	ZitiCAFile       string
-	TenancyURL       string
-	TenancyTokenFile string
-	ExporterListen   string
+	ZitiURL, ZitiUsername, ZitiPasswordFile, ZitiIdentity, ZitiCAFile string
+	TenancyURL, TenancyTokenFile, ExporterListen                      string
 }
 
 // Authentication methods to the controller.
@@ -199,23 +173,18 @@ const (
 
 // Settings are the resolved values.
 type Settings struct {
-	// ZitiURL is "" when ziti.url is set nowhere; the controller is then the one the identity
-	// file names (see the cli's zitiClient), recorded here once known.
+	// ZitiURL "" is later set to the controller the identity file names.
 	ZitiURL string
-	// ZitiAuth is AuthCert, AuthPassword, or "" when neither is configured. Only the chosen
-	// method's settings are kept: ZitiIdentity is "" under password auth, ZitiUsername and
-	// ZitiPassword are empty under cert auth.
-	ZitiAuth     string
-	ZitiUsername string
-	ZitiPassword secret.Value
-	ZitiIdentity string
-	ZitiCAFile   string
-	TenancyURL   string
-	TenancyToken secret.Value
-	// ExporterListen is where `fleetctl exporter` listens ("" when set nowhere).
+	// ZitiAuth is AuthCert, AuthPassword or ""; only the chosen method's settings are kept.
+	ZitiAuth       string
+	ZitiUsername   string
+	ZitiPassword   secret.Value
+	ZitiIdentity   string
+	ZitiCAFile     string
+	TenancyURL     string
+	TenancyToken   secret.Value
 	ExporterListen string
-	// Origin says where each value came from ("flag --ziti-url", "env FLEETCTL_ZITI_URL",
-	// "file /path"), for -v. It never holds a value.
+	// Origin says where each value came from ("env FLEETCTL_ZITI_URL"), for -v; never a value.
 	Origin map[string]string
 }
 
@@ -229,10 +198,8 @@ const (
 
 var levelNames = [...]string{levelFile: "the config file", levelEnv: "the environment", levelFlag: "flags"}
 
-// authMethod picks the controller's authentication method from the highest level that names
-// one: a flag or env setting of one method beats a file setting of the other, so an operator's
-// `--ziti-username` is not silently overridden by the ziti.identity in their config file. Both
-// methods at that same level is an error naming both.
+// authMethod picks the auth method from the highest level that names one, so `--ziti-username`
+// beats the file's ziti.identity; both at one level is an error naming both.
 func authMethod(f *File, getenv func(string) string, fl Flags) (method, origin string, err error) {
 	type setting struct {
 		level int
@@ -343,8 +310,7 @@ func Resolve(f *File, getenv func(string) string, fl Flags, readFile func(string
 	return s, nil
 }
 
-// secretFrom resolves a secret: a file named by flag, else the env var itself, else a file named
-// in the config.
+// secretFrom resolves a secret: flag's file, else the env var, else the config's file.
 func secretFrom(s *Settings, key, flagName, flagFile, envName, fileKey, fileFile, cfgPath string,
 	getenv func(string) string, readFile func(string) ([]byte, error)) (secret.Value, error) {
 	path := ""
@@ -372,8 +338,7 @@ func secretFrom(s *Settings, key, flagName, flagFile, envName, fileKey, fileFile
 	return secret.New(v), nil
 }
 
-// CheckZiti says what is missing to reach the controller. Under certificate auth ziti.url may
-// be unset: the identity file names its controller (ztAPI).
+// CheckZiti says what is missing to reach the controller (under cert auth, ziti.url may be unset).
 func (s *Settings) CheckZiti() error {
 	if s.ZitiIdentity != "" {
 		return nil

@@ -1,7 +1,5 @@
-// Package exporter turns fleetctl's status document into Prometheus series, and serves them:
-// `fleetctl exporter` keeps a view of the fleet that it refreshes at most once per interval,
-// whoever scrapes it and however often, and `fleetctl status -o prometheus` prints the same
-// series once. Every series is per env with the env and site as labels; none carries free text.
+// Package exporter turns fleetctl's status document into per-env Prometheus series (env and site
+// labels, no free text), served from a view refreshed at most once per interval.
 package exporter
 
 import (
@@ -22,8 +20,7 @@ import (
 // Namespace prefixes every series.
 const Namespace = "monky_fleet"
 
-// results are the values of monky_fleet_env_last_result's result label; anything else tenancy
-// says is "other", so a new result string cannot grow the label set unseen.
+// results label monky_fleet_env_last_result; anything else is "other": no label set grows unseen.
 var results = map[string]bool{
 	protocol.ResultApplied: true, protocol.ResultHealthy: true, protocol.ResultUnhealthy: true,
 	protocol.ResultFailed: true, protocol.ResultRefused: true, protocol.ResultDown: true,
@@ -35,8 +32,7 @@ func newDesc(name, help string, labels ...string) *prometheus.Desc {
 	return prometheus.NewDesc(prometheus.BuildFQName(Namespace, "", name), help, labels, nil)
 }
 
-// The per-env series. Every verdict of verdict.All() gets a series per env, so a verdict added
-// there appears here without a change.
+// The per-env series; every verdict of verdict.All() gets one, a new one without a change here.
 var (
 	descVerdict  = newDesc("env_verdict", "1 for the env's verdict (the one fleetctl status prints), 0 for every other verdict.", "env", "site", "verdict")
 	descAge      = newDesc("env_checkin_age_seconds", "Seconds since the env's agent last checked in, on tenancy's clock (absent: never).", envLabels...)
@@ -75,9 +71,8 @@ func NewView(doc *report.Document) (View, error) {
 var envDescs = []*prometheus.Desc{descVerdict, descAge, descStale, descInterval, descOnline, descMissing,
 	descEnabled, descActive, descAgent, descResult, descDrift, descTTL, descAttempts, descNextTry, descEnvs}
 
-// envCollector emits the per-env series of a view; with only set, just that family's. A family
-// at a time is how a view of 10,000 envs is encoded: gathering all of them at once held every
-// series of the fleet in memory together, several times the size of the page.
+// envCollector emits a view's per-env series, or only one family's: gathering all at once held
+// every series of 10,000 envs in memory, several times the page's size.
 type envCollector struct {
 	v    View
 	only *prometheus.Desc
@@ -102,9 +97,8 @@ func (c envCollector) Collect(ch chan<- prometheus.Metric) {
 		e := &c.v.Doc.Envs[i]
 		env, site := label(e.EnvID), label(e.Site)
 		if seen[env] {
-			// An orphan identity named after an env whose agent uses another identity: the
-			// env's own row (first, the document is sorted stably) is the one alerts need, and
-			// a second series with the same labels would fail the whole scrape.
+			// An orphan named after an env with another identity: the env's own row comes first,
+			// and a second series with the same labels would fail the whole scrape.
 			continue
 		}
 		seen[env] = true
@@ -113,15 +107,18 @@ func (c envCollector) Collect(ch chan<- prometheus.Metric) {
 				ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, append([]string{env, site}, extra...)...)
 			}
 		}
+		gb := func(d *prometheus.Desc, b *bool) {
+			if b != nil {
+				g(d, b2f(*b))
+			}
+		}
 		if want(descVerdict) {
 			for _, v := range all {
 				g(descVerdict, b2f(e.Verdict == string(v)), string(v))
 			}
 		}
+		gb(descOnline, e.MeshOnline)
 		if e.Verdict == string(verdict.OrphanIdentity) {
-			if e.MeshOnline != nil {
-				g(descOnline, b2f(*e.MeshOnline))
-			}
 			continue // tenancy knows nothing else of it
 		}
 		if e.CheckinAgeS != nil {
@@ -129,19 +126,12 @@ func (c envCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		g(descStale, float64(e.StaleAfterS))
 		g(descInterval, float64(e.CheckinIntervalS))
-		if e.MeshOnline != nil {
-			g(descOnline, b2f(*e.MeshOnline))
-		}
 		if e.IdentityID != nil {
 			g(descMissing, float64(len(e.MissingAttributes)))
 		}
 		if t := e.Timer; t != nil {
-			if t.Enabled != nil {
-				g(descEnabled, b2f(*t.Enabled))
-			}
-			if t.Active != nil {
-				g(descActive, b2f(*t.Active))
-			}
+			gb(descEnabled, t.Enabled)
+			gb(descActive, t.Active)
 		}
 		if e.AgentVersion != "" {
 			g(descAgent, 1, label(e.AgentVersion))
@@ -188,8 +178,7 @@ func (c envCollector) drift(e *report.Env) float64 {
 	return max(c.v.Now.Sub(at).Seconds(), 0)
 }
 
-// maxLabel bounds a label value taken from tenancy's answer: an agent reports its own version,
-// and a broken or hostile one must not make a series of arbitrary size.
+// maxLabel bounds a label from tenancy's answer: a hostile agent reports its own version.
 const maxLabel = 128
 
 // label is s as a label value: valid UTF-8, at most maxLabel bytes (cut on a rune, marked "…").
@@ -212,8 +201,8 @@ func b2f(b bool) float64 {
 	return 0
 }
 
-// encode gathers each collector from a fresh registry of its own, one after the other, and
-// writes the text exposition format; the gathered series of one are garbage before the next.
+// encode gathers each collector from its own registry in turn, so one's series are garbage
+// before the next.
 func encode(cs ...prometheus.Collector) ([]byte, error) {
 	var buf bytes.Buffer
 	for _, c := range cs {

@@ -1,6 +1,7 @@
 package exporter
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -14,9 +15,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/report"
 )
 
-// Reader reads the fleet once. A failure names the source that failed (Source), so the
-// exporter can count errors by source; both sources are read for every view, and a view is
-// never made from one of them alone.
+// Reader reads both sources once; a failure names its Source, for the error count.
 type Reader func(ctx context.Context) (*report.Document, error)
 
 // Source names the source of a Reader's error ("ziti controller", "tenancy"), "" when unknown.
@@ -26,18 +25,14 @@ type Source func(err error) string
 type Options struct {
 	Read    Reader
 	Source  Source
-	Sources []string // every source, so each has its series before its first failure
-	// Refresh is the least time between two readings.
-	Refresh time.Duration
-	// Timeout bounds one reading.
-	Timeout time.Duration
+	Sources []string      // every source, so each has its series before its first failure
+	Refresh time.Duration // the least time between two readings
+	Timeout time.Duration // bounds one reading
 	Now     func() time.Time
 	Log     *slog.Logger
 }
 
-// Exporter keeps the last good view of the fleet and the exposition made from it. Scrapes are
-// served from that exposition and never read a source: the sources are read by Run, once per
-// Refresh, however often the exporter is scraped.
+// Exporter serves scrapes from the last good view; only Run reads the sources, once per Refresh.
 type Exporter struct {
 	o Options
 
@@ -88,8 +83,7 @@ func (e *Exporter) Run(ctx context.Context) {
 	}
 }
 
-// Refresh reads the fleet once and rebuilds the exposition. A failed reading keeps the last
-// good view (monky_fleet_exporter_view_fresh says it is not the latest reading's).
+// Refresh rebuilds the exposition; a failed reading keeps the last good view (view_fresh 0).
 func (e *Exporter) Refresh(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, e.o.Timeout)
 	defer cancel()
@@ -113,10 +107,7 @@ func (e *Exporter) Refresh(ctx context.Context) {
 			s.up, s.lastSuccess = true, end
 		}
 	} else {
-		name := e.o.Source(err)
-		if name == "" {
-			name = "unknown"
-		}
+		name := cmp.Or(e.o.Source(err), "unknown")
 		s := h.sources[name]
 		if s == nil {
 			s = &sourceHealth{}

@@ -1,6 +1,5 @@
-// Package kit writes the install kit of one backend: the bootstrap grant and ziti enrolment token
-// (0600), the one-line install command, the ansible role's host variables with secrets left as
-// vault placeholders, and a README saying what to run, on which box, and before when.
+// Package kit writes one backend's install kit: grant and enrolment token (0600), the install
+// command, ansible host variables (vault placeholders for secrets) and a README.
 package kit
 
 import (
@@ -23,10 +22,8 @@ import (
 // ErrExists: the kit directory is there already and --reissue was not given.
 var ErrExists = errors.New("kit exists")
 
-// PackageBase is the GitLab generic package registry of the monky-deployd project (private, hence
-// the deploy token header), with the project path-encoded. The same URL is GITLAB_BASE in
-// packaging/install.sh and monky_deployd_gitlab_base_url in the ansible role's defaults; a test
-// holds the three (and the upload tool's default project) together.
+// PackageBase is the project's private GitLab package registry; a test holds it equal to
+// install.sh's GITLAB_BASE and the ansible role's monky_deployd_gitlab_base_url.
 const PackageBase = "https://scm.tikali.ai/api/v4/projects/tikali%2Fapplications%2Fmonky%2Fmonky-deployd/packages/generic/monky-deployd"
 
 // PackageURL is where install.sh of release version is published.
@@ -45,8 +42,7 @@ type Kit struct {
 	BaoRole        string
 	Grant          secret.Value
 	GrantExpiresAt time.Time
-	// EnrollmentJWT is the identity's pending one-time enrolment; empty when the identity is
-	// enrolled already (the box keeps the identity it has).
+	// EnrollmentJWT is empty when the identity is enrolled already (the box keeps it).
 	EnrollmentJWT secret.Value
 	// Hostname is the box, when tenancy or the controller know it.
 	Hostname string
@@ -57,10 +53,7 @@ type Kit struct {
 	Tool string
 }
 
-// FromResponse fills a Kit from tenancy's answer as admin.ParseKit accepted it: ParseKit is the
-// one check of the values (they end up in the install command run as root and in YAML) and sets
-// an absent tenancy_port to 443. The other optional values (tenancy service, the OpenBao settings)
-// may be empty: install.sh and the role then use their defaults.
+// FromResponse fills a Kit from an answer admin.ParseKit accepted (the one check of its values).
 func FromResponse(r *protocol.KitResponse, transport string) Kit {
 	exp, _ := time.Parse(time.RFC3339, r.GrantExpiresAt) // ParseKit checked it
 	return Kit{
@@ -92,10 +85,8 @@ func EnrollmentFile(env string) string { return "monky-host." + env + ".jwt" }
 // TokenVar is the environment variable the install command reads the deploy token from.
 const TokenVar = "MONKY_DEPLOYD_TOKEN"
 
-// InstallCommand is the line to run on the box, from the kit directory, with the deploy token
-// exported as TokenVar. The token is never written into the kit, and never in any argv on the
-// box: curl reads its header from stdin (printf is a shell builtin) and install.sh reads the
-// variable that sudo passes through.
+// InstallCommand is the line to run in the kit directory with TokenVar exported. The token is in
+// no file and no argv: curl reads its header from stdin (printf is a builtin), install.sh the env.
 func InstallCommand(k Kit) string {
 	args := []string{"--env", k.EnvID, "--site", k.Site, "--bootstrap-file", GrantFile}
 	if !k.EnrollmentJWT.Empty() {
@@ -215,17 +206,15 @@ func readme(k Kit) []byte {
 	return []byte(b.String())
 }
 
-// Staging is a kit being written: a private directory next to the final one, renamed into place
-// by Commit. It exists before tenancy is asked for the kit, so that an unwritable output
-// directory is found before the reveal supersedes the backend's current grant.
+// Staging is a kit being written beside its final place, made before the reveal so that an
+// unwritable directory is found before the backend's grant is superseded.
 type Staging struct {
 	dir, final string
 	reissue    bool
 	existed    bool
 }
 
-// Prepare checks that the kit of env may be written under dir and makes the staging directory.
-// It fails with ErrExists when dir/env exists and reissue is false.
+// Prepare makes the staging directory; ErrExists when dir/env exists and reissue is false.
 func Prepare(dir, env string, reissue bool) (*Staging, error) {
 	final := filepath.Join(dir, env)
 	_, err := os.Lstat(final)
@@ -252,8 +241,7 @@ func (s *Staging) Replaces() bool { return s.existed }
 // Abort removes the staging directory.
 func (s *Staging) Abort() { _ = os.RemoveAll(s.dir) }
 
-// Commit writes the files and moves the kit into place, replacing an earlier kit when
-// reissuing. It returns the kit's directory.
+// Commit writes the files and moves the kit into place, returning its directory.
 func (s *Staging) Commit(k Kit) (string, error) {
 	if err := os.Chmod(s.dir, 0o700); err != nil {
 		s.Abort()

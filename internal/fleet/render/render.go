@@ -23,8 +23,7 @@ const (
 	FormatTable Format = "table"
 	FormatWide  Format = "wide"
 	FormatJSON  Format = "json"
-	// FormatPrometheus is the text exposition format; only `fleetctl status` prints it (through
-	// internal/fleet/exporter), every other command refuses it.
+	// FormatPrometheus: only `fleetctl status` prints it (through internal/fleet/exporter).
 	FormatPrometheus Format = "prometheus"
 )
 
@@ -37,22 +36,19 @@ func ParseFormat(s string) (Format, error) {
 	return "", fmt.Errorf("-o %q: want table, wide, json or prometheus", s)
 }
 
-// Table is what a result shows as text: a header, rows, and lines printed under the table
-// (summaries). A table with no rows prints only the lines.
+// Table is a result as text: header, rows, and summary lines under it (alone when no rows).
 type Table struct {
 	Header []string
 	Rows   [][]string
 	Lines  []string
 }
 
-// Printable is a result. Its JSON encoding is the -o json document, which must carry a
-// "schema" number; Table gives the text layout (wide adds columns).
+// Printable is a result; its JSON (-o json) must carry a "schema" number.
 type Printable interface {
 	Table(wide bool) Table
 }
 
-// JSONWriter is a Printable that writes its own JSON, identical to what the encoder would
-// produce, piece by piece (for documents too large to build whole).
+// JSONWriter writes its own JSON piece by piece, byte-identical to the encoder's.
 type JSONWriter interface {
 	WriteJSON(w io.Writer) error
 }
@@ -66,11 +62,8 @@ type Printer struct {
 func (p Printer) Render(v Printable) ([]byte, error) {
 	var buf bytes.Buffer
 	if p.Format == FormatJSON {
-		enc := json.NewEncoder(&buf)
-		enc.SetIndent("", "  ")
-		enc.SetEscapeHTML(false)
-		if err := enc.Encode(v); err != nil {
-			return nil, fmt.Errorf("render: %w", err)
+		if err := p.Print(&buf, v); err != nil {
+			return nil, err
 		}
 		return buf.Bytes(), nil
 	}
@@ -87,9 +80,7 @@ func (p Printer) Render(v Printable) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// Print writes v to w. JSON goes to w straight from the encoder: a status of 10,000 envs is a
-// 12 MB document, and copying it through intermediate buffers would double fleetctl's peak
-// memory for nothing.
+// Print writes v to w; JSON goes straight from the encoder (10,000 envs are 12 MB: no copies).
 func (p Printer) Print(w io.Writer, v Printable) error {
 	if p.Format == FormatPrometheus {
 		return errors.New("render: -o prometheus is for fleetctl status only")
@@ -117,8 +108,7 @@ func (p Printer) Print(w io.Writer, v Printable) error {
 	return err
 }
 
-// writeTable draws a borderless, left-aligned table in the style of kubectl and nomad: easy to
-// read, easy to grep and cut, and stable enough for golden files.
+// writeTable draws a borderless, left-aligned table as kubectl and nomad do: easy to grep and cut.
 func writeTable(w io.Writer, t Table) error {
 	var buf bytes.Buffer
 	pad := tw.CellPadding{Global: tw.Padding{Left: "", Right: "   ", Overwrite: true}}

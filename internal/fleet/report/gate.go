@@ -1,6 +1,7 @@
 package report
 
 import (
+	"cmp"
 	"fmt"
 	"path"
 	"strings"
@@ -10,8 +11,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/verdict"
 )
 
-// Laggard marks an env that has not checked in running the expected version since the gate
-// started.
+// Laggard: no check-in running the expected version since the gate started.
 const Laggard = "LAGGARD"
 
 // Gate is the result of `fleetctl gate`: only what blocks a rollout.
@@ -23,8 +23,7 @@ type Gate struct {
 	Envs          int    `json:"envs"`
 	MinVersion    string `json:"min_version,omitempty"`
 	ExpectVersion string `json:"expect_version,omitempty"`
-	// StartedAt is tenancy's clock at the gate's first listing: with --expect-version, every
-	// env must have checked in since then, running that version.
+	// StartedAt is tenancy's clock at the first listing, what --expect-version counts from.
 	StartedAt string    `json:"started_at,omitempty"`
 	TimedOut  bool      `json:"timed_out"`
 	Allowed   []string  `json:"allowed"`
@@ -44,8 +43,7 @@ type Blocker struct {
 	CheckinAgeS   *int64  `json:"checkin_age_s"`
 	// Why is the next step of the verdict, or why the env lags.
 	Why string `json:"why"`
-	// BackingOff is set when the env's desired sha failed and waits for its next try
-	// (NextAttemptAt, tenancy's word for the agent's): waiting on the gate does not unblock it.
+	// BackingOff: the desired sha failed and waits for its next try; no gate wait unblocks it.
 	BackingOff    bool    `json:"backing_off"`
 	NextAttemptAt *string `json:"next_attempt_at"`
 }
@@ -71,8 +69,7 @@ func Allowed(env string, allow []string) bool {
 	return false
 }
 
-// LagReason says why env has not yet satisfied --expect-version, or "" when it has. An agent
-// satisfies it once it has checked in since start (tenancy's clock) running the version.
+// LagReason says why env has not checked in since start (tenancy's clock) running expect; "" when it has.
 func LagReason(e Env, expect string, start time.Time) string {
 	if e.Verdict == string(verdict.OrphanIdentity) {
 		return ""
@@ -85,19 +82,12 @@ func LagReason(e Env, expect string, start time.Time) string {
 		return "unreadable last check-in"
 	}
 	if e.AgentVersion != expect {
-		return fmt.Sprintf("running %s, expected %s", orNone(e.AgentVersion), expect)
+		return fmt.Sprintf("running %s, expected %s", cmp.Or(e.AgentVersion, "no known version"), expect)
 	}
 	if at.Before(start) {
 		return fmt.Sprintf("no check-in since the gate started (last %s before it)", verdict.Human(start.Sub(at)))
 	}
 	return ""
-}
-
-func orNone(s string) string {
-	if s == "" {
-		return "no known version"
-	}
-	return s
 }
 
 // NewGate picks the blockers out of a status document.
@@ -173,18 +163,12 @@ func (g *Gate) line() string {
 		}
 		return s
 	}
-	lag := 0
-	for _, b := range g.Blockers {
-		if b.Lagging {
-			lag++
-		}
-	}
 	s := fmt.Sprintf("gate: FAIL — %d of %d envs block%s", len(g.Blockers), g.Envs, allowed)
 	if n := g.BackingOff(); n > 0 {
 		s += fmt.Sprintf("; %d backing off a failed release", n)
 	}
 	if g.ExpectVersion != "" {
-		s += fmt.Sprintf("; %d not yet on %s", lag, g.ExpectVersion)
+		s += fmt.Sprintf("; %d not yet on %s", g.Lagging(), g.ExpectVersion)
 		if g.TimedOut {
 			s += " when the wait ran out"
 		}
@@ -192,12 +176,16 @@ func (g *Gate) line() string {
 	return s
 }
 
-// BackingOff counts the blockers whose desired sha is backing off: no wait unblocks them before
-// their next try, and a new bundle or a kit re-run is what does.
-func (g *Gate) BackingOff() int {
+// BackingOff counts blockers backing off: no wait unblocks them, a new bundle or kit re-run does.
+func (g *Gate) BackingOff() int { return g.count(func(b Blocker) bool { return b.BackingOff }) }
+
+// Lagging counts blockers not yet on --expect-version.
+func (g *Gate) Lagging() int { return g.count(func(b Blocker) bool { return b.Lagging }) }
+
+func (g *Gate) count(f func(Blocker) bool) int {
 	n := 0
 	for _, b := range g.Blockers {
-		if b.BackingOff {
+		if f(b) {
 			n++
 		}
 	}

@@ -1,7 +1,5 @@
 // Package report joins tenancy's agents and the controller's host identities into fleetctl's
-// status document — one row per env with its verdict — and the gate's list of blockers. The
-// documents are the JSON output (schema 1, fields only ever added) and know their own table
-// layout.
+// status document (a verdict per env) and the gate's blockers, as JSON and tables.
 package report
 
 import (
@@ -17,8 +15,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
 )
 
-// Schema is the version of the JSON documents. It changes only if a field changes meaning or
-// goes away; new fields are added under the same number.
+// Schema changes only if a field changes meaning or goes away; new fields keep the number.
 const Schema = 1
 
 // Document is the status of the fleet: `fleetctl status -o json`.
@@ -65,8 +62,7 @@ type Env struct {
 	TokenTTLS     *int64               `json:"token_ttl_s"`
 	DiskFreeBytes *int64               `json:"disk_free_bytes"`
 	UpgradedFrom  *string              `json:"upgraded_from"`
-	// The backoff of a failing desired sha, as the agent's last check-in said (null and 0 when
-	// none).
+	// The backoff of a failing desired sha, as last checked in (null and 0 when none).
 	FailedSha     *string `json:"failed_sha"`
 	Attempts      int     `json:"attempts"`
 	NextAttemptAt *string `json:"next_attempt_at"`
@@ -76,16 +72,13 @@ type Env struct {
 
 // Options select and judge the rows.
 type Options struct {
-	// EnvGlob keeps envs whose id matches (path.Match syntax); "" keeps all.
-	EnvGlob string
-	// Orphans lists identities tenancy does not know. Turn it off when tenancy's listing was
-	// filtered (by site): an identity missing from a filtered listing is not an orphan.
+	EnvGlob string // see Keeps
+	// Orphans lists identities tenancy does not know; off when the listing was filtered by site.
 	Orphans    bool
 	Thresholds verdict.Thresholds
 }
 
-// Keeps reports whether the env glob (Options.EnvGlob) keeps env: "" keeps every env, any other
-// glob is a path.Match of the env id. Build checks the glob's syntax; a bad glob keeps nothing.
+// Keeps reports whether glob ("" for all, else path.Match) keeps env; a bad glob keeps nothing.
 func Keeps(glob, env string) bool {
 	if glob == "" {
 		return true
@@ -94,8 +87,7 @@ func Keeps(glob, env string) bool {
 	return ok
 }
 
-// IdentityOf is the ziti identity an agent is judged by: the one tenancy names, else
-// monky-host.<env_id>.
+// IdentityOf is the identity an agent is judged by: tenancy's, else monky-host.<env_id>.
 func IdentityOf(a protocol.AdminAgent) string {
 	if a.Identity != "" {
 		return a.Identity
@@ -197,9 +189,6 @@ func setMesh(e *Env, id *ziti.Identity) {
 	e.MeshOnline = id.Online
 	e.RoleAttributes = append([]string{}, id.RoleAttributes...)
 	e.MissingAttributes = ziti.MissingAttributes(id.RoleAttributes)
-	if e.MissingAttributes == nil {
-		e.MissingAttributes = []string{}
-	}
 	e.MeshHostname = id.Hostname
 	e.SDKVersion = id.SDKVersion
 }

@@ -7,9 +7,8 @@ import (
 	"io"
 )
 
-// WriteJSON writes the document as json.Encoder with two-space indentation would, byte for
-// byte, but one env at a time: the status of 10,000 envs is a 12 MB document, and building it
-// whole before writing it costs fleetctl tens of megabytes and a fifth of its time.
+// WriteJSON writes what an indenting json.Encoder would, one env at a time: building 10,000
+// envs whole cost tens of megabytes and a fifth of fleetctl's time.
 func (d *Document) WriteJSON(w io.Writer) error {
 	bw := bufio.NewWriterSize(w, 64<<10)
 	head, err := encode(struct {
@@ -50,8 +49,7 @@ func (d *Document) WriteJSON(w io.Writer) error {
 	return bw.Flush()
 }
 
-// encode marshals v indented as it would sit under prefix, without HTML escaping and without
-// the encoder's trailing newline.
+// encode marshals v indented under prefix, without HTML escaping or trailing newline.
 func encode(v any, prefix string) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)

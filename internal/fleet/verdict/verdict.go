@@ -1,9 +1,9 @@
-// Package verdict decides, for one backend env, what its agent's state means and what the SRE
-// should do next. It is a pure function of what tenancy and the ziti controller said, tenancy's
-// clock, and the thresholds: no I/O, no clock of its own (docs/FLEET.md, "Verdicts").
+// Package verdict decides what one env's state means and the next step: a pure function of the
+// two sources, tenancy's clock and the thresholds (docs/FLEET.md, "Verdicts").
 package verdict
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 	"time"
@@ -22,14 +22,12 @@ const (
 	Silent         Verdict = "SILENT"
 	Offline        Verdict = "OFFLINE"
 	Failing        Verdict = "FAILING"
-	// BackingOff is a box serving the release it ran before, healthy, while the desired sha,
-	// which failed, waits for its next try.
+	// BackingOff: serving the previous release, healthy, while the failed desired sha waits.
 	BackingOff Verdict = "BACKOFF"
 	Drift      Verdict = "DRIFT"
 	Outdated   Verdict = "OUTDATED"
 	OK         Verdict = "OK"
-	// OrphanIdentity is a monky-host.* identity tenancy does not know: a retired backend whose
-	// identity was left behind, or a typo'd onboarding. It is judged by nothing else.
+	// OrphanIdentity: a monky-host.* identity tenancy does not know (retired backend, typo).
 	OrphanIdentity Verdict = "ORPHAN_IDENTITY"
 )
 
@@ -43,8 +41,7 @@ const (
 	DefaultDrift    = 15 * time.Minute
 	minStale        = 3 * time.Minute
 	defaultInterval = 60 * time.Second
-	// detailWidth is how much of a failure detail fits in the NEXT STEP column; the JSON
-	// document carries it whole.
+	// detailWidth is a failure detail's share of NEXT STEP; the JSON carries it whole.
 	detailWidth = 80
 )
 
@@ -61,8 +58,7 @@ type Agent struct {
 	AppliedSha string
 	LastResult string
 	LastDetail string
-	// TimerEnabled is what the agent's last check-in said of its systemd timer; nil when it
-	// could not tell.
+	// TimerEnabled is nil when the agent could not tell.
 	TimerEnabled *bool
 	// Backoff is what the agent's last check-in said of a failing desired sha; nil when none.
 	Backoff *Backoff
@@ -74,8 +70,7 @@ type Backoff struct {
 	Attempts  int
 	// NextAttemptAt is nil when the agent did not say.
 	NextAttemptAt *time.Time
-	// RevertedTo is the release the agent brought back ("" when none); RevertHealthy whether it
-	// came up healthy (nil when unknown).
+	// RevertedTo is the release brought back ("" when none); RevertHealthy nil when unknown.
 	RevertedTo    string
 	RevertHealthy *bool
 }
@@ -89,8 +84,7 @@ type Mesh struct {
 	Online *bool
 }
 
-// Input joins the two sources for one env. Agent is nil for an identity tenancy does not know;
-// Mesh is nil when the controller has no identity for the env.
+// Input joins the two sources for one env; either side is nil when that source lacks the env.
 type Input struct {
 	Agent *Agent
 	Mesh  *Mesh
@@ -98,8 +92,7 @@ type Input struct {
 
 // Thresholds tune the rules.
 type Thresholds struct {
-	// Stale is the check-in age beyond which an agent is stale; 0 means per env,
-	// max(3 × its interval, 3 min), so that a host is late against its own deadline.
+	// Stale 0 means per env, StaleAfter: a host is late against its own deadline.
 	Stale time.Duration
 	// Drift is how long desired may differ from applied; 0 means 15 min.
 	Drift time.Duration
@@ -110,8 +103,7 @@ type Thresholds struct {
 // Result is the verdict of one env.
 type Result struct {
 	Verdict Verdict
-	// Reasons lists every verdict that applies, in table order; Verdict is the first. OK has
-	// no reasons.
+	// Reasons lists every verdict that applies, in table order (OK has none).
 	Reasons  []Verdict
 	NextStep string
 	// Age is how long ago, on tenancy's clock, the agent last checked in; nil when never.
@@ -129,8 +121,8 @@ func StaleAfter(interval time.Duration) time.Duration {
 	return max(3*interval, minStale)
 }
 
-// Evaluate judges one env at now, which must be tenancy's clock (the `now` of its answer), never
-// the operator's: a laptop ten minutes off must neither invent nor hide a silent agent.
+// Evaluate judges one env at tenancy's now, never the operator's: a laptop ten minutes off must
+// neither invent nor hide a silent agent.
 func Evaluate(in Input, now time.Time, th Thresholds) Result {
 	if in.Agent == nil {
 		name := ""
@@ -165,7 +157,7 @@ func Evaluate(in Input, now time.Time, th Thresholds) Result {
 		steps[v] = step
 	}
 	if in.Mesh == nil {
-		add(NoIdentity, fmt.Sprintf("no ziti identity monky-host.%s: re-run fleetctl onboard %s --site %s", a.EnvID, a.EnvID, orDash(a.Site)))
+		add(NoIdentity, fmt.Sprintf("no ziti identity monky-host.%s: re-run fleetctl onboard %s --site %s", a.EnvID, a.EnvID, cmp.Or(a.Site, "SITE")))
 	} else if len(in.Mesh.MissingAttributes) > 0 {
 		add(AttrsMissing, fmt.Sprintf("identity lacks %s: fleetctl repair-attrs %s", hashList(in.Mesh.MissingAttributes), a.EnvID))
 	}
@@ -173,7 +165,7 @@ func Evaluate(in Input, now time.Time, th Thresholds) Result {
 		add(NeverCheckedIn, "never checked in: install kit not run, or the first tick is failing (journalctl -u monky-deployd)")
 	}
 	if r.Stale && online {
-		why := "last ran " + orUnknown(a.Version)
+		why := "last ran " + cmp.Or(a.Version, "an unknown version")
 		if a.TimerEnabled != nil && !*a.TimerEnabled {
 			why = "timer reported disabled; " + why
 		}
@@ -231,8 +223,7 @@ func Evaluate(in Input, now time.Time, th Thresholds) Result {
 	return r
 }
 
-// servesPrevious reports whether a box whose desired sha is backing off runs the release it
-// reverted to, healthy: its last heartbeat said so, or its last failure's revert came up healthy.
+// servesPrevious: a backing-off box runs its reverted-to release, healthy (heartbeat or revert says so).
 func servesPrevious(a *Agent, bo *Backoff) bool {
 	if bo == nil || a.AppliedSha == "" {
 		return false
@@ -246,8 +237,7 @@ func servesPrevious(a *Agent, bo *Backoff) bool {
 	return false
 }
 
-// backoffPhrase says what the backoff is: `9f3e21d0 failed 3×, reverted to 7a10c4e2 (healthy),
-// next try in 8m`.
+// backoffPhrase: `9f3e21d0 failed 3×, reverted to 7a10c4e2 (healthy), next try in 8m`.
 func backoffPhrase(bo *Backoff, now time.Time) string {
 	s := fmt.Sprintf("%s failed %d×", Short(bo.FailedSha), bo.Attempts)
 	switch {
@@ -279,20 +269,17 @@ func Human(d time.Duration) string {
 	case d < time.Hour:
 		return fmt.Sprintf("%dm", int(d.Minutes()))
 	case d < 48*time.Hour:
-		h := int(d.Hours())
-		m := int((d - time.Duration(h)*time.Hour).Minutes())
-		if m == 0 {
-			return fmt.Sprintf("%dh", h)
-		}
-		return fmt.Sprintf("%dh%dm", h, m)
+		return twoUnits(int(d.Hours()), "h", int(d.Minutes())%60, "m")
 	default:
-		days := int(d.Hours()) / 24
-		h := int(d.Hours()) - days*24
-		if h == 0 {
-			return fmt.Sprintf("%dd", days)
-		}
-		return fmt.Sprintf("%dd%dh", days, h)
+		return twoUnits(int(d.Hours())/24, "d", int(d.Hours())%24, "h")
 	}
+}
+
+func twoUnits(a int, au string, b int, bu string) string {
+	if b == 0 {
+		return fmt.Sprintf("%d%s", a, au)
+	}
+	return fmt.Sprintf("%d%s%d%s", a, au, b, bu)
 }
 
 // Short is the 8-character prefix a table shows of a sha.
@@ -309,20 +296,6 @@ func hashList(attrs []string) string {
 		out[i] = "#" + a
 	}
 	return strings.Join(out, " and ")
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "SITE"
-	}
-	return s
-}
-
-func orUnknown(s string) string {
-	if s == "" {
-		return "an unknown version"
-	}
-	return s
 }
 
 // oneLine folds whitespace, so that a multi-line compose error stays on its table row.

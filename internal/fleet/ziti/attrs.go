@@ -1,21 +1,21 @@
 package ziti
 
-import "strings"
+import (
+	"slices"
+	"strings"
+)
 
 // HostPrefix starts the name of every backend host identity: monky-host.<env_id>.
 const HostPrefix = "monky-host."
 
-// Role attributes a backend host identity needs: the first lets it dial tenancy's agent
-// entrypoint (monky.tenancy.deploy), the second lets it reach OpenBao. Identities created before
-// the broker learned to add them (env-qa-02's) had them added by hand — and one forgotten attribute
-// reads, from the box, like a missing intercept.
+// Role attributes a host identity needs to dial tenancy's agent entrypoint and OpenBao. Early
+// identities (env-qa-02's) got them by hand; a forgotten one reads, from the box, like a missing intercept.
 const (
 	AttrDeployAgent   = "monky-deploy-agent"
 	AttrOpenBaoClient = "openbao-client"
 )
 
-// RequiredAttributes lists the attributes every host identity must carry, in the order they are
-// reported.
+// RequiredAttributes lists the attributes every host identity must carry, in report order.
 func RequiredAttributes() []string { return []string{AttrDeployAgent, AttrOpenBaoClient} }
 
 // IdentityName is the ziti identity name of a backend env.
@@ -27,28 +27,20 @@ func EnvOf(name string) (string, bool) {
 	return env, ok && env != ""
 }
 
-// MissingAttributes returns the required attributes absent from have. A leading '#' (how the
-// attributes are written in policies) is tolerated in have.
+// MissingAttributes returns the required attributes absent from have ('#attr', as policies
+// write them, counts); never nil, as it is a JSON list.
 func MissingAttributes(have []string) []string {
-	var missing []string
+	missing := []string{}
 	for _, want := range RequiredAttributes() {
-		found := false
-		for _, h := range have {
-			if strings.TrimPrefix(h, "#") == want {
-				found = true
-				break
-			}
-		}
-		if !found {
+		if !slices.ContainsFunc(have, func(h string) bool { return strings.TrimPrefix(h, "#") == want }) {
 			missing = append(missing, want)
 		}
 	}
 	return missing
 }
 
-// MergeAttributes returns have followed by the missing required attributes. A PATCH of
-// roleAttributes replaces the whole list, so whatever else an operator put on the identity must
-// be sent back with it.
+// MergeAttributes returns have plus the missing required attributes: a PATCH replaces the
+// whole list, so what an operator added must be sent back.
 func MergeAttributes(have []string) []string {
 	out := append([]string(nil), have...)
 	return append(out, MissingAttributes(have)...)

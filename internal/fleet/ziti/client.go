@@ -34,31 +34,23 @@ const (
 	MaxPageSize        = 500
 	DefaultConcurrency = 8
 	DefaultTimeout     = 30 * time.Second
-	// basePath is where the management API lives on the controller's listener.
-	basePath = "/edge/management/v1"
-	// maxIdentities bounds what one listing accepts: a totalCount beyond it is a broken answer,
-	// not a fleet.
+	basePath           = "/edge/management/v1"
+	// maxIdentities: a totalCount beyond it is a broken answer, not a fleet.
 	maxIdentities = 1_000_000
 )
 
 // Config says how to reach and authenticate to the controller. Exactly one of Identity
 // (certificate auth) or Username+Password (updb auth) is used; Identity wins when both are set.
 type Config struct {
-	// URL is the controller's address, https://host:port[/prefix]; the management base path is
-	// added (see ParseManagementURL).
-	URL string
-	// CAPool verifies the controller's certificate; nil means the identity's CA when there is
-	// one, else the system roots.
-	CAPool   *x509.CertPool
-	Username string
-	Password secret.Value
-	Identity *ClientIdentity
-	// PageSize is the listing page (default and cap MaxPageSize).
-	PageSize int64
-	// Concurrency is how many pages are fetched at once after the first (default 8; 1 = serial).
-	Concurrency int
-	// Timeout bounds each request (default 30 s).
-	Timeout time.Duration
+	URL string // https://host:port[/prefix]; see ParseManagementURL
+	// CAPool nil means the identity's CA when there is one, else the system roots.
+	CAPool      *x509.CertPool
+	Username    string
+	Password    secret.Value
+	Identity    *ClientIdentity
+	PageSize    int64         // default and cap MaxPageSize
+	Concurrency int           // pages fetched at once after the first (default 8)
+	Timeout     time.Duration // per request (default 30 s)
 }
 
 // Identity is what fleetctl needs of one ziti identity.
@@ -66,18 +58,13 @@ type Identity struct {
 	ID             string
 	Name           string
 	RoleAttributes []string
-	// Online is hasEdgeRouterConnection: the host's tunneller or SDK holds a connection to an
-	// edge router right now. nil when the controller did not say.
-	Online *bool
-	// MeshStatus is edgeRouterConnectionStatus (online, offline, unknown), "" when absent.
-	MeshStatus    string
-	HasAPISession *bool
-	Hostname      string
-	// SDKVersion and SDKApp describe the tunneller or SDK that last authenticated (sdkInfo).
-	SDKVersion string
-	SDKApp     string
-	// EnrollmentPending is true while a one-time-token enrolment is waiting to be used.
-	EnrollmentPending bool
+	Online         *bool  // hasEdgeRouterConnection; nil when the controller did not say
+	MeshStatus     string // edgeRouterConnectionStatus, "" when absent
+	HasAPISession  *bool
+	Hostname       string
+	// SDKVersion and SDKApp are sdkInfo of the tunneller or SDK that last authenticated.
+	SDKVersion, SDKApp string
+	EnrollmentPending  bool // a one-time-token enrolment waits to be used
 }
 
 // Client talks to one controller with one API session. It is safe for concurrent use.
@@ -85,8 +72,7 @@ type Client struct {
 	mc      *mgmt.ZitiEdgeManagement
 	session runtime.ClientAuthInfoWriter
 	cfg     Config
-	// Method is the authentication method that opened the session: "password" or "cert".
-	Method string
+	Method  string // "password" or "cert"
 }
 
 // Dial authenticates to the controller and returns a client holding the API session.
@@ -128,14 +114,10 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 		MaxIdleConnsPerHost: cfg.Concurrency + 1,
 		TLSHandshakeTimeout: 10 * time.Second,
 	}},
-		// Go's client resends the zt-session header to any host a redirect names, and a
-		// 307's body (the password) with it: the controller redirects no management call.
-		CheckRedirect: noredirect.Refuse,
+		CheckRedirect: noredirect.Refuse, // zt-session and the password would follow to any host
 	}
 	rt := openapiclient.NewWithClient(u.Host, path, []string{"https"}, hc)
-	// go-openapi turns on wire dumps when DEBUG or SWAGGER_DEBUG is set in the environment; a
-	// dump prints the password and the session token. An operator's shell with DEBUG=1 must not
-	// put them in a terminal scrollback or a CI log.
+	// go-openapi dumps the wire (password, session token) when DEBUG or SWAGGER_DEBUG is set.
 	rt.SetDebug(false)
 	rt.Consumers[runtime.JSONMime] = listConsumer(rt.Consumers[runtime.JSONMime])
 	c := &Client{mc: mgmt.New(rt, strfmt.Default), cfg: cfg, Method: method}
@@ -160,23 +142,14 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	return c, nil
 }
 
-// ListHostIdentities returns every identity whose name starts with HostPrefix. The first page
-// gives totalCount; the remaining pages are fetched concurrently (Config.Concurrency at once).
-// progress, when not nil, is called after each page with pages done and pages in all; calls are
-// serialised (a second listing, see below, starts again from 1).
+// ListHostIdentities returns every identity named HostPrefix*, pages after the first fetched
+// concurrently; progress (optional, serialised) gets pages done and in all.
 //
-// Offset paging over a list that changes meanwhile shifts the pages: an identity created or
-// deleted ahead of an offset makes another one appear twice or not at all, and a missing host
-// identity would read as NO_IDENTITY, whose next step (onboard) supersedes a working box's
-// grant. So a listing counts as read only when every page reports the first page's totalCount
-// and the distinct identities received number exactly that. Otherwise the list is read once
-// more; when that reading is torn too, the error matches ErrListChanged. A create and a delete
-// that cancel out between two pages escape both checks: offset paging offers nothing better, so
-// a caller that judges an identity missing confirms it first (FindIdentity).
-//
-// A controller that serves fewer identities than asked for without saying so (in
-// meta.pagination.limit) is followed when its first page shows it; a short page in the middle
-// with totalCount unchanged is an error matching ErrPaging, not a changed list.
+// Offset paging over a changing list can drop an identity, which would read as NO_IDENTITY and
+// lead onboard to supersede a working box's grant. So a listing counts only when every page
+// reports the first page's totalCount and that many distinct identities arrived; else it is read
+// once more, then fails with ErrListChanged. A create and a delete that cancel out escape this:
+// callers confirm a missing identity (FindIdentity). A short page mid-list is ErrPaging.
 func (c *Client) ListHostIdentities(ctx context.Context, progress func(done, total int)) ([]Identity, error) {
 	ids, err := c.listOnce(ctx, progress)
 	if !errors.Is(err, ErrListChanged) {
@@ -188,7 +161,6 @@ func (c *Client) ListHostIdentities(ctx context.Context, progress func(done, tot
 	return ids, err
 }
 
-// listOnce reads the host identities page by page, once.
 func (c *Client) listOnce(ctx context.Context, progress func(done, total int)) ([]Identity, error) {
 	filter := fmt.Sprintf("name contains %s", quote(HostPrefix))
 	first, total, stride, err := c.page(ctx, filter, 0, c.cfg.PageSize)
@@ -199,9 +171,7 @@ func (c *Client) listOnce(ctx context.Context, progress func(done, total int)) (
 		return nil, fmt.Errorf("ziti: list identities: totalCount %d is beyond any fleet", total)
 	}
 	if n := int64(len(first)); n > 0 && n < stride && n < total {
-		// The controller served fewer than asked for without saying so in
-		// meta.pagination.limit: page by what it serves.
-		stride = n
+		stride = n // served fewer than asked without saying so: page by what it serves
 	}
 	pages := 1
 	if total > int64(len(first)) && stride > 0 {
@@ -251,8 +221,6 @@ func (c *Client) listOnce(ctx context.Context, progress func(done, total int)) (
 	}
 	for i, page := range results[:pages-1] {
 		if int64(len(page)) != stride {
-			// totalCount held on every page, so nothing was created or deleted: the controller
-			// served a short page in the middle.
 			return nil, fmt.Errorf("ziti: list identities: %w: the page at offset %d holds %d identities where %d were asked for, with totalCount %d on every page",
 				ErrPaging, int64(i)*stride, len(page), stride, total)
 		}
@@ -266,9 +234,7 @@ func (c *Client) listOnce(ctx context.Context, progress func(done, total int)) (
 			}
 			seen[id.ID] = true
 			if !strings.HasPrefix(id.Name, HostPrefix) {
-				// "contains" also matches e.g. old-monky-host.x; the controller counts it, but
-				// only the prefix is ours.
-				continue
+				continue // "contains" also matches old-monky-host.x: counted, not ours
 			}
 			out = append(out, id)
 		}
@@ -280,8 +246,7 @@ func (c *Client) listOnce(ctx context.Context, progress func(done, total int)) (
 	return out, nil
 }
 
-// page fetches one page and returns its identities, the totalCount and the limit the controller
-// actually applied (it caps what it is asked).
+// page returns one page's identities, totalCount and the limit the controller applied.
 func (c *Client) page(ctx context.Context, filter string, offset, limit int64) ([]Identity, int64, int64, error) {
 	params := identity.NewListIdentitiesParamsWithContext(ctx).WithTimeout(c.cfg.Timeout).
 		WithFilter(&filter).WithLimit(&limit).WithOffset(&offset)
@@ -387,9 +352,7 @@ type Enrollment struct {
 	ExpiresAt time.Time
 }
 
-// EnrollmentJWT returns the identity's pending OTT enrolment, or an error matching
-// ErrNoEnrollment when the identity has none (it was enrolled already, or the token expired and
-// was removed).
+// EnrollmentJWT returns the pending OTT enrolment, or ErrNoEnrollment (enrolled, or expired).
 func (c *Client) EnrollmentJWT(ctx context.Context, id string) (*Enrollment, error) {
 	d, err := c.detail(ctx, id)
 	if err != nil {
@@ -411,12 +374,7 @@ func fromDetail(d *rest_model.IdentityDetail) (Identity, error) {
 	if d.Name == nil || *d.Name == "" {
 		return Identity{}, fmt.Errorf("identity %s without name", *d.ID)
 	}
-	out := Identity{
-		ID:            *d.ID,
-		Name:          *d.Name,
-		Online:        d.HasEdgeRouterConnection,
-		HasAPISession: d.HasAPISession,
-	}
+	out := Identity{ID: *d.ID, Name: *d.Name, Online: d.HasEdgeRouterConnection, HasAPISession: d.HasAPISession}
 	if d.RoleAttributes != nil {
 		out.RoleAttributes = append([]string{}, (*d.RoleAttributes)...)
 	}
@@ -433,16 +391,12 @@ func fromDetail(d *rest_model.IdentityDetail) (Identity, error) {
 			out.SDKApp = d.SdkInfo.Type
 		}
 	}
-	if d.Enrollment != nil && d.Enrollment.Ott != nil && d.Enrollment.Ott.JWT != "" {
-		out.EnrollmentPending = true
-	}
+	out.EnrollmentPending = d.Enrollment != nil && d.Enrollment.Ott != nil && d.Enrollment.Ott.JWT != ""
 	return out, nil
 }
 
-// drainingTransport reads what is left of a response body before closing it. The generated
-// client's JSON decoder stops at the end of the object and leaves the trailing newline unread,
-// and net/http does not reuse a connection whose body was not read to EOF: every page would
-// pay a new TLS handshake.
+// drainingTransport reads a body to EOF before closing it: the generated decoder leaves the
+// trailing newline, and net/http reuses no connection with an unread body (a TLS handshake a page).
 type drainingTransport struct{ rt http.RoundTripper }
 
 func (d drainingTransport) RoundTrip(r *http.Request) (*http.Response, error) {

@@ -15,17 +15,12 @@ import (
 
 // Errors callers branch on.
 var (
-	// ErrUnauthorized: the controller refused the credentials or the session (HTTP 401).
-	ErrUnauthorized error = &neterr.Status{Status: http.StatusUnauthorized, Text: "unauthorized"}
-	// ErrNotFound: no such identity (HTTP 404, or an empty lookup by name).
-	ErrNotFound error = &neterr.Status{Status: http.StatusNotFound, Text: "not found"}
-	// ErrNoEnrollment: the identity has no pending one-time-token enrolment.
-	ErrNoEnrollment = errors.New("no pending enrollment")
-	// ErrListChanged: the identity list changed while it was paged through, twice in a row, so
-	// what was received is not the whole list.
+	ErrUnauthorized error = &neterr.Status{Status: http.StatusUnauthorized, Text: "unauthorized"} // credentials or session
+	ErrNotFound     error = &neterr.Status{Status: http.StatusNotFound, Text: "not found"}        // 404 or empty lookup by name
+	ErrNoEnrollment       = errors.New("no pending enrollment")
+	// ErrListChanged: the list changed while paged through, twice in a row.
 	ErrListChanged = errors.New("the identity list changed while it was read")
-	// ErrPaging: the controller served a short page in the middle of an unchanged list: it
-	// pages differently from what it was asked and said.
+	// ErrPaging: a short page in the middle of an unchanged list.
 	ErrPaging = errors.New("the controller paged differently from what it was asked and said")
 )
 

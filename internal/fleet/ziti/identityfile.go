@@ -14,26 +14,16 @@ import (
 // ClientIdentity is an operator's ziti identity file (the JSON an enrolment writes), loaded for
 // certificate authentication to the management API.
 type ClientIdentity struct {
-	// Certificate is the client certificate and its private key.
 	Certificate tls.Certificate
-	// CA holds the controller CA bundle the file carries (id.ca); nil when it carries none.
-	CA *x509.CertPool
-	// ControllerURL is https://host[:port][/prefix] of the file's ztAPI (else of the first entry
-	// of ztAPIs), the client API's path /edge/client/v1 cut off; "" when it names none. The
-	// management API is looked for at <ControllerURL>/edge/management/v1: on the same listener
-	// and under the same prefix as the client API, which a controller need not do (then set
-	// ziti.url).
-	ControllerURL string
-	// ControllerField is the field ControllerURL was read from: "ztAPI" or "ztAPIs[i]".
-	ControllerField string
+	CA          *x509.CertPool // id.ca; nil when the file carries none
+	// ControllerURL is the base of ztAPI (else ztAPIs[0]), "" when none; the management API is
+	// looked for under it, which a controller need not serve (then set ziti.url).
+	ControllerURL   string
+	ControllerField string // "ztAPI" or "ztAPIs[i]"
 }
 
-// LoadIdentityFile reads and parses a ziti identity file. Relative file:// references inside it
-// are resolved against the file's directory.
-//
-// The file is parsed here rather than through the SDK's loader because that loader exits the
-// process on a bad certificate and panics on a garbage key (see api-notes): an operator with a
-// stale identity must get a sentence naming the field, not a crash.
+// LoadIdentityFile reads a ziti identity file, relative references against its directory. Not
+// the SDK's loader: it exits on a bad certificate and panics on a garbage key (see api-notes).
 func LoadIdentityFile(path string) (*ClientIdentity, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -46,12 +36,10 @@ func LoadIdentityFile(path string) (*ClientIdentity, error) {
 	return id, nil
 }
 
-// identityFile is the on-disk shape; unknown fields (configTypes, enableHa…) are ignored because
-// newer SDKs keep adding them.
+// identityFile is the on-disk shape; unknown fields are ignored: newer SDKs keep adding them.
 type identityFile struct {
-	ZtAPI string `json:"ztAPI"`
-	// ZtAPIs lists the controllers of an HA cluster (newer SDKs write it beside ztAPI).
-	ZtAPIs []string `json:"ztAPIs"`
+	ZtAPI  string   `json:"ztAPI"`
+	ZtAPIs []string `json:"ztAPIs"` // an HA cluster's controllers
 	ID     *struct {
 		Key  string `json:"key"`
 		Cert string `json:"cert"`
@@ -59,8 +47,7 @@ type identityFile struct {
 	} `json:"id"`
 }
 
-// ParseIdentity parses the JSON of a ziti identity file. baseDir resolves relative file
-// references; "" forbids file references altogether (useful for input that did not come from disk).
+// ParseIdentity parses an identity file's JSON; baseDir resolves file references, "" forbids them.
 func ParseIdentity(data []byte, baseDir string) (*ClientIdentity, error) {
 	var f identityFile
 	if err := json.Unmarshal(data, &f); err != nil {
@@ -110,8 +97,7 @@ func ParseIdentity(data []byte, baseDir string) (*ClientIdentity, error) {
 	return out, nil
 }
 
-// material resolves one id.* value: inline "pem:…", "file://path", or a bare path, as the SDK
-// accepts. Hardware engines ("engine:…") are not supported by fleetctl.
+// material resolves one id.* value: "pem:…", "file://path" or a bare path, as the SDK does.
 func material(field, v, baseDir string) ([]byte, error) {
 	switch {
 	case v == "":

@@ -7,15 +7,11 @@ import (
 	"strings"
 )
 
-// clientAPIPath is where an identity file's ztAPI points: the edge client API.
-const clientAPIPath = "/edge/client/v1"
+const clientAPIPath = "/edge/client/v1" // where an identity file's ztAPI points
 
-// ParseManagementURL checks a controller address given for the management API (ziti.url) and
-// returns it as https://host[:port][/prefix], the base the management API's path
-// (/edge/management/v1) is added to. A URL that names the management or the client API itself
-// is cut back to its base. It must be https with a host and, when it has one, a port 1–65535;
-// credentials, a query or a fragment in it are refused, as is anything that does not parse. Every
-// error names field and never prints a password.
+// ParseManagementURL checks ziti.url (see checkURL) and returns its base
+// https://host[:port][/prefix], a management or client API path cut off. Errors name field and
+// never print a password.
 func ParseManagementURL(field, raw string) (string, error) {
 	u, err := checkURL(field, raw)
 	if err != nil {
@@ -33,10 +29,8 @@ func ParseManagementURL(field, raw string) (string, error) {
 	return "https://" + u.Host + prefix, nil
 }
 
-// parseClientAPI reads an identity file's ztAPI (or ztAPIs entry): the controller's client API,
-// https://host[:port][/prefix]/edge/client/v1, or its bare base. It returns the base, where the
-// management API is looked for (under the same prefix). Any other path is refused: nothing says
-// where the management API would be.
+// parseClientAPI returns the base of a ztAPI entry (the client API URL or its bare base). Any
+// other path is refused: nothing says where the management API would be.
 func parseClientAPI(field, raw string) (string, error) {
 	u, err := checkURL(field, raw)
 	if err != nil {

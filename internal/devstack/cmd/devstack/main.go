@@ -45,6 +45,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.FleetctlBin, "fleetctl-bin", "bin/fleetctl", "fleetctl binary")
 	fs.StringVar(&o.AppBin, "app-bin", "", "the demo app, built static (go build ./internal/devstack/demoapp); none: no image")
 	fs.StringVar(&o.BaoBin, "bao-bin", "", "OpenBao server binary for the real dev server; none: the in-process fake")
+	fs.StringVar(&o.ZitiBin, "ziti-bin", "", "ziti binary (scripts/build-ziti.sh) for the real OpenZiti controller and router; none: the in-process fake")
 	fs.StringVar(&o.RegistryBin, "registry-bin", "", "registry binary (default /usr/bin/docker-registry)")
 	fs.StringVar(&o.RulesFile, "rules", "packaging/prometheus/monky-deployd.rules.yml", "the alert rules the demo's Prometheus evaluates")
 	fs.StringVar(&o.PrometheusBin, "prometheus-bin", "", "Prometheus server (default /usr/bin/prometheus; absent: no alert is evaluated)")
