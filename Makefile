@@ -2,7 +2,7 @@
 SHELL        := /bin/bash
 VERSION      := $(shell cat VERSION)
 MODULE       := scm.tikali.ai/tikali/applications/monky/monky-deployd
-LDFLAGS      := -s -w -X $(MODULE)/internal/version.Version=$(VERSION)
+LDFLAGS      := -s -w -X $(MODULE)/internal/shared/version.Version=$(VERSION)
 GO           ?= go
 STATICCHECK  := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME     ?= 10s

@@ -7,7 +7,7 @@
 PKG_GO           ?= go
 PKG_VERSION      ?= $(shell cat VERSION)
 PKG_MODULE       := scm.tikali.ai/tikali/applications/monky/monky-deployd
-PKG_LDFLAGS      ?= -s -w -X $(PKG_MODULE)/internal/version.Version=$(PKG_VERSION)
+PKG_LDFLAGS      ?= -s -w -X $(PKG_MODULE)/internal/shared/version.Version=$(PKG_VERSION)
 PKG_ARCH         ?= amd64
 PKG_DIST         ?= dist
 # Prebuilt binaries to package instead of building cmd/deployd and cmd/fleetctl (tests only).

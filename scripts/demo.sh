@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make demo`: builds the agent, fleetctl, the dev stack and the demo app, then runs
-# `devstack demo` (internal/devstack/demo): a local control plane on loopback, five agents
+# `devstack demo` (internal/dev/devstack/demo): a local control plane on loopback, five agents
 # deploying an example app, one gone silent on a live host, one refused a privileged bundle,
 # and `fleetctl status` catching both; `fleetctl exporter` serves the same verdicts to a
 # Prometheus on loopback, which raises MonkyAgentSilent from the package's alert rules. Needs Go;
@@ -48,9 +48,9 @@ echo "demo: building bin/monky-deployd, bin/fleetctl, the dev stack and the demo
 make --no-print-directory build >/dev/null
 mkdir -p "$work/bin" "$work/stack"
 # The release version, as `make build` links it: the kits fleetctl writes name that package.
-"$GO" build -ldflags "-X scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/version.Version=$(cat VERSION)" \
-  -o "$work/bin/devstack" ./internal/devstack/cmd/devstack
-CGO_ENABLED=0 GOOS=linux "$GO" build -trimpath -ldflags "-s -w -X main.version=1" -o "$work/bin/demoapp" ./internal/devstack/demoapp
+"$GO" build -ldflags "-X scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/version.Version=$(cat VERSION)" \
+  -o "$work/bin/devstack" ./internal/dev/cmd/devstack
+CGO_ENABLED=0 GOOS=linux "$GO" build -trimpath -ldflags "-s -w -X main.version=1" -o "$work/bin/demoapp" ./internal/dev/cmd/demoapp
 
 # OpenBao: the real dev server when a bao binary is at hand (MONKY_BAO_BIN, or the one
 # scripts/build-bao.sh caches, whose path only that script knows), never built here — that

@@ -83,4 +83,4 @@ fi
 box=$("$here/build-box-image.sh") || fail "scripts/build-box-image.sh"
 step "box image: $box"
 
-say "ready in $((SECONDS - t0))s: go test -tags integration ./internal/itest/..."
+say "ready in $((SECONDS - t0))s: go test -tags integration ./internal/test/itest/..."

@@ -1,4 +1,4 @@
-// Command monky-deployd is the Monky backend pull agent; see internal/deploydcli.
+// Command monky-deployd is the Monky backend pull agent; see internal/agent/cli.
 package main
 
 import (
@@ -7,12 +7,12 @@ import (
 	"os/signal"
 	"syscall"
 
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/deploydcli"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/cli"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := deploydcli.Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	code := cli.Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }

@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/devstack"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/dev/devstack"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/kit"
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/itest"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/test/itest"
 )
 
 // TestBoxAnsibleRole applies ansible/monky-deployd.yml to a box through the community.docker

@@ -1,7 +1,7 @@
 // Package boxtest runs the package on a real box: Debian with systemd as PID 1 in a container
 // (scripts/build-box-image.sh), real dpkg, real timers, the unit's hardening as systemd applies
 // it, and the agent deploying through the host's Docker engine against the dev stack
-// (internal/devstack) on the host's loopback.
+// (internal/dev/devstack) on the host's loopback.
 //
 // What it proves is what only systemd can: the timer fires on its own after install.sh and after
 // a reboot, an upgrade from the 0.1.8 package whose prerm disabled the timer heals itself with

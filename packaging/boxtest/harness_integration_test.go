@@ -31,15 +31,15 @@ import (
 	"testing"
 	"time"
 
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/devstack"
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/devstack/appimage"
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/devstack/baodev"
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/devstack/dockercli"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/tenancy/tenancytest"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/dev/devstack"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/dev/devstack/appimage"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/dev/devstack/baodev"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/dev/devstack/dockercli"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/admin/admintest"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/kit"
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/itest"
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/tenancy/tenancytest"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/test/itest"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/packaging/debpkg"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/packaging/pkgtest"
 )
@@ -207,7 +207,7 @@ func build(t *testing.T) artifacts {
 		nextBin := filepath.Join(built.dir, "monky-deployd-"+built.next)
 		env := append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := run(root, env, "go", "build", "-trimpath", "-ldflags",
-			"-s -w -X "+module+"/internal/version.Version="+built.next, "-o", nextBin, "./cmd/deployd"); err != nil {
+			"-s -w -X "+module+"/internal/shared/version.Version="+built.next, "-o", nextBin, "./cmd/deployd"); err != nil {
 			buildErr = fmt.Errorf("go build ./cmd/deployd %s: %v\n%s", built.next, err, out)
 			return
 		}

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/devstack"
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/tenancy/tenancytest"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/tenancy/tenancytest"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/dev/devstack"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/protocol"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/packaging/pkgtest"
 )
 

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/itest"
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/tenancy/tenancytest"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/tenancy/tenancytest"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/test/itest"
 )
 
 // TestBoxProxyService: monky-deployd-proxy.service under real systemd, against a real OpenZiti

@@ -18,7 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/itest"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/test/itest"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/packaging/debpkg"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/packaging/pkgtest"
 )

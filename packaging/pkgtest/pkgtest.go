@@ -17,7 +17,7 @@ import (
 	"github.com/goreleaser/nfpm/v2"
 	"github.com/goreleaser/nfpm/v2/files"
 
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/itest"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/test/itest"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/packaging/debpkg"
 )
 

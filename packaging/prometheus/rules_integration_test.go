@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/itest"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/test/itest"
 )
 
 func promtool(t *testing.T, dir string, args ...string) (string, error) {

@@ -17,12 +17,12 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/metrics"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/state"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/exporter"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/report"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/verdict"
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/metrics"
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/state"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/protocol"
 )
 
 type rule struct {

@@ -18,7 +18,7 @@ import (
 	"regexp"
 	"strings"
 
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/secret"
 )
 
 // Defaults for a by-hand run outside CI.

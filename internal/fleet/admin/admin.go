@@ -14,12 +14,12 @@ import (
 	"strings"
 	"time"
 
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/clip"
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/neterr"
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/noredirect"
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/version"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/clip"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/neterr"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/noredirect"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/secret"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/version"
 )
 
 // Limits on what the client accepts.

@@ -8,9 +8,9 @@ import (
 	"strings"
 	"time"
 
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/clip"
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/strictjson"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/clip"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/strictjson"
 )
 
 // nameRE: env ids and the kit's names end up in file names, ansible variables and a root shell.

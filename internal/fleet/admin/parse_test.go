@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/protocol"
 )
 
 func TestParseAgentsPage(t *testing.T) {

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/devstack/promdev"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/dev/devstack/promdev"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/admin/admintest"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/fleettest"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/ziti/zititest"

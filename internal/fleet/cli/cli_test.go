@@ -20,8 +20,8 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/fleettest"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/kit"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/ziti/zititest"
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/syncbuf"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/test/syncbuf"
 )
 
 // harness runs fleetctl in-process against the fakes seeded with the demo fleet, with a fake

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/devstack/promdev"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/dev/devstack/promdev"
 )
 
 // scrape reads the /metrics page served at addr.

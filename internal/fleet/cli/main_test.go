@@ -20,7 +20,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/admin/admintest"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/fleettest"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/ziti/zititest"
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/protocol"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files (testdata) and the expected output inside the .txtar scripts")

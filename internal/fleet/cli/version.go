@@ -9,7 +9,7 @@ import (
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/render"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/report"
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/version"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/version"
 )
 
 type versionInfo struct {

@@ -11,9 +11,9 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/yamldoc"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/yamldoc"
 
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/secret"
 )
 
 // ErrInvalid marks every configuration error: the CLI exits 2 on it.

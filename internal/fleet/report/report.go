@@ -12,7 +12,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/admin"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/verdict"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/ziti"
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/protocol"
 )
 
 // Schema changes only if a field changes meaning or goes away; new fields keep the number.

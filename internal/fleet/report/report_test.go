@@ -16,7 +16,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/render"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/verdict"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/ziti"
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/protocol"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata")

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/clip"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/clip"
 )
 
 // Verdict is the state of one env.

@@ -24,8 +24,8 @@ import (
 	"github.com/openziti/edge-api/rest_model"
 	"golang.org/x/sync/errgroup"
 
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/noredirect"
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/secret"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/noredirect"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/secret"
 )
 
 // Defaults of Config.

@@ -9,8 +9,8 @@ import (
 	"github.com/go-openapi/runtime"
 	"github.com/openziti/edge-api/rest_model"
 
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/neterr"
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/noredirect"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/neterr"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/noredirect"
 )
 
 // Errors callers branch on.

@@ -20,8 +20,8 @@ import (
 	"sync"
 	"time"
 
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/failplan"
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/test/failplan"
 )
 
 // Op names an operation whose behaviour can be changed with Fail.

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/protocol"
 )
 
 func get(t *testing.T, s *Server, path, token string) (int, protocol.AdminAgentsPage) {

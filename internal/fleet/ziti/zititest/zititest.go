@@ -41,7 +41,7 @@ import (
 	"github.com/openziti/edge-api/rest_management_api_server/operations/identity"
 	"github.com/openziti/edge-api/rest_model"
 
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/failplan"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/test/failplan"
 )
 
 // Op names an operation whose behaviour can be changed with Fail.

@@ -1,0 +1,226 @@
+package bundle
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/bundle/bundletest"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/protocol"
+)
+
+const (
+	rel     = "/var/lib/monky-deployd/env-qa-02/releases/7a10"
+	project = "monky-env-qa-02"
+)
+
+func svc(body string) string { return bundletest.Svc(body) }
+
+// composeBundle is the smallest bundle around one compose file.
+func composeBundle(file, compose string, allow bool, template string) *Bundle {
+	if file == "" {
+		file = DefaultComposeFile
+	}
+	b := &Bundle{
+		Files:       map[string]string{file: compose},
+		Meta:        Meta{ComposeFile: file, Agent: Agent{AllowPrivileged: allow}},
+		EnvTemplate: template,
+	}
+	if template != "" {
+		b.Entries = []Entry{{Var: "DB_PASSWORD", Path: "s", Key: DefaultKey, Use: UseEnv}}
+	}
+	return b
+}
+
+func TestJudgeRefusesEveryBypassClass(t *testing.T) {
+	for _, c := range bundletest.BypassClasses() {
+		t.Run(c.Name, func(t *testing.T) {
+			b := composeBundle(c.File, c.Compose, false, c.Template)
+			assertRefusal(t, b.Check(rel, project), c.Code, c.Want)
+		})
+	}
+}
+
+func TestJudgeAllowPrivileged(t *testing.T) {
+	for _, c := range bundletest.BypassClasses() {
+		t.Run(c.Name, func(t *testing.T) {
+			err := composeBundle(c.File, c.Compose, true, c.Template).Check(rel, project)
+			if c.Code == protocol.CodePrivileged {
+				if err != nil {
+					t.Fatalf("allow_privileged: %v", err)
+				}
+				return
+			}
+			assertRefusal(t, err, c.Code, c.Want) // never allowed, whatever the flag
+		})
+	}
+}
+
+// TestWritableBindOfReleaseRootIsRefused is review 8's finding 1: a container that can write
+// the release's own files rewrites what a revert runs again.
+func TestWritableBindOfReleaseRootIsRefused(t *testing.T) {
+	for _, src := range []string{".", "./"} {
+		err := composeBundle("", svc("    volumes:\n      - "+src+":/rel\n"), false, "").Check(rel, project)
+		if err == nil {
+			t.Fatalf("%s:/rel (writable) accepted", src)
+		}
+		assertRefusal(t, err, protocol.CodePrivileged, "api: volumes[0]: writable bind of the release directory")
+	}
+}
+
+// TestJudgeAcceptsHarmlessNeighbours: the allow-list's edges that stay allowed.
+func TestJudgeAcceptsHarmlessNeighbours(t *testing.T) {
+	cases := []struct{ name, body string }{
+		{"the release bound read-only", "    volumes: [\".:/rel:ro\"]\n"},
+		{"a bundle file's directory bound read-only", "    volumes: [\"./conf:/etc/app:ro\"]\n"},
+		{"a writable data directory holding no bundle file", "    volumes: [\"./data:/data\"]\n"},
+		{"json-file with rotation", "    logging: {driver: json-file, options: {max-size: 10m, max-file: \"3\", compress: \"true\", tag: \"{{.Name}}\"}}\n"},
+		{"local and non-blocking", "    logging: {driver: local, options: {mode: non-blocking, max-buffer-size: 4m}}\n"},
+		{"no logs", "    logging: {driver: none}\n"},
+		{"options without a driver", "    logging: {options: {max-size: 1m}}\n"},
+		{"oom_score_adj above 0", "    oom_score_adj: 500\n"},
+		{"oom_kill_disable false", "    oom_kill_disable: false\n"},
+		{"ulimits and shm_size", "    ulimits: {nofile: 65536, memlock: -1}\n    shm_size: 1g\n"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			b := composeBundle("", svc(c.body), false, "")
+			b.Files["conf/app.yml"] = "a: 1\n"
+			if err := b.Check(rel, project); err != nil {
+				t.Fatalf("refused: %v", err)
+			}
+		})
+	}
+	b := composeBundle("", svc("    volumes: [\"./conf:/etc/app\"]\n"), false, "")
+	b.Files["conf/app.yml"] = "a: 1\n"
+	assertRefusal(t, b.Check(rel, project), protocol.CodePrivileged, "api: volumes[0]: writable bind holding the release's own conf/app.yml")
+}
+
+func TestJudgeAcceptsRealWorldFiles(t *testing.T) {
+	bundletest.RealWorldFiles(t, "testdata/compose", func(t *testing.T, compose string) {
+		b := composeBundle("", compose, false, "DB_PASSWORD=${DB_PASSWORD}\nMYSQL_ROOT_PASSWORD=${DB_PASSWORD}\nMINIO_ROOT_PASSWORD=${DB_PASSWORD}\nTAG=1.2\n")
+		if err := b.Check(rel, project); err != nil {
+			t.Fatalf("refused: %v", err)
+		}
+	})
+}
+
+func TestJudgeDetails(t *testing.T) {
+	t.Run("every finding listed, invalid before privileged", func(t *testing.T) {
+		err := composeBundle("", svc("    privileged: true\n    build: .\n    env_file: /e\n"), false, "").Check(rel, project)
+		assertRefusal(t, err, protocol.CodeBundleInvalid, "docker-compose.yml: 2 finding(s): api: build: the box builds nothing")
+		if strings.Contains(err.Error(), "privileged") {
+			t.Errorf("detail %q lists privileged findings with invalid ones", err)
+		}
+	})
+	t.Run("many findings are cut at 4 KiB with a count", func(t *testing.T) {
+		var b strings.Builder
+		b.WriteString("services:\n")
+		for i := range 2000 {
+			fmt.Fprintf(&b, "  s%d: {image: x, privileged: true}\n", i)
+		}
+		err := composeBundle("", b.String(), false, "").Check(rel, project)
+		assertRefusal(t, err, protocol.CodePrivileged, "2000 finding(s)")
+		if len(err.Error()) > MaxFindingsDetail {
+			t.Errorf("detail is %d bytes", len(err.Error()))
+		}
+		if !strings.Contains(err.Error(), " more") {
+			t.Errorf("detail does not count what it left out: …%s", err.Error()[len(err.Error())-60:])
+		}
+	})
+	t.Run("a file compose does not load names where", func(t *testing.T) {
+		err := composeBundle("", svc("    volumes: [7]\n"), false, "").Check(rel, project)
+		assertRefusal(t, err, protocol.CodeBundleInvalid, "docker-compose.yml does not load as compose loads it")
+	})
+	t.Run("post-render details name keys, never values", func(t *testing.T) {
+		j := Judgement{Compose: []byte(svc("    volumes: [\"/etc/s3cr3t-path:/x\"]\n")), File: "dc.yml", ReleaseDir: rel, Project: project, Stage: "rendered: "}
+		err := j.Verdict(false)
+		assertRefusal(t, err, protocol.CodePrivileged, "rendered: dc.yml: 1 finding(s) (bundle.json agent.allow_privileged is not set): api: volumes[0]: bind source outside")
+		if strings.Contains(err.Error(), "s3cr3t") {
+			t.Errorf("detail %q carries a value", err)
+		}
+	})
+	t.Run("relative release directory is the caller's error", func(t *testing.T) {
+		err := composeBundle("", svc(""), false, "").Check("releases/x", project)
+		var r *protocol.Refusal
+		if err == nil || errors.As(err, &r) {
+			t.Errorf("Check = %v, want a plain error", err)
+		}
+	})
+}
+
+func TestJudgeBoundedCost(t *testing.T) {
+	t.Run("past 1 MiB refused before decoding", func(t *testing.T) {
+		big := svc("") + "x-pad: \"" + strings.Repeat("a", MaxComposeBytes) + "\"\n"
+		assertRefusal(t, composeBundle("", big, false, "").Check(rel, project), protocol.CodeBundleInvalid, "the limit is 1048576 (1 MiB)")
+	})
+	t.Run("one mapping of many keys refused before the quadratic key check", func(t *testing.T) {
+		var b strings.Builder
+		b.WriteString(svc("") + "x-keys:\n")
+		for i := 0; b.Len() < MaxComposeBytes-20; i++ {
+			fmt.Fprintf(&b, "  k%d: 1\n", i)
+		}
+		assertRefusal(t, composeBundle("", b.String(), false, "").Check(rel, project), protocol.CodeBundleInvalid, "mappings of too many keys")
+	})
+	t.Run("a 1 MiB file of many services is judged", func(t *testing.T) {
+		data := manyServices(MaxComposeBytes)
+		if err := composeBundle("", data, false, "").Check(rel, project); err != nil {
+			t.Fatalf("refused: %.300v", err)
+		}
+	})
+	t.Run("past the node cap refused before decoding", func(t *testing.T) {
+		var b strings.Builder
+		b.WriteString(svc("    command:\n"))
+		for range maxComposeNodes {
+			b.WriteString("      - x\n")
+		}
+		assertRefusal(t, composeBundle("", b.String(), false, "").Check(rel, project), protocol.CodeBundleInvalid, "has more than 30000 YAML nodes")
+	})
+	t.Run("aliases of aliases are bounded", func(t *testing.T) {
+		doc := "a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\nc: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\n" +
+			"d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]\ne: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d]\nf: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e]\n" +
+			"services:\n  api:\n    image: x\n    command: *f\n"
+		assertRefusal(t, composeBundle("", doc, false, "").Check(rel, project), protocol.CodeBundleInvalid, "")
+	})
+}
+
+func manyServices(size int) string { return bundletest.ManyServices(size) }
+
+// BenchmarkJudge is the pre-lease judgement (load + policy) of a typical 5-service compose file
+// and of a 1 MiB one; the agent's benchmark adds the post-render judgement with the real
+// `docker compose config` process.
+func BenchmarkJudge(b *testing.B) {
+	typical, err := os.ReadFile("testdata/compose/03-nginx-app.yml")
+	if err != nil {
+		b.Fatal(err)
+	}
+	typical = append(typical, []byte(strings.TrimPrefix(mustRead(b, "testdata/compose/04-redis-worker.yml"), "services:\n"))...)
+	for _, c := range []struct {
+		name string
+		data string
+	}{{"typical-5-services", strings.Replace(string(typical), "volumes:\n  dbdata: {}\n", "", 1) + "  dbdata: {}\n"}, {"1MiB", manyServices(MaxComposeBytes)}} {
+		bu := composeBundle("", c.data, false, "DB_PASSWORD=${DB_PASSWORD}\n")
+		if err := bu.Check(rel, project); err != nil {
+			b.Fatalf("%s refused: %.300v", c.name, err)
+		}
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(c.data)))
+			for b.Loop() {
+				if err := bu.Check(rel, project); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func mustRead(tb testing.TB, p string) string {
+	tb.Helper()
+	d, err := os.ReadFile(p)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return string(d)
+}

@@ -1,0 +1,196 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"os/user"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/config"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/state"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/tick"
+)
+
+// account is a user a root tick becomes: the owner of state_dir.
+type account struct {
+	name   string
+	uid    uint32
+	gid    uint32   // primary group
+	groups []uint32 // every group, the primary one included (docker and ziti among them)
+	home   string
+}
+
+// process is what the ownership guard asks of the running process; tests replace it.
+type process struct {
+	euid func() int
+	// owner returns the uid owning path, following no symlink.
+	owner func(path string) (uint32, error)
+	// lookup finds uid's account with its groups (an error when the uid has no account).
+	lookup func(uid uint32) (account, error)
+	// become drops to a and executes this binary with argv and env; it returns only on failure.
+	become  func(a account, argv, env []string) error
+	environ func() []string
+}
+
+var realProcess = process{
+	euid:    os.Geteuid,
+	owner:   statOwner,
+	lookup:  lookupAccount,
+	become:  becomeAndExec,
+	environ: os.Environ,
+}
+
+// asStateOwner re-executes a root tick as state_dir's owner, with its groups (root's 0600 files
+// once stopped every later tick); when it cannot, an exit-78 error with the command to run.
+func asStateOwner(p process, cfg *config.Config, log *slog.Logger, args []string) error {
+	if p.euid() != 0 {
+		return nil
+	}
+	uid, err := p.owner(cfg.StateDir)
+	if errors.Is(err, fs.ErrNotExist) || err == nil && uid == 0 {
+		return nil
+	}
+	if err != nil {
+		return ownerError(cfg, fmt.Sprintf("cannot tell who owns state_dir %s: %v", cfg.StateDir, err), "the agent's user")
+	}
+	a, err := p.lookup(uid)
+	if err != nil {
+		return ownerError(cfg, fmt.Sprintf("state_dir %s belongs to uid %d, which has no account here (%v); a tick as root would leave files that uid cannot replace", cfg.StateDir, uid, err), "'#"+strconv.FormatUint(uint64(uid), 10)+"'")
+	}
+	names := make([]string, len(a.groups))
+	for i, g := range a.groups {
+		names[i] = groupName(g)
+	}
+	log.Info("running as root: re-running as the owner of state_dir, with its groups", "user", a.name, "uid", a.uid, "groups", strings.Join(names, ","), "state_dir", cfg.StateDir)
+	env := withAccountEnv(p.environ(), a)
+	err = p.become(a, append([]string{"monky-deployd"}, args...), env)
+	return ownerError(cfg, fmt.Sprintf("could not re-run as %s, the owner of state_dir %s: %v", a.name, cfg.StateDir, err), a.name)
+}
+
+// ownerError is the exit-78 refusal with the command that works.
+func ownerError(cfg *config.Config, why, sudoUser string) error {
+	return &exitError{code: tick.ExitConfig, err: fmt.Errorf("%s; nothing was done. Run the tick as that user: sudo -u %s monky-deployd --config %s tick", why, sudoUser, cfg.Path)}
+}
+
+// keptEnv are the variables the re-run keeps (the unit's path and locale, the config location);
+// anything else would make the tick differ from the timer's or leak root's secrets.
+func keptEnv(k string) bool {
+	switch k {
+	case "PATH", "LANG", "LANGUAGE", "TZ", "MONKY_DEPLOYD_CONFIG":
+		return true
+	}
+	return strings.HasPrefix(k, "LC_")
+}
+
+// withAccountEnv is keptEnv's part of env plus a's HOME, USER, LOGNAME (sudo leaves root's).
+func withAccountEnv(env []string, a account) []string {
+	out := make([]string, 0, 8)
+	for _, kv := range env {
+		if k, _, _ := strings.Cut(kv, "="); keptEnv(k) {
+			out = append(out, kv)
+		}
+	}
+	home := a.home
+	if home == "" {
+		home = "/"
+	}
+	return append(out, "HOME="+home, "USER="+a.name, "LOGNAME="+a.name)
+}
+
+// statOwner is the owner of directory path, symlinks followed (files land where it points).
+func statOwner(path string) (uint32, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0, err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, fmt.Errorf("%s: no owner in its stat", path)
+	}
+	return st.Uid, nil
+}
+
+// lookupAccount reads uid's name, home, primary group and groups, as initgroups(3) would.
+func lookupAccount(uid uint32) (account, error) {
+	u, err := user.LookupId(strconv.FormatUint(uint64(uid), 10))
+	if err != nil {
+		return account{}, err
+	}
+	gid, err := strconv.ParseUint(u.Gid, 10, 32)
+	if err != nil {
+		return account{}, fmt.Errorf("user %s: gid %q is not a number", u.Username, u.Gid)
+	}
+	a := account{name: u.Username, uid: uid, gid: uint32(gid), groups: []uint32{uint32(gid)}, home: u.HomeDir}
+	ids, err := u.GroupIds()
+	if err != nil {
+		return account{}, fmt.Errorf("user %s: groups: %w", u.Username, err)
+	}
+	for _, s := range ids {
+		g, err := strconv.ParseUint(s, 10, 32)
+		if err == nil && !containsGID(a.groups, uint32(g)) {
+			a.groups = append(a.groups, uint32(g))
+		}
+	}
+	return a, nil
+}
+
+func containsGID(list []uint32, g uint32) bool {
+	for _, x := range list {
+		if x == g {
+			return true
+		}
+	}
+	return false
+}
+
+func groupName(gid uint32) string {
+	s := strconv.FormatUint(uint64(gid), 10)
+	if g, err := user.LookupGroupId(s); err == nil {
+		return g.Name
+	}
+	return s
+}
+
+// becomeAndExec sets groups, gid, then uid and executes /proc/self/exe; like `sudo -u`, one
+// process keeps the tick's terminal, signals, exit code and output whole.
+func becomeAndExec(a account, argv, env []string) error {
+	groups := make([]int, len(a.groups))
+	for i, g := range a.groups {
+		groups[i] = int(g)
+	}
+	if err := syscall.Setgroups(groups); err != nil {
+		return fmt.Errorf("setgroups: %w", err)
+	}
+	if err := syscall.Setgid(int(a.gid)); err != nil {
+		return fmt.Errorf("setgid %d: %w", a.gid, err)
+	}
+	if err := syscall.Setuid(int(a.uid)); err != nil {
+		return fmt.Errorf("setuid %d: %w", a.uid, err)
+	}
+	if err := syscall.Exec("/proc/self/exe", argv, env); err != nil {
+		return fmt.Errorf("exec /proc/self/exe: %w", err)
+	}
+	return nil
+}
+
+// foreignFiles lists what under state_dir the running account does not own; root owns everything.
+func foreignFiles(p process, cfg *config.Config) (tick.Foreign, error) {
+	euid := p.euid()
+	if euid == 0 {
+		return tick.Foreign{}, nil
+	}
+	files, truncated, err := state.ForeignFiles(cfg.StateDir, uint32(euid))
+	if err != nil {
+		return tick.Foreign{}, err
+	}
+	name := strconv.Itoa(euid)
+	if u, err := user.LookupId(name); err == nil {
+		name = u.Username
+	}
+	return tick.Foreign{Files: files, Truncated: truncated, User: name}, nil
+}

@@ -1,0 +1,206 @@
+package cli_test
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/bao/baotest"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/release"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/state"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/tenancy/tenancytest"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/test/grant"
+)
+
+// buildBinaries builds monky-deployd and the fake docker CLI into dir.
+func buildBinaries(tb testing.TB, dir string) (agentBin, dockerBin string) {
+	tb.Helper()
+	agentBin = filepath.Join(dir, "monky-deployd")
+	dockerBin = filepath.Join(dir, "docker")
+	for out, pkg := range map[string]string{agentBin: "../../../cmd/deployd", dockerBin: "../../dev/cmd/fakedocker"} {
+		cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", out, pkg)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			tb.Fatalf("go build %s: %v\n%s", pkg, err, b)
+		}
+	}
+	return agentBin, dockerBin
+}
+
+// convergedBox prepares a box whose applied sha is the desired one, so a tick is check-in,
+// `compose ps` and a heartbeat report. Its textfile_dir does not exist (no textfile is written)
+// unless withTextfileConfig adds a second config that writes one.
+func convergedBox(tb testing.TB, dir, dockerBin string) (cfgPath string, cleanup func()) {
+	tb.Helper()
+	cfgPath, _, cleanup = convergedBoxWithTenancy(tb, dir, dockerBin)
+	return cfgPath, cleanup
+}
+
+// benchEnv is the env of convergedBox.
+const benchEnv = "env-bench-01"
+
+// convergedBoxWithTenancy is convergedBox, and the fake tenancy it checks in with.
+func convergedBoxWithTenancy(tb testing.TB, dir, dockerBin string) (cfgPath string, ts *tenancytest.Server, cleanup func()) {
+	tb.Helper()
+	const env = benchEnv
+	signer, err := grant.NewSigner("bench")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	bs := baotest.Start(baotest.Options{PublicKey: signer.PublicKey()})
+	ts = tenancytest.Start(tenancytest.Options{Verifier: bs, Signer: signer, BaoAddr: bs.URL})
+	ts.AddEnv(env)
+	files := map[string]string{
+		"bundle.json":        `{"compose_file": "docker-compose.yml"}`,
+		"docker-compose.yml": "services:\n  api:\n    image: x/api:1\n  worker:\n    image: x/worker:1\n",
+	}
+	sha := ts.SetDesired(env, files)
+	stateDir := filepath.Join(dir, "state")
+	envDir := filepath.Join(stateDir, env)
+	if _, _, err := release.Stage(envDir, sha, files, ""); err != nil {
+		tb.Fatal(err)
+	}
+	if err := release.Promote(envDir, sha); err != nil {
+		tb.Fatal(err)
+	}
+	tok := bs.IssueToken(env, "jti-bench")
+	if err := os.WriteFile(filepath.Join(stateDir, "bao.token"), []byte(tok+"\n"), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	st := &state.State{EnvID: env, AppliedSha: sha, History: []string{sha}, LastResult: "applied",
+		Token: &state.TokenMeta{Source: "lease", ObtainedAt: time.Now().UTC(), TTLSec: 86400}}
+	if err := state.Save(filepath.Join(stateDir, "state.json"), st); err != nil {
+		tb.Fatal(err)
+	}
+	ps := `{"Service":"api","Name":"monky-env-bench-01-api-1","State":"running","Health":""}` + "\n" +
+		`{"Service":"worker","Name":"monky-env-bench-01-worker-1","State":"running","Health":""}` + "\n"
+	psFile := filepath.Join(dir, "ps.json")
+	os.WriteFile(psFile, []byte(ps), 0o600)
+	cfgPath = filepath.Join(dir, "config.yaml")
+	cfg := fmt.Sprintf("env_id: %s\nsite: qa\ntransport: system\ntenancy:\n  base_url: %s\nbao:\n  addr: %s\nstate_dir: %s\nbootstrap_file: %s\ndocker_bin: %s\ncontainerd_root: %s\ntextfile_dir: %s\n",
+		env, ts.URL, bs.URL, stateDir, filepath.Join(dir, "bootstrap.jwt"), dockerBin, filepath.Join(dir, "containerd"), filepath.Join(dir, "no-node-exporter"))
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	os.Setenv("FAKEDOCKER_PS", psFile)
+	return cfgPath, ts, func() { ts.Close(); bs.Close() }
+}
+
+type usage struct {
+	cpu    time.Duration
+	maxRSS int64 // KiB
+}
+
+func runProcess(tb testing.TB, bin string, args ...string) usage {
+	tb.Helper()
+	cmd := exec.Command(bin, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		tb.Fatalf("%s %v: %v\n%s", bin, args, err, stderr.String())
+	}
+	ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	return usage{cpu: time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), maxRSS: ru.Maxrss}
+}
+
+// fakeDockerCPU sums and clears what the fake docker CLI logged of its own CPU time.
+func fakeDockerCPU(tb testing.TB, log string) time.Duration {
+	b, err := os.ReadFile(log)
+	if err != nil {
+		return 0
+	}
+	os.Remove(log)
+	var total time.Duration
+	for _, l := range strings.Fields(string(b)) {
+		n, _ := strconv.ParseInt(l, 10, 64)
+		total += time.Duration(n)
+	}
+	return total
+}
+
+// BenchmarkConvergedTickProcess runs the real binary's converged tick (check-in → none →
+// compose ps → heartbeat) against loopback fakes, side by side with the same binary doing
+// nothing (`version`: the same packages linked, so the same init cost). The figure of record is
+// cpu-over-baseline-ms (target < 5) and tick-maxrss-MiB (target < 30). The fake docker CLI's own
+// CPU is taken out of the tick's figure.
+func BenchmarkConvergedTickProcess(b *testing.B) {
+	dir := b.TempDir()
+	agentBin, dockerBin := buildBinaries(b, dir)
+	cfgPath, cleanup := convergedBox(b, dir, dockerBin)
+	defer cleanup()
+	cpuLog := filepath.Join(dir, "fakedocker.cpu")
+	os.Setenv("FAKEDOCKER_CPU_LOG", cpuLog)
+	// Warm the page cache and check the tick works before measuring.
+	runProcess(b, agentBin, "--config", cfgPath, "tick")
+	fakeDockerCPU(b, cpuLog)
+
+	var tickCPU, baseCPU time.Duration
+	var maxRSS, baseRSS int64
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		base := runProcess(b, agentBin, "version")
+		tick := runProcess(b, agentBin, "--config", cfgPath, "tick")
+		baseCPU += base.cpu
+		tickCPU += tick.cpu - fakeDockerCPU(b, cpuLog)
+		maxRSS = max(maxRSS, tick.maxRSS)
+		baseRSS = max(baseRSS, base.maxRSS)
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(tickCPU.Microseconds())/n/1000, "tick-cpu-ms")
+	b.ReportMetric(float64(baseCPU.Microseconds())/n/1000, "baseline-cpu-ms")
+	b.ReportMetric(float64((tickCPU-baseCPU).Microseconds())/n/1000, "cpu-over-baseline-ms")
+	b.ReportMetric(float64(maxRSS)/1024, "tick-maxrss-MiB")
+	b.ReportMetric(float64(baseRSS)/1024, "baseline-maxrss-MiB")
+}
+
+// BenchmarkConvergedTickTextfile is the cost of the metrics textfile on a converged tick: the
+// same box ticks with a textfile_dir that exists (the textfile is encoded and replaced
+// atomically, fsyncs included) and with one that does not (nothing is written), alternately.
+// textfile-cpu-ms is the CPU the textfile adds to a tick (the figure next to
+// BenchmarkConvergedTickProcess's cpu-over-baseline-ms).
+func BenchmarkConvergedTickTextfile(b *testing.B) {
+	dir := b.TempDir()
+	agentBin, dockerBin := buildBinaries(b, dir)
+	cfgPath, cleanup := convergedBox(b, dir, dockerBin)
+	defer cleanup()
+	textfiles := filepath.Join(dir, "node-exporter")
+	if err := os.MkdirAll(textfiles, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	raw, err := os.ReadFile(cfgPath)
+	if err != nil {
+		b.Fatal(err)
+	}
+	withPath := filepath.Join(dir, "config-textfile.yaml")
+	with := strings.Replace(string(raw), filepath.Join(dir, "no-node-exporter"), textfiles, 1)
+	if err := os.WriteFile(withPath, []byte(with), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	cpuLog := filepath.Join(dir, "fakedocker.cpu")
+	os.Setenv("FAKEDOCKER_CPU_LOG", cpuLog)
+	runProcess(b, agentBin, "--config", withPath, "tick")
+	if _, err := os.Stat(filepath.Join(textfiles, "monky_deployd.prom")); err != nil {
+		b.Fatalf("the tick wrote no textfile: %v", err)
+	}
+	fakeDockerCPU(b, cpuLog)
+
+	var withCPU, withoutCPU time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t := runProcess(b, agentBin, "--config", withPath, "tick")
+		withCPU += t.cpu - fakeDockerCPU(b, cpuLog)
+		t = runProcess(b, agentBin, "--config", cfgPath, "tick")
+		withoutCPU += t.cpu - fakeDockerCPU(b, cpuLog)
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(withCPU.Microseconds())/n/1000, "tick-with-textfile-cpu-ms")
+	b.ReportMetric(float64(withoutCPU.Microseconds())/n/1000, "tick-without-cpu-ms")
+	b.ReportMetric(float64((withCPU-withoutCPU).Microseconds())/n/1000, "textfile-cpu-ms")
+}

@@ -1,0 +1,376 @@
+//go:build integration
+
+package cli_test
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/bao/baotest"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/state"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/tenancy/tenancytest"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/test/grant"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/test/itest"
+)
+
+// These tests run the real binary as root and as another real uid, and on a real full
+// filesystem: they need root (to create users, change owners and mount a tmpfs).
+
+func needRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		return
+	}
+	if itest.InCI(os.Getenv("CI")) {
+		t.Fatal("these tests need root (users, owners, mounts), and CI is set")
+	}
+	t.Skip("needs root (users, owners, mounts)")
+}
+
+// openDirs makes dir and its parents up to the temp root traversable by any user: t.TempDir
+// makes them 0700 for root, and the agent's account must reach its binary and config.
+func openDirs(t *testing.T, dir string) {
+	t.Helper()
+	for d := dir; d != os.TempDir() && d != "/" && d != "."; d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// throwawayAccount creates a system user with a group of its own and membership of one more
+// group (a stand-in for docker), and removes both at the end.
+func throwawayAccount(t *testing.T) (u *user.User, extraGID uint32) {
+	t.Helper()
+	var b [4]byte
+	rand.Read(b[:])
+	name := "i11b-agent-" + hex.EncodeToString(b[:])
+	group := "i11b-dock-" + hex.EncodeToString(b[:])
+	run := func(cmd string, args ...string) {
+		t.Helper()
+		if out, err := exec.Command(cmd, args...).CombinedOutput(); err != nil {
+			t.Fatalf("%s %v: %v\n%s", cmd, args, err, out)
+		}
+	}
+	run("groupadd", "--system", group)
+	t.Cleanup(func() { exec.Command("groupdel", group).Run() })
+	run("useradd", "--system", "--user-group", "--no-create-home", "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin", "--groups", group, name)
+	t.Cleanup(func() { exec.Command("userdel", name).Run() })
+	u, err := user.Lookup(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := user.LookupGroup(group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gid, _ := strconv.ParseUint(g.Gid, 10, 32)
+	return u, uint32(gid)
+}
+
+func chownTree(t *testing.T, dir string, uid, gid int) {
+	t.Helper()
+	err := filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, uid, gid)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// runAs runs the binary as cred (nil: as the test, root) and returns its exit code and stderr.
+func runAs(t *testing.T, cred *syscall.Credential, bin string, args ...string) (int, string) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	}
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return 0, stderr.String()
+	case errors.As(err, &ee):
+		return ee.ExitCode(), stderr.String()
+	default:
+		t.Fatalf("%s %v: %v", bin, args, err)
+		return -1, ""
+	}
+}
+
+func ownerOf(t *testing.T, p string) uint32 {
+	t.Helper()
+	fi, err := os.Lstat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Sys().(*syscall.Stat_t).Uid
+}
+
+// TestSudoTickRunsAsTheOwnerOfStateDir: `sudo monky-deployd tick` on a box whose state_dir
+// belongs to the agent's account runs the tick as that account, with its groups, and leaves no
+// file the agent cannot replace; an owner without an account is refused with exit 78 and the
+// exact sudo line, touching nothing; and the agent's own tick, finding a root-owned state.json
+// (what a root tick of an older agent left), checks in and reports which file and the chown.
+func TestSudoTickRunsAsTheOwnerOfStateDir(t *testing.T) {
+	needRoot(t)
+	u, dockGID := throwawayAccount(t)
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	dir := t.TempDir()
+	agentBin, fakeDocker := buildBinaries(t, filepath.Join(dir, "bin"))
+	// docker_bin records the groups the tick's docker calls run with.
+	seen := filepath.Join(dir, "seen")
+	if err := os.Mkdir(seen, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(seen, 0o777)
+	wrapper := filepath.Join(dir, "bin", "docker-wrapper")
+	script := fmt.Sprintf("#!/bin/sh\nid -u >%s/uid; id -G >%s/groups\nexec %s \"$@\"\n", seen, seen, fakeDocker)
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	box := filepath.Join(dir, "box")
+	cfgPath, ts, cleanup := convergedBoxWithTenancy(t, box, wrapper)
+	defer cleanup()
+	stateDir := filepath.Join(box, "state")
+	if err := os.Chmod(cfgPath, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	openDirs(t, filepath.Join(dir, "bin"))
+	openDirs(t, box)
+	chownTree(t, stateDir, uid, gid)
+
+	code, stderr := runAs(t, nil, agentBin, "--config", cfgPath, "tick")
+	if code != 0 || !strings.Contains(stderr, "re-running as the owner of state_dir") || !strings.Contains(stderr, "user="+u.Username) {
+		t.Fatalf("sudo tick: exit %d, stderr:\n%s", code, stderr)
+	}
+	if foreign, _, err := state.ForeignFiles(stateDir, uint32(uid)); err != nil || len(foreign) != 0 {
+		t.Errorf("after a sudo tick, files the agent does not own: %v (%v)", foreign, err)
+	}
+	if got := ownerOf(t, filepath.Join(stateDir, "state.json")); got != uint32(uid) {
+		t.Errorf("state.json belongs to uid %d, want the agent's %d", got, uid)
+	}
+	if b, _ := os.ReadFile(filepath.Join(seen, "uid")); strings.TrimSpace(string(b)) != u.Uid {
+		t.Errorf("docker ran as uid %q, want %s", b, u.Uid)
+	}
+	if b, _ := os.ReadFile(filepath.Join(seen, "groups")); !strings.Contains(" "+strings.TrimSpace(string(b))+" ", fmt.Sprintf(" %d ", dockGID)) {
+		t.Errorf("docker ran with groups %q, want the account's group %d among them", b, dockGID)
+	}
+
+	t.Run("the agent's tick names a root-owned state.json", func(t *testing.T) {
+		sp := filepath.Join(stateDir, "state.json")
+		if err := os.Chown(sp, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+		defer os.Chown(sp, uid, gid)
+		before := len(ts.Checkins(benchEnv))
+		cred := &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{dockGID}}
+		code, stderr := runAs(t, cred, agentBin, "--config", cfgPath, "tick")
+		if code != 1 || !strings.Contains(stderr, "state.json (uid 0)") || !strings.Contains(stderr, "sudo chown -hR "+u.Username+":"+u.Username+" "+stateDir) {
+			t.Errorf("agent tick: exit %d, stderr:\n%s", code, stderr)
+		}
+		if n := len(ts.Checkins(benchEnv)); n != before+1 {
+			t.Errorf("check-ins %d → %d: the box went silent", before, n)
+		}
+		r, ok := ts.LastReport(benchEnv)
+		if !ok || r.Result != "failed" || !strings.Contains(r.Detail, "state.json (uid 0)") || !strings.Contains(r.Detail, "chown") {
+			t.Errorf("report = %+v, want failed naming state.json and the chown", r)
+		}
+		if got := ownerOf(t, sp); got != 0 {
+			t.Errorf("the agent's tick changed state.json's owner to %d; it repairs nothing", got)
+		}
+	})
+
+	t.Run("an owner without an account is refused", func(t *testing.T) {
+		const stray = 4242
+		if _, err := user.LookupId(strconv.Itoa(stray)); err == nil {
+			t.Skipf("uid %d has an account on this machine", stray)
+		}
+		chownTree(t, stateDir, stray, stray)
+		defer chownTree(t, stateDir, uid, gid)
+		sp := filepath.Join(stateDir, "state.json")
+		before, _ := os.ReadFile(sp)
+		code, stderr := runAs(t, nil, agentBin, "--config", cfgPath, "tick")
+		want := "sudo -u '#4242' monky-deployd --config " + cfgPath + " tick"
+		if code != 78 || !strings.Contains(stderr, want) {
+			t.Errorf("exit %d, stderr:\n%s\nwant 78 and %q", code, stderr, want)
+		}
+		after, _ := os.ReadFile(sp)
+		if !bytes.Equal(before, after) || ownerOf(t, sp) != stray {
+			t.Error("a refused tick changed state.json")
+		}
+	})
+}
+
+// TestFullDiskStillReports: with state_dir on a full filesystem (a 2 MiB tmpfs, filled), the
+// real binary's tick still checks in and reports, naming the write error, and exits 1; once
+// space is back, the next tick removes the temp files a killed tick left and is whole again.
+func TestFullDiskStillReports(t *testing.T) {
+	needRoot(t)
+	dir := t.TempDir()
+	agentBin, fakeDocker := buildBinaries(t, filepath.Join(dir, "bin"))
+	box := filepath.Join(dir, "box")
+	if err := os.Mkdir(box, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=2m,mode=0700", "i11b-full", box).CombinedOutput(); err != nil {
+		t.Fatalf("mount tmpfs: %v\n%s", err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", box).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v\n%s", box, err, out)
+		}
+	})
+	cfgPath, ts, cleanup := convergedBoxWithTenancy(t, box, fakeDocker)
+	defer cleanup()
+	stateDir := filepath.Join(box, "state")
+	if code, stderr := runAs(t, nil, agentBin, "--config", cfgPath, "tick"); code != 0 {
+		t.Fatalf("first tick: exit %d\n%s", code, stderr)
+	}
+
+	// Fill the filesystem to the last byte.
+	filler, err := os.Create(filepath.Join(box, "filler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, 4096)
+	for {
+		if _, err := filler.Write(chunk); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	filler.Close()
+	for _, small := range []int{512, 1} {
+		f, _ := os.OpenFile(filepath.Join(box, "filler"), os.O_WRONLY|os.O_APPEND, 0)
+		for f != nil {
+			if _, err := f.Write(chunk[:small]); err != nil {
+				break
+			}
+		}
+		f.Close()
+	}
+	stBefore, _ := os.ReadFile(filepath.Join(stateDir, "state.json"))
+	reports := len(ts.Reports(benchEnv))
+
+	code, stderr := runAs(t, nil, agentBin, "--config", cfgPath, "tick")
+	if code != 1 || !strings.Contains(stderr, "state.json not saved; the report went out") || !strings.Contains(stderr, "no space left on device") {
+		t.Errorf("tick on a full disk: exit %d, stderr:\n%s\nwant exit 1 naming the write error", code, stderr)
+	}
+	if n := len(ts.Reports(benchEnv)); n != reports+1 {
+		t.Fatalf("reports %d → %d: the box went silent on a full disk", reports, n)
+	}
+	r, _ := ts.LastReport(benchEnv)
+	if r.Result != "healthy" || !strings.Contains(r.Detail, "state.json not saved") || !strings.Contains(r.Detail, "no space left on device") {
+		t.Errorf("report on a full disk = %s %q, want healthy naming the write error", r.Result, r.Detail)
+	}
+	if after, _ := os.ReadFile(filepath.Join(stateDir, "state.json")); !bytes.Equal(stBefore, after) {
+		t.Error("state.json changed although no write could succeed")
+	}
+
+	// Space is back; a kill had left temp files of atomic writes.
+	if err := os.Remove(filepath.Join(box, "filler")); err != nil {
+		t.Fatal(err)
+	}
+	leftovers := []string{".state.json.tmp-0123456789abcdef", ".bao.token.tmp-fedcba9876543210"}
+	for _, n := range leftovers {
+		if err := os.WriteFile(filepath.Join(stateDir, n), []byte("s.half-written\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, stderr = runAs(t, nil, agentBin, "--config", cfgPath, "tick")
+	if code != 0 || !strings.Contains(stderr, "removed temp files a killed tick left") {
+		t.Errorf("tick after the disk was freed: exit %d, stderr:\n%s", code, stderr)
+	}
+	for _, n := range leftovers {
+		if _, err := os.Lstat(filepath.Join(stateDir, n)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s survived the tick: %v", n, err)
+		}
+	}
+	if r, _ := ts.LastReport(benchEnv); r.Result != "healthy" || r.Detail != "" {
+		t.Errorf("report after recovery = %s %q", r.Result, r.Detail)
+	}
+	st, err := state.Load(filepath.Join(stateDir, "state.json"))
+	if err != nil || st.LastCheckinAt == nil || st.LastResult != "healthy" {
+		t.Errorf("state after recovery = %+v, %v", st, err)
+	}
+}
+
+// TestTickWithoutTheDockerGroupChecksInAndReports: the real binary, run as an account outside
+// group docker (a box where docker came after the agent, now that the unit adds no group of its
+// own) with the real docker CLI, checks in and reports that docker is not usable and how to fix
+// it, with nothing deployed yet. It never reaches the engine (the socket refuses the account).
+func TestTickWithoutTheDockerGroupChecksInAndReports(t *testing.T) {
+	needRoot(t)
+	dockerCLI, err := exec.LookPath("docker")
+	if err != nil {
+		if itest.InCI(os.Getenv("CI")) {
+			t.Fatal("no docker CLI, and CI is set")
+		}
+		t.Skip("no docker CLI")
+	}
+	u, _ := throwawayAccount(t)
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	dir := t.TempDir()
+	agentBin, _ := buildBinaries(t, filepath.Join(dir, "bin"))
+	signer, err := grant.NewSigner("i11b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs := baotest.Start(baotest.Options{PublicKey: signer.PublicKey()})
+	defer bs.Close()
+	ts := tenancytest.Start(tenancytest.Options{Verifier: bs, Signer: signer, BaoAddr: bs.URL})
+	defer ts.Close()
+	const env = "env-nodock-01"
+	ts.AddEnv(env)
+	stateDir := filepath.Join(dir, "state")
+	if err := os.Mkdir(stateDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(stateDir, "bao.token"), []byte(bs.IssueToken(env, "jti-nodock")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	chownTree(t, stateDir, uid, gid)
+	cfgPath := filepath.Join(dir, "config.yaml")
+	cfg := fmt.Sprintf("env_id: %s\nsite: qa\ntransport: system\ntenancy:\n  base_url: %s\nbao:\n  addr: %s\nstate_dir: %s\nbootstrap_file: %s\ndocker_bin: %s\n",
+		env, ts.URL, bs.URL, stateDir, filepath.Join(dir, "bootstrap.jwt"), dockerCLI)
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	openDirs(t, filepath.Join(dir, "bin"))
+
+	cred := &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{uint32(gid)}}
+	code, stderr := runAs(t, cred, agentBin, "--config", cfgPath, "tick")
+	if code != 0 || !strings.Contains(stderr, "docker is not usable") {
+		t.Errorf("tick outside group docker: exit %d, stderr:\n%s", code, stderr)
+	}
+	if n := len(ts.Checkins(env)); n != 1 {
+		t.Errorf("%d check-ins, want 1", n)
+	}
+	r, ok := ts.LastReport(env)
+	if !ok || r.Result != "unhealthy" || !strings.Contains(r.Detail, "docker is not usable") || !strings.Contains(r.Detail, "permission denied") ||
+		!strings.Contains(r.Detail, "usermod -a -G docker") {
+		t.Errorf("report = %+v, want unhealthy naming docker, the socket's refusal and the usermod", r)
+	}
+}

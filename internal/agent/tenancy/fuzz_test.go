@@ -1,0 +1,117 @@
+package tenancy
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"unicode"
+	"unicode/utf8"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/secret"
+)
+
+func FuzzDecodeCheckin(f *testing.F) {
+	for _, s := range []string{
+		`{"env_id": "env-a", "desired_sha": "` + strings.Repeat("a", 64) + `", "action": "apply", "purge_volumes": false,
+		  "bundle_url": "/v1/agent/bundle/env-a/x", "checkin_interval_s": 60,
+		  "vault": {"addr": "https://bao.cbs.tikali.net:8200", "mount": "monky", "prefix": "env-a/see"}}`,
+		`{"action": "none"}`, `{"action": "down", "purge_volumes": true}`, `{"action": 1}`, `[]`, `null`, ``, `{"vault": []}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		r, err := decodeCheckin(body, "env-a")
+		if err != nil {
+			var pe *ProtocolError
+			if !errors.As(err, &pe) || !errors.Is(err, ErrProtocol) {
+				t.Fatalf("error %T is not a ProtocolError", err)
+			}
+			return
+		}
+		switch r.Action {
+		case protocol.ActionApply:
+			if !hexSha.MatchString(r.DesiredSha) || r.BundleURL == "" {
+				t.Fatalf("apply accepted without a usable sha/url: %+v", r)
+			}
+		case protocol.ActionNone, protocol.ActionDown:
+		default:
+			t.Fatalf("action %q accepted", r.Action)
+		}
+		if r.EnvID != "" && r.EnvID != "env-a" {
+			t.Fatalf("env %q accepted", r.EnvID)
+		}
+	})
+}
+
+func FuzzDecodeLease(f *testing.F) {
+	for _, s := range []string{
+		`{"env_id": "env-a", "login_jwt": "eyJ.x.y", "ttl_s": 3600, "mount": "jwt-tenancy", "role": "see-env", "addr": "https://b:8200"}`,
+		`{"login_jwt": "a.b.c", "vault": {"addr": "https://b:8200"}}`,
+		`{"wrapping_token": "s.x", "role_id": "r"}`, `{"login_jwt": 5}`, `{}`, `null`, `"x"`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		l, err := decodeLease(body, "env-a")
+		if err != nil {
+			var pe *ProtocolError
+			var ref *protocol.Refusal
+			if !errors.As(err, &pe) && !(errors.As(err, &ref) && ref.Code == protocol.CodeLeaseShape) {
+				t.Fatalf("error %T %v is neither a ProtocolError nor LEASE_SHAPE", err, err)
+			}
+			return
+		}
+		if l.LoginJWT == "" || l.WrappingToken != "" || l.RoleID != "" || l.TTLSec < 0 {
+			t.Fatalf("accepted %+v", l)
+		}
+		if l.Addr == "" && l.Vault != nil && l.Vault.Addr != "" {
+			t.Fatal("nested vault.addr not adopted")
+		}
+		if len(l.LoginJWT) >= 16 {
+			// Whatever the body, the jwt must never reach an error: checked via a second decode
+			// of a body made invalid around it.
+			if _, err := decodeLease([]byte(`{"login_jwt": "`+l.LoginJWT+`", "ttl_s": "x"}`), "env-a"); err != nil && strings.Contains(err.Error(), l.LoginJWT) {
+				t.Fatal("error quotes the login_jwt")
+			}
+		}
+	})
+}
+
+func FuzzDecodeBundle(f *testing.F) {
+	for _, s := range []string{`{"files": {"bundle.json": "{}"}}`, `{"files": {"a": 1}}`, `{"files": null}`, `{}`, `x`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		files, err := decodeBundle(body)
+		if err != nil {
+			var ref *protocol.Refusal
+			if !errors.As(err, &ref) || ref.Code != protocol.CodeBundleInvalid {
+				t.Fatalf("error %T %v is not BUNDLE_INVALID", err, err)
+			}
+			return
+		}
+		if files == nil {
+			t.Fatal("nil files accepted")
+		}
+	})
+}
+
+// FuzzFirstLine: whatever answers in tenancy's place, the line the journal shows of its body is
+// short, printable, valid UTF-8 and never holds the bearer.
+func FuzzFirstLine(f *testing.F) {
+	f.Add([]byte("<html>\r\n<head><title>401 Authorization Required</title></head>\r\n"), "s.tok")
+	f.Add([]byte("\n\n  Bearer s.tok refused\n"), "s.tok")
+	f.Add([]byte("\xff\xfe<x>\x00"), "abc")
+	f.Add([]byte("a\x00bc"), "abc") // dropping the NUL after the mask would spell the token
+	f.Fuzz(func(t *testing.T, body []byte, tok string) {
+		line := firstLine(body, secret.New(tok))
+		if len(line) > 120+len("…") || !utf8.ValidString(line) || strings.ContainsFunc(line, func(r rune) bool { return !unicode.IsPrint(r) }) {
+			t.Fatalf("firstLine = %q", line)
+		}
+		// A bearer is printable, has no space and no '*' (which the mask could spell).
+		if len(tok) >= 3 && !strings.ContainsFunc(tok, func(r rune) bool { return !unicode.IsPrint(r) || unicode.IsSpace(r) || r == '*' }) && strings.Contains(line, tok) {
+			t.Fatalf("firstLine = %q holds the token %q", line, tok)
+		}
+	})
+}

@@ -1,0 +1,98 @@
+package devstack
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// buildBao runs scripts/build-bao.sh with its cache in cache; GO=false makes any attempt to
+// build fail at once instead of spending minutes.
+func buildBao(t *testing.T, cache string, args ...string) (stdout string, code int) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join("..", "..", "..", "scripts", "build-bao.sh"), args...)
+	cmd.Env = append(os.Environ(), "MONKY_TOOL_CACHE="+cache, "GO=false")
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	default:
+		t.Fatalf("build-bao.sh: %v", err)
+	}
+	return strings.TrimSpace(out.String()), code
+}
+
+// build-bao.sh alone knows where its binary is cached; the demo asks it (--print-path
+// --no-build) instead of spelling the version, so a version bump cannot quietly turn the demo's
+// real OpenBao into the fake.
+func TestBuildBaoPrintsThePath(t *testing.T) {
+	cache := t.TempDir()
+	path, code := buildBao(t, cache, "--print-path", "--no-build")
+	if code != 1 || filepath.Dir(path) != cache || !strings.HasPrefix(filepath.Base(path), "bao-") {
+		t.Fatalf("not built: exit %d, printed %q; want exit 1 and the path in %s", code, path, cache)
+	}
+	if ents, _ := os.ReadDir(cache); len(ents) != 0 {
+		t.Errorf("--no-build left %v in the cache", ents)
+	}
+	if err := os.WriteFile(path, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"--print-path", "--no-build"}, {"--print-path"}, nil} {
+		if got, code := buildBao(t, cache, args...); code != 0 || got != path {
+			t.Errorf("build-bao.sh %v with the binary cached: exit %d, printed %q; want 0 and %s", args, code, got, path)
+		}
+	}
+	if _, code := buildBao(t, cache, "--print-paht"); code != 2 {
+		t.Errorf("a mistyped flag: exit %d, want 2 (usage)", code)
+	}
+
+	demo, err := os.ReadFile(filepath.Join("..", "..", "..", "scripts", "demo.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if regexp.MustCompile(`bao-[0-9]`).Match(demo) || !bytes.Contains(demo, []byte("build-bao.sh --print-path --no-build")) {
+		t.Error("scripts/demo.sh spells the cached bao's path instead of asking build-bao.sh --print-path --no-build")
+	}
+}
+
+// The demo finds ziti as it finds bao — MONKY_ZITI_BIN, else build-ziti.sh's cache, never a
+// spelled version — and MONKY_DEMO_ZITI=off keeps the fake whatever is built.
+func TestDemoScriptFindsZiti(t *testing.T) {
+	demo, err := os.ReadFile(filepath.Join("..", "..", "..", "scripts", "demo.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"MONKY_ZITI_BIN", "build-ziti.sh --print-path --no-build", "MONKY_DEMO_ZITI", `--ziti-bin "$ziti"`} {
+		if !bytes.Contains(demo, []byte(want)) {
+			t.Errorf("scripts/demo.sh lacks %q", want)
+		}
+	}
+	if regexp.MustCompile(`ziti-[0-9]`).Match(demo) {
+		t.Error("scripts/demo.sh spells the cached ziti's path instead of asking build-ziti.sh")
+	}
+	cmd := exec.Command("bash", "-c", `sed -n '/^case \${MONKY_DEMO_ZITI/,/^esac/p' scripts/demo.sh > "$T/sel.sh"
+GO=false; ziti=; MONKY_DEMO_ZITI=off; MONKY_ZITI_BIN=/bin/true; . "$T/sel.sh"; echo "off:[$ziti]"
+ziti=; MONKY_DEMO_ZITI=; . "$T/sel.sh"; echo "auto:[$ziti]"
+MONKY_DEMO_ZITI=bogus; . "$T/sel.sh"; echo unreachable`)
+	cmd.Dir = filepath.Join("..", "..", "..")
+	cmd.Env = append(os.Environ(), "T="+t.TempDir())
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 {
+		t.Errorf("MONKY_DEMO_ZITI=bogus: %v, want exit 2\n%s", err, out)
+	}
+	for _, want := range []string{"off:[]", "auto:[/bin/true]", "MONKY_DEMO_ZITI=bogus: want off or auto"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("the demo's ziti selection printed no %q:\n%s", want, out)
+		}
+	}
+}

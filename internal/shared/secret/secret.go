@@ -1,0 +1,172 @@
+// Package secret keeps secret values out of logs, reports and errors: a Value prints as `***`,
+// and a Redactor replaces every value it has been told about in any text on its way out.
+package secret
+
+import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"net/url"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/clip"
+)
+
+const mask = "***"
+
+// Value is a secret string. Its String, GoString and LogValue print `***`; Reveal is the one way
+// to the bytes, so a grep for Reveal finds every place a secret leaves the process.
+type Value struct{ s string }
+
+// New wraps s.
+func New(s string) Value { return Value{s: s} }
+
+// Reveal returns the secret itself.
+func (v Value) Reveal() string { return v.s }
+
+// Empty reports whether the value is the empty string.
+func (v Value) Empty() bool { return v.s == "" }
+
+func (v Value) String() string       { return mask }
+func (v Value) GoString() string     { return mask }
+func (v Value) LogValue() slog.Value { return slog.StringValue(mask) }
+
+// MarshalText keeps a Value out of any JSON or YAML document by accident.
+func (v Value) MarshalText() ([]byte, error) { return []byte(mask), nil }
+
+// Redactor replaces known secret values with `***`; safe for concurrent use (parallel KV reads add).
+type Redactor struct {
+	mu     sync.RWMutex
+	values []string
+}
+
+// minLen: masking one or two characters would shred every log line and protect nothing.
+const minLen = 3
+
+// Add registers values, also trimmed, line by line and escaped (JSON, %q, URL, .env) as they
+// reach text; derived forms (base64 `auth`) are the caller's to add.
+func (r *Redactor) Add(values ...string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, v := range values {
+		for _, cand := range variants(v) {
+			if len(cand) >= minLen && !slices.Contains(r.values, cand) {
+				r.values = append(r.values, cand)
+			}
+		}
+	}
+	// Longest first, so a value that contains another is masked whole.
+	sort.Slice(r.values, func(i, j int) bool { return len(r.values[i]) > len(r.values[j]) })
+}
+
+func variants(v string) []string {
+	base := []string{v, strings.TrimSpace(v)}
+	if strings.ContainsAny(v, "\r\n") {
+		for _, line := range strings.FieldsFunc(v, func(c rune) bool { return c == '\n' || c == '\r' }) {
+			base = append(base, strings.TrimSpace(line))
+		}
+	}
+	out := make([]string, 0, len(base)*7)
+	for _, b := range base {
+		// A value too short to mask is not masked escaped either: `\"a` is no secret.
+		if len(b) < minLen {
+			continue
+		}
+		out = append(out, b)
+		out = append(out, escapedForms(b)...)
+	}
+	return out
+}
+
+// escapedForms returns v as JSON (with and without HTML escapes), %q, %+q, URL and .env write it.
+func escapedForms(v string) []string {
+	var forms []string
+	for _, html := range []bool{true, false} {
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(html)
+		if enc.Encode(v) == nil {
+			forms = append(forms, unquote(strings.TrimSuffix(buf.String(), "\n")))
+		}
+	}
+	return append(forms,
+		unquote(strconv.Quote(v)),
+		unquote(strconv.QuoteToASCII(v)),
+		url.QueryEscape(v),
+		url.PathEscape(v),
+		dotenvQuoted.Replace(v), // a double-quoted `.env` value, as the agent writes one
+		strings.ReplaceAll(v, "$", "$$"),
+	)
+}
+
+var dotenvQuoted = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`, "$", "$$")
+
+// unquote drops the quotes around a quoted string.
+func unquote(q string) string {
+	if len(q) >= 2 {
+		return q[1 : len(q)-1]
+	}
+	return q
+}
+
+// Redact returns s with every registered value replaced by `***`.
+func (r *Redactor) Redact(s string) string { return r.redactWith(s, mask) }
+
+// redactWith is Redact with another mask, so a test can tell a survivor from mask-spelt text.
+func (r *Redactor) redactWith(s, m string) string {
+	if r == nil {
+		return s
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	for _, v := range r.values {
+		if strings.Contains(s, v) {
+			s = strings.ReplaceAll(s, v, m)
+		}
+	}
+	return s
+}
+
+// Truncate redacts s and keeps its last n bytes: a log's last lines explain a failure.
+func (r *Redactor) Truncate(s string, n int) string {
+	return clip.LastBytes(r.Redact(s), n)
+}
+
+// TruncateHead redacts s and keeps its first n bytes ("…" last when cut): operators grep `CODE:`.
+func (r *Redactor) TruncateHead(s string, n int) string {
+	s = r.Redact(s)
+	switch {
+	case len(s) <= n:
+		return s
+	case n < len("…"):
+		return ""
+	}
+	return clip.Head(s, n-len("…"))
+}
+
+// Mask replaces every non-empty value in s with `***`, for a client's one or two secrets.
+func Mask(s string, values ...string) string {
+	for _, v := range values {
+		if v != "" {
+			s = strings.ReplaceAll(s, v, mask)
+		}
+	}
+	return s
+}
+
+// MaskError masks values in err's text (holding no value); errors.Is/As still see the chain.
+func MaskError(err error, values ...string) error {
+	return maskedError{err: err, msg: Mask(err.Error(), values...)}
+}
+
+type maskedError struct {
+	err error
+	msg string
+}
+
+func (m maskedError) Error() string { return m.msg }
+func (m maskedError) Unwrap() error { return m.err }

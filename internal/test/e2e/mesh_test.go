@@ -1,0 +1,366 @@
+//go:build integration
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/dev/devstack"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/dev/devstack/process"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/dev/devstack/zitidev"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/test/itest"
+)
+
+// The mesh tests run the agent against a real OpenZiti controller and edge router (`ziti edge
+// quickstart` on loopback): the router hosts tenancy's agent API and OpenBao — the dev stack's,
+// on loopback — as ziti services, and the agent reaches them only through the mesh.
+
+// Role attributes the agent's identity carries in production (fleetctl onboard gives both).
+const (
+	attrAgent = "monky-deploy-agent"
+	attrBao   = "openbao-client"
+)
+
+// mesh is a fleet of one box whose agent speaks to tenancy and OpenBao over a real mesh.
+type mesh struct {
+	*fleet
+	ctrl            *zitidev.Controller
+	env             string
+	box             *devstack.Box
+	tenancySvc      string
+	baoSvc, baoAddr string // baoAddr: what tenancy hands out and bao.addr must match
+	identity        string // the enrolled identity file of monky-host.<env>
+}
+
+// newMesh starts the controller, the dev stack with one box, services for tenancy and OpenBao
+// hosted by the router with the production dial roles, and the box's enrolled identity.
+func newMesh(t testing.TB, name string, attrs ...string) *mesh {
+	t.Helper()
+	itest.Require(t, itest.PartZiti)
+	f := newFleet(t, name, 1, time.Hour) // the test ticks by hand
+	ctrl := itest.StartZiti(t)
+	m := &mesh{fleet: f, ctrl: ctrl, env: f.envs[0], box: f.boxes[0],
+		tenancySvc: "monky.tenancy.deploy." + name, baoSvc: "openbao." + name}
+	u, err := url.Parse(f.w.Stack.Tenancy.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.baoAddr = f.w.Stack.Bao.Addr()
+	b, err := url.Parse(m.baoAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if err := ctrl.HostService(ctx, m.tenancySvc, u.Host, attrAgent); err != nil {
+		t.Fatal(err)
+	}
+	if err := ctrl.HostService(ctx, m.baoSvc, b.Host, attrBao); err != nil {
+		t.Fatal(err)
+	}
+	if m.identity, err = ctrl.Identity(ctx, "monky-host."+m.env, attrs, m.box.Dir); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// configure rewrites the box's config for transport sdk or proxy through the mesh. The tenancy
+// host:port is the intercept name production uses; the SDK dials the service by name whatever it
+// is. bao.addr is the address tenancy hands out (the sdk and proxy transports map only that one).
+func (m *mesh) configure(t testing.TB, transport string, extra string) {
+	t.Helper()
+	cfg := fmt.Sprintf(`env_id: %s
+site: demo
+transport: %s
+identity: %s
+tenancy:
+  service: %s
+  host: monky.tenancy.deploy
+  port: 443
+bao:
+  service: %s
+  addr: %s
+  ca_file: %s
+interval_s: 5
+state_dir: %s
+bootstrap_file: %s
+compose_project: %s
+healthy_timeout_s: 60
+registry_host: %s
+disk:
+  headroom_bytes: 1048576
+%s`, m.env, transport, m.identity, m.tenancySvc, m.baoSvc, m.baoAddr, filepath.Join(m.box.Dir, "no-openbao-ca.pem"),
+		filepath.Join(m.box.Dir, "state"), m.box.BootstrapFile, m.box.Project, m.w.Registry.Addr, extra)
+	if err := os.WriteFile(m.box.ConfigPath, []byte(cfg), 0o640); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// tick runs one tick and returns it.
+func (m *mesh) tick(t testing.TB) devstack.Tick {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	tk, err := m.box.Tick(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tk
+}
+
+// converge deploys hello and ticks until the agent reports it healthy (at most n ticks).
+func (m *mesh) converge(t testing.TB, n int) {
+	t.Helper()
+	sha, err := m.w.Deploy(m.env, "hello")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < n; i++ {
+		tk := m.tick(t)
+		if r, ok := m.w.Stack.Tenancy.LastReport(m.env); ok && r.Sha == sha && r.Result == protocol.ResultHealthy {
+			return
+		}
+		if tk.Exit != 0 && tk.Exit != 75 {
+			m.fatalWithJournals("tick %d exited %d", i+1, tk.Exit)
+		}
+	}
+	m.fatalWithJournals("no healthy report of %s after %d ticks through the mesh", sha[:12], n)
+}
+
+// TestMeshSDKAppliesABundle: the sdk transport applies a bundle through the real mesh and
+// converged ticks repeat, each one exit 0.
+func TestMeshSDKAppliesABundle(t *testing.T) {
+	m := newMesh(t, "meshsdk", attrAgent, attrBao)
+	m.configure(t, "sdk", "")
+	m.converge(t, 6)
+	for i := 0; i < 3; i++ {
+		if tk := m.tick(t); tk.Exit != 0 {
+			m.fatalWithJournals("converged tick %d through the mesh exited %d", i+1, tk.Exit)
+		}
+	}
+	if c := m.w.Stack.Tenancy.Checkins(m.env); len(c) == 0 || c[len(c)-1].Request.Transport != "sdk" {
+		t.Errorf("the last check-in does not say transport sdk: %+v", c)
+	}
+}
+
+// proxyDaemon runs `monky-deployd proxy` on the box's config until the test ends, or until the
+// returned stop (which reports how the stop went) is called.
+func (m *mesh) proxyDaemon(t testing.TB) (*process.Process, func() error) {
+	t.Helper()
+	p, err := process.Start("monky-deployd proxy", filepath.Join(m.box.Dir, "proxy.log"),
+		[]string{"HOME=" + filepath.Join(m.box.Dir, "home")}, nil, m.box.Bin(), "--config", m.box.ConfigPath, "proxy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	var stopErr error
+	stop := func() error {
+		once.Do(func() { stopErr = p.Stop() })
+		return stopErr
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("proxy log:\n%s", p.LogTail())
+		}
+		if err := stop(); err != nil {
+			t.Errorf("stopping the proxy: %v", err)
+		}
+	})
+	return p, stop
+}
+
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	port, err := process.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return net.JoinHostPort("127.0.0.1", fmt.Sprint(port))
+}
+
+// apiSessions is the number of API sessions the controller holds for identity: each controller
+// authentication makes one, and they outlive the process that made them.
+func (m *mesh) apiSessions(t testing.TB, identity string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := m.ctrl.CLI(ctx, "edge", "list", "api-sessions", "limit none", "-j")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Data []struct {
+			Identity struct {
+				Name string `json:"name"`
+			} `json:"identity"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("ziti edge list api-sessions -j: %v\n%s", err, out)
+	}
+	n := 0
+	for _, s := range doc.Data {
+		if s.Identity.Name == identity {
+			n++
+		}
+	}
+	return n
+}
+
+// TestMeshProxyDaemon: `monky-deployd proxy` holds one ziti context for every tick (the
+// controller sees one API session however many ticks run), and after the controller and router
+// restart it carries ticks again without being restarted itself.
+func TestMeshProxyDaemon(t *testing.T) {
+	m := newMesh(t, "meshproxy", attrAgent, attrBao)
+	tenancyAddr, baoAddr := freeAddr(t), freeAddr(t)
+	m.configure(t, "proxy", "")
+	cfg, err := os.ReadFile(m.box.ConfigPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgText := strings.Replace(string(cfg), "  port: 443\n", "  port: 443\n  proxy_addr: "+tenancyAddr+"\n", 1)
+	cfgText = strings.Replace(cfgText, "  addr: "+m.baoAddr+"\n", "  addr: "+m.baoAddr+"\n  proxy_addr: "+baoAddr+"\n", 1)
+	if err := os.WriteFile(m.box.ConfigPath, []byte(cfgText), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	p, _ := m.proxyDaemon(t)
+	m.converge(t, 8)
+	before := m.apiSessions(t, "monky-host."+m.env)
+	for i := 0; i < 4; i++ {
+		if tk := m.tick(t); tk.Exit != 0 {
+			m.fatalWithJournals("converged tick %d through the proxy exited %d", i+1, tk.Exit)
+		}
+	}
+	if after := m.apiSessions(t, "monky-host."+m.env); after != before || after > 1 {
+		t.Errorf("the controller holds %d API sessions of the agent after 4 more ticks (%d before): the proxy should authenticate once", after, before)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	if err := m.ctrl.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		tk := m.tick(t)
+		if tk.Exit == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			m.fatalWithJournals("no successful tick through the proxy within 2 min of the controller's restart (last exit %d)", tk.Exit)
+		}
+		time.Sleep(2 * time.Second)
+	}
+	if err := p.WaitReady(ctx, func(context.Context) (bool, error) { return true, nil }); err != nil {
+		t.Fatalf("the proxy daemon is gone after the restart: %v", err)
+	}
+}
+
+// TestMeshRefusals: what the agent says when the mesh says no — an identity without
+// #monky-deploy-agent cannot see tenancy's service; a service nothing hosts has no terminators.
+func TestMeshRefusals(t *testing.T) {
+	m := newMesh(t, "meshno", attrBao) // no #monky-deploy-agent
+	m.configure(t, "sdk", "")
+	tk := m.tick(t)
+	if tk.Exit == 0 || !strings.Contains(tk.Output, "not visible to this identity") || !strings.Contains(tk.Output, "#"+attrAgent) {
+		m.fatalWithJournals("an identity without #%s: tick exited %d, want the 'not visible' error naming the attribute", attrAgent, tk.Exit)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	unhosted := "monky.tenancy.unhosted"
+	if err := m.ctrl.UnhostedService(ctx, unhosted, attrBao); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := os.ReadFile(m.box.ConfigPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(m.box.ConfigPath, []byte(strings.Replace(string(cfg), "service: "+m.tenancySvc, "service: "+unhosted, 1)), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	tk = m.tick(t)
+	if tk.Exit == 0 || !strings.Contains(tk.Output, "has no terminators") || !strings.Contains(tk.Output, "not hosting it") {
+		m.fatalWithJournals("a service nothing hosts: tick exited %d, want the 'no terminators … not hosting it' error", tk.Exit)
+	}
+}
+
+// TestMeshIdentityReadThroughGroup: an identity file readable only by its group is read by an
+// agent running in that group, and refused — with the advice to join the group — without it.
+// The agent runs as an unprivileged uid here (the test runs as root, which reads anything).
+func TestMeshIdentityReadThroughGroup(t *testing.T) {
+	if os.Geteuid() != 0 {
+		if itest.InCI(os.Getenv("CI")) {
+			t.Fatal("CI is set: this test needs root, to run the agent as another uid")
+		}
+		t.Skip("needs root, to run the agent as another uid")
+	}
+	m := newMesh(t, "meshgrp", attrAgent, attrBao)
+	m.configure(t, "sdk", "")
+	const uid, zitiGID, otherGID = 64123, 64124, 64125
+	if err := os.Chown(m.identity, 0, zitiGID); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(m.identity, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	// The agent's own files belong to its uid, as the package arranges for monky-deployd.
+	for _, p := range []string{m.box.Dir, filepath.Join(m.box.Dir, "home"), m.box.ConfigPath, filepath.Dir(m.box.BootstrapFile), m.box.BootstrapFile} {
+		if err := os.Chown(p, uid, otherGID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The way down to the agent's binary, config, identity and kit, for that uid.
+	for _, p := range []string{m.box.Bin(), m.box.Dir, m.box.BootstrapFile} {
+		for d := filepath.Dir(p); d != filepath.Dir(d) && strings.HasPrefix(d, os.TempDir()+"/"); d = filepath.Dir(d) {
+			st, err := os.Stat(d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(d, st.Mode().Perm()|0o011); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	runAs := func(groups ...uint32) (int, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, m.box.Bin(), "--config", m.box.ConfigPath, "tick")
+		cmd.Env = []string{"HOME=" + filepath.Join(m.box.Dir, "home"), "PATH=" + os.Getenv("PATH")}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: otherGID, Groups: groups}}
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			t.Fatal(err)
+		}
+		return cmd.ProcessState.ExitCode(), string(out)
+	}
+	code, out := runAs() // not in the file's group
+	if code == 0 || !strings.Contains(out, "not readable by this user") || !strings.Contains(out, "usermod -a -G ziti") {
+		t.Fatalf("without the group: exit %d, want the identity refused with the group advice:\n%s", code, out)
+	}
+	before := len(m.w.Stack.Tenancy.Checkins(m.env))
+	code, out = runAs(zitiGID)
+	if strings.Contains(out, "not readable by this user") {
+		t.Fatalf("in the file's group the identity is still unreadable (exit %d):\n%s", code, out)
+	}
+	// Read, it reaches tenancy through the mesh: the check-in arrives (the tick may fail later,
+	// at docker, which this uid may not use).
+	if after := len(m.w.Stack.Tenancy.Checkins(m.env)); after <= before {
+		t.Fatalf("in the file's group the tick (exit %d) did not check in through the mesh:\n%s", code, out)
+	}
+}
