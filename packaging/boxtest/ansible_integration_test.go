@@ -20,7 +20,8 @@ import (
 
 // TestBoxAnsibleRole applies ansible/monky-deployd.yml to a box through the community.docker
 // connection (shipped in Debian's ansible), with the kit's host_vars.yml and its secrets as the
-// vaulted variables it names: the agent checks in on its own, a second run changes nothing, and
+// vaulted variables it names: the enrolment restarts the box's ziti-edge-tunnel unit (transport
+// system), the agent checks in on its own, a second run changes (and restarts) nothing, and
 // install.sh run afterwards with the same kit finds nothing to change either — the role and the
 // script reach the same end state.
 func TestBoxAnsibleRole(t *testing.T) {
@@ -35,11 +36,28 @@ func TestBoxAnsibleRole(t *testing.T) {
 	b := newBox(t, a)
 
 	play := rolePlayer(t, playbook, w, env, pkgs, b)
+	// The tunneller's unit (the box's stand-in) runs before the role: the enrolment's handler
+	// must restart it (transport system, a unit loaded), which gives it a new invocation.
+	zet := func() string { return b.unitProp("ziti-edge-tunnel.service", "InvocationID") }
+	zetBefore := zet()
+	if zetBefore == "" {
+		t.Fatal("the box's ziti-edge-tunnel unit has no invocation before the role runs")
+	}
 
 	out := play()
 	applied := time.Now()
 	if recap := playRecap(out); !strings.Contains(recap, "failed=0") || strings.Contains(recap, "changed=0 ") {
 		t.Errorf("the first run's recap: %s", recap)
+	}
+	zetAfter := zet()
+	if zetAfter == zetBefore {
+		t.Errorf("the role enrolled the identity (transport system) but did not restart ziti-edge-tunnel.service (invocation %s unchanged):\n%s", zetBefore, out)
+	}
+	if en, act := b.unit("ziti-edge-tunnel.service"); act != "active" {
+		t.Errorf("after the role ziti-edge-tunnel.service is %s/%s, want active", en, act)
+	}
+	if strings.Contains(out, "no ziti-edge-tunnel.service is loaded here") {
+		t.Errorf("the play says no tunneller unit is loaded on a box that has one:\n%s", out)
 	}
 	waitCheckin(t, w, env, applied.Add(-time.Second), firstFire, "the first tick after the role", nil)
 	first := b.endState(env)
@@ -47,6 +65,9 @@ func TestBoxAnsibleRole(t *testing.T) {
 	out = play()
 	if recap := playRecap(out); !strings.Contains(recap, "changed=0 ") || !strings.Contains(recap, "failed=0") {
 		t.Errorf("the second run changed something: %s\n%s", recap, out)
+	}
+	if got := zet(); got != zetAfter {
+		t.Errorf("the second run, which enrolled nothing, restarted ziti-edge-tunnel.service (invocation %s, then %s)", zetAfter, got)
 	}
 
 	// install.sh with the same kit: the package is there, the identity enrolled; what it writes

@@ -52,6 +52,10 @@ func TestBoxLifecycle(t *testing.T) {
 		}
 		// A second check-in one interval later: the timer repeats, nobody starts the unit.
 		waitCheckin(t, w, env, c.At, interval+15*time.Second, "the timer's next tick", nil)
+		// And it is the timer that started the ticks: systemd recorded its elapse.
+		if last := b.unitProp("monky-deployd.timer", "LastTriggerUSec"); last == "" || last == "n/a" || strings.HasPrefix(last, "0") {
+			t.Errorf("the timer never elapsed (LastTriggerUSec %q), yet the agent checked in", last)
+		}
 		// Only the unit ran the agent: its journal has the ticks, under the package's user.
 		if out := b.sh("journalctl -u monky-deployd.service --no-pager -o cat | grep -c 'checkin' || true"); out == "0" {
 			t.Errorf("the unit's journal shows no tick")
@@ -172,6 +176,11 @@ func TestBoxUpgradeFrom018HealsTheTimer(t *testing.T) {
 	b.sh("systemctl enable --now monky-deployd.timer")
 	if en, act := b.unit("monky-deployd.timer"); en != "enabled" || act != "active" {
 		t.Fatalf("the 0.1.8 box's timer is %s/%s before the upgrade, want enabled/active", en, act)
+	}
+
+	// The installed prerm is the faulty one: it disables the timer on an upgrade too.
+	if prerm := b.sh("cat /var/lib/dpkg/info/monky-deployd.prerm"); !strings.Contains(prerm, "systemctl disable --now monky-deployd.timer") {
+		t.Fatalf("the stand-in 0.1.8 package's prerm does not disable the timer:\n%s", prerm)
 	}
 
 	b.cp(a.deb, "/root/new.deb")

@@ -65,7 +65,8 @@ func TestBuildBaoPrintsThePath(t *testing.T) {
 }
 
 // The demo finds ziti as it finds bao — MONKY_ZITI_BIN, else build-ziti.sh's cache, never a
-// spelled version — and MONKY_DEMO_ZITI=off keeps the fake whatever is built.
+// spelled version — and MONKY_DEMO_ZITI=off keeps the fake whatever is built; with neither (a
+// fresh machine) it runs the fake and says so.
 func TestDemoScriptFindsZiti(t *testing.T) {
 	demo, err := os.ReadFile(filepath.Join("..", "..", "..", "scripts", "demo.sh"))
 	if err != nil {
@@ -82,6 +83,7 @@ func TestDemoScriptFindsZiti(t *testing.T) {
 	cmd := exec.Command("bash", "-c", `sed -n '/^case \${MONKY_DEMO_ZITI/,/^esac/p' scripts/demo.sh > "$T/sel.sh"
 GO=false; ziti=; MONKY_DEMO_ZITI=off; MONKY_ZITI_BIN=/bin/true; . "$T/sel.sh"; echo "off:[$ziti]"
 ziti=; MONKY_DEMO_ZITI=; . "$T/sel.sh"; echo "auto:[$ziti]"
+ziti=; MONKY_ZITI_BIN=; MONKY_TOOL_CACHE="$T/empty-cache"; . "$T/sel.sh"; echo "fresh:[$ziti]"
 MONKY_DEMO_ZITI=bogus; . "$T/sel.sh"; echo unreachable`)
 	cmd.Dir = filepath.Join("..", "..", "..")
 	cmd.Env = append(os.Environ(), "T="+t.TempDir())
@@ -90,7 +92,10 @@ MONKY_DEMO_ZITI=bogus; . "$T/sel.sh"; echo unreachable`)
 	if !errors.As(err, &ee) || ee.ExitCode() != 2 {
 		t.Errorf("MONKY_DEMO_ZITI=bogus: %v, want exit 2\n%s", err, out)
 	}
-	for _, want := range []string{"off:[]", "auto:[/bin/true]", "MONKY_DEMO_ZITI=bogus: want off or auto"} {
+	// A fresh machine (no MONKY_ZITI_BIN, nothing in build-ziti.sh's cache): the fake, and the
+	// demo says so and how to get the real one.
+	for _, want := range []string{"off:[]", "auto:[/bin/true]", "fresh:[]", "no ziti binary built yet (scripts/build-ziti.sh builds one",
+		"MONKY_DEMO_ZITI=bogus: want off or auto"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("the demo's ziti selection printed no %q:\n%s", want, out)
 		}
