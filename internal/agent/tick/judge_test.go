@@ -207,6 +207,17 @@ func TestDiskRefusalIsJudgedAgainOnlyWhenFreeSpaceChanged(t *testing.T) {
 			t.Error("a repeated disk refusal leased or pulled")
 		}
 	})
+	t.Run("a kit re-run forgets it: the next tick fetches and judges again", func(t *testing.T) {
+		h, _ := refused(t)
+		h.writeBootstrap()
+		if !runTick(h, tick.ExitFailed) {
+			t.Fatal("not fetched again after a kit re-run")
+		}
+		h.expectLog("kit re-run: disk refusal of ")
+		if r := h.lastReport(); r.Result != protocol.ResultRefused || !strings.HasPrefix(r.Detail, "DISK_INSUFFICIENT: ") {
+			t.Errorf("report = %+v, want a fresh disk refusal (the space is still short)", r)
+		}
+	})
 	t.Run("free space grown past the slack is judged again and applies", func(t *testing.T) {
 		h, _ := refused(t)
 		h.free[h.docker.RootDir] = 500 << 30

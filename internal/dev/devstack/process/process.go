@@ -78,6 +78,13 @@ func (p *Process) WaitReady(ctx context.Context, ready func(context.Context) (bo
 	var lastErr error
 	for {
 		ok, err := ready(ctx)
+		select {
+		case <-p.done:
+			// Checked before the answer: a port can answer for a server that already died
+			// (another process on it, a stale listener), and that server is not ready.
+			return fmt.Errorf("%s %w (%v)", p.name, ErrExited, p.waitErr)
+		default:
+		}
 		if ok {
 			return err
 		}

@@ -66,6 +66,17 @@ func TestProcessLifecycle(t *testing.T) {
 		}
 	})
 
+	t.Run("a server that died is not ready, whatever answers on its port", func(t *testing.T) {
+		p, err := Start("dead", filepath.Join(dir, "d.log"), nil, nil, "/bin/sh", "-c", "exit 3")
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-p.done
+		if err := p.WaitReady(ctx, func(context.Context) (bool, error) { return true, nil }); !errors.Is(err, ErrExited) {
+			t.Fatalf("WaitReady = %v, want ErrExited", err)
+		}
+	})
+
 	t.Run("ctx ends the wait", func(t *testing.T) {
 		p, err := Start("slow", filepath.Join(dir, "w.log"), nil, nil, "/bin/sh", "-c", "exec sleep 60")
 		if err != nil {
