@@ -1,6 +1,7 @@
 package tick
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -183,7 +184,8 @@ func (a *Agent) revert(ctx context.Context) error {
 	envDir := a.cfg.EnvDir()
 	dir := release.Dir(envDir, target)
 	healthy, why := false, ""
-	if refusal := a.judgeRelease(ctx, dir, target); refusal != "" {
+	meta, refusal := a.judgeRelease(ctx, dir, target)
+	if refusal != "" {
 		return a.revertRefused(ctx, refusal)
 	}
 	if err := a.step("revert-judged"); err != nil {
@@ -196,7 +198,7 @@ func (a *Agent) revert(ctx context.Context) error {
 			return err
 		}
 		var err error
-		if healthy, why, err = a.revertCompose(ctx, dir); err != nil {
+		if healthy, why, err = a.revertCompose(ctx, dir, meta); err != nil {
 			return err
 		}
 	}
@@ -238,8 +240,9 @@ func (a *Agent) revertRefused(ctx context.Context, refusal string) error {
 }
 
 // judgeRelease re-judges the release in dir from disk, as its apply was judged: a container could
-// have rewritten it. Only applied_files are read (older agents: whole dir, strictly). "" = may run.
-func (a *Agent) judgeRelease(ctx context.Context, dir, sha string) string {
+// have rewritten it. Only applied_files are read (older agents: whole dir, strictly). The judged
+// meta is what the revert then runs by, so bundle.json is not read again unverified.
+func (a *Agent) judgeRelease(ctx context.Context, dir, sha string) (bundle.Meta, string) {
 	var files map[string]string
 	var err error
 	if staged := a.st.StagedFiles(sha); staged != nil {
@@ -248,25 +251,25 @@ func (a *Agent) judgeRelease(ctx context.Context, dir, sha string) string {
 		files, err = readRelease(dir)
 	}
 	if err != nil {
-		return err.Error()
+		return bundle.Meta{}, err.Error()
 	}
 	b, err := bundle.Parse(files, sha)
 	if err != nil {
-		return "changed on disk since it was applied: " + err.Error()
+		return bundle.Meta{}, "changed on disk since it was applied: " + err.Error()
 	}
 	if err := b.Check(dir, a.cfg.ComposeProject); err != nil {
-		return err.Error()
+		return bundle.Meta{}, err.Error()
 	}
 	out, err := a.deps.Docker.Config(ctx, dir, b.Meta.ComposeFile)
 	if err != nil {
-		return "compose config: " + err.Error()
+		return bundle.Meta{}, "compose config: " + err.Error()
 	}
 	err = bundle.JudgeRendered(out, b.Meta.ComposeFile, dir, a.cfg.ComposeProject, b.Meta.Agent.AllowPrivileged)
 	clear(out)
 	if err != nil {
-		return err.Error()
+		return bundle.Meta{}, err.Error()
 	}
-	return ""
+	return b.Meta, ""
 }
 
 // maxReleaseBytes caps a release read-back: a bundle (tenancy caps 16 MiB) plus its .env.
@@ -361,9 +364,10 @@ func readRegular(root *os.Root, p string, limit int, want fs.FileInfo) ([]byte, 
 }
 
 // revertCompose runs compose for dir and says whether it came up healthy, else why.
-func (a *Agent) revertCompose(ctx context.Context, dir string) (healthy bool, why string, err error) {
+func (a *Agent) revertCompose(ctx context.Context, dir string, meta bundle.Meta) (healthy bool, why string, err error) {
 	d := a.deps.Docker
-	file, timeout := a.releaseMeta(dir)
+	file := meta.ComposeFile
+	timeout := time.Duration(cmp.Or(meta.Agent.HealthyTimeoutS, a.cfg.HealthyTimeoutS)) * time.Second
 	if err := d.Pull(ctx, dir, file, bundle.PullMissing); err != nil {
 		// Images are normally local; one the registry will not give is up's failure, in compose's words.
 		a.log.Warn("revert: pulling missing images failed", "error", a.redact.Redact(err.Error()))
@@ -385,16 +389,6 @@ func (a *Agent) revertCompose(ctx context.Context, dir string) (healthy bool, wh
 		return false, fmt.Sprintf("not healthy after %s: %s", timeout, strings.Join(compose.Unready(cs), ", ")), nil
 	}
 	return true, "", nil
-}
-
-// releaseMeta reads the compose file and health timeout (else config's) from a release's bundle.json.
-func (a *Agent) releaseMeta(dir string) (composeFile string, healthy time.Duration) {
-	m := readReleaseMeta(dir)
-	healthy = time.Duration(a.cfg.HealthyTimeoutS) * time.Second
-	if m.Agent.HealthyTimeoutS > 0 {
-		healthy = time.Duration(m.Agent.HealthyTimeoutS) * time.Second
-	}
-	return m.ComposeFile, healthy
 }
 
 // finishKilledApply counts an apply a killed tick left after `compose up` as failed, and reverts.
