@@ -65,10 +65,7 @@ func Run(ctx context.Context, o Options) (err error) {
 	started := time.Now()
 	p.line("monky-deployd demo: %d agents, one control plane, fleetctl watching — all on this machine, on loopback", o.Boxes)
 
-	w, err := devstack.NewWorld(ctx, devstack.WorldOptions{
-		Dir: o.Dir, AgentBin: o.AgentBin, FleetctlBin: o.FleetctlBin, AppBin: o.AppBin,
-		BaoBin: o.BaoBin, ZitiBin: o.ZitiBin, RegistryBin: o.RegistryBin, Interval: o.Interval,
-	})
+	w, err := devstack.NewWorld(ctx, o.world())
 	if err != nil {
 		return err
 	}
@@ -376,6 +373,14 @@ func (p *printer) fleetctl(ctx context.Context, w *devstack.World, args ...strin
 	return res, nil
 }
 
+// world is what Run and Serve both start: the same stack from the same options.
+func (o Options) world() devstack.WorldOptions {
+	return devstack.WorldOptions{
+		Dir: o.Dir, AgentBin: o.AgentBin, FleetctlBin: o.FleetctlBin, AppBin: o.AppBin,
+		BaoBin: o.BaoBin, ZitiBin: o.ZitiBin, RegistryBin: o.RegistryBin, Interval: o.Interval,
+	}
+}
+
 // Serve starts the control plane and Boxes agents deploying hello, prints how to point fleetctl
 // at it, and keeps it all running until ctx ends (Ctrl-C); then it cleans up like Run.
 func Serve(ctx context.Context, o Options) (err error) {
@@ -383,10 +388,7 @@ func Serve(ctx context.Context, o Options) (err error) {
 		o.Interval = 5 * time.Second
 	}
 	p := &printer{w: o.Stdout}
-	w, err := devstack.NewWorld(ctx, devstack.WorldOptions{
-		Dir: o.Dir, AgentBin: o.AgentBin, FleetctlBin: o.FleetctlBin, AppBin: o.AppBin,
-		BaoBin: o.BaoBin, ZitiBin: o.ZitiBin, RegistryBin: o.RegistryBin, Interval: o.Interval,
-	})
+	w, err := devstack.NewWorld(ctx, o.world())
 	if err != nil {
 		return err
 	}
