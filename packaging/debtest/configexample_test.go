@@ -47,6 +47,8 @@ var protocolDefaults = map[string]string{
 	"registry_host":       "harbor.tikali.net",
 	"log_level":           "INFO",
 	"textfile_dir":        "/var/lib/prometheus/node-exporter",
+	// issue 21: the identity certificate's renewal window
+	"identity_renew_below_s": "2592000",
 }
 
 // flatten turns a decoded YAML map into dotted keys with their scalar values.

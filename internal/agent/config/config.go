@@ -65,6 +65,10 @@ type Config struct {
 	LogLevel string `yaml:"log_level"`
 	// TextfileDir is node_exporter's textfile directory; metrics are written only if it exists.
 	TextfileDir string `yaml:"textfile_dir"`
+
+	// IdentityRenewBelowS: the agent renews the identity's certificate when less is left; 0 turns
+	// renewal off (the warnings stay).
+	IdentityRenewBelowS int64 `yaml:"identity_renew_below_s"`
 }
 
 // Tenancy is how the agent reaches tenancy's agent entrypoint.
@@ -137,7 +141,22 @@ func defaults() Config {
 		ContainerdRoot:  "/var/lib/containerd",
 		LogLevel:        "INFO",
 		TextfileDir:     DefaultTextfileDir,
+
+		IdentityRenewBelowS: DefaultIdentityRenewBelowS,
 	}
+}
+
+// DefaultIdentityRenewBelowS is 30 days: the controller signs for a year, fleetctl calls a box
+// EXPIRING at 21 days, so a failing renewal has nine days of retries before anyone is paged.
+const DefaultIdentityRenewBelowS = 30 * 24 * 3600
+
+// MaxIdentityRenewBelowS (10 years) only keeps the window a duration; any longer window renews
+// at every chance, as a window longer than the certificate's life does.
+const MaxIdentityRenewBelowS = 10 * 365 * 24 * 3600
+
+// IdentityRenewBelow is identity_renew_below_s as a duration; 0 when renewal is off.
+func (c *Config) IdentityRenewBelow() time.Duration {
+	return time.Duration(c.IdentityRenewBelowS) * time.Second
 }
 
 // DefaultTextfileDir is where Debian's prometheus-node-exporter reads textfiles from.

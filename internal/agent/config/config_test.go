@@ -56,6 +56,8 @@ func TestDefaults(t *testing.T) {
 		ContainerdRoot:  "/var/lib/containerd",
 		LogLevel:        "INFO",
 		TextfileDir:     "/var/lib/prometheus/node-exporter",
+
+		IdentityRenewBelowS: 30 * 24 * 3600,
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("defaults:\n got %+v\nwant %+v", c, want)
@@ -71,20 +73,28 @@ func TestDefaults(t *testing.T) {
 func TestMethods(t *testing.T) {
 	c := mustParse(t, "env_id: env-dev-06\nstate_dir: /srv/agent\nbao:\n  addr: https://bao.example\n  renew_below_s: 120\n  timeout_s: 7\ntenancy:\n  timeout_s: 9\ninterval_s: 45\nhealthy_timeout_s: 90\n")
 	checks := map[string][2]any{
-		"TenancyURL":      {c.TenancyURL(), "http://monky.tenancy.deploy:443"},
-		"BaoURL":          {c.BaoURL(), "https://bao.example:443"},
-		"DockerConfigDir": {c.DockerConfigDir(), "/srv/agent/docker"},
-		"StatePath":       {c.StatePath(), "/srv/agent/state.json"},
-		"TokenPath":       {c.TokenPath(), "/srv/agent/bao.token"},
-		"LockPath":        {c.LockPath(), "/srv/agent/lock"},
-		"EnvDir":          {c.EnvDir(), "/srv/agent/env-dev-06"},
-		"ReleasesDir":     {c.ReleasesDir(), "/srv/agent/env-dev-06/releases"},
-		"CurrentLink":     {c.CurrentLink(), "/srv/agent/env-dev-06/current"},
-		"Interval":        {c.Interval(), 45 * time.Second},
-		"HealthyTimeout":  {c.HealthyTimeout(), 90 * time.Second},
-		"Tenancy.Timeout": {c.Tenancy.Timeout(), 9 * time.Second},
-		"Bao.Timeout":     {c.Bao.Timeout(), 7 * time.Second},
-		"Bao.RenewBelow":  {c.Bao.RenewBelow(), 120 * time.Second},
+		"TenancyURL":         {c.TenancyURL(), "http://monky.tenancy.deploy:443"},
+		"BaoURL":             {c.BaoURL(), "https://bao.example:443"},
+		"DockerConfigDir":    {c.DockerConfigDir(), "/srv/agent/docker"},
+		"StatePath":          {c.StatePath(), "/srv/agent/state.json"},
+		"TokenPath":          {c.TokenPath(), "/srv/agent/bao.token"},
+		"LockPath":           {c.LockPath(), "/srv/agent/lock"},
+		"EnvDir":             {c.EnvDir(), "/srv/agent/env-dev-06"},
+		"ReleasesDir":        {c.ReleasesDir(), "/srv/agent/env-dev-06/releases"},
+		"CurrentLink":        {c.CurrentLink(), "/srv/agent/env-dev-06/current"},
+		"Interval":           {c.Interval(), 45 * time.Second},
+		"HealthyTimeout":     {c.HealthyTimeout(), 90 * time.Second},
+		"Tenancy.Timeout":    {c.Tenancy.Timeout(), 9 * time.Second},
+		"Bao.Timeout":        {c.Bao.Timeout(), 7 * time.Second},
+		"Bao.RenewBelow":     {c.Bao.RenewBelow(), 120 * time.Second},
+		"IdentityRenewBelow": {c.IdentityRenewBelow(), 30 * 24 * time.Hour},
+	}
+	off := mustParse(t, "env_id: e\nidentity_renew_below_s: 0\n")
+	if off.IdentityRenewBelow() != 0 {
+		t.Errorf("identity_renew_below_s: 0 gives %s, want renewal off", off.IdentityRenewBelow())
+	}
+	if long := mustParse(t, "env_id: e\nidentity_renew_below_s: 34560000\n"); long.IdentityRenewBelow() != 400*24*time.Hour {
+		t.Errorf("a 400-day window (longer than a certificate's life) gives %s", long.IdentityRenewBelow())
 	}
 	for name, gw := range checks {
 		if gw[0] != gw[1] {
@@ -319,6 +329,9 @@ func TestValidationErrors(t *testing.T) {
 		{"containerd_root", "env_id: e\ncontainerd_root: containerd\n", "containerd_root", []string{"absolute"}},
 		{"log_level", "env_id: e\nlog_level: verbose\n", "log_level", []string{"DEBUG, INFO, WARN, WARNING or ERROR"}},
 		{"textfile_dir", "env_id: e\ntextfile_dir: node-exporter\n", "textfile_dir", []string{"absolute"}},
+		{"identity_renew_below_s negative", "env_id: e\nidentity_renew_below_s: -1\n", "identity_renew_below_s", []string{"0 (renewal off)", "got -1"}},
+		{"identity_renew_below_s beyond ten years", "env_id: e\nidentity_renew_below_s: 315360001\n", "identity_renew_below_s", []string{"315360001"}},
+		{"identity_renew_below_s days", "env_id: e\nidentity_renew_below_s: 30d\n", "identity_renew_below_s", []string{"want an integer"}},
 		{"control character", "env_id: e\nsite: \"a\\x01b\"\n", "site", []string{"control"}},
 	}
 	for _, tc := range cases {

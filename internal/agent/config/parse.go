@@ -422,6 +422,9 @@ func (d *decoder) finish(c *Config) error {
 	if err := absPath(e, "textfile_dir", c.TextfileDir); err != nil {
 		return err
 	}
+	if c.IdentityRenewBelowS < 0 || c.IdentityRenewBelowS > MaxIdentityRenewBelowS {
+		return e("identity_renew_below_s", "want 0 (renewal off) to %d seconds, got %d", MaxIdentityRenewBelowS, c.IdentityRenewBelowS)
+	}
 	if c.Prod == nil {
 		p := deriveProd(c.Site, c.EnvID)
 		c.Prod = &p

@@ -76,6 +76,9 @@ type State struct {
 	// them, not ./data). Nil from an older agent: read the whole release directory strictly.
 	AppliedFiles *ReleaseFiles `json:"applied_files,omitempty"`
 
+	// Identity is the ziti identity's certificate as last read and its renewal (identity.go).
+	Identity *IdentityCert `json:"identity,omitempty"`
+
 	// extra keeps unknown fields, so a downgrade or newer writer loses nothing on save.
 	extra map[string]json.RawMessage
 }
@@ -448,6 +451,7 @@ var stateKeys = []string{
 	"docker_root_dir", "docker_version", "docker_info_at", "pending_lease", "previous_token",
 	"lease_backoff", "docker_info_failed_at", "deploy_backoff", "applying", "counters", "last_tick_ok_at", "refused_sha",
 	"applied_files",
+	"identity",
 }
 
 // legacyLastError is the Python agent's LastDetail; read, never written back.
@@ -568,6 +572,9 @@ func (s *State) UnmarshalJSON(data []byte) error {
 				return fmt.Errorf("%s: %w", f.key, err)
 			}
 		}
+	}
+	if n.Identity, err = decodeIdentity(raw["identity"]); err != nil {
+		return err
 	}
 	for _, k := range append(stateKeys, legacyLastError) {
 		delete(raw, k)
