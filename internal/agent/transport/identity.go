@@ -1,16 +1,16 @@
 package transport
 
 import (
-	"crypto"
-	"crypto/x509"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io/fs"
 	"net/url"
 	"os"
 	"strings"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/identity"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/horizon"
 )
 
 // identityFile is the part of a ziti identity file the pre-flight looks at.
@@ -79,14 +79,14 @@ func checkIdentity(path string, readFile func(string) ([]byte, error)) ([]byte, 
 	if id.ID.Cert == "" {
 		return nil, fail(ErrIdentityBadCert, nil, "has no certificate (id.cert is empty)")
 	}
-	certPEM, skip, err := material(id.ID.Cert, readFile)
+	certPEM, skip, err := identity.Material(id.ID.Cert, readFile)
 	if err != nil {
 		return nil, fail(ErrIdentityBadCert, err, "has a bad certificate (id.cert): %v", err)
 	}
 	if skip {
 		return nil, fail(ErrIdentityBadCert, nil, "has a bad certificate (id.cert): only pem: and file: certificates can be loaded")
 	}
-	certs, err := parseCerts(certPEM)
+	certs, err := horizon.ParsePEM(certPEM)
 	if err != nil {
 		return nil, fail(ErrIdentityBadCert, err, "has a bad certificate (id.cert): %v", err)
 	}
@@ -94,27 +94,27 @@ func checkIdentity(path string, readFile func(string) ([]byte, error)) ([]byte, 
 	if id.ID.Key == "" {
 		return nil, fail(ErrIdentityBadKey, nil, "has no private key (id.key is empty)")
 	}
-	keyPEM, skip, err := material(id.ID.Key, readFile)
+	keyPEM, skip, err := identity.Material(id.ID.Key, readFile)
 	if err != nil {
 		return nil, fail(ErrIdentityBadKey, err, "has a bad private key (id.key): %v", err)
 	}
 	if !skip { // a hardware-engine key (pkcs11:, parsec:) is the SDK's to load, not ours to parse
-		key, err := parseKey(keyPEM)
+		key, err := identity.ParseKey(keyPEM)
 		if err != nil {
 			return nil, fail(ErrIdentityBadKey, err, "has a bad private key (id.key): %v", err)
 		}
-		if !keyMatches(key, certs[0]) {
+		if !identity.KeyMatches(key, certs.Leaf().X509) {
 			return nil, fail(ErrIdentityBadKey, nil, "has a private key (id.key) that does not belong to its certificate (id.cert)")
 		}
 	}
 
 	if id.ID.CA != "" {
-		caPEM, skip, err := material(id.ID.CA, readFile)
+		caPEM, skip, err := identity.Material(id.ID.CA, readFile)
 		if err == nil && skip {
 			err = errors.New("only pem: and file: CA bundles can be loaded")
 		}
 		if err == nil {
-			_, err = parseCerts(caPEM)
+			_, err = horizon.ParsePEM(caPEM)
 		}
 		if err != nil {
 			return nil, fail(ErrIdentityBadCert, err, "has a bad CA bundle (id.ca): %v", err)
@@ -139,88 +139,4 @@ func checkControllers(single string, many []string) error {
 		}
 	}
 	return nil
-}
-
-// material resolves an identity value as the identity library does; skip: an engine scheme.
-func material(value string, readFile func(string) ([]byte, error)) (data []byte, skip bool, err error) {
-	if rest, ok := strings.CutPrefix(value, "pem:"); ok {
-		return []byte(rest), false, nil
-	}
-	if strings.HasPrefix(value, "-----BEGIN") {
-		return []byte(value), false, nil
-	}
-	u, err := url.Parse(value)
-	if err != nil {
-		return nil, false, errors.New("neither inline PEM nor a file path")
-	}
-	var path string
-	switch u.Scheme {
-	case "":
-		path = value
-	case "file":
-		path = u.Path
-		if path == "" {
-			path = u.Opaque
-		}
-	default:
-		return nil, true, nil
-	}
-	data, err = readFile(path)
-	if err != nil {
-		return nil, false, fmt.Errorf("referenced file %s: %w", path, err)
-	}
-	return data, false, nil
-}
-
-// parseCerts wants at least one PEM CERTIFICATE block and every such block to parse.
-func parseCerts(data []byte) ([]*x509.Certificate, error) {
-	var certs []*x509.Certificate
-	for rest := data; ; {
-		var block *pem.Block
-		block, rest = pem.Decode(rest)
-		if block == nil {
-			break
-		}
-		if block.Type != "CERTIFICATE" {
-			continue
-		}
-		c, err := x509.ParseCertificate(block.Bytes)
-		if err != nil {
-			return nil, err
-		}
-		certs = append(certs, c)
-	}
-	if len(certs) == 0 {
-		return nil, errors.New("no PEM CERTIFICATE block")
-	}
-	return certs, nil
-}
-
-// parseKey accepts the three PEM key encodings the identity library accepts.
-func parseKey(data []byte) (crypto.PrivateKey, error) {
-	for rest := data; ; {
-		var block *pem.Block
-		block, rest = pem.Decode(rest)
-		if block == nil {
-			return nil, errors.New("no PEM private key block")
-		}
-		switch block.Type {
-		case "EC PRIVATE KEY":
-			return x509.ParseECPrivateKey(block.Bytes)
-		case "RSA PRIVATE KEY":
-			return x509.ParsePKCS1PrivateKey(block.Bytes)
-		case "PRIVATE KEY":
-			return x509.ParsePKCS8PrivateKey(block.Bytes)
-		}
-	}
-}
-
-// keyMatches catches another enrolment's key, which the controller refuses naming no file.
-func keyMatches(key crypto.PrivateKey, cert *x509.Certificate) bool {
-	signer, ok := key.(crypto.Signer)
-	if !ok {
-		return false
-	}
-	pub, ok := signer.Public().(interface{ Equal(crypto.PublicKey) bool })
-	return ok && pub.Equal(cert.PublicKey)
 }

@@ -21,18 +21,31 @@ var (
 	syncDir  = SyncDir
 	// afterCreate runs once the temp file exists and before anything is written to it.
 	afterCreate = func(tmp string) {}
+	fchown      = func(f *os.File, uid, gid int) error { return f.Chown(uid, gid) }
 )
 
 // WriteFile atomically replaces path (a symlink too, not followed) with data and mode perm exactly:
 // the temp file has perm from the start, so a secret is never readable by others for a moment.
 func WriteFile(path string, data []byte, perm os.FileMode) error {
-	return write(pathOps, path, data, perm)
+	return write(pathOps, path, data, perm, nil)
+}
+
+// WriteFileOwned is WriteFile whose new file is also given uid and gid (-1 keeps the writer's)
+// before a byte is written: a renewed ziti identity keeps the owner and group of the file it
+// replaces (only root may give a file away; anyone may pick one of their own groups).
+func WriteFileOwned(path string, data []byte, perm os.FileMode, uid, gid int) error {
+	return write(pathOps, path, data, perm, func(f *os.File) error {
+		if err := fchown(f, uid, gid); err != nil {
+			return fmt.Errorf("chown: %w", err)
+		}
+		return nil
+	})
 }
 
 // WriteFileIn is WriteFile for name ('/'-separated, relative) inside root: no link on the way
 // leads the write out of root. The final name is replaced, never followed.
 func WriteFileIn(root *os.Root, name string, data []byte, perm os.FileMode) error {
-	return write(rootOps(root), name, data, perm)
+	return write(rootOps(root), name, data, perm, nil)
 }
 
 // fileOps are the operations a write and a leftover sweep make: on paths, or inside an os.Root.
@@ -77,7 +90,8 @@ func rootOps(root *os.Root) fileOps {
 	}
 }
 
-func write(ops fileOps, path string, data []byte, perm os.FileMode) (err error) {
+// write replaces path; prep, when set, runs on the empty temp file first.
+func write(ops fileOps, path string, data []byte, perm os.FileMode, prep func(*os.File) error) (err error) {
 	perm = perm.Perm()
 	dir, base := filepath.Split(path)
 	if dir == "" {
@@ -97,6 +111,11 @@ func write(ops fileOps, path string, data []byte, perm os.FileMode) (err error) 
 		}
 	}()
 	afterCreate(tmp)
+	if prep != nil {
+		if err = prep(f); err != nil {
+			return fmt.Errorf("atomicfile: write %q: %w", path, err)
+		}
+	}
 	if err = fill(f, data, perm); err != nil {
 		return fmt.Errorf("atomicfile: write %q: %w", path, err)
 	}

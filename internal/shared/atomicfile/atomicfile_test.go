@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -364,5 +365,54 @@ func TestWriteFileInStaysInsideTheRoot(t *testing.T) {
 	}
 	if _, err := os.Stat(other); err != nil {
 		t.Errorf("RemoveLeftoversIn removed another file: %v", err)
+	}
+}
+
+// A renewed identity keeps its owner and group: the new file has them before it has content,
+// and a chown the writer may not make fails the write, leaving the old file and no temp file.
+func TestWriteFileOwned(t *testing.T) {
+	// Root gives the file away; anyone else may still pick their own uid and a group of theirs.
+	uid, gid := 64123, 64124
+	if os.Geteuid() != 0 {
+		uid, gid = os.Geteuid(), os.Getegid()
+	}
+	dir := t.TempDir()
+	p := filepath.Join(dir, "id.json")
+	if err := os.WriteFile(p, []byte("old"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteFileOwned(p, []byte("new"), 0o640, uid, gid); err != nil {
+		t.Fatal(err)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(p, &st); err != nil {
+		t.Fatal(err)
+	}
+	if int(st.Uid) != uid || int(st.Gid) != gid || st.Mode&0o777 != 0o640 {
+		t.Errorf("owner %d:%d mode %o, want %d:%d 0640", st.Uid, st.Gid, st.Mode&0o777, uid, gid)
+	}
+	if b, _ := os.ReadFile(p); string(b) != "new" {
+		t.Errorf("content %q", b)
+	}
+}
+
+func TestWriteFileOwnedRefusedChownKeepsTheOldFile(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "id.json")
+	if err := os.WriteFile(p, []byte("old"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	fchown = func(*os.File, int, int) error { return syscall.EPERM }
+	defer func() { fchown = func(f *os.File, uid, gid int) error { return f.Chown(uid, gid) } }()
+	err := WriteFileOwned(p, []byte("new"), 0o640, 64123, 64124)
+	if err == nil || !strings.Contains(err.Error(), "chown") {
+		t.Fatalf("err = %v, want the chown named", err)
+	}
+	if b, _ := os.ReadFile(p); string(b) != "old" {
+		t.Errorf("content %q after a failed write", b)
+	}
+	left, _ := filepath.Glob(filepath.Join(dir, ".id.json.tmp-*"))
+	if len(left) != 0 {
+		t.Errorf("temp files left: %v", left)
 	}
 }

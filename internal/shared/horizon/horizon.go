@@ -27,6 +27,8 @@ type Cert struct {
 	// Fingerprint is the SHA-1 of the DER, lower-case hex: how the ziti controller names it.
 	Fingerprint string
 	IsCA        bool
+	// X509 is the parsed certificate itself.
+	X509 *x509.Certificate
 }
 
 // Bundle is every certificate of a PEM bundle, in file order (a chain's leaf first).
@@ -69,6 +71,7 @@ func FromX509(c *x509.Certificate) Cert {
 		NotAfter:    c.NotAfter.UTC(),
 		Fingerprint: hex.EncodeToString(sum[:]),
 		IsCA:        c.IsCA,
+		X509:        c,
 	}
 }
 
