@@ -31,6 +31,9 @@ const (
 type Owner struct {
 	By  string
 	Why string
+	// Holds: this process is the identity's only user (a tick of the sdk transport, or the proxy
+	// daemon), so it settles a renewal a killed process left, even with renewal off.
+	Holds bool
 }
 
 // Renews reports whether this process renews the certificate.
@@ -63,13 +66,13 @@ func (w Who) Decide(ctx context.Context, path string) Owner {
 			return Owner{By: ByTunneller, Why: fmt.Sprintf("%s is active and loads every identity in %s, this one too: it renews it", TunnellerUnit, dir)}
 		}
 	}
-	if w.Window <= 0 {
-		return Owner{By: Off, Why: "identity_renew_below_s is 0: renewal is off"}
-	}
 	if w.Transport == "proxy" && !w.InProxy {
 		return Owner{By: ByProxy, Why: "transport proxy: monky-deployd-proxy.service holds the identity and renews it"}
 	}
-	return Owner{By: ByAgent, Why: "transport " + w.Transport + ": the agent is the identity's only user"}
+	if w.Window <= 0 {
+		return Owner{By: Off, Why: "identity_renew_below_s is 0: renewal is off", Holds: true}
+	}
+	return Owner{By: ByAgent, Why: "transport " + w.Transport + ": the agent is the identity's only user", Holds: true}
 }
 
 // sameDir compares two directories as the file system sees them (a symlinked path counts).
