@@ -388,9 +388,9 @@ func (r *Renewer) renew(ctx context.Context, f *File, rec *state.IdentityCert, o
 	}
 	defer s.Close(ctx)
 	info := s.Info()
+	at := now
+	rec.AskedAt, o.asked = &at, true // the session carried the controller's request flags
 	if !due {
-		at := now
-		rec.AskedAt, o.asked = &at, true
 		switch {
 		case info.KeyRollRequested:
 			reason = "the controller requests a new key (key roll requested)"

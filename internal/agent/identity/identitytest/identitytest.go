@@ -170,7 +170,8 @@ func Start(o Options) (*Server, error) {
 	pool := x509.NewCertPool()
 	pool.AddCert(s.ca)
 	// Like the controller: a client certificate is asked for, and only checked against its CA.
-	s.srv.TLS = &tls.Config{ClientAuth: tls.VerifyClientCertIfGiven, ClientCAs: pool}
+	// Certificates are judged on the fake's clock, as the controller judges them on its own.
+	s.srv.TLS = &tls.Config{ClientAuth: tls.VerifyClientCertIfGiven, ClientCAs: pool, Time: s.now}
 	s.srv.Config.ErrorLog = log.New(io.Discard, "", 0)
 	s.srv.StartTLS()
 	s.URL = s.srv.URL
