@@ -86,7 +86,9 @@ func TestParse(t *testing.T) {
 		{"garbage cert", func(_ map[string]any, id map[string]string) { id["cert"] = "pem:garbage" }, "id.cert: no PEM CERTIFICATE block"},
 		{"missing cert file", func(_ map[string]any, id map[string]string) { id["cert"] = "/nope.pem" }, "id.cert: referenced file /nope.pem"},
 		{"no key", func(_ map[string]any, id map[string]string) { delete(id, "key") }, "id.key: empty"},
-		{"garbage key", func(_ map[string]any, id map[string]string) { id["key"] = "pem:-----BEGIN EC PRIVATE KEY-----\nAAAA\n-----END EC PRIVATE KEY-----\n" }, "id.key:"},
+		{"garbage key", func(_ map[string]any, id map[string]string) {
+			id["key"] = "pem:-----BEGIN EC PRIVATE KEY-----\nAAAA\n-----END EC PRIVATE KEY-----\n"
+		}, "id.key:"},
 		{"garbage ca", func(_ map[string]any, id map[string]string) { id["ca"] = "pem:garbage" }, "id.ca: no PEM CERTIFICATE block"},
 		{"another key is not caught here", func(_ map[string]any, id map[string]string) { id["key"] = "pem:" + string(other.KeyPEM) }, ""},
 	}
@@ -156,7 +158,9 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(`{"ztAPI":"https://a:1","id":{"cert":"pem:x","key":"pem:y","ca":"pem:z"}}`))
 	f.Add([]byte(`{"ztAPIs":["https://a:1"],"id":{"cert":"/etc/passwd","key":"pkcs11:x"}}`))
 	f.Add([]byte(`{}`))
-	read := func(string) ([]byte, error) { return []byte("-----BEGIN CERTIFICATE-----\nMII=\n-----END CERTIFICATE-----\n"), nil }
+	read := func(string) ([]byte, error) {
+		return []byte("-----BEGIN CERTIFICATE-----\nMII=\n-----END CERTIFICATE-----\n"), nil
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		id, err := identity.Parse(data, read)
 		if err == nil && (len(id.Cert) == 0 || len(id.Controllers) == 0) {
