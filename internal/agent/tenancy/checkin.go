@@ -19,6 +19,8 @@ type Telemetry struct {
 	Disk interface {
 		Tightest(paths []string) (int64, []diskspace.Measure, error)
 	}
+	// IdentityNotAfter is the ziti identity certificate's expiry; zero leaves it out.
+	IdentityNotAfter time.Time
 }
 
 // CheckinRequest is the check-in for cfg and st, shared by tick and doctor so both look the same.
@@ -33,6 +35,9 @@ func CheckinRequest(cfg *config.Config, st *state.State, t Telemetry) protocol.C
 		Timer:         t.Timer,
 		DockerVersion: st.DockerVersion,
 		TokenTTLSec:   st.Token.TTLLeft(t.Now),
+	}
+	if !t.IdentityNotAfter.IsZero() {
+		req.IdentityNotAfter = t.IdentityNotAfter.UTC().Format(time.RFC3339)
 	}
 	if st.AppliedSha != "" {
 		s := st.AppliedSha

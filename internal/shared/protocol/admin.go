@@ -34,6 +34,9 @@ type AdminAgent struct {
 	NextAttemptAt *string `json:"next_attempt_at,omitempty"`
 	RevertedTo    *string `json:"reverted_to,omitempty"`
 	RevertHealthy *bool   `json:"revert_healthy,omitempty"`
+
+	// IdentityNotAfter is the identity_not_after of the last check-in; null when it had none.
+	IdentityNotAfter *string `json:"identity_not_after,omitempty"`
 }
 
 // AdminAgentsPage is GET /v1/admin/agents; Next is nil on the last page, Now measures staleness.

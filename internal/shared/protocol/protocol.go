@@ -92,6 +92,10 @@ type CheckinRequest struct {
 	NextAttemptAt string `json:"next_attempt_at,omitempty"`
 	RevertedTo    string `json:"reverted_to,omitempty"`
 	RevertHealthy *bool  `json:"revert_healthy,omitempty"`
+
+	// IdentityNotAfter is when the ziti identity's client certificate expires (RFC 3339, UTC);
+	// left out when the agent could not read it.
+	IdentityNotAfter string `json:"identity_not_after,omitempty"`
 }
 
 // Vault is the OpenBao coordinates tenancy hands out with a check-in.

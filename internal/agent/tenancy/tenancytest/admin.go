@@ -104,6 +104,9 @@ func (s *Server) adminLocked(env string, st *envState) protocol.AdminAgent {
 		}
 		a.RevertHealthy = copyBool(c.RevertHealthy)
 	}
+	if c.IdentityNotAfter != "" {
+		a.IdentityNotAfter = copyString(&c.IdentityNotAfter)
+	}
 	if c.Timer != nil {
 		a.Timer = &protocol.AdminTimer{Enabled: copyBool(c.Timer.Enabled), Active: copyBool(c.Timer.Active),
 			NextElapse: copyString(c.Timer.NextElapse), ObservedAt: stamp(st.checkinAt)}
