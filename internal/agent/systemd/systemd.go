@@ -201,3 +201,24 @@ func ParseTimespan(v string) (time.Duration, bool, error) {
 	}
 	return total, total > 0, nil
 }
+
+// UnitActive reports whether unit is active (`systemctl is-active`, exit 0). Where the system was
+// not booted with systemd, or systemctl cannot be run, it errs: not known to be active.
+func (p Probe) UnitActive(ctx context.Context, unit string) (bool, error) {
+	booted := p.BootedDir
+	if booted == "" {
+		booted = BootedDir
+	}
+	if fi, err := os.Stat(booted); err != nil || !fi.IsDir() {
+		return false, errors.New("systemd: not booted with systemd")
+	}
+	bin := p.Systemctl
+	if bin == "" {
+		bin = "systemctl"
+	}
+	res, err := p.Runner.Run(ctx, runner.Cmd{Name: bin, Args: []string{"is-active", "--quiet", unit}})
+	if err != nil {
+		return false, fmt.Errorf("systemd: %s is-active %s: %w", bin, unit, err)
+	}
+	return res.ExitCode == 0, nil
+}

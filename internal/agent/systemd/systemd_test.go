@@ -314,3 +314,30 @@ func FuzzParseShow(f *testing.F) {
 		}
 	})
 }
+
+func TestUnitActive(t *testing.T) {
+	booted := t.TempDir()
+	tests := []struct {
+		name    string
+		exit    int
+		booted  string
+		want    bool
+		wantErr bool
+	}{
+		{"active", 0, booted, true, false},
+		{"inactive or unknown", 3, booted, false, false},
+		{"no systemd", 0, filepath.Join(booted, "absent"), false, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			fake := runnertest.New(t)
+			if !tc.wantErr {
+				fake.Expect("systemctl", []string{"is-active", "--quiet", "ziti-edge-tunnel.service"}).Returns("", "", tc.exit)
+			}
+			got, err := Probe{Runner: fake, BootedDir: tc.booted}.UnitActive(context.Background(), "ziti-edge-tunnel.service")
+			if got != tc.want || (err != nil) != tc.wantErr {
+				t.Errorf("UnitActive = %v, %v; want %v, error %v", got, err, tc.want, tc.wantErr)
+			}
+		})
+	}
+}

@@ -66,7 +66,7 @@ func ParseAgentsPage(b []byte) (*protocol.AdminAgentsPage, time.Time, error) {
 			return nil, time.Time{}, fmt.Errorf("%s.attempts: %d is negative", where, a.Attempts)
 		}
 		times := []timeField{{"last_checkin_at", a.LastCheckinAt}, {"desired_at", a.DesiredAt}, {"last_result_at", a.LastResultAt},
-			{"next_attempt_at", a.NextAttemptAt}}
+			{"next_attempt_at", a.NextAttemptAt}, {"identity_not_after", a.IdentityNotAfter}}
 		if a.Timer != nil {
 			times = append(times, timeField{"timer.next_elapse", a.Timer.NextElapse}, timeField{"timer.observed_at", a.Timer.ObservedAt})
 		}

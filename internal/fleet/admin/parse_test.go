@@ -37,6 +37,8 @@ func TestParseAgentsPage(t *testing.T) {
 		{"negative interval", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"a","checkin_interval_s":-1}]}`, `checkin_interval_s: -1`},
 		{"backoff", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"a","failed_sha":"9f3e","attempts":3,"next_attempt_at":"2026-12-02T10:08:00Z","reverted_to":"7a10","revert_healthy":true}]}`, ""},
 		{"bad next attempt", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"env-x","next_attempt_at":"in 8m"}]}`, `agents[0] (env-x).next_attempt_at`},
+		{"identity certificate", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"a","identity_not_after":"2027-12-02T10:00:00Z"}]}`, ""},
+		{"bad identity certificate", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"env-x","identity_not_after":"next year"}]}`, `agents[0] (env-x).identity_not_after`},
 		{"negative attempts", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"env-x","attempts":-2}]}`, `agents[0] (env-x).attempts: -2`},
 		{"revert_healthy type", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"env-x","revert_healthy":"yes"}]}`, `revert_healthy`},
 		{"empty cursor", `{"now":"2026-12-02T10:00:00Z","agents":[],"next":""}`, `empty cursor`},
