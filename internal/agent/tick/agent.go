@@ -70,6 +70,9 @@ type Deps struct {
 	Hostname string
 	// Step, when set, runs after each named step; its error aborts the tick like a crash (tests).
 	Step func(name string) error
+
+	// Identity keeps the ziti identity's certificate (identity.go); nil reads and renews nothing.
+	Identity Identity
 }
 
 // Options are the flags of one tick.
@@ -184,6 +187,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	a.noteVersion()
+	if err := a.recoverIdentity(ctx); err != nil {
+		return err
+	}
 	a.adoptVault(protocol.Vault{}) // the config's OpenBao until a check-in says otherwise
 	a.tok = a.tokenSession()
 	if err := a.tok.RecoverSwap(); err != nil {
@@ -192,6 +198,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.tok.Tidy()
 
 	err = a.redacted(a.run(ctx))
+	if rerr := a.renewIdentity(ctx, err); rerr != nil {
+		return rerr
+	}
 	var off *token.OffMesh
 	if errors.As(err, &off) {
 		// PROTOCOL step 2: only the check-in's transport failure is off-mesh; others keep exit 75.

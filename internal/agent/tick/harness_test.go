@@ -87,6 +87,8 @@ type harness struct {
 	bao2 *baotest.Server
 	// wrap, when set, may replace parts of the deps a tick runs with (recording wrappers).
 	wrap func(*tick.Deps)
+	// id, when set, is the box's ziti identity and the controller that enrolled it (identity_test.go).
+	id *identityFixture
 }
 
 // baos resolves a bearer at any of the fake OpenBaos, as real tenancy does at the one OpenBao
@@ -248,6 +250,9 @@ func (h *harness) deps() tick.Deps {
 		Sleep:    h.clock.Sleep,
 		Hostname: "qa-02",
 		Step:     h.step,
+	}
+	if h.id != nil {
+		d.Identity = h.id.renewer(h)
 	}
 	if h.wrap != nil {
 		h.wrap(&d)
