@@ -87,6 +87,18 @@ func RunProxy(ctx context.Context, opts Options) error {
 	if err := rd.warm(); err != nil {
 		return fmt.Errorf("proxy: %w", err)
 	}
+	if opts.Reload != nil {
+		go func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-opts.Reload:
+					rd.replace()
+				}
+			}
+		}()
+	}
 
 	var lc net.ListenConfig
 	var lns []net.Listener
@@ -359,7 +371,14 @@ type rebuildingDialer struct {
 	gen     uint64
 	fails   int
 	builtAt time.Time
+	// streams counts the open streams of each context; retired holds a replaced context until its
+	// last stream closes (or retireAfter has passed).
+	streams map[uint64]int
+	retired map[uint64]ServiceDialer
 }
+
+// retireAfter bounds how long a replaced context waits for its streams: a tick lasts at most an hour.
+const retireAfter = time.Hour
 
 func (r *rebuildingDialer) warm() error {
 	_, _, err := r.current()
@@ -396,7 +415,100 @@ func (r *rebuildingDialer) dial(ctx context.Context, svc serviceInfo) (net.Conn,
 		err = classifyDialError(dctx, svc, err)
 	}
 	r.record(ctx, gen, err)
-	return c, err
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	if r.streams == nil {
+		r.streams = map[uint64]int{}
+	}
+	r.streams[gen]++
+	r.mu.Unlock()
+	return &genConn{Conn: c, release: func() { r.release(gen) }}, nil
+}
+
+// genConn counts itself out of its context's streams when closed.
+type genConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *genConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
+}
+
+// CloseWrite passes a half-close through to the stream.
+func (c *genConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return c.Close()
+}
+
+// release counts a stream of gen out; a retired context goes with its last stream.
+func (r *rebuildingDialer) release(gen uint64) {
+	r.mu.Lock()
+	r.streams[gen]--
+	old, retired := r.retired[gen]
+	last := r.streams[gen] <= 0
+	if last {
+		delete(r.streams, gen)
+	}
+	if last && retired {
+		delete(r.retired, gen)
+	}
+	r.mu.Unlock()
+	if last && retired {
+		r.closeOld(old)
+	}
+}
+
+// replace builds a context from the identity as it is now and dials with it from now on (a
+// renewed certificate: the old one no longer authenticates new connections). The old context
+// serves its open streams and is closed after the last, or after retireAfter.
+func (r *rebuildingDialer) replace() {
+	if !r.rebuild {
+		return
+	}
+	d, err := r.build()
+	if err != nil {
+		r.logger.Error("proxy: the renewed identity could not be loaded; dials go on with the old one", "err", err.Error())
+		return
+	}
+	r.mu.Lock()
+	old, oldGen := r.cur, r.gen
+	r.cur, r.fails, r.builtAt = d, 0, r.now()
+	r.gen++
+	open := r.streams[oldGen]
+	if old != nil && open > 0 {
+		if r.retired == nil {
+			r.retired = map[uint64]ServiceDialer{}
+		}
+		r.retired[oldGen] = old
+		time.AfterFunc(retireAfter, func() {
+			r.mu.Lock()
+			d, ok := r.retired[oldGen]
+			delete(r.retired, oldGen)
+			r.mu.Unlock()
+			if ok {
+				r.closeOld(d)
+			}
+		})
+	}
+	r.mu.Unlock()
+	r.logger.Info("proxy: ziti context replaced with the renewed identity; new dials use it", "streams_on_the_old_one", open)
+	if old != nil && open == 0 {
+		r.closeOld(old)
+	}
+}
+
+func (r *rebuildingDialer) closeOld(d ServiceDialer) {
+	if err := d.Close(); err != nil {
+		r.logger.Warn("proxy: closing the old ziti context", "err", err.Error())
+	}
 }
 
 func (r *rebuildingDialer) record(ctx context.Context, gen uint64, err error) {
@@ -424,12 +536,16 @@ func (r *rebuildingDialer) record(ctx context.Context, gen uint64, err error) {
 func (r *rebuildingDialer) Close() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.cur == nil {
-		return nil
+	var errs []error
+	for gen, d := range r.retired {
+		errs = append(errs, d.Close())
+		delete(r.retired, gen)
 	}
-	err := r.cur.Close()
-	r.cur = nil
-	return err
+	if r.cur != nil {
+		errs = append(errs, r.cur.Close())
+		r.cur = nil
+	}
+	return errors.Join(errs...)
 }
 
 func orInt(v, def int) int {

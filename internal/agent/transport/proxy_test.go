@@ -370,3 +370,74 @@ func TestDoublingDelays(t *testing.T) {
 		t.Errorf("after Reset: %v, want 5ms", d)
 	}
 }
+
+// TestProxyReloadsARenewedIdentity: a reload builds a new context for new dials while a stream
+// open on the old one goes on; the old context is closed after its last stream, not before.
+func TestProxyReloadsARenewedIdentity(t *testing.T) {
+	echo := echoServer(t)
+	old := &fakeDialer{routes: map[string]string{tenancySvc: echo}}
+	renewed := &fakeDialer{routes: map[string]string{tenancySvc: echo}}
+	var mu sync.Mutex
+	built := []*fakeDialer{old, renewed}
+	builds := 0
+	logger, logs := newTestLogger(slog.LevelInfo)
+	reload := make(chan struct{})
+	addrs, stop := startProxy(t, Options{
+		Logger: logger, TenancyService: tenancySvc, TenancyProxyAddr: "127.0.0.1:0", Reload: reload,
+		hooks: &proxyHooks{newDialer: func() (ServiceDialer, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if builds == len(built) {
+				return nil, errors.New("built too often")
+			}
+			builds++
+			return built[builds-1], nil
+		}},
+	})
+	// A stream on the old context, open across the reload (a tick's keep-alive connection).
+	long, err := net.Dial("tcp", addrs[tenancySvc])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := long.Write([]byte("before")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 6)
+	if _, err := io.ReadFull(long, buf); err != nil || string(buf) != "before" {
+		t.Fatalf("the old stream: %q %v", buf, err)
+	}
+	reload <- struct{}{}
+	reload <- struct{}{} // the second receive proves the first replace has returned
+	// The second reload found nothing more to build: it logs the failure and keeps the context.
+	c, err := net.Dial("tcp", addrs[tenancySvc])
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertEcho(t, c, "after the reload")
+	if n, _ := renewed.count(); n != 1 {
+		t.Fatalf("the renewed context made %d dials, want the new stream's", n)
+	}
+	if n, closed := old.count(); n != 1 || closed {
+		t.Fatalf("the old context: %d dials, closed %v; want one dial and still open for its stream", n, closed)
+	}
+	assertEcho(t, long, "still on the old context")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, closed := old.count(); closed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the old context was not closed after its last stream")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if _, closed := renewed.count(); !closed {
+		t.Error("the renewed context was not closed at shutdown")
+	}
+	if !strings.Contains(logs.String(), "proxy: ziti context replaced with the renewed identity") {
+		t.Errorf("log lacks the replacement:\n%s", logs)
+	}
+}

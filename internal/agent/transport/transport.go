@@ -51,6 +51,11 @@ type Options struct {
 	// ReadFile replaces os.ReadFile for the identity pre-flight (tests).
 	ReadFile func(string) ([]byte, error)
 
+	// Reload, for RunProxy: each receive replaces the ziti context with one built from the
+	// identity file as it is now (a renewed certificate); streams already open finish on the old
+	// context, which is closed once they have.
+	Reload <-chan struct{}
+
 	hooks *proxyHooks // tests only: observe the proxy and tune its timings
 }
 
