@@ -52,6 +52,13 @@ type statusDoc struct {
 	BackoffNote string `json:"-"`
 	// SupersededToken is the token tenancy refused, kept aside; null when there is none.
 	SupersededToken *supersededToken `json:"superseded_token"`
+
+	// Identity is the ziti identity's certificate and its renewal; Grants the tenancy grants on
+	// disk with their expiry (status_identity.go).
+	Identity *identityStatus `json:"identity"`
+	Grants   []grantStatus   `json:"grants"`
+	// now is when the document was made, for the text's days left.
+	now time.Time
 }
 
 type supersededToken struct {
@@ -121,6 +128,7 @@ func runStatus(ctx context.Context, opts statusOptions, g *cliDeps, run runner.R
 		}
 	}
 	doc.SupersededToken = findSupersededToken(cfg)
+	doc.Identity, doc.Grants, doc.now = identityStatusOf(ctx, cfg, st, run), grantsOf(cfg), now
 	if opts.json {
 		enc := json.NewEncoder(g.stdout)
 		enc.SetIndent("", "  ")
@@ -184,6 +192,7 @@ func printStatus(w io.Writer, d statusDoc) error {
 		{"token", orDash(d.TokenSource) + ", ttl " + ttl},
 		{"timer", timer},
 	}
+	rows = append(rows, identityRows(d, d.now)...)
 	if t := d.SupersededToken; t != nil {
 		rows = append(rows, [2]string{"refused token", fmt.Sprintf("%s (tenancy refused it, AGENT_UNAUTHENTICATED, %s; kept as evidence, delete it when done)", t.Path, t.MovedAt.UTC().Format(time.RFC3339))})
 	}

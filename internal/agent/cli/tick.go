@@ -70,12 +70,16 @@ func runTick(ctx context.Context, opts tickOptions, g *cliDeps) (err error) {
 			rec.err = err
 			writeTickMetrics(log.With("env", cfg.EnvID), rec)
 		}()
+		// Before wire: the sdk transport loads the identity, which a killed renewal may have left half done.
+		rn := newRenewer(cfg, log.With("env", cfg.EnvID), false)
+		recoverIdentity(ctx, cfg, rn)
 		deps, closeFn, err := wire(cfg, log)
 		if err != nil {
 			log.Error(err.Error())
 			return err
 		}
 		defer closeFn()
+		deps.Identity = rn
 		rec.disk = deps.Disk
 		rec.agent = tick.New(cfg, deps, tick.Options{Prune: opts.prune})
 		return rec.agent.Run(ctx)
