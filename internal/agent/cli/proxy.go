@@ -11,8 +11,8 @@ import (
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/config"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/identity"
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/state"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/journal"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/state"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/transport"
 )
 
