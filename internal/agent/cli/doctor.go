@@ -12,6 +12,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/config"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/diskspace"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/doctor"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/identity"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/runner"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/systemd"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/tenancy"
@@ -133,6 +134,9 @@ func fillDoctorEnv(env *doctor.Env, opts doctorOptions, d doctorDeps) (closeFn f
 	env.Runner, env.Meter, env.PluginDirs = d.runner, d.meter, d.pluginDirs
 	env.Timer = func(ctx context.Context) *protocol.Timer { return d.timer(ctx, d.now()) }
 	env.Hostname, env.Now = d.hostname, d.now
+	env.TunnellerActive = func(ctx context.Context) (bool, error) {
+		return systemd.Probe{Runner: d.runner}.UnitActive(ctx, identity.TunnellerUnit)
+	}
 
 	// The SDK's own log lines would interleave with doctor's; its faults come back as errors.
 	tr, err := transport.New(transportOptions(cfg, nil))

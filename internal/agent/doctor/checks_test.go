@@ -654,7 +654,7 @@ func TestEveryCheckPassesOnAHealthyBox(t *testing.T) {
 	for _, r := range rs {
 		names = append(names, r.Name)
 	}
-	if got := strings.Join(names, " "); got != "config user identity identity-group docker compose docker-config state-owner disk timer tenancy openbao refused-token" {
+	if got := strings.Join(names, " "); got != "config user identity identity-group identity-cert identity-ca docker compose docker-config state-owner disk timer tenancy openbao openbao-ca refused-token" {
 		t.Errorf("checks %s", got)
 	}
 }

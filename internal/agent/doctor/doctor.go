@@ -14,9 +14,12 @@ import (
 // Status is the outcome of one check.
 type Status string
 
-// Statuses. Skip is for a check that does not apply to this box; its detail says why.
+// Statuses. Skip is for a check that does not apply to this box; its detail says why. Warn is a
+// horizon coming close (a certificate within its renewal window): the tick still works today, so
+// it does not fail doctor, and it carries its fix.
 const (
 	OK   Status = "OK"
+	Warn Status = "WARN"
 	Fail Status = "FAIL"
 	Skip Status = "SKIP"
 )
@@ -113,7 +116,7 @@ func Print(w io.Writer, results []Result) error {
 	}
 	for _, r := range results {
 		line := fmt.Sprintf("%-4s %-*s %s", r.Status, width, r.Name, r.Detail)
-		if r.Status == Fail && r.Fix != "" {
+		if (r.Status == Fail || r.Status == Warn) && r.Fix != "" {
 			line += " — fix: " + r.Fix
 		}
 		if _, err := fmt.Fprintln(w, line); err != nil {

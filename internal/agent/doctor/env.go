@@ -122,6 +122,10 @@ type Env struct {
 
 	Hostname string
 	Now      func() time.Time
+
+	// TunnellerActive says whether ziti-edge-tunnel's unit is active (nil: not known to be), for
+	// who renews the identity (horizon.go).
+	TunnellerActive func(ctx context.Context) (bool, error)
 }
 
 // Checks returns env's checks in print order; the config check alone when the config fails to load.
@@ -141,6 +145,8 @@ func Checks(env *Env) []Check {
 		c.wrap(Check{Name: "user", Run: c.user}),
 		c.wrap(Check{Name: "identity", Run: c.identity}),
 		c.wrap(Check{Name: "identity-group", Run: c.identityGroup}),
+		c.wrap(Check{Name: "identity-cert", Run: c.identityCert}),
+		c.wrap(Check{Name: "identity-ca", Run: c.identityCA}),
 		c.wrap(Check{Name: "docker", Run: c.docker, Timeout: DockerTimeout}),
 		c.wrap(Check{Name: "compose", Run: c.compose, Timeout: DockerTimeout}),
 		c.wrap(Check{Name: "docker-config", Run: c.dockerConfig}),
@@ -149,6 +155,7 @@ func Checks(env *Env) []Check {
 		c.wrap(Check{Name: "timer", Run: c.timerCheck}),
 		c.wrap(Check{Name: "tenancy", Run: c.tenancy}),
 		c.wrap(Check{Name: "openbao", Run: c.openbao}),
+		c.wrap(Check{Name: "openbao-ca", Run: c.openbaoCA}),
 		c.wrap(Check{Name: "refused-token", Run: c.refusedToken}),
 	}
 }
@@ -293,3 +300,5 @@ func skip(format string, args ...any) Result {
 }
 
 func fail(detail, fix string) Result { return Result{Status: Fail, Detail: detail, Fix: fix} }
+
+func warn(detail, fix string) Result { return Result{Status: Warn, Detail: detail, Fix: fix} }
