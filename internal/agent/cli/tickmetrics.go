@@ -3,14 +3,17 @@ package cli
 import (
 	"errors"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"time"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/config"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/diskspace"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/identity"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/metrics"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/state"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/tick"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/horizon"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/version"
 )
 
@@ -43,6 +46,7 @@ func writeTickMetrics(log *slog.Logger, rec tickRecord) {
 			dir = cfg.TextfileDir
 		}
 		t.State = tickState(log, rec, end)
+		t.IdentityCertNotAfter, t.IdentityCANotAfter, t.BaoCANotAfter = horizons(cfg)
 	}
 	if rec.agent != nil {
 		obs := rec.agent.Observed()
@@ -89,4 +93,20 @@ func tickState(log *slog.Logger, rec tickRecord, end time.Time) *state.State {
 		return nil
 	}
 	return st
+}
+
+// horizons reads the credential expiries the textfile shows; an unreadable one is left out.
+func horizons(cfg *config.Config) (cert, ca, baoCA time.Time) {
+	if f, err := (&identity.Renewer{Path: cfg.Identity}).Read(); err == nil {
+		cert = f.Leaf().NotAfter
+		if len(f.CA) > 0 {
+			ca = f.CA.Earliest().NotAfter
+		}
+	}
+	if raw, err := os.ReadFile(cfg.Bao.CAFile); err == nil {
+		if b, err := horizon.ParsePEM(raw); err == nil {
+			baoCA = b.Earliest().NotAfter
+		}
+	}
+	return cert, ca, baoCA
 }

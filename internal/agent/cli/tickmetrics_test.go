@@ -3,12 +3,14 @@ package cli
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/state"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/test/testpki"
 )
 
 // TestMain points the default textfile directory at a temporary one: the tests' configs leave
@@ -141,4 +143,36 @@ func TestTextfileDirIsAFile(t *testing.T) {
 	if code != 1 || !strings.Contains(stderr, "metrics: textfile not written") {
 		t.Errorf("exit %d, stderr %q", code, stderr)
 	}
+}
+
+// The textfile shows the identity certificate's, its CA's and bao.ca_file's expiry, read from
+// the files whatever the tick did (here it finds the lock held and does nothing).
+func TestTextfileShowsTheHorizons(t *testing.T) {
+	dir := t.TempDir()
+	textfiles := filepath.Join(dir, "textfile")
+	os.MkdirAll(textfiles, 0o755)
+	os.MkdirAll(dir+"/state", 0o700)
+	certEnd := time.Date(2027, 12, 3, 10, 0, 0, 0, time.UTC)
+	caEnd := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	id := testIdentity(t, dir, certEnd, caEnd)
+	baoCA := testpki.NewCAValid(t, "bao CA", time.Unix(0, 0), time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC))
+	os.WriteFile(dir+"/bao-ca.pem", baoCA.PEM, 0o644)
+	path := writeConfig(t, "env_id: env-qa-02\ntransport: sdk\nidentity: "+id+"\nstate_dir: "+dir+"/state\ntextfile_dir: "+textfiles+
+		"\nbao:\n  ca_file: "+dir+"/bao-ca.pem\n")
+	lock, err := os.OpenFile(dir+"/state/lock", os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, stderr := runCLI(t, nil, "--config", path, "tick"); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	unix := func(at time.Time) string { return strconv.FormatFloat(float64(at.Unix()), 'g', -1, 64) }
+	wantSeries(t, readTextfile(t, textfiles),
+		`monky_deployd_identity_cert_expiry_timestamp_seconds{env="env-qa-02"} `+unix(certEnd),
+		`monky_deployd_identity_ca_expiry_timestamp_seconds{env="env-qa-02"} `+unix(caEnd),
+		`monky_deployd_bao_ca_expiry_timestamp_seconds{env="env-qa-02"} `+unix(baoCA.Cert.NotAfter))
 }

@@ -74,9 +74,29 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		gauge("disk_required_bytes", "The free space no apply goes under (disk.headroom_bytes); a bundle's size adds to it.", float64(t.DiskFloorBytes))
 	}
 
+	for _, h := range []struct {
+		name, help string
+		at         time.Time
+	}{
+		{"identity_cert_expiry_timestamp_seconds", "When the ziti identity's client certificate expires (Unix time); the agent renews it within identity_renew_below_s.", t.IdentityCertNotAfter},
+		{"identity_ca_expiry_timestamp_seconds", "When the first certificate of the CA bundle in the ziti identity (id.ca) expires (Unix time).", t.IdentityCANotAfter},
+		{"bao_ca_expiry_timestamp_seconds", "When the first certificate of bao.ca_file expires (Unix time).", t.BaoCANotAfter},
+	} {
+		if !h.at.IsZero() {
+			gauge(h.name, h.help, seconds(h.at))
+		}
+	}
+
 	st := t.State
 	if st == nil {
 		return
+	}
+	if st.Identity != nil {
+		failures := 0
+		if r := st.Identity.Renewal; r != nil {
+			failures = r.Failures
+		}
+		gauge("identity_renewal_failures", "Failed renewals of the identity's certificate in a row (0: none failing).", float64(failures))
 	}
 	if st.LastTickOKAt != nil {
 		gauge("last_success_timestamp_seconds", "When the last tick that did its work and exited 0 ended (Unix time).", seconds(*st.LastTickOKAt))

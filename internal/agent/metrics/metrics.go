@@ -44,6 +44,10 @@ type Tick struct {
 	DiskFloorBytes int64
 	// Interval is the timer's interval (interval_s), which staleness is judged against; 0 unknown.
 	Interval time.Duration
+
+	// Horizons: when the identity's certificate, the CA in the identity (id.ca, its first to
+	// expire) and bao.ca_file expire; a zero one (unreadable, absent) is left out.
+	IdentityCertNotAfter, IdentityCANotAfter, BaoCANotAfter time.Time
 }
 
 // Report is a report the tick sent to tenancy.

@@ -45,7 +45,11 @@ func fullTick() Tick {
 			Counters:     state.Counters{Applies: 12, Failures: 3, Refusals: 1, Leases: 5},
 			LastTickOKAt: &ok,
 			Backoff:      &state.DeployBackoff{Sha: shaB, Attempts: 3, NextAttemptAt: t0.Add(8 * time.Minute), RevertedTo: shaA, RevertHealthy: &healthy},
+			Identity:     &state.IdentityCert{Renewal: &state.IdentityRenewal{Failures: 2, LastError: detail}},
 		},
+		IdentityCertNotAfter: t0.Add(20 * 24 * time.Hour),
+		IdentityCANotAfter:   t0.Add(900 * 24 * time.Hour),
+		BaoCANotAfter:        t0.Add(60 * 24 * time.Hour),
 		Report: &Report{Result: protocol.ResultFailed, Delivered: true},
 		Containers: []protocol.Container{
 			{Service: "web", State: "running", Health: "healthy"},
