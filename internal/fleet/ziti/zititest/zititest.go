@@ -54,6 +54,8 @@ const (
 	OpDetail       Op = "detail"
 	OpPatch        Op = "patch"
 	OpCreate       Op = "create"
+	// OpAuthenticators is GET /authenticators (authenticators.go).
+	OpAuthenticators Op = "authenticators"
 )
 
 // Failure changes how an operation answers. The zero Failure restores normal service. Here
@@ -73,6 +75,13 @@ type Identity struct {
 	EnrollmentJWT string
 	Type          string // Device unless set
 	IsAdmin       bool
+	// CertNotAfter, when set on an enrolled identity, gives it a cert authenticator whose
+	// certificate (signed by the fake's client CA) expires then; CertPEM, when set, is that
+	// certificate as given (a test's garbage too). Neither: no cert authenticator.
+	CertNotAfter time.Time
+	CertPEM      string
+	// CertNotNetwork marks the certificate as issued by a third-party CA (isIssuedByNetwork false).
+	CertNotNetwork bool
 }
 
 // Patch records one PATCH of role attributes.
@@ -183,6 +192,7 @@ func sharedHandler() (http.Handler, error) {
 		api.IdentityPatchIdentityHandler = identity.PatchIdentityHandlerFunc(func(p identity.PatchIdentityParams, pr any) middleware.Responder {
 			return serverOf(p.HTTPRequest).authorized(pr, func(s *Server) middleware.Responder { return s.patch(p) })
 		})
+		registerAuthenticators(api)
 		api.IdentityCreateIdentityHandler = identity.CreateIdentityHandlerFunc(func(p identity.CreateIdentityParams, pr any) middleware.Responder {
 			return serverOf(p.HTTPRequest).authorized(pr, func(s *Server) middleware.Responder { return s.create(p) })
 		})
@@ -350,6 +360,9 @@ func (s *Server) addLocked(id Identity) string {
 		id.Type = string(rest_model.IdentityTypeDevice)
 	}
 	id.RoleAttributes = append([]string{}, id.RoleAttributes...)
+	if id.CertPEM == "" && !id.CertNotAfter.IsZero() && id.EnrollmentJWT == "" {
+		id.CertPEM = s.certPEM(id.Name, id.CertNotAfter)
+	}
 	s.byID[id.ID] = &id
 	s.changedLocked()
 	return id.ID
