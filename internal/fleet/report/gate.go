@@ -167,6 +167,9 @@ func (g *Gate) line() string {
 	if n := g.BackingOff(); n > 0 {
 		s += fmt.Sprintf("; %d backing off a failed release", n)
 	}
+	if n := g.Certificates(); n > 0 {
+		s += fmt.Sprintf("; %d with an identity certificate expiring or expired (no wait clears them)", n)
+	}
 	if g.ExpectVersion != "" {
 		s += fmt.Sprintf("; %d not yet on %s", g.Lagging(), g.ExpectVersion)
 		if g.TimedOut {
@@ -178,6 +181,19 @@ func (g *Gate) line() string {
 
 // BackingOff counts blockers backing off: no wait unblocks them, a new bundle or kit re-run does.
 func (g *Gate) BackingOff() int { return g.count(func(b Blocker) bool { return b.BackingOff }) }
+
+// Certificates counts blockers whose identity certificate expires within the threshold or has
+// expired, whatever their verdict: a renewal or a re-enrolment unblocks them, no wait does.
+func (g *Gate) Certificates() int {
+	return g.count(func(b Blocker) bool {
+		for _, r := range b.Reasons {
+			if r == string(verdict.Expiring) || r == string(verdict.Expired) {
+				return true
+			}
+		}
+		return false
+	})
+}
 
 // Lagging counts blockers not yet on --expect-version.
 func (g *Gate) Lagging() int { return g.count(func(b Blocker) bool { return b.Lagging }) }

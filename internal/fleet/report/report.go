@@ -68,6 +68,9 @@ type Env struct {
 	NextAttemptAt *string `json:"next_attempt_at"`
 	RevertedTo    *string `json:"reverted_to"`
 	RevertHealthy *bool   `json:"revert_healthy"`
+
+	// Cert is the identity certificate's horizon (cert.go); null when neither source knows it.
+	Cert *CertHorizon `json:"cert"`
 }
 
 // Options select and judge the rows.
@@ -124,6 +127,11 @@ func Build(agents *admin.Agents, identities []ziti.Identity, opts Options) (*Doc
 		}
 		in := verdict.Input{Agent: va}
 		id := byName[name]
+		cert, err := certOf(a, id, now)
+		if err != nil {
+			return nil, err
+		}
+		in.Cert = cert
 		if id != nil {
 			in.Mesh = &verdict.Mesh{Name: id.Name, MissingAttributes: ziti.MissingAttributes(id.RoleAttributes), Online: id.Online}
 		}
@@ -139,6 +147,7 @@ func Build(agents *admin.Agents, identities []ziti.Identity, opts Options) (*Doc
 		}
 		setMesh(&e, id)
 		setResult(&e, res)
+		e.Cert = certHorizon(cert, now)
 		doc.add(e)
 	}
 	if opts.Orphans {
@@ -150,6 +159,8 @@ func Build(agents *admin.Agents, identities []ziti.Identity, opts Options) (*Doc
 			}
 			res := verdict.Evaluate(verdict.Input{Mesh: &verdict.Mesh{Name: id.Name, Online: id.Online}}, now, opts.Thresholds)
 			e := Env{EnvID: env, Identity: id.Name}
+			orphanCert, _ := certOf(protocol.AdminAgent{}, id, now)
+			e.Cert = certHorizon(orphanCert, now)
 			setMesh(&e, id)
 			setResult(&e, res)
 			doc.add(e)
@@ -209,7 +220,7 @@ func setResult(e *Env, r verdict.Result) {
 
 func agentInput(a protocol.AdminAgent) (*verdict.Agent, error) {
 	va := &verdict.Agent{
-		EnvID: a.EnvID, Site: a.Site, Version: a.AgentVersion,
+		EnvID: a.EnvID, Site: a.Site, Version: a.AgentVersion, Transport: a.Transport,
 		Interval:   time.Duration(a.CheckinIntervalS) * time.Second,
 		DesiredSha: a.DesiredSha, AppliedSha: a.AppliedSha,
 		LastResult: a.LastResult, LastDetail: a.LastDetail,

@@ -22,7 +22,7 @@ func (d *Document) Table(wide bool) render.Table {
 func header(wide bool) []string {
 	if wide {
 		return []string{"ENV", "SITE", "VERDICT", "REASONS", "LAST CHECK-IN", "INTERVAL", "AGENT", "TRANSPORT", "HOST",
-			"MESH", "SDK", "ATTRS", "APPLIED", "DESIRED", "RESULT", "TIMER", "NEXT STEP"}
+			"MESH", "SDK", "ATTRS", "APPLIED", "DESIRED", "RESULT", "TIMER", "CERT", "NEXT STEP"}
 	}
 	return []string{"ENV", "SITE", "VERDICT", "LAST CHECK-IN", "AGENT", "MESH", "APPLIED", "RESULT", "TIMER", "NEXT STEP"}
 }
@@ -48,7 +48,7 @@ func (e Env) row(wide bool) []string {
 		attrs = "ok"
 	}
 	return []string{e.EnvID, e.Site, e.Verdict, strings.Join(e.Reasons, ","), e.age(), interval, e.AgentVersion, e.Transport,
-		host, e.mesh(), e.SDKVersion, attrs, e.applied(), verdict.Short(e.DesiredSha), e.LastResult, timer(e.Timer), e.NextStep}
+		host, e.mesh(), e.SDKVersion, attrs, e.applied(), verdict.Short(e.DesiredSha), e.LastResult, timer(e.Timer), e.cert(), e.NextStep}
 }
 
 func (e Env) age() string {

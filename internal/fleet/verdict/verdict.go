@@ -19,12 +19,16 @@ const (
 	NoIdentity     Verdict = "NO_IDENTITY"
 	AttrsMissing   Verdict = "ATTRS_MISSING"
 	NeverCheckedIn Verdict = "NEVER_CHECKED_IN"
-	Silent         Verdict = "SILENT"
+	// Expired: the identity's certificate has expired; the box cannot authenticate (cert.go).
+	Expired Verdict = "EXPIRED"
+	Silent  Verdict = "SILENT"
 	Offline        Verdict = "OFFLINE"
 	Failing        Verdict = "FAILING"
 	// BackingOff: serving the previous release, healthy, while the failed desired sha waits.
 	BackingOff Verdict = "BACKOFF"
-	Drift      Verdict = "DRIFT"
+	// Expiring: the certificate expires within --expiring-within; its renewal is failing (cert.go).
+	Expiring Verdict = "EXPIRING"
+	Drift    Verdict = "DRIFT"
 	Outdated   Verdict = "OUTDATED"
 	OK         Verdict = "OK"
 	// OrphanIdentity: a monky-host.* identity tenancy does not know (retired backend, typo).
@@ -33,7 +37,7 @@ const (
 
 // All lists every verdict in table order (OK, then ORPHAN_IDENTITY, last).
 func All() []Verdict {
-	return []Verdict{NoIdentity, AttrsMissing, NeverCheckedIn, Silent, Offline, Failing, BackingOff, Drift, Outdated, OK, OrphanIdentity}
+	return []Verdict{NoIdentity, AttrsMissing, NeverCheckedIn, Expired, Silent, Offline, Failing, BackingOff, Expiring, Drift, Outdated, OK, OrphanIdentity}
 }
 
 // Defaults of Thresholds.
@@ -62,6 +66,8 @@ type Agent struct {
 	TimerEnabled *bool
 	// Backoff is what the agent's last check-in said of a failing desired sha; nil when none.
 	Backoff *Backoff
+	// Transport is the agent's (sdk, proxy, system): who renews its identity.
+	Transport string
 }
 
 // Backoff is a desired sha whose apply failed and waits for its next try.
@@ -88,6 +94,8 @@ type Mesh struct {
 type Input struct {
 	Agent *Agent
 	Mesh  *Mesh
+	// Cert is the identity certificate's horizon; nil when neither source knows it.
+	Cert *Cert
 }
 
 // Thresholds tune the rules.
@@ -98,6 +106,8 @@ type Thresholds struct {
 	Drift time.Duration
 	// MinVersion, when set, makes older agents OUTDATED.
 	MinVersion *Version
+	// ExpiringWithin: a certificate expiring sooner is EXPIRING; 0 means DefaultExpiringWithin.
+	ExpiringWithin time.Duration
 }
 
 // Result is the verdict of one env.
@@ -164,6 +174,9 @@ func Evaluate(in Input, now time.Time, th Thresholds) Result {
 	if a.LastCheckin == nil {
 		add(NeverCheckedIn, "never checked in: install kit not run, or the first tick is failing (journalctl -u monky-deployd)")
 	}
+	if step, ok := expired(in, a, now); ok {
+		add(Expired, step)
+	}
 	if r.Stale && online {
 		why := "last ran " + cmp.Or(a.Version, "an unknown version")
 		if a.TimerEnabled != nil && !*a.TimerEnabled {
@@ -200,6 +213,9 @@ func Evaluate(in Input, now time.Time, th Thresholds) Result {
 	}
 	if bo != nil && !failing {
 		add(BackingOff, backoffPhrase(bo, now)+": the box serves the previous release; fix the failed one and publish a new bundle (a kit re-run retries at once)")
+	}
+	if step, ok := expiring(in, a, now, th.ExpiringWithin); ok {
+		add(Expiring, step)
 	}
 	if a.DesiredSha != "" && a.DesiredSha != a.AppliedSha && a.DesiredAt != nil && now.Sub(*a.DesiredAt) > drift {
 		add(Drift, fmt.Sprintf("desired %s not applied for %s: look at the last result and the agent's journal",

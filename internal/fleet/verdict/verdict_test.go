@@ -9,6 +9,8 @@ import (
 
 var now = time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
 
+const day = 24 * time.Hour
+
 func ago(d time.Duration) *time.Time { t := now.Add(-d); return &t }
 func ptr[T any](v T) *T              { return &v }
 
@@ -144,6 +146,35 @@ func TestEvaluate(t *testing.T) {
 		{name: "stale flag overrides", edit: func(in *Input) { in.Agent.Interval = 5 * time.Minute; in.Agent.LastCheckin = ago(14 * time.Minute) },
 			th: Thresholds{Stale: 10 * time.Minute}, want: Silent},
 		{name: "check-in ahead of tenancy's clock is fresh", edit: func(in *Input) { in.Agent.LastCheckin = ago(-2 * time.Minute) }, want: OK},
+
+		// issue 21: the identity certificate's horizon.
+		{name: "a year left", edit: func(in *Input) { in.Cert = &Cert{NotAfter: now.Add(365 * day), Source: SourceController} }, want: OK},
+		{name: "inside the agent's window, not yet failing", edit: func(in *Input) { in.Cert = &Cert{NotAfter: now.Add(25 * day), Source: SourceController} }, want: OK},
+		{name: "expiring: the agent's renewal is failing", edit: func(in *Input) { in.Cert = &Cert{NotAfter: now.Add(12 * day), Source: SourceController} },
+			want: Expiring, stepHas: []string{"expires in 12d (2026-12-14, controller)", "monky-deployd doctor (identity-cert)"}},
+		{name: "expiring with the check-in's date, system transport", edit: func(in *Input) {
+			in.Cert = &Cert{NotAfter: now.Add(3 * day), Source: SourceCheckin}
+			in.Agent.Transport = "system"
+		}, want: Expiring, stepHas: []string{"(2026-12-05, checkin)", "ziti-edge-tunnel renews it", "journalctl -u ziti-edge-tunnel"}},
+		{name: "--expiring-within 400d", edit: func(in *Input) { in.Cert = &Cert{NotAfter: now.Add(365 * day), Source: SourceController} },
+			th: Thresholds{ExpiringWithin: 400 * day}, want: Expiring},
+		{name: "expiring comes after failing", edit: func(in *Input) {
+			in.Cert = &Cert{NotAfter: now.Add(12 * day), Source: SourceController}
+			in.Agent.LastResult, in.Agent.LastDetail = "failed", "compose up: exit 1"
+		}, want: Failing, wantReasons: []Verdict{Failing, Expiring}},
+		{name: "expiring comes before drift", edit: func(in *Input) {
+			in.Cert = &Cert{NotAfter: now.Add(12 * day), Source: SourceController}
+			in.Agent.DesiredSha = "9f3e21d07a1b"
+		}, want: Expiring, wantReasons: []Verdict{Expiring, Drift}},
+		{name: "expired: silent because it cannot check in", edit: func(in *Input) {
+			in.Cert = &Cert{NotAfter: now.Add(-3 * day), Source: SourceController}
+			in.Agent.LastCheckin = ago(3 * day)
+		}, want: Expired, wantReasons: []Verdict{Expired, Silent},
+			stepHas: []string{"expired 3d ago (2026-11-29, controller)", "fleetctl onboard env-dev-08 --site cbs --reissue", "install.sh --enrol-jwt monky-host.env-dev-08.jwt"}},
+		{name: "expired comes after never checked in", edit: func(in *Input) {
+			in.Cert = &Cert{NotAfter: now.Add(-time.Hour), Source: SourceController}
+			in.Agent.LastCheckin = nil
+		}, want: NeverCheckedIn, wantReasons: []Verdict{NeverCheckedIn, Expired}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := healthy()

@@ -65,6 +65,9 @@ type Identity struct {
 	// SDKVersion and SDKApp are sdkInfo of the tunneller or SDK that last authenticated.
 	SDKVersion, SDKApp string
 	EnrollmentPending  bool // a one-time-token enrolment waits to be used
+	// Cert is the identity's certificate from its cert authenticator (certs.go); nil when it has
+	// none or it was not read.
+	Cert *Certificate
 }
 
 // Client talks to one controller with one API session. It is safe for concurrent use.
