@@ -50,7 +50,7 @@ func fullTick() Tick {
 		IdentityCertNotAfter: t0.Add(20 * 24 * time.Hour),
 		IdentityCANotAfter:   t0.Add(900 * 24 * time.Hour),
 		BaoCANotAfter:        t0.Add(60 * 24 * time.Hour),
-		Report: &Report{Result: protocol.ResultFailed, Delivered: true},
+		Report:               &Report{Result: protocol.ResultFailed, Delivered: true},
 		Containers: []protocol.Container{
 			{Service: "web", State: "running", Health: "healthy"},
 			{Service: "worker", State: "running", Health: "unhealthy"},

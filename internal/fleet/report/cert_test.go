@@ -51,7 +51,7 @@ func TestCertHorizons(t *testing.T) {
 	}
 	want := map[string]struct {
 		verdict, cell, source string
-		days              int64
+		days                  int64
 	}{
 		"env-ok":       {"OK", "364d", "controller", 364},
 		"env-expiring": {"EXPIRING", "12d", "controller", 12},

@@ -22,15 +22,15 @@ const (
 	// Expired: the identity's certificate has expired; the box cannot authenticate (cert.go).
 	Expired Verdict = "EXPIRED"
 	Silent  Verdict = "SILENT"
-	Offline        Verdict = "OFFLINE"
-	Failing        Verdict = "FAILING"
+	Offline Verdict = "OFFLINE"
+	Failing Verdict = "FAILING"
 	// BackingOff: serving the previous release, healthy, while the failed desired sha waits.
 	BackingOff Verdict = "BACKOFF"
 	// Expiring: the certificate expires within --expiring-within; its renewal is failing (cert.go).
 	Expiring Verdict = "EXPIRING"
 	Drift    Verdict = "DRIFT"
-	Outdated   Verdict = "OUTDATED"
-	OK         Verdict = "OK"
+	Outdated Verdict = "OUTDATED"
+	OK       Verdict = "OK"
 	// OrphanIdentity: a monky-host.* identity tenancy does not know (retired backend, typo).
 	OrphanIdentity Verdict = "ORPHAN_IDENTITY"
 )

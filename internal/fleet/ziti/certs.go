@@ -68,7 +68,6 @@ func (c *Client) ListCertificates(ctx context.Context) (map[string]Certificate, 
 	return out, nil
 }
 
-
 // certPage returns one page of cert authenticators, totalCount and the limit applied.
 func (c *Client) certPage(ctx context.Context, offset, limit int64) ([]Certificate, int64, int64, error) {
 	filter := certFilter
@@ -104,4 +103,3 @@ func (c *Client) certPage(ctx context.Context, offset, limit int64) ([]Certifica
 	}
 	return out, *p.Meta.Pagination.TotalCount, applied, nil
 }
-
