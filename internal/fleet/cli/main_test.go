@@ -163,6 +163,29 @@ var scriptCmds = map[string]func(ts *testscript.TestScript, neg bool, args []str
 		fleettest.Seed(fleettest.Demo(fleettest.Now), f.z, f.a)
 		fleettest.LinkKits(f.z, f.a)
 	},
+	// ziti-cert NAME DAYS: the identity NAME's cert authenticator expires DAYS days from tenancy's
+	// now (negative: expired); "none" removes it.
+	"ziti-cert": func(ts *testscript.TestScript, neg bool, args []string) {
+		if len(args) != 2 {
+			ts.Fatalf("usage: ziti-cert NAME DAYS|none")
+		}
+		var at time.Time
+		if args[1] != "none" {
+			days, err := strconv.Atoi(args[1])
+			ts.Check(err)
+			at = fleettest.Now.Add(time.Duration(days) * 24 * time.Hour)
+		}
+		if !fakesOf(ts).z.SetCertificate(args[0], at) {
+			ts.Fatalf("no identity %s", args[0])
+		}
+	},
+	// tenancy-cert ENV DAYS: ENV's last check-in said its certificate expires DAYS days from now.
+	"tenancy-cert": func(ts *testscript.TestScript, neg bool, args []string) {
+		days, err := strconv.Atoi(args[1])
+		ts.Check(err)
+		at := fleettest.Now.Add(time.Duration(days) * 24 * time.Hour).Format(time.RFC3339)
+		fakesOf(ts).a.UpdateAgent(args[0], func(a *protocol.AdminAgent) { a.IdentityNotAfter = &at })
+	},
 	// ziti-fail OP STATUS|slow|malformed|ok [after=N]
 	"ziti-fail": func(ts *testscript.TestScript, neg bool, args []string) {
 		if len(args) < 2 {

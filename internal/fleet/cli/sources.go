@@ -213,6 +213,16 @@ func (r *reader) read(ctx context.Context, site, envGlob string) (*sources, erro
 		g.log.Debug("ziti: listed host identities", "count", len(ids), "took", g.deps.Now().Sub(start).Round(time.Millisecond))
 		return nil
 	})
+	var certs map[string]ziti.Certificate
+	eg.Go(func() error {
+		start := g.deps.Now()
+		var err error
+		if certs, err = r.certificates(ectx); err != nil {
+			return err
+		}
+		g.log.Debug("ziti: listed certificates", "count", len(certs), "took", g.deps.Now().Sub(start).Round(time.Millisecond))
+		return nil
+	})
 	eg.Go(func() error {
 		start := g.deps.Now()
 		agents, err := r.ac.ListAgents(ectx, site, prog.tenancy)
@@ -232,7 +242,41 @@ func (r *reader) read(ctx context.Context, site, envGlob string) (*sources, erro
 		return nil, err
 	}
 	out.identities = ids
+	attachCertificates(out.identities, certs)
 	return out, nil
+}
+
+// certificates lists every identity's certificate, keeping the session as identities does.
+func (r *reader) certificates(ctx context.Context) (map[string]ziti.Certificate, error) {
+	zc, fresh, err := r.zitiSession(ctx)
+	if err != nil {
+		return nil, err
+	}
+	certs, err := zc.ListCertificates(ctx)
+	if errors.Is(err, ziti.ErrUnauthorized) {
+		r.dropSession(zc)
+		if !fresh {
+			if zc, _, err = r.zitiSession(ctx); err != nil {
+				return nil, err
+			}
+			if certs, err = zc.ListCertificates(ctx); errors.Is(err, ziti.ErrUnauthorized) {
+				r.dropSession(zc)
+			}
+		}
+	}
+	if err != nil {
+		return nil, &SourceError{Source: sourceZiti, Addr: r.s.ZitiURL, Err: err}
+	}
+	return certs, nil
+}
+
+// attachCertificates gives each identity its certificate from the cert authenticators.
+func attachCertificates(ids []ziti.Identity, certs map[string]ziti.Certificate) {
+	for i := range ids {
+		if c, ok := certs[ids[i].ID]; ok {
+			ids[i].Cert = &c
+		}
+	}
 }
 
 // maxConfirm bounds the lookups by name per reading; beyond it the list is read again instead.

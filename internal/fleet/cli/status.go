@@ -24,6 +24,8 @@ type filterOptions struct {
 	stale      time.Duration
 	drift      time.Duration
 	minVersion string
+	// expiringWithin: a certificate expiring sooner is EXPIRING (issue 21).
+	expiringWithin time.Duration
 }
 
 func (f *filterOptions) register(cmd *cobra.Command) {
@@ -33,10 +35,12 @@ func (f *filterOptions) register(cmd *cobra.Command) {
 	fl.DurationVar(&f.stale, "stale", 0, "check-in age beyond which an agent is stale (default: per env, max(3×interval, 3m))")
 	fl.DurationVar(&f.drift, "drift", verdict.DefaultDrift, "how long desired may differ from applied before DRIFT")
 	fl.StringVar(&f.minVersion, "min-version", "", "agents older than this are OUTDATED")
+	f.expiringWithin = verdict.DefaultExpiringWithin
+	fl.Var((*daysValue)(&f.expiringWithin), "expiring-within", "an identity certificate expiring within this is EXPIRING: the agent renews within 30 days, so this means its renewal is failing (days like 21d, or a duration)")
 }
 
 func (f *filterOptions) reportOptions() (report.Options, error) {
-	o := report.Options{EnvGlob: f.env, Orphans: f.site == "", Thresholds: verdict.Thresholds{Stale: f.stale, Drift: f.drift}}
+	o := report.Options{EnvGlob: f.env, Orphans: f.site == "", Thresholds: verdict.Thresholds{Stale: f.stale, Drift: f.drift, ExpiringWithin: f.expiringWithin}}
 	if f.env != "" {
 		if _, err := path.Match(f.env, ""); err != nil {
 			return o, usagef("--env %q: %v", f.env, err)
@@ -44,6 +48,9 @@ func (f *filterOptions) reportOptions() (report.Options, error) {
 	}
 	if f.stale < 0 || f.drift < 0 {
 		return o, usagef("--stale and --drift must not be negative")
+	}
+	if f.expiringWithin <= 0 {
+		return o, usagef("--expiring-within must be positive")
 	}
 	if f.minVersion != "" {
 		v, err := verdict.ParseVersion(f.minVersion)

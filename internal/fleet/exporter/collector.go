@@ -49,6 +49,8 @@ var (
 	descAttempts = newDesc("env_deploy_attempts", "Failed applies of the env's desired sha while it backs off (absent: not backing off).", envLabels...)
 	descNextTry  = newDesc("env_deploy_next_attempt_timestamp_seconds", "When the env's agent tries its backing-off desired sha next (Unix time; absent: not backing off or unknown).", envLabels...)
 	descEnvs     = newDesc("envs", "Envs in the view, by verdict.", "verdict")
+	// issue 21: the identity certificate's horizon.
+	descCertExpiry = newDesc("env_identity_cert_expiry_timestamp_seconds", "When the env's ziti identity certificate expires (Unix time): the controller's cert authenticator, else the agent's check-in (absent: neither knows).", envLabels...)
 )
 
 // View is one complete reading of the fleet and how it went.
@@ -69,7 +71,7 @@ func NewView(doc *report.Document) (View, error) {
 
 // envDescs are the per-env families, in the order they are written.
 var envDescs = []*prometheus.Desc{descVerdict, descAge, descStale, descInterval, descOnline, descMissing,
-	descEnabled, descActive, descAgent, descResult, descDrift, descTTL, descAttempts, descNextTry, descEnvs}
+	descEnabled, descActive, descAgent, descResult, descDrift, descTTL, descAttempts, descNextTry, descEnvs, descCertExpiry}
 
 // envCollector emits a view's per-env series, or only one family's: gathering all at once held
 // every series of 10,000 envs in memory, several times the page's size.
@@ -118,6 +120,11 @@ func (c envCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 		gb(descOnline, e.MeshOnline)
+		if c := e.Cert; c != nil && want(descCertExpiry) {
+			if at, err := time.Parse(time.RFC3339, c.NotAfter); err == nil {
+				g(descCertExpiry, float64(at.Unix()))
+			}
+		}
 		if e.Verdict == string(verdict.OrphanIdentity) {
 			continue // tenancy knows nothing else of it
 		}

@@ -42,7 +42,8 @@ func doc() *report.Document {
 		NextStep: "agent stopped on a live host: systemctl enable --now monky-deployd.timer", LastDetail: "secret-ish detail"})
 	add(report.Env{EnvID: "env-b", Site: "cbs", Verdict: "OK", CheckinAgeS: ptr(int64(20)), StaleAfterS: 180, CheckinIntervalS: 60,
 		AgentVersion: "0.2.0", MeshOnline: ptr(true), IdentityID: ptr("z2"), MissingAttributes: []string{},
-		Timer: &protocol.AdminTimer{Enabled: ptr(true), Active: ptr(true)}, LastResult: "strange-new-result", TokenTTLS: ptr(int64(7200))})
+		Timer: &protocol.AdminTimer{Enabled: ptr(true), Active: ptr(true)}, LastResult: "strange-new-result", TokenTTLS: ptr(int64(7200)),
+		Cert: &report.CertHorizon{NotAfter: now.Add(12 * 24 * time.Hour).Format(time.RFC3339), Source: "controller", DaysLeft: 12}})
 	add(report.Env{EnvID: "env-c", Site: "cbs", Verdict: "BACKOFF", CheckinAgeS: ptr(int64(30)), StaleAfterS: 180, CheckinIntervalS: 60,
 		LastResult: "failed", AppliedSha: "aaaa", DesiredSha: "cccc", FailedSha: ptr("cccc"), Attempts: 3,
 		NextAttemptAt: ptr(now.Add(8 * time.Minute).Format(time.RFC3339))})
@@ -103,6 +104,7 @@ func TestEncode(t *testing.T) {
 		"monky_fleet_env_deploy_attempts{env=env-c,site=cbs}":                           "3",
 		"monky_fleet_env_deploy_next_attempt_timestamp_seconds{env=env-c,site=cbs}":     strconv.FormatInt(now.Add(8*time.Minute).Unix(), 10),
 		"monky_fleet_envs{verdict=ORPHAN_IDENTITY}":                                     "2",
+		"monky_fleet_env_identity_cert_expiry_timestamp_seconds{env=env-b,site=cbs}":    strconv.FormatInt(now.Add(12*24*time.Hour).Unix(), 10),
 		"monky_fleet_envs{verdict=SILENT}":                                              "1",
 		"monky_fleet_envs{verdict=" + string(verdict.All()[len(verdict.All())-1]) + "}": "2",
 	} {
@@ -125,7 +127,8 @@ func TestEncode(t *testing.T) {
 	if n != len(verdict.All()) {
 		t.Errorf("env-a has %d verdict series, want %d", n, len(verdict.All()))
 	}
-	for _, absent := range []string{"monky_fleet_env_deploy_attempts{env=env-a,site=cbs}", "monky_fleet_env_deploy_next_attempt_timestamp_seconds{env=env-b,site=cbs}"} {
+	for _, absent := range []string{"monky_fleet_env_deploy_attempts{env=env-a,site=cbs}", "monky_fleet_env_deploy_next_attempt_timestamp_seconds{env=env-b,site=cbs}",
+		"monky_fleet_env_identity_cert_expiry_timestamp_seconds{env=env-a,site=cbs}"} {
 		if _, ok := got[absent]; ok {
 			t.Errorf("series %s for an env not backing off", absent)
 		}
