@@ -75,6 +75,7 @@ func emitted(t *testing.T) map[string]bool {
 	doc := &report.Document{Now: now.Format(time.RFC3339), Summary: map[string]int{}, Envs: []report.Env{{
 		EnvID: "env-a", Site: "cbs", Verdict: "OK", CheckinAgeS: &age, MeshOnline: &yes, IdentityID: new(string),
 		Timer: &protocol.AdminTimer{Enabled: &yes, Active: &yes}, AgentVersion: "0.2.0", LastResult: "healthy", TokenTTLS: &age,
+		Cert: &report.CertHorizon{NotAfter: now.Add(time.Hour).Format(time.RFC3339), Source: "controller"},
 	}}}
 	fleet, err := exporter.Encode(doc)
 	if err != nil {
@@ -111,7 +112,7 @@ func TestRulesUseOnlySeriesTheCodeMakes(t *testing.T) {
 
 func TestEveryAlertIsNamedSummarisedAndUnitTested(t *testing.T) {
 	want := []string{"MonkyAgentSilent", "MonkyAgentTimerDisabled", "MonkyAgentFailing", "MonkyAgentRefusing",
-		"MonkyAgentBackingOff", "MonkyTokenExpiring", "MonkyIdentityAttrsMissing", "MonkyFleetExporterDown", "MonkyDeploydTickStale"}
+		"MonkyAgentBackingOff", "MonkyTokenExpiring", "MonkyIdentityCertExpiring", "MonkyIdentityAttrsMissing", "MonkyFleetExporterDown", "MonkyDeploydTickStale"}
 	tests, err := os.ReadFile("monky-deployd.rules.test.yml")
 	if err != nil {
 		t.Fatal(err)
@@ -155,6 +156,8 @@ func TestSummariesCarryFleetctlsNextStep(t *testing.T) {
 	if backoff == "" {
 		t.Fatal("no next step for a backing-off env")
 	}
+	expiring := judge(verdict.Input{Agent: &verdict.Agent{EnvID: "ENV", LastCheckin: &fresh, Transport: "sdk"},
+		Mesh: &verdict.Mesh{Name: "monky-host.ENV", Online: &yes}, Cert: &verdict.Cert{NotAfter: now.Add(10 * 24 * time.Hour), Source: "controller"}})
 	r := map[string]string{}
 	for _, x := range rules(t) {
 		r[x.Alert] = strings.ReplaceAll(x.Annotations["summary"], "{{ $labels.env }}", "ENV")
@@ -166,6 +169,7 @@ func TestSummariesCarryFleetctlsNextStep(t *testing.T) {
 		"MonkyIdentityAttrsMissing": attrs[strings.Index(attrs, ": ")+2:],
 		"MonkyAgentFailing":         strings.Split(drift, ": ")[1],
 		"MonkyDeployBackingOff":     backoff[strings.Index(backoff, ": ")+2:],
+		"MonkyIdentityCertExpiring": expiring[strings.Index(expiring, ": ")+2:],
 	} {
 		if !strings.Contains(r[alert], step) {
 			t.Errorf("%s: summary %q lacks fleetctl's next step %q", alert, r[alert], step)
