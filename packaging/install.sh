@@ -353,10 +353,15 @@ chmod_unplanted() { # MODE PATH: PATH must not be a symlink by now
 if getent group ziti >/dev/null; then
   owner=root
   if getent passwd ziti >/dev/null; then owner=ziti; fi
+  # Transports sdk and proxy: the agent is the identity's user and renews its certificate
+  # (identity_renew_below_s), replacing the file with one of the same owner, group and mode: it
+  # must own the file and create files in its directory (PROTOCOL section 3).
+  dir_mode=g+rx
+  case "$TRANSPORT" in sdk | proxy) owner=$AGENT dir_mode=g+rwx ;; esac
   if [ "$(stat -c %U:%G "$IDENTITY")" != "$owner:ziti" ]; then chown -h "$owner:ziti" "$IDENTITY"; fi
   if [ "$(stat -c %a "$IDENTITY")" != 640 ]; then chmod_unplanted 0640 "$IDENTITY"; fi
   if [ "$(stat -c %G "$ID_DIR_REAL")" != ziti ]; then chgrp -h ziti "$ID_DIR_REAL"; fi
-  case "$(stat -c %A "$ID_DIR_REAL")" in ????r?x*) ;; *) chmod_unplanted g+rx "$ID_DIR_REAL" ;; esac
+  case "$dir_mode:$(stat -c %A "$ID_DIR_REAL")" in g+rx:????r?x* | g+rwx:????rwx*) ;; *) chmod_unplanted "$dir_mode" "$ID_DIR_REAL" ;; esac
   usermod -a -G ziti "$AGENT"
   did "$AGENT is in group ziti; $IDENTITY is $owner:ziti 0640"
 else
