@@ -40,6 +40,7 @@ const (
 func BenchmarkStatusJSON10k(b *testing.B) {
 	bin, f := benchFleet(b, "fleetctl-probe")
 	f.z.Fail(zititest.OpList, zititest.Failure{Delay: benchLatency})
+	f.z.Fail(zititest.OpAuthenticators, zititest.Failure{Delay: benchLatency})
 	f.a.Fail(admintest.OpList, admintest.Failure{Delay: benchLatency})
 
 	work := b.TempDir()

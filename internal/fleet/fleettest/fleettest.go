@@ -4,7 +4,14 @@
 package fleettest
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
+	"math/big"
 	"time"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/admin/admintest"
@@ -122,9 +129,11 @@ func Seed(f Fleet, z *zititest.Server, t *admintest.Server) {
 }
 
 // Large returns a fleet of n healthy envs (for benchmarks): every agent checked in within the
-// last minute, every identity online with both attributes.
+// last minute, every identity online with both attributes and a certificate 300 days from its
+// end (one certificate for all: fleetctl reads its date, not whose it is).
 func Large(now time.Time, n int) Fleet {
 	f := Fleet{Now: now}
+	cert := largeCert(now.Add(300 * 24 * time.Hour))
 	for i := range n {
 		env := fmt.Sprintf("env-%05d", i)
 		a := agent(now, env, "cbs", "0.2.0", time.Duration(i%50)*time.Second)
@@ -132,6 +141,7 @@ func Large(now time.Time, n int) Fleet {
 		f.Agents = append(f.Agents, a)
 		id := identity(env, true, "1.6.8")
 		id.Hostname = a.Hostname
+		id.CertPEM = cert
 		f.Identities = append(f.Identities, id)
 	}
 	return f
@@ -148,4 +158,19 @@ func LinkKits(z *zititest.Server, t *admintest.Server) {
 		z.AddIdentity(zititest.Identity{Name: name, RoleAttributes: ziti.RequiredAttributes(),
 			EnrollmentJWT: "eyJhbGciOiJFUzI1NiJ9.eyJlbSI6Im90dCIsInN1YiI6IiJ9.broker-" + env})
 	})
+}
+
+// largeCert is a self-signed client certificate ending at notAfter, PEM-encoded.
+func largeCert(notAfter time.Time) string {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		panic(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "monky-host.large"},
+		NotBefore: notAfter.Add(-365 * 24 * time.Hour), NotAfter: notAfter}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		panic(err)
+	}
+	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
 }

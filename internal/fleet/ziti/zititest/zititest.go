@@ -137,6 +137,9 @@ type Server struct {
 	maxLimit   int64
 	silentCap  int64
 	onList     func(offset int64)
+	// auths caches the cert authenticators at authsVersion (authenticators.go).
+	auths        []*rest_model.AuthenticatorDetail
+	authsVersion int
 }
 
 // The generated server analyses a 40,000-line spec and builds a router for every operation:
