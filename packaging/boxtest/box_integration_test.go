@@ -50,6 +50,11 @@ func TestBoxLifecycle(t *testing.T) {
 		if c.Request.Timer == nil || c.Request.Timer.Enabled == nil || !*c.Request.Timer.Enabled {
 			t.Errorf("the agent reports its timer as %+v, want enabled", c.Request.Timer)
 		}
+		// Transport system with ziti-edge-tunnel's unit active: the tunneller renews the identity,
+		// the agent only reports its horizon (issue 21) and never asks the controller to extend.
+		if c.Request.IdentityNotAfter != "2126-01-01T00:00:00Z" {
+			t.Errorf("the check-in carries identity_not_after %q, want the stand-in identity's 2126-01-01T00:00:00Z", c.Request.IdentityNotAfter)
+		}
 		// A second check-in one interval later: the timer repeats, nobody starts the unit.
 		waitCheckin(t, w, env, c.At, interval+15*time.Second, "the timer's next tick", nil)
 		// And it is the timer that started the ticks: systemd recorded its elapse.
@@ -59,6 +64,9 @@ func TestBoxLifecycle(t *testing.T) {
 		// Only the unit ran the agent: its journal has the ticks, under the package's user.
 		if out := b.sh("journalctl -u monky-deployd.service --no-pager -o cat | grep -c 'checkin' || true"); out == "0" {
 			t.Errorf("the unit's journal shows no tick")
+		}
+		if out := b.sh("journalctl -u monky-deployd.service --no-pager -o cat | grep -c 'identity: \\(certificate renewed\\|renewal failed\\|cannot renew\\)' || true"); out != "0" {
+			t.Errorf("the agent tried to renew an identity the tunneller holds (%s journal lines)", out)
 		}
 		if out := b.sh("ps -o user= -C monky-deployd || true"); out != "" && !strings.Contains(out, "monky-d") {
 			t.Errorf("the agent runs as %q, want monky-deployd", out)
