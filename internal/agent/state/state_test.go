@@ -321,6 +321,7 @@ func TestAgentVersionTracking(t *testing.T) {
 // FuzzDecode exercises what Load does with a file's bytes, in memory (a file and an fsync per
 // input would cut the fuzzer's speed a hundredfold; Load's own plumbing is tested above).
 func FuzzDecode(f *testing.F) {
+	f.Add([]byte(`{"identity":{"not_after":"2027-12-02T10:00:00Z","renewal":{"step":"pending","started_at":"2026-12-02T10:00:00Z","new_fingerprint":"9a"}}}`))
 	seed, err := os.ReadFile("testdata/python-0.1.9-state.json")
 	if err != nil {
 		f.Fatal(err)
