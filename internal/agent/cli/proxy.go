@@ -40,7 +40,7 @@ func runProxy(ctx context.Context, g *cliDeps) error {
 	// The daemon holds the identity, so it renews it: once before it loads the identity, then
 	// every interval_s, its dials moving to the renewed certificate without a restart.
 	keeper := &proxyKeeper{cfg: cfg, log: log.With("env", cfg.EnvID), rn: newRenewer(cfg, log.With("env", cfg.EnvID), true)}
-	keeper.round(ctx)
+	keeper.recover(ctx) // before the context loads the identity; the first round follows at once
 	reload := make(chan struct{}, 1)
 	opts.Reload = reload
 	go keeper.loop(ctx, cfg.Interval(), reload)
@@ -64,11 +64,13 @@ type proxyKeeper struct {
 func (k *proxyKeeper) loop(ctx context.Context, every time.Duration, reload chan<- struct{}) {
 	t := time.NewTicker(every)
 	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+	for first := true; ; first = false {
+		if !first {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
 		}
 		if k.round(ctx) {
 			select {
@@ -77,6 +79,30 @@ func (k *proxyKeeper) loop(ctx context.Context, every time.Duration, reload chan
 			}
 		}
 	}
+}
+
+// recover settles a renewal a killed daemon left, before the proxy loads the identity. It waits
+// for a tick holding the lock: the identity must be settled before anything dials with it.
+func (k *proxyKeeper) recover(ctx context.Context) {
+	if _, err := os.Lstat(k.rn.PendingPath()); err != nil {
+		return // nothing half done: no lock, no state read
+	}
+	if err := os.MkdirAll(k.cfg.StateDir, 0o700); err != nil {
+		k.log.Warn("identity: state dir unusable; the half-done renewal waits", "error", err.Error())
+		return
+	}
+	release, err := waitLock(ctx, k.cfg.LockPath())
+	if err != nil {
+		k.log.Warn("identity: tick lock not taken; the half-done renewal waits for the next round", "error", err.Error())
+		return
+	}
+	defer release()
+	st, err := state.Load(k.cfg.StatePath())
+	save := func() error { return state.Save(k.cfg.StatePath(), st) }
+	if err != nil {
+		st, save = &state.State{}, func() error { return nil }
+	}
+	_ = k.rn.Recover(ctx, st, save)
 }
 
 // round settles and renews the identity once, skipping when a tick holds the lock; it reports
@@ -114,4 +140,25 @@ func (k *proxyKeeper) fingerprint() string {
 		return ""
 	}
 	return f.Leaf().Fingerprint
+}
+
+// waitLock takes the tick lock, waiting for a tick that holds it (a tick of the proxy transport
+// gets nowhere while the proxy does not listen, so it ends soon).
+func waitLock(ctx context.Context, path string) (func(), error) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		release, ok, err := state.TryLock(path)
+		switch {
+		case err != nil:
+			return nil, err
+		case ok:
+			return release, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+	}
 }
