@@ -19,9 +19,9 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/window"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/neterr"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/noredirect"
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/window"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/protocol"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/secret"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/strictjson"
