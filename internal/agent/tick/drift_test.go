@@ -355,7 +355,6 @@ func TestDriftIsCorrectedDuringADeployBackoff(t *testing.T) {
 	}
 }
 
-
 func write(t *testing.T, path, content string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
