@@ -43,7 +43,7 @@ func FuzzDecodeCheckin(f *testing.F) {
 		if r.EnvID != "" && r.EnvID != "env-a" {
 			t.Fatalf("env %q accepted", r.EnvID)
 		}
-		if _, err := Windows(r); err != nil {
+		if _, err := Windows(r, []string{"Mon 02:00-05:00"}, "Europe/Berlin"); err != nil {
 			t.Fatalf("accepted apply windows that do not parse: %v", err)
 		}
 	})

@@ -537,20 +537,15 @@ func decodeCheckin(body []byte, envID string) (*protocol.CheckinResponse, error)
 	if err := checkAddr(op, "vault.addr", r.Vault.Addr); err != nil {
 		return nil, err
 	}
-	if _, err := Windows(&r); err != nil {
+	if _, err := Windows(&r, nil, ""); err != nil {
 		return nil, err
 	}
 	return &r, nil
 }
 
-// Windows is the answer's apply windows as a schedule, nil when it sets neither apply_windows
-// nor apply_windows_tz (the config's hold); a bad one is a *ProtocolError naming the field.
-func Windows(r *protocol.CheckinResponse) (*window.Schedule, error) {
-	if r.ApplyWindows == nil && r.ApplyWindowsTZ == nil {
-		return nil, nil
-	}
-	var specs []string
-	var zone string
+// Windows is the tick's apply windows: the answer's apply_windows and apply_windows_tz each
+// replace the config's (specs, zone) when present. A bad one is a *ProtocolError naming the field.
+func Windows(r *protocol.CheckinResponse, specs []string, zone string) (*window.Schedule, error) {
 	if r.ApplyWindows != nil {
 		specs = *r.ApplyWindows
 	}
@@ -564,7 +559,7 @@ func Windows(r *protocol.CheckinResponse) (*window.Schedule, error) {
 		return s, nil
 	case errors.As(err, &we) && we.Index < 0 && r.ApplyWindowsTZ != nil:
 		return nil, &ProtocolError{Op: "checkin", Field: "apply_windows_tz", Problem: strings.TrimPrefix(we.Msg, "zone: ")}
-	case errors.As(err, &we) && we.Index >= 0:
+	case errors.As(err, &we) && we.Index >= 0 && r.ApplyWindows != nil:
 		return nil, &ProtocolError{Op: "checkin", Field: fmt.Sprintf("apply_windows[%d]", we.Index), Problem: we.Msg}
 	}
 	return nil, &ProtocolError{Op: "checkin", Field: "apply_windows", Problem: err.Error()}

@@ -691,19 +691,25 @@ func TestMalformedCheckinIsAProtocolError(t *testing.T) {
 		if err != nil || !r.IgnoreWindow {
 			t.Fatalf("%+v, %v", r, err)
 		}
-		sched, err := tenancy.Windows(r)
+		sched, err := tenancy.Windows(r, []string{"Sat 00:00-24:00"}, "UTC")
 		if err != nil || sched.String() != "Mon-Fri 02:00-05:00 (Europe/Berlin)" {
 			t.Fatalf("windows %v, %v", sched, err)
 		}
 		// An empty list replaces the config's windows with none; no field at all keeps them.
 		s.ten.MalformNext(tenancytest.Checkin, `{"action": "none", "apply_windows": []}`, 1)
 		r, _ = s.c.Checkin(context.Background(), tok, protocol.CheckinRequest{EnvID: "env-a"})
-		if sched, err := tenancy.Windows(r); err != nil || sched == nil || !sched.Empty() {
+		if sched, err := tenancy.Windows(r, []string{"Sat 00:00-24:00"}, "UTC"); err != nil || !sched.Empty() {
 			t.Fatalf("an empty list: %v, %v", sched, err)
+		}
+		// A zone alone moves the config's windows into it; no field at all keeps both.
+		s.ten.MalformNext(tenancytest.Checkin, `{"action": "none", "apply_windows_tz": "Asia/Tokyo"}`, 1)
+		r, _ = s.c.Checkin(context.Background(), tok, protocol.CheckinRequest{EnvID: "env-a"})
+		if sched, err := tenancy.Windows(r, []string{"Sat 00:00-24:00"}, "UTC"); err != nil || sched.String() != "Sat 00:00-24:00 (Asia/Tokyo)" {
+			t.Fatalf("a zone alone: %v, %v", sched, err)
 		}
 		s.ten.MalformNext(tenancytest.Checkin, `{"action": "none"}`, 1)
 		r, _ = s.c.Checkin(context.Background(), tok, protocol.CheckinRequest{EnvID: "env-a"})
-		if sched, err := tenancy.Windows(r); err != nil || sched != nil {
+		if sched, err := tenancy.Windows(r, []string{"Sat 00:00-24:00"}, "UTC"); err != nil || sched.String() != "Sat 00:00-24:00 (UTC)" {
 			t.Fatalf("no field: %v, %v", sched, err)
 		}
 	})

@@ -14,12 +14,17 @@ import (
 // waits for the next one. A first deploy (nothing applied) does not wait; drift correction and a
 // revert never do: they restore what was already approved.
 
-// windowsFor is the tick's schedule: the check-in's when it sets one, else the config's.
+// windowsFor is the tick's schedule: the check-in's windows and zone, each where it sets one,
+// else the config's.
 func (a *Agent) windowsFor(resp *protocol.CheckinResponse) *window.Schedule {
-	if s, err := tenancy.Windows(resp); err == nil && s != nil {
-		return s // checked on arrival; an error cannot happen here
+	if resp.ApplyWindows == nil && resp.ApplyWindowsTZ == nil {
+		return a.cfg.Windows
 	}
-	return a.cfg.Windows
+	s, err := tenancy.Windows(resp, a.cfg.ApplyWindows, a.cfg.ApplyWindowsTZ)
+	if err != nil {
+		return a.cfg.Windows // both halves were checked on arrival and at load: cannot happen
+	}
+	return s
 }
 
 // deferral says until when resp's change waits for its window; ok false when it goes ahead now.
