@@ -41,9 +41,9 @@ type process struct {
 }
 
 var realProcess = process{
-	euid:    os.Geteuid,
-	owner:   statOwner,
-	lookup:  lookupAccount,
+	euid:      os.Geteuid,
+	owner:     statOwner,
+	lookup:    lookupAccount,
 	become:    becomeAndExec,
 	environ:   os.Environ,
 	loginUser: loginUser,
