@@ -361,3 +361,20 @@ func write(t *testing.T, path, content string) {
 		t.Fatal(err)
 	}
 }
+
+// A process that dies at start looks running to the first `ps` after `up`: the correction looks
+// again before it calls the drift corrected, so a crash loop still backs off.
+func TestACorrectionLooksTwice(t *testing.T) {
+	h := newHarness(t)
+	applied(t, h)
+	h.docker.DiesAfterFirstLook["worker"] = true
+	h.docker.Stop("worker")
+	h.expectExit(tick.ExitOK)
+	r := h.lastReport()
+	if r.Result != "unhealthy" || !strings.Contains(r.Detail, "drift correction did not end healthy: ready, then not 2s later: worker: exited") {
+		t.Fatalf("report = %+v", r)
+	}
+	if st := h.state(); st.Drift.Attempts != 1 || st.Drift.NextAttemptAt == nil {
+		t.Errorf("no backoff after a correction that did not hold: %+v", st.Drift)
+	}
+}

@@ -393,7 +393,34 @@ func (a *Agent) runRelease(ctx context.Context, dir string, meta bundle.Meta, st
 	case !ok:
 		return false, fmt.Sprintf("not healthy after %s: %s", timeout, strings.Join(compose.Unready(cs), ", ")), cs, nil
 	}
+	// `up` returns as containers start: one that dies at once can still look running (its
+	// health not known yet) at the first look, and a crash loop would pass for corrected. A
+	// second look one poll later must agree.
+	if err := a.sleep(ctx, compose.DefaultPollInterval); err != nil {
+		return false, "", nil, err
+	}
+	if again, err := d.Ps(ctx, dir, file); err == nil {
+		cs = again
+		if !compose.AllReady(cs) {
+			return false, fmt.Sprintf("ready, then not %s later: %s", compose.DefaultPollInterval, strings.Join(compose.Unready(cs), ", ")), cs, nil
+		}
+	}
 	return true, "", cs, nil
+}
+
+// sleep is Deps.Sleep, or a real cancellable pause.
+func (a *Agent) sleep(ctx context.Context, d time.Duration) error {
+	if a.deps.Sleep != nil {
+		return a.deps.Sleep(ctx, d)
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // finishKilledApply counts an apply a killed tick left after `compose up` as failed, and reverts.

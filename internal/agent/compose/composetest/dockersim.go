@@ -61,6 +61,9 @@ type Sim struct {
 	ExitAfterUp map[string]bool
 	// NoLabels leaves Labels out of `ps` (compose before 2.21): no config hash can be read.
 	NoLabels bool
+	// DiesAfterFirstLook, service → true: after every `up` its container looks running (no
+	// health known yet) to the first `ps`, then has exited: a process that dies at start.
+	DiesAfterFirstLook map[string]bool
 }
 
 type container struct {
@@ -71,21 +74,24 @@ type container struct {
 	hash string
 	// id changes whenever up (re)creates the container, as a real container ID does.
 	id int
+	// dies: the next `ps` shows it running without health, and it has exited after that look.
+	dies bool
 }
 
 // New returns a Sim whose unexpected calls fail t.
 func New(t testing.TB) *Sim {
 	return &Sim{
-		t:                 t,
-		containers:        map[string]*container{},
-		volumes:           map[string]bool{},
-		RootDir:           "/var/lib/docker",
-		ServerVersion:     "29.0.1",
-		Health:            map[string]string{},
-		ImageHealth:       map[string]string{},
-		TurnsHealthyAfter: map[string]int{},
-		Logs:              "api-1  | listening on :8080\n",
-		ExitAfterUp:       map[string]bool{},
+		t:                  t,
+		containers:         map[string]*container{},
+		volumes:            map[string]bool{},
+		RootDir:            "/var/lib/docker",
+		ServerVersion:      "29.0.1",
+		Health:             map[string]string{},
+		ImageHealth:        map[string]string{},
+		TurnsHealthyAfter:  map[string]int{},
+		Logs:               "api-1  | listening on :8080\n",
+		ExitAfterUp:        map[string]bool{},
+		DiesAfterFirstLook: map[string]bool{},
 	}
 }
 
@@ -324,6 +330,7 @@ func (s *Sim) up(args []string) (runner.Result, error) {
 			if s.ExitAfterUp[svc] {
 				old.state, old.health = "exited", ""
 			}
+			old.dies = s.DiesAfterFirstLook[svc]
 			next[svc] = old
 			continue
 		}
@@ -337,6 +344,7 @@ func (s *Sim) up(args []string) (runner.Result, error) {
 		if s.ExitAfterUp[svc] {
 			c.state, c.health = "exited", ""
 		}
+		c.dies = s.DiesAfterFirstLook[svc]
 		next[svc] = c
 	}
 	s.containers = next // --remove-orphans
@@ -417,7 +425,12 @@ func (s *Sim) ps(project string) string {
 			c.startingLeft--
 			health = "starting"
 		}
-		entry := map[string]string{"Service": svc, "Name": c.name, "State": c.state, "Health": health, "Project": project}
+		state := c.state
+		if c.dies {
+			state, health = "running", ""
+			c.state, c.health, c.dies = "exited", "", false
+		}
+		entry := map[string]string{"Service": svc, "Name": c.name, "State": state, "Health": health, "Project": project}
 		if !s.NoLabels {
 			// docker's formatter joins labels with commas, in no particular order.
 			entry["Labels"] = "com.docker.compose.project=" + project + ",x=a,b=c,com.docker.compose.config-hash=" + c.hash + ",com.docker.compose.service=" + svc
