@@ -256,3 +256,31 @@ func mustLoc(t *testing.T, name string) *time.Location {
 	}
 	return loc
 }
+
+// BenchmarkNext is a deferred tick's cost of finding the next window (Berlin, DST in view).
+func BenchmarkNext(b *testing.B) {
+	s, err := NewSchedule([]string{"Mon-Fri 02:00-05:00", "Sat,Sun 00:00-24:00"}, "Europe/Berlin")
+	if err != nil {
+		b.Fatal(err)
+	}
+	from := time.Date(2026, 3, 27, 9, 0, 0, 0, time.UTC) // Friday before the spring jump
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok := s.Next(from); !ok {
+			b.Fatal("no window")
+		}
+	}
+}
+
+// BenchmarkOpen is what every apply and retire pays to ask whether a window is open.
+func BenchmarkOpen(b *testing.B) {
+	s, err := NewSchedule([]string{"Mon-Fri 02:00-05:00", "Sat,Sun 00:00-24:00"}, "Europe/Berlin")
+	if err != nil {
+		b.Fatal(err)
+	}
+	at := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	b.ReportAllocs()
+	for b.Loop() {
+		s.Open(at)
+	}
+}
