@@ -120,17 +120,16 @@ func (a *Agent) checkDrift(ctx context.Context, resp *protocol.CheckinResponse, 
 	mem := a.st.MemoryFor(sha)
 	drift := findDrift(mem, cs)
 	if len(drift) == 0 {
+		// What changes here rides in the heartbeat's own write of state.json: no write of its own.
 		switch {
 		case mem == nil:
 			// Applied before this agent kept hashes: learn them from what runs, once.
 			if m := a.learnRelease(sha, cs, readReleaseMeta(dir).Agent.DriftCorrection); m.Services != nil {
 				a.log.Info("drift: config hashes of release " + protocol.ShortSha(sha) + " taken from its running containers (it was applied before they were kept)")
 			}
-			a.saveOrWarn()
 		case mem.Attempts > 0:
 			a.log.Info("drift: gone without a correction (put right by hand)", "release", protocol.ShortSha(sha))
 			mem.Attempts, mem.NextAttemptAt, mem.Refused = 0, nil, ""
-			a.saveOrWarn()
 		}
 		return false, nil
 	}

@@ -50,8 +50,8 @@ func (a *Agent) deferral(resp *protocol.CheckinResponse) (until time.Time, ok bo
 	return next.UTC(), true
 }
 
-// deferred is a tick whose change waits: the wait is recorded (once), logged, and a heartbeat of
-// what runs says until when; exit 0.
+// deferred is a tick whose change waits: the wait is recorded (in the heartbeat's write of
+// state.json), logged, and a heartbeat of what runs says until when; exit 0.
 func (a *Agent) deferred(ctx context.Context, resp *protocol.CheckinResponse, until time.Time) error {
 	d := &state.Deferral{Action: resp.Action, Sha: resp.DesiredSha, Since: a.deps.Now().UTC(), Until: until}
 	if resp.Action == protocol.ActionDown {
@@ -65,10 +65,7 @@ func (a *Agent) deferred(ctx context.Context, resp *protocol.CheckinResponse, un
 		what = "retire"
 	}
 	note := "deferred until " + until.Format(time.RFC3339)
-	if old := a.st.Deferred; old == nil || *old != *d {
-		a.st.Deferred = d
-		a.saveOrWarn()
-	}
+	a.st.Deferred = d // saved with the heartbeat's own write
 	a.log.Info(what+" "+note+": outside the apply window", "windows", a.windowsFor(resp).String())
 	return a.heartbeat(ctx, resp, note)
 }
