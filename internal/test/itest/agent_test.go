@@ -416,14 +416,15 @@ func TestAgentAgainstRealParts(t *testing.T) {
 			t.Errorf("report = %+v", r)
 		}
 
-		// Scenario 5: converged, a container stopped by hand → unhealthy naming it.
+		// Scenario 5: converged, a container stopped by hand → brought back by drift correction
+		// (issue 22; with drift_correction off it is reported unhealthy: drift_test.go).
 		b.expect(0)
 		if r := b.report(); r.Result != "healthy" {
 			t.Errorf("heartbeat = %+v", r)
 		}
 		docker(t, "", "stop", "-t", "1", cs["worker"].Name)
 		b.expect(0)
-		if r := b.report(); r.Result != "unhealthy" || !strings.Contains(r.Detail, "worker") {
+		if r := b.report(); r.Result != "healthy" || r.Detail != "drift corrected: worker: exited" {
 			t.Errorf("heartbeat after docker stop = %+v", r)
 		}
 		// Every report and tick of the scenario so far: still no credential anywhere.
