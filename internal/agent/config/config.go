@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/window"
 )
 
 // DefaultPath is where the package and the installer put the config.
@@ -69,6 +71,15 @@ type Config struct {
 	// IdentityRenewBelowS: the agent renews the identity's certificate when less is left; 0 turns
 	// renewal off (the warnings stay).
 	IdentityRenewBelowS int64 `yaml:"identity_renew_below_s"`
+	// Drift correction and apply windows (issue 22).
+	// DriftCorrection: a converged tick brings back a release whose containers were stopped,
+	// removed or replaced by hand (a bundle's agent.drift_correction wins).
+	DriftCorrection bool `yaml:"drift_correction"`
+	// ApplyWindows: outside every window, a change to a running release waits; empty: any time.
+	ApplyWindows   []string `yaml:"apply_windows"`
+	ApplyWindowsTZ string   `yaml:"apply_windows_tz"`
+	// Windows is ApplyWindows in ApplyWindowsTZ, parsed by Parse.
+	Windows *window.Schedule `yaml:"-"`
 }
 
 // Tenancy is how the agent reaches tenancy's agent entrypoint.
@@ -143,6 +154,7 @@ func defaults() Config {
 		TextfileDir:     DefaultTextfileDir,
 
 		IdentityRenewBelowS: DefaultIdentityRenewBelowS,
+		DriftCorrection:     true,
 	}
 }
 

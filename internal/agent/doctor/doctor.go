@@ -14,9 +14,9 @@ import (
 // Status is the outcome of one check.
 type Status string
 
-// Statuses. Skip is for a check that does not apply to this box; its detail says why. Warn is a
-// horizon coming close (a certificate within its renewal window): the tick still works today, so
-// it does not fail doctor, and it carries its fix.
+// Statuses. Skip is for a check that does not apply to this box; its detail says why. Warn is
+// a state an operator must know of that stops no tick (a hold, a horizon coming close: a
+// certificate within its renewal window): it fails nothing, and it carries its fix.
 const (
 	OK   Status = "OK"
 	Warn Status = "WARN"

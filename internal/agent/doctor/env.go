@@ -157,6 +157,7 @@ func Checks(env *Env) []Check {
 		c.wrap(Check{Name: "openbao", Run: c.openbao}),
 		c.wrap(Check{Name: "openbao-ca", Run: c.openbaoCA}),
 		c.wrap(Check{Name: "refused-token", Run: c.refusedToken}),
+		c.wrap(Check{Name: "hold", Run: c.hold}),
 	}
 }
 

@@ -74,7 +74,7 @@ func newStatusCommand(g *globalOptions) *cobra.Command {
 		Short: "One verdict per env, with the next step",
 		Long: `status lists every env tenancy knows — and every monky-host.* identity it does not — with
 its verdict (NO_IDENTITY, ATTRS_MISSING, NEVER_CHECKED_IN, EXPIRED, SILENT, OFFLINE, FAILING,
-BACKOFF, EXPIRING, DRIFT, OUTDATED or OK; ORPHAN_IDENTITY), then a summary line. Ages are measured against tenancy's
+BACKOFF, EXPIRING, HELD, DEFERRED, DRIFT, OUTDATED or OK; ORPHAN_IDENTITY), then a summary line. Ages are measured against tenancy's
 clock, never this machine's.
 
 Exit 0 when every env is OK, 1 when any is not, 2 on a usage or config error, 3 when a

@@ -37,6 +37,9 @@ type AdminAgent struct {
 
 	// IdentityNotAfter is the identity_not_after of the last check-in; null when it had none.
 	IdentityNotAfter *string `json:"identity_not_after,omitempty"`
+	// Issue 22: the hold and the apply-window deferral of the last check-in; null when none.
+	Hold          *Hold   `json:"hold,omitempty"`
+	DeferredUntil *string `json:"deferred_until,omitempty"`
 }
 
 // AdminAgentsPage is GET /v1/admin/agents; Next is nil on the last page, Now measures staleness.
