@@ -49,9 +49,9 @@ var protocolDefaults = map[string]string{
 	"textfile_dir":        "/var/lib/prometheus/node-exporter",
 	// issue 21: the identity certificate's renewal window
 	"identity_renew_below_s": "2592000",
-	"drift_correction":    "true",
-	"apply_windows":       "[]",
-	"apply_windows_tz":    "UTC",
+	"drift_correction":       "true",
+	"apply_windows":          "[]",
+	"apply_windows_tz":       "UTC",
 }
 
 // flatten turns a decoded YAML map into dotted keys with their scalar values.
