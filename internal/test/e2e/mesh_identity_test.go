@@ -6,7 +6,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,6 +17,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/identity"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/state"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/transport"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/protocol"
 )
 
 // The identity certificate's renewal against the real controller (issue 21): the controller of
@@ -220,5 +223,87 @@ func TestMeshFleetctlCertHorizon(t *testing.T) {
 	if r := m.realFleetctl(t, "gate", "--env", m.env, "--expiring-within", "400d"); r.Exit != 1 ||
 		!strings.Contains(r.Stdout, "1 with an identity certificate expiring or expired") {
 		t.Errorf("gate --expiring-within 400d: exit %d\n%s%s", r.Exit, r.Stdout, r.Stderr)
+	}
+}
+
+// TestMeshRenewalKilledAtEachStep: a renewal against the real controller, stopped after each of
+// its steps as a kill -9 would stop it (the step hook returns before the next step runs), then
+// the real agent's next tick: it authenticates with what is on disk, checks in through the mesh,
+// keeps the release converged and finishes the renewal (or, killed before anything reached the
+// disk, keeps the old certificate the controller still accepts). One identity goes through all
+// the steps in turn, so a renewal also starts while the controller holds an unverified
+// certificate of the one killed after extend.
+func TestMeshRenewalKilledAtEachStep(t *testing.T) {
+	m := newMesh(t, "meshrenewk", attrAgent, attrBao)
+	m.configure(t, "sdk", "") // the default window: the ticks themselves renew nothing
+	m.converge(t, 8)
+	statePath := filepath.Join(m.box.Dir, "state", "state.json")
+	errKill := errors.New("killed")
+	for _, at := range identity.Steps {
+		old := m.readIdentity(t)
+		st, err := state.Load(statePath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var log strings.Builder
+		rn := &identity.Renewer{
+			Path: m.identity, Who: identity.Who{Transport: "sdk", Window: 400 * 24 * time.Hour}, // due at once
+			Controller: transport.Extender{}, Now: time.Now, Log: slog.New(slog.NewTextHandler(&log, nil)),
+			Step: func(name string) error {
+				if name == at {
+					return errKill
+				}
+				return nil
+			},
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		_, err = rn.Renew(ctx, st, func() error { return state.Save(statePath, st) })
+		cancel()
+		var stop *identity.StepStop
+		if !errors.As(err, &stop) || stop.Name != at {
+			t.Fatalf("%s: the renewal was not stopped there: %v\n%s", at, err, log.String())
+		}
+
+		before := len(m.w.Stack.Tenancy.Checkins(m.env))
+		tk := m.tick(t)
+		if tk.Exit != 0 {
+			m.fatalWithJournals("%s: the tick after the kill exited %d", at, tk.Exit)
+		}
+		cs := m.w.Stack.Tenancy.Checkins(m.env)
+		if len(cs) <= before {
+			m.fatalWithJournals("%s: no check-in through the mesh after the kill", at)
+		}
+		now := m.readIdentity(t)
+		if err := authenticates(t, now); err != nil {
+			t.Fatalf("%s: the controller refuses the identity on disk after the next tick: %v", at, err)
+		}
+		if _, err := os.Stat(m.identity + identity.PendingSuffix); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s: the pending file is left: %v", at, err)
+		}
+		switch renewed := now.Leaf().Fingerprint != old.Leaf().Fingerprint; {
+		case at == identity.StepExtended && renewed:
+			t.Errorf("%s: nothing was on disk, yet the identity changed", at)
+		case at != identity.StepExtended && !renewed:
+			t.Errorf("%s: the next tick did not finish the renewal:\n%s", at, tk.Output)
+		case renewed:
+			if err := authenticates(t, old); !errors.Is(err, identity.ErrRefused) {
+				t.Errorf("%s: the controller still takes the old certificate (err %v)", at, err)
+			}
+		}
+		want := now.Leaf().NotAfter.UTC().Format(time.RFC3339)
+		if got := cs[len(cs)-1].Request.IdentityNotAfter; got != want {
+			t.Errorf("%s: the check-in carries identity_not_after %q, want %s", at, got, want)
+		}
+		after, err := state.Load(statePath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after.LastResult != protocol.ResultHealthy || after.AppliedSha != st.AppliedSha {
+			t.Errorf("%s: after the next tick the box is %q on %.12s, want healthy on %.12s", at, after.LastResult, after.AppliedSha, st.AppliedSha)
+		}
+		if after.Identity == nil || after.Identity.Fingerprint != now.Leaf().Fingerprint ||
+			(after.Identity.Renewal != nil && after.Identity.Renewal.Step == state.RenewalPending) {
+			t.Errorf("%s: state.json identity = %+v", at, after.Identity)
+		}
 	}
 }
