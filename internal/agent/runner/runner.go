@@ -22,6 +22,9 @@ type Cmd struct {
 	Name  string   // program; looked up in PATH when it has no slash
 	Args  []string // arguments, without the program name
 	Env   []string // extra KEY=VAL appended to the inherited environment; a later entry wins
+	// OnlyEnv makes Env the whole environment: nothing of the agent's own is inherited (docker:
+	// an operator's COMPOSE_FILE or DOCKER_HOST must not change what a tick runs).
+	OnlyEnv bool
 	Dir   string   // working directory; "" means the caller's
 	Stdin []byte   // fed to standard input; nil means /dev/null
 }
@@ -70,7 +73,11 @@ func (e Exec) Run(ctx context.Context, c Cmd) (Result, error) {
 	if env == nil {
 		env = os.Environ()
 	}
-	cmd.Env = append(append([]string(nil), env...), c.Env...)
+	if c.OnlyEnv {
+		env = nil
+	}
+	// Never nil: exec.Cmd reads a nil Env as "inherit everything".
+	cmd.Env = append(append([]string{}, env...), c.Env...)
 	cmd.Dir = c.Dir
 	if c.Stdin != nil {
 		cmd.Stdin = bytes.NewReader(c.Stdin)

@@ -113,8 +113,17 @@ func unquote(q string) string {
 	return q
 }
 
-// Redact returns s with every registered value replaced by `***`.
+// Redact returns s with every registered value replaced by `***`, and with the part of one that
+// a clip cut beside its mark (clip.Mark): text clipped before it was redacted no longer holds
+// the whole value, only its start before the mark or its end after it (seed: 10 of a 14-byte
+// password's bytes reached a report that way).
 func (r *Redactor) Redact(s string) string { return r.redactWith(s, mask) }
+
+// minFragment is the shortest part of a value masked beside a clip's mark. Fewer bytes tell a
+// reader little (at most 3, of a value they cannot tell is one), while 1 to 3 bytes of the start
+// or end of some registered value (KV values include plain words and host names) would mask
+// ordinary text beside every "…".
+const minFragment = 4
 
 // redactWith is Redact with another mask, so a test can tell a survivor from mask-spelt text.
 func (r *Redactor) redactWith(s, m string) string {
@@ -128,10 +137,69 @@ func (r *Redactor) redactWith(s, m string) string {
 			s = strings.ReplaceAll(s, v, m)
 		}
 	}
+	if strings.Contains(s, clip.Mark) {
+		s = r.maskCutEdges(s, m)
+	}
 	return s
 }
 
-// Truncate redacts s and keeps its last n bytes: a log's last lines explain a failure.
+// maskCutEdges masks, at each clip mark, the longest start of a value just before it (a head
+// clip's cut) and the longest end of one just after it (a tail clip's cut).
+func (r *Redactor) maskCutEdges(s, m string) string {
+	var b strings.Builder
+	rest := s
+	for {
+		i := strings.Index(rest, clip.Mark)
+		if i < 0 {
+			b.WriteString(rest)
+			return b.String()
+		}
+		before := rest[:i]
+		if k := r.startAtEnd(before); k > 0 {
+			before = before[:len(before)-k] + m
+		}
+		b.WriteString(before)
+		b.WriteString(clip.Mark)
+		rest = rest[i+len(clip.Mark):]
+		if k := r.endAtStart(rest); k > 0 {
+			b.WriteString(m)
+			rest = rest[k:]
+		}
+	}
+}
+
+// startAtEnd is the length of the longest start of a value (at least minFragment bytes) that t
+// ends with, 0 when none.
+func (r *Redactor) startAtEnd(t string) int {
+	best := 0
+	for _, v := range r.values {
+		for k := min(len(v), len(t)); k >= minFragment && k > best; k-- {
+			if t[len(t)-k] == v[0] && t[len(t)-k:] == v[:k] {
+				best = k
+				break
+			}
+		}
+	}
+	return best
+}
+
+// endAtStart is the length of the longest end of a value (at least minFragment bytes) that t
+// starts with, 0 when none.
+func (r *Redactor) endAtStart(t string) int {
+	best := 0
+	for _, v := range r.values {
+		for k := min(len(v), len(t)); k >= minFragment && k > best; k-- {
+			if t[k-1] == v[len(v)-1] && t[:k] == v[len(v)-k:] {
+				best = k
+				break
+			}
+		}
+	}
+	return best
+}
+
+// Truncate redacts s and keeps its last n bytes: a log's last lines explain a failure. Redacting
+// first is the order that matters: a cut through a value would leave a part no redactor knows.
 func (r *Redactor) Truncate(s string, n int) string {
 	return clip.LastBytes(r.Redact(s), n)
 }
