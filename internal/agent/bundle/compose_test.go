@@ -9,6 +9,7 @@ import (
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/bundle/bundletest"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/secret"
 )
 
 const (
@@ -140,6 +141,30 @@ func TestJudgeDetails(t *testing.T) {
 		assertRefusal(t, err, protocol.CodePrivileged, "rendered: dc.yml: 1 finding(s) (bundle.json agent.allow_privileged is not set): api: volumes[0]: bind source outside")
 		if strings.Contains(err.Error(), "s3cr3t") {
 			t.Errorf("detail %q carries a value", err)
+		}
+	})
+	t.Run("the loader's words are redacted before they are cut", func(t *testing.T) {
+		// compose-go quotes an invalid port whole; the secret ends off bytes past the 1 KiB cut.
+		const pw = "Q7ZK9W4PV2MJ8H"
+		red := &secret.Redactor{}
+		red.Add(pw)
+		prefix := "docker-compose.yml does not load as compose loads it: Invalid containerPort: "
+		for off := -2; off <= len(pw)+2; off++ {
+			pad := MaxLoadError - len("…") - len(prefix) + len("docker-compose.yml ") - len(pw) + off
+			port := strings.Repeat("a", pad) + pw + strings.Repeat("b", 64)
+			rendered := fmt.Sprintf(`{"services":{"api":{"image":"x","ports":[%q]}}}`, port)
+			err := JudgeRendered([]byte(rendered), "docker-compose.yml", rel, project, false, red)
+			assertRefusal(t, err, protocol.CodeBundleInvalid, prefix)
+			for k := 2; k <= len(pw); k++ {
+				for i := 0; i+k <= len(pw); i++ {
+					if strings.Contains(err.Error(), pw[i:i+k]) {
+						t.Fatalf("offset %d: %q of the secret survives: …%s", off, pw[i:i+k], err.Error()[len(err.Error())-40:])
+					}
+				}
+			}
+		}
+		if err := JudgeRendered([]byte(svc("")), "dc.yml", rel, project, false, nil); err == nil || strings.Contains(err.Error(), "REFUSED") {
+			t.Errorf("JudgeRendered without a redactor = %v, want the caller's error", err)
 		}
 	})
 	t.Run("relative release directory is the caller's error", func(t *testing.T) {

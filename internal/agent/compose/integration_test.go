@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/runner"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/secret"
 )
 
 // TestRealDocker drives a real engine through the docker CLI: the argv this package builds must
@@ -28,7 +29,7 @@ func TestRealDocker(t *testing.T) {
 
 	suffix := make([]byte, 4)
 	_, _ = rand.Read(suffix)
-	d := &Docker{ConfigDir: t.TempDir(), Project: "monkyit-" + hex.EncodeToString(suffix), Runner: ex, PollInterval: 500 * time.Millisecond}
+	d := &Docker{ConfigDir: t.TempDir(), Project: "monkyit-" + hex.EncodeToString(suffix), Runner: ex, PollInterval: 500 * time.Millisecond, Redact: &secret.Redactor{}}
 	t.Cleanup(func() {
 		if err := d.Down(context.Background(), "", "", true); err != nil {
 			t.Errorf("cleanup down: %v", err)

@@ -70,7 +70,14 @@ type Deps struct {
 	Hostname string
 	// Step, when set, runs after each named step; its error aborts the tick like a crash (tests).
 	Step func(name string) error
+	// Redact is the tick's redactor: every secret read is added to it, every journal line,
+	// report and error passes it. Docker must hold the same one, so a failed command's output is
+	// redacted before it is cut (compose.CmdError). Required.
+	Redact *secret.Redactor
 }
+
+// errNoRedactor: Deps without a redactor would let a secret out; the tick does not start.
+var errNoRedactor = errors.New("tick: no redactor in Deps")
 
 // Options are the flags of one tick.
 type Options struct {
@@ -169,8 +176,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := a.step("lock"); err != nil {
 		return err
 	}
+	if a.deps.Redact == nil {
+		return errNoRedactor
+	}
 	var err error
-	a.redact = &secret.Redactor{}
+	a.redact = a.deps.Redact
 	// Every journal line of the tick passes the redactor, whoever wrote it.
 	a.log = slog.New(secret.LogHandler(a.baseLog.Handler(), a.redact))
 	a.dockerInfoFresh = false

@@ -26,6 +26,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/tenancy/tenancytest"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/tick"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/secret"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/test/grant"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/test/syncbuf"
 )
@@ -222,13 +223,15 @@ func (h *harness) deps() tick.Deps {
 		newTransport = h.httpTransport
 	}
 	hc := &http.Client{Transport: newTransport(), Timeout: 10 * time.Second}
+	red := &secret.Redactor{}
 	d := tick.Deps{
+		Redact:  red,
 		Log:     slog.New(journal.New(h.logs, slog.LevelDebug)),
 		Tenancy: tenancy.New(h.cfg.TenancyURL(), hc),
 		NewBao: func(addr string) (tick.Bao, error) {
 			return bao.New(bao.Options{Addr: addr, HTTPClient: &http.Client{Transport: newTransport()}, CAFile: h.cfg.Bao.CAFile})
 		},
-		Docker: &compose.Docker{Bin: "docker", ConfigDir: h.cfg.DockerConfigDir(), Project: h.cfg.ComposeProject, Runner: h.docker, Now: h.clock.Now, PollInterval: 2 * time.Second},
+		Docker: &compose.Docker{Bin: "docker", ConfigDir: h.cfg.DockerConfigDir(), Project: h.cfg.ComposeProject, Runner: h.docker, Now: h.clock.Now, PollInterval: 2 * time.Second, Redact: red},
 		Timer: func(context.Context) *protocol.Timer {
 			if h.timer != nil {
 				return h.timer

@@ -264,7 +264,7 @@ func (a *Agent) judgeRelease(ctx context.Context, dir, sha string) (bundle.Meta,
 	if err != nil {
 		return bundle.Meta{}, "compose config: " + err.Error()
 	}
-	err = bundle.JudgeRendered(out, b.Meta.ComposeFile, dir, a.cfg.ComposeProject, b.Meta.Agent.AllowPrivileged)
+	err = bundle.JudgeRendered(out, b.Meta.ComposeFile, dir, a.cfg.ComposeProject, b.Meta.Agent.AllowPrivileged, a.redact)
 	clear(out)
 	if err != nil {
 		return bundle.Meta{}, err.Error()

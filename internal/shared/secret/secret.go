@@ -126,46 +126,74 @@ func (r *Redactor) Redact(s string) string { return r.redactWith(s, mask) }
 const minFragment = 4
 
 // redactWith is Redact with another mask, so a test can tell a survivor from mask-spelt text.
+// Every value's occurrences and every cut part are found in s as given, then masked together:
+// masking one value first could hide the start of another from the search.
 func (r *Redactor) redactWith(s, m string) string {
 	if r == nil {
 		return s
 	}
 	r.mu.RLock()
 	defer r.mu.RUnlock()
+	var spans []span
 	for _, v := range r.values {
-		if strings.Contains(s, v) {
-			s = strings.ReplaceAll(s, v, m)
+		for off := 0; off < len(s); {
+			i := strings.Index(s[off:], v)
+			if i < 0 {
+				break
+			}
+			spans = append(spans, span{off + i, off + i + len(v)})
+			off += i + 1 // occurrences may overlap
 		}
 	}
 	if strings.Contains(s, clip.Mark) {
-		s = r.maskCutEdges(s, m)
+		spans = r.cutParts(s, spans)
 	}
-	return s
+	return maskSpans(s, spans, m)
 }
 
-// maskCutEdges masks, at each clip mark, the longest start of a value just before it (a head
-// clip's cut) and the longest end of one just after it (a tail clip's cut).
-func (r *Redactor) maskCutEdges(s, m string) string {
-	var b strings.Builder
-	rest := s
-	for {
-		i := strings.Index(rest, clip.Mark)
+// span is the bytes [from, to) of a text.
+type span struct{ from, to int }
+
+// cutParts adds, at each clip mark, the longest start of a value just before it (a head clip's
+// cut) and the longest end of one just after it (a tail clip's cut). Each side is read whole, so
+// a value that holds the mark itself is found too.
+func (r *Redactor) cutParts(s string, spans []span) []span {
+	for off := 0; ; {
+		i := strings.Index(s[off:], clip.Mark)
 		if i < 0 {
-			b.WriteString(rest)
-			return b.String()
+			return spans
 		}
-		before := rest[:i]
-		if k := r.startAtEnd(before); k > 0 {
-			before = before[:len(before)-k] + m
+		i += off
+		j := i + len(clip.Mark)
+		if k := r.startAtEnd(s[:i]); k > 0 {
+			spans = append(spans, span{i - k, i})
 		}
-		b.WriteString(before)
-		b.WriteString(clip.Mark)
-		rest = rest[i+len(clip.Mark):]
-		if k := r.endAtStart(rest); k > 0 {
-			b.WriteString(m)
-			rest = rest[k:]
+		if k := r.endAtStart(s[j:]); k > 0 {
+			spans = append(spans, span{j, j + k})
 		}
+		off = j
 	}
+}
+
+// maskSpans replaces each run of overlapping or touching spans of s by one m.
+func maskSpans(s string, spans []span, m string) string {
+	if len(spans) == 0 {
+		return s
+	}
+	sort.Slice(spans, func(a, b int) bool { return spans[a].from < spans[b].from })
+	var b strings.Builder
+	at := 0
+	for i := 0; i < len(spans); {
+		from, to := spans[i].from, spans[i].to
+		for i++; i < len(spans) && spans[i].from <= to; i++ {
+			to = max(to, spans[i].to)
+		}
+		b.WriteString(s[at:from])
+		b.WriteString(m)
+		at = to
+	}
+	b.WriteString(s[at:])
+	return b.String()
 }
 
 // startAtEnd is the length of the longest start of a value (at least minFragment bytes) that t
