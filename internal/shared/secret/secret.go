@@ -119,11 +119,11 @@ func unquote(q string) string {
 // password's bytes reached a report that way).
 func (r *Redactor) Redact(s string) string { return r.redactWith(s, mask) }
 
-// minFragment is the shortest part of a value masked beside a clip's mark. Fewer bytes tell a
+// MinFragment is the shortest part of a value masked beside a clip's mark. Fewer bytes tell a
 // reader little (at most 3, of a value they cannot tell is one), while 1 to 3 bytes of the start
 // or end of some registered value (KV values include plain words and host names) would mask
 // ordinary text beside every "…".
-const minFragment = 4
+const MinFragment = 4
 
 // redactWith is Redact with another mask, so a test can tell a survivor from mask-spelt text.
 // Every value's occurrences and every cut part are found in s as given, then masked together:
@@ -196,12 +196,12 @@ func maskSpans(s string, spans []span, m string) string {
 	return b.String()
 }
 
-// startAtEnd is the length of the longest start of a value (at least minFragment bytes) that t
+// startAtEnd is the length of the longest start of a value (at least MinFragment bytes) that t
 // ends with, 0 when none.
 func (r *Redactor) startAtEnd(t string) int {
 	best := 0
 	for _, v := range r.values {
-		for k := min(len(v), len(t)); k >= minFragment && k > best; k-- {
+		for k := min(len(v), len(t)); k >= MinFragment && k > best; k-- {
 			if t[len(t)-k] == v[0] && t[len(t)-k:] == v[:k] {
 				best = k
 				break
@@ -211,12 +211,12 @@ func (r *Redactor) startAtEnd(t string) int {
 	return best
 }
 
-// endAtStart is the length of the longest end of a value (at least minFragment bytes) that t
+// endAtStart is the length of the longest end of a value (at least MinFragment bytes) that t
 // starts with, 0 when none.
 func (r *Redactor) endAtStart(t string) int {
 	best := 0
 	for _, v := range r.values {
-		for k := min(len(v), len(t)); k >= minFragment && k > best; k-- {
+		for k := min(len(v), len(t)); k >= MinFragment && k > best; k-- {
 			if t[k-1] == v[len(v)-1] && t[:k] == v[len(v)-k:] {
 				best = k
 				break

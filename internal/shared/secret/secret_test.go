@@ -239,7 +239,7 @@ func TestRedactorMasksAValueCutBesideTheMark(t *testing.T) {
 
 // FuzzClippedValueNeverLeaks cuts a text holding a value with every clip at any length, before
 // redacting it (the wrong order, which a careless caller may still take): no part of the value
-// of minFragment bytes or more survives. Filler and mask are bytes the value does not hold, so
+// of MinFragment bytes or more survives. Filler and mask are bytes the value does not hold, so
 // every survivor in the output is a real one.
 func FuzzClippedValueNeverLeaks(f *testing.F) {
 	f.Add("Q7ZK9W4PV2MJ8H", 40, 600, 60)
@@ -268,7 +268,7 @@ func FuzzClippedValueNeverLeaks(f *testing.F) {
 			"head": clip.Head(in, n), "tail": clip.Tail(in, n), "runes": clip.Runes(in, max(n, 1)),
 		} {
 			out := r.redactWith(clipped, sentinel)
-			for k := len(value); k >= minFragment; k-- {
+			for k := len(value); k >= MinFragment; k-- {
 				for i := 0; i+k <= len(value); i++ {
 					if strings.Contains(out, value[i:i+k]) {
 						t.Fatalf("%s(%d): %q of %q survives in %q", name, n, value[i:i+k], value, out)
