@@ -239,6 +239,21 @@ type LeaseBackoff struct {
 	Reason string `json:"reason,omitempty"`
 }
 
+// MaxLeaseBackoff is the longest hold on leases a refused lease login starts.
+const MaxLeaseBackoff = time.Hour
+
+// Holds reports whether no lease may be taken at now: Until is ahead, and no further ahead than
+// MaxLeaseBackoff. One further came from a clock that ran ahead or a hand edit; held, it would
+// stop every lease until then, and the token would expire into "re-run the install kit".
+func (b *LeaseBackoff) Holds(now time.Time) bool {
+	return b != nil && now.Before(b.Until) && !b.TooFar(now)
+}
+
+// TooFar reports whether Until is further ahead of now than any back-off the agent starts.
+func (b *LeaseBackoff) TooFar(now time.Time) bool {
+	return b != nil && b.Until.Sub(now) > MaxLeaseBackoff
+}
+
 // DeployBackoff is the failing sha and its next try; refusals are not part of it.
 type DeployBackoff struct {
 	Sha string `json:"sha"`

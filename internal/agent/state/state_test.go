@@ -656,3 +656,28 @@ func TestTTLLeft(t *testing.T) {
 		t.Errorf("TTLLeft without a token = %v, want nil", *got)
 	}
 }
+
+// A lease back-off holds until Until, but never longer than MaxLeaseBackoff from now: one
+// further ahead came from a clock that ran ahead or a hand edit, and is lapsed.
+func TestLeaseBackoffHoldsNoLongerThanTheLongest(t *testing.T) {
+	now := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name       string
+		b          *LeaseBackoff
+		holds, far bool
+	}{
+		{"none", nil, false, false},
+		{"ahead", &LeaseBackoff{Until: now.Add(30 * time.Minute)}, true, false},
+		{"the longest", &LeaseBackoff{Until: now.Add(MaxLeaseBackoff)}, true, false},
+		{"past the longest", &LeaseBackoff{Until: now.Add(MaxLeaseBackoff + time.Second)}, false, true},
+		{"years ahead", &LeaseBackoff{Until: now.AddDate(5, 0, 0)}, false, true},
+		{"over", &LeaseBackoff{Until: now}, false, false},
+	} {
+		if got := tc.b.Holds(now); got != tc.holds {
+			t.Errorf("%s: Holds = %v, want %v", tc.name, got, tc.holds)
+		}
+		if got := tc.b.TooFar(now); got != tc.far {
+			t.Errorf("%s: TooFar = %v, want %v", tc.name, got, tc.far)
+		}
+	}
+}
