@@ -24,7 +24,7 @@ const MaxLoadError = 1 << 10
 // Check is the pre-lease judgement of the compose file as staged in releaseDir under `project`:
 // BUNDLE_INVALID for the never-allowed or unloadable, then PRIVILEGED_REFUSED for host reach
 // unless agent.allow_privileged. Loaded as docker compose loads it, with the secret-free env.
-func (b *Bundle) Check(releaseDir, project string) error {
+func (b *Bundle) Check(releaseDir, project string, host Host) error {
 	if !filepath.IsAbs(releaseDir) {
 		// the caller's mistake, not the bundle's: not a refusal
 		return fmt.Errorf("bundle: check: release directory %q is not an absolute path", releaseDir)
@@ -41,6 +41,7 @@ func (b *Bundle) Check(releaseDir, project string) error {
 		Env:        known,
 		WithValues: true,
 		Staged:     sortedNames(b.Files),
+		Host:       host,
 	}
 	return j.Verdict(b.Meta.Agent.AllowPrivileged)
 }
@@ -48,11 +49,11 @@ func (b *Bundle) Check(releaseDir, project string) error {
 // JudgeRendered judges `docker compose config --format json` of the rendered release by Check's
 // policy; details name keys, never values, prefixed `rendered:`. The loader's own words may quote
 // a rendered value: red, holding every secret read, masks them before they are cut.
-func JudgeRendered(config []byte, composeFile, releaseDir, project string, allowPrivileged bool, red *secret.Redactor) error {
+func JudgeRendered(config []byte, composeFile, releaseDir, project string, allowPrivileged bool, host Host, red *secret.Redactor) error {
 	if red == nil {
 		return errors.New("bundle: judge rendered: no redactor: the rendered file holds secrets")
 	}
-	j := Judgement{Compose: config, File: composeFile, ReleaseDir: releaseDir, Project: project, Stage: "rendered: ", rendered: true, Redact: red}
+	j := Judgement{Compose: config, File: composeFile, ReleaseDir: releaseDir, Project: project, Stage: "rendered: ", rendered: true, Redact: red, Host: host}
 	return j.Verdict(allowPrivileged)
 }
 
@@ -104,6 +105,8 @@ type Judgement struct {
 	// Redact masks the secrets a rendered file holds in the loader's words before they are cut
 	// (nil: a file judged before any secret was read).
 	Redact *secret.Redactor
+	// Host is the box judged for: its intercept range, its time zone files.
+	Host Host
 }
 
 // renderedScale is how much larger `docker compose config` may make a file by writing defaults.
@@ -180,7 +183,7 @@ func (j Judgement) Findings() ([]Finding, error) {
 	if err != nil {
 		return nil, err
 	}
-	return append(raw, judgeProject(p, j.ReleaseDir, j.Project, j.staged())...), nil
+	return append(raw, judgeProject(p, j.Host, j.ReleaseDir, j.Project, j.staged())...), nil
 }
 
 // staged is every release-relative path the agent writes into the release.

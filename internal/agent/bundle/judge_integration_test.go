@@ -89,7 +89,7 @@ func TestPostRenderJudgementWithRealCompose(t *testing.T) {
 				t.Logf("compose itself refuses it: %v", err)
 				return
 			}
-			err = bundle.JudgeRendered(out, file, dir, itProject, false, itRedactor())
+			err = bundle.JudgeRendered(out, file, dir, itProject, false, bundle.Host{}, itRedactor())
 			var r *protocol.Refusal
 			if !errors.As(err, &r) {
 				// the rendered file carries the secret: never print it as is
@@ -114,7 +114,7 @@ func TestRealWorldFilesPassThePostRenderJudgement(t *testing.T) {
 		if err != nil {
 			t.Fatalf("compose config: %v", err)
 		}
-		if err := bundle.JudgeRendered(out, bundle.DefaultComposeFile, dir, itProject, false, itRedactor()); err != nil {
+		if err := bundle.JudgeRendered(out, bundle.DefaultComposeFile, dir, itProject, false, bundle.Host{}, itRedactor()); err != nil {
 			t.Fatalf("refused: %v", err)
 		}
 	})
@@ -134,7 +134,7 @@ func BenchmarkJudgeRendered(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				if err := bundle.JudgeRendered(out, bundle.DefaultComposeFile, dir, itProject, false, itRedactor()); err != nil {
+				if err := bundle.JudgeRendered(out, bundle.DefaultComposeFile, dir, itProject, false, bundle.Host{}, itRedactor()); err != nil {
 					b.Fatalf("%.300v", err)
 				}
 			}

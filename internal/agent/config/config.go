@@ -5,6 +5,7 @@ package config
 import (
 	"log/slog"
 	"net"
+	"net/netip"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -65,7 +66,23 @@ type Config struct {
 	LogLevel string `yaml:"log_level"`
 	// TextfileDir is node_exporter's textfile directory; metrics are written only if it exists.
 	TextfileDir string `yaml:"textfile_dir"`
+
+	// AgentUser is the account ticks run as (the unit's User=): a tick started as root finding
+	// no state_dir, or root's own, continues as it and never creates files as root.
+	AgentUser string `yaml:"agent_user"`
+	// InterceptRange is the tunneller's intercept (DNS) range, ziti-edge-tunnel's
+	// --dns-ip-range: the agent's plain-HTTP calls under `transport: system` go there, so no
+	// bundle network may take a subnet in it. InterceptPrefix is it parsed.
+	InterceptRange  string       `yaml:"intercept_range"`
+	InterceptPrefix netip.Prefix `yaml:"-"`
+	agentUserSet    bool
 }
+
+// DefaultAgentUser is the account the package creates and its units run as.
+const DefaultAgentUser = "monky-deployd"
+
+// DefaultInterceptRange is ziti-edge-tunnel's default --dns-ip-range.
+const DefaultInterceptRange = "100.64.0.0/10"
 
 // Tenancy is how the agent reaches tenancy's agent entrypoint.
 type Tenancy struct {
@@ -137,8 +154,14 @@ func defaults() Config {
 		ContainerdRoot:  "/var/lib/containerd",
 		LogLevel:        "INFO",
 		TextfileDir:     DefaultTextfileDir,
+		AgentUser:       DefaultAgentUser,
+		InterceptRange:  DefaultInterceptRange,
 	}
 }
+
+// AgentUserSet reports whether the file named agent_user (else the default stands, and a box
+// without that account has none: root is then the agent's user).
+func (c *Config) AgentUserSet() bool { return c.agentUserSet }
 
 // DefaultTextfileDir is where Debian's prometheus-node-exporter reads textfiles from.
 const DefaultTextfileDir = "/var/lib/prometheus/node-exporter"

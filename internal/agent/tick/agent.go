@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/bao"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/bundle"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/compose"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/config"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/diskspace"
@@ -70,6 +71,9 @@ type Deps struct {
 	Hostname string
 	// Step, when set, runs after each named step; its error aborts the tick like a crash (tests).
 	Step func(name string) error
+	// IsFile reports whether a host path is a regular file (the compose judgement's time zone
+	// binds); nil asks the filesystem.
+	IsFile func(path string) bool
 	// Redact is the tick's redactor: every secret read is added to it, every journal line,
 	// report and error passes it. Docker must hold the same one, so a failed command's output is
 	// redacted before it is cut (compose.CmdError). Required.
@@ -231,6 +235,18 @@ type redactedError struct {
 
 func (e *redactedError) Error() string { return e.msg }
 func (e *redactedError) Unwrap() error { return e.err }
+
+// judgeHost is the box as the compose judgement sees it: its intercept range and files.
+func (a *Agent) judgeHost() bundle.Host {
+	isFile := a.deps.IsFile
+	if isFile == nil {
+		isFile = func(p string) bool {
+			fi, err := os.Stat(p)
+			return err == nil && fi.Mode().IsRegular()
+		}
+	}
+	return bundle.Host{InterceptRange: a.cfg.InterceptPrefix, IsFile: isFile}
+}
 
 // removeLeftovers deletes temp files of killed writes in state_dir: they may hold a token.
 func (a *Agent) removeLeftovers() {

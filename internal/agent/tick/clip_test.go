@@ -50,7 +50,7 @@ var clipSites = []clipSite{
 		// `docker compose config` writes a literal $ as $$, as the loader reads it back
 		port, _ := json.Marshal(strings.ReplaceAll(text, "$", "$$"))
 		rendered := fmt.Sprintf(`{"services":{"api":{"image":"x","ports":[%s]}}}`, port)
-		err := bundle.JudgeRendered([]byte(rendered), "docker-compose.yml", "/rel", "p", false, red)
+		err := bundle.JudgeRendered([]byte(rendered), "docker-compose.yml", "/rel", "p", false, bundle.Host{}, red)
 		if err == nil {
 			t.Fatal("judged a broken file")
 		}

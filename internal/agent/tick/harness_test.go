@@ -68,6 +68,8 @@ func (c *clock) Sleep(ctx context.Context, d time.Duration) error {
 
 // harness is one box: a config and state dir, fake tenancy, fake OpenBao, a simulated docker CLI.
 type harness struct {
+	// noHostFile lists host paths that are no regular file on this box (Deps.IsFile).
+	noHostFile map[string]bool
 	t       testing.TB
 	dir     string
 	cfg     *config.Config
@@ -251,6 +253,8 @@ func (h *harness) deps() tick.Deps {
 		Sleep:    h.clock.Sleep,
 		Hostname: "qa-02",
 		Step:     h.step,
+		// The host's time zone files are there unless a test took one away.
+		IsFile: func(p string) bool { return !h.noHostFile[p] },
 	}
 	if h.wrap != nil {
 		h.wrap(&d)
