@@ -70,20 +70,20 @@ func (c *clock) Sleep(ctx context.Context, d time.Duration) error {
 type harness struct {
 	// noHostFile lists host paths that are no regular file on this box (Deps.IsFile).
 	noHostFile map[string]bool
-	t       testing.TB
-	dir     string
-	cfg     *config.Config
-	ten     *tenancytest.Server
-	bao     *baotest.Server
-	signer  *grant.Signer
-	docker  *composetest.Sim
-	clock   *clock
-	logs    *syncbuf.Buffer
-	free    map[string]int64
-	step    func(string) error
-	prune   bool
-	timer   *protocol.Timer
-	cfgText string
+	t          testing.TB
+	dir        string
+	cfg        *config.Config
+	ten        *tenancytest.Server
+	bao        *baotest.Server
+	signer     *grant.Signer
+	docker     *composetest.Sim
+	clock      *clock
+	logs       *syncbuf.Buffer
+	free       map[string]int64
+	step       func(string) error
+	prune      bool
+	timer      *protocol.Timer
+	cfgText    string
 	// httpTransport, when set, carries every tenancy and OpenBao call (a transport under test).
 	httpTransport func() *http.Transport
 	// bao2 is the second fake OpenBao of newHarnessOpts' secondBao, nil otherwise.
