@@ -374,3 +374,119 @@ func TestTickWithoutTheDockerGroupChecksInAndReports(t *testing.T) {
 		t.Errorf("report = %+v, want unhealthy naming docker, the socket's refusal and the usermod", r)
 	}
 }
+
+// TestRootTickNeverCreatesAsRoot: `sudo monky-deployd tick` on a box whose state_dir is missing,
+// empty and root's, or an unknown uid's, leaves nothing under state_dir that the agent's
+// account (agent_user) does not own. The first two run the tick as the agent: it bootstraps,
+// checks in and tries the desired release, so a root tick would have made the lock, bao.token,
+// state.json and the release directory root's. The third is refused with exit 78.
+func TestRootTickNeverCreatesAsRoot(t *testing.T) {
+	needRoot(t)
+	u, dockGID := throwawayAccount(t)
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	dir := t.TempDir()
+	agentBin, fakeDocker := buildBinaries(t, filepath.Join(dir, "bin"))
+	openDirs(t, filepath.Join(dir, "bin"))
+	signer, err := grant.NewSigner("i19")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs := baotest.Start(baotest.Options{PublicKey: signer.PublicKey()})
+	defer bs.Close()
+	ts := tenancytest.Start(tenancytest.Options{Verifier: bs, Signer: signer, BaoAddr: bs.URL})
+	defer ts.Close()
+
+	for i, tc := range []struct {
+		name    string
+		prepare func(stateDir string)
+		code    int
+	}{
+		{"a missing state_dir", func(string) {}, 1},
+		{"an empty state_dir of root's", func(s string) {
+			if err := os.Mkdir(s, 0o700); err != nil {
+				t.Fatal(err)
+			}
+		}, 1},
+		{"a state_dir of a uid without an account", func(s string) {
+			if err := os.Mkdir(s, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			os.Chown(s, 4243, 4243)
+		}, 78},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := fmt.Sprintf("env-rootless-%02d", i)
+			ts.AddEnv(env)
+			ts.SetDesired(env, map[string]string{
+				"bundle.json":        `{"compose_file": "docker-compose.yml"}`,
+				"docker-compose.yml": "services:\n  api:\n    image: x/api:1\n",
+			})
+			box := filepath.Join(dir, env)
+			kit := filepath.Join(box, "kit")
+			for _, d := range []string{box, kit} {
+				if err := os.Mkdir(d, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := os.WriteFile(filepath.Join(kit, "bootstrap.jwt"), []byte(ts.RevealKit(env)+"\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			chownTree(t, kit, uid, gid)
+			openDirs(t, box)
+			stateDir := filepath.Join(box, "state")
+			tc.prepare(stateDir)
+			ps := filepath.Join(box, "ps.json")
+			os.WriteFile(ps, nil, 0o644)
+			cfgPath := filepath.Join(box, "config.yaml")
+			cfg := fmt.Sprintf("env_id: %s\nsite: qa\ntransport: system\ntenancy:\n  base_url: %s\nbao:\n  addr: %s\nstate_dir: %s\nbootstrap_file: %s\ndocker_bin: %s\ntextfile_dir: %s\nagent_user: %s\n",
+				env, ts.URL, bs.URL, stateDir, filepath.Join(kit, "bootstrap.jwt"), fakeDockerWith(t, box, fakeDocker, ps), filepath.Join(box, "no-node-exporter"), u.Username)
+			if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+				t.Fatal(err)
+			}
+
+			code, stderr := runAs(t, nil, agentBin, "--config", cfgPath, "tick")
+			if code != tc.code {
+				t.Fatalf("exit %d, want %d; stderr:\n%s", code, tc.code, stderr)
+			}
+			var rootOwned []string
+			filepath.WalkDir(stateDir, func(p string, _ fs.DirEntry, err error) error {
+				if err == nil && ownerOf(t, p) == 0 {
+					rootOwned = append(rootOwned, p)
+				}
+				return err
+			})
+			if len(rootOwned) > 0 {
+				t.Errorf("root owns %q after the tick; stderr:\n%s", rootOwned, stderr)
+			}
+			if tc.code == 78 {
+				if !strings.Contains(stderr, "sudo -u '#4243' monky-deployd --config "+cfgPath+" tick") {
+					t.Errorf("stderr:\n%s\nwant the sudo line", stderr)
+				}
+				if names, _ := os.ReadDir(stateDir); len(names) != 0 {
+					t.Errorf("a refused tick left %v", names)
+				}
+				return
+			}
+			if !strings.Contains(stderr, "re-running as it, with its groups") || !strings.Contains(stderr, "user="+u.Username) {
+				t.Errorf("stderr does not say the tick re-ran as the agent:\n%s", stderr)
+			}
+			if ownerOf(t, stateDir) != uint32(uid) {
+				t.Errorf("state_dir belongs to %d, want the agent's %d", ownerOf(t, stateDir), uid)
+			}
+			for _, f := range []string{"lock", "bao.token", "state.json", env} {
+				if _, err := os.Lstat(filepath.Join(stateDir, f)); err != nil {
+					t.Errorf("the agent's tick made no %s (%v): it did not run far", f, err)
+				}
+			}
+			if len(ts.Checkins(env)) != 1 {
+				t.Errorf("%d check-ins, want 1", len(ts.Checkins(env)))
+			}
+			// and the timer's tick, as the agent, goes on from there
+			cred := &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{dockGID}}
+			if code, stderr := runAs(t, cred, agentBin, "--config", cfgPath, "tick"); code != 1 || strings.Contains(stderr, "permission denied") || !strings.Contains(stderr, "backoff: ") {
+				t.Errorf("the agent's own tick after: exit %d\n%s", code, stderr)
+			}
+		})
+	}
+}
