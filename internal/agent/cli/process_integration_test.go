@@ -227,18 +227,7 @@ func TestFullDiskStillReports(t *testing.T) {
 	needRoot(t)
 	dir := t.TempDir()
 	agentBin, fakeDocker := buildBinaries(t, filepath.Join(dir, "bin"))
-	box := filepath.Join(dir, "box")
-	if err := os.Mkdir(box, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=2m,mode=0700", "i11b-full", box).CombinedOutput(); err != nil {
-		t.Fatalf("mount tmpfs: %v\n%s", err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", box).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v\n%s", box, err, out)
-		}
-	})
+	box := smallTmpfs(t, dir, "2m")
 	cfgPath, ts, cleanup := convergedBoxWithTenancy(t, box, fakeDocker)
 	defer cleanup()
 	stateDir := filepath.Join(box, "state")
@@ -246,30 +235,7 @@ func TestFullDiskStillReports(t *testing.T) {
 		t.Fatalf("first tick: exit %d\n%s", code, stderr)
 	}
 
-	// Fill the filesystem to the last byte.
-	filler, err := os.Create(filepath.Join(box, "filler"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	chunk := make([]byte, 4096)
-	for {
-		if _, err := filler.Write(chunk); err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatal(err)
-			}
-			break
-		}
-	}
-	filler.Close()
-	for _, small := range []int{512, 1} {
-		f, _ := os.OpenFile(filepath.Join(box, "filler"), os.O_WRONLY|os.O_APPEND, 0)
-		for f != nil {
-			if _, err := f.Write(chunk[:small]); err != nil {
-				break
-			}
-		}
-		f.Close()
-	}
+	fillDisk(t, box)
 	stBefore, _ := os.ReadFile(filepath.Join(stateDir, "state.json"))
 	reports := len(ts.Reports(benchEnv))
 
@@ -313,6 +279,115 @@ func TestFullDiskStillReports(t *testing.T) {
 	st, err := state.Load(filepath.Join(stateDir, "state.json"))
 	if err != nil || st.LastCheckinAt == nil || st.LastResult != "healthy" {
 		t.Errorf("state after recovery = %+v, %v", st, err)
+	}
+}
+
+// smallTmpfs mounts a tmpfs of size bytes at a new directory under dir, unmounted at the end.
+func smallTmpfs(t *testing.T, dir, size string) string {
+	t.Helper()
+	box := filepath.Join(dir, "box")
+	if err := os.Mkdir(box, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size+",mode=0700", "i19-full", box).CombinedOutput(); err != nil {
+		t.Fatalf("mount tmpfs: %v\n%s", err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", box).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v\n%s", box, err, out)
+		}
+	})
+	return box
+}
+
+// fillDisk fills the filesystem of dir to the last byte with dir/filler.
+func fillDisk(t *testing.T, dir string) {
+	t.Helper()
+	filler, err := os.Create(filepath.Join(dir, "filler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, 4096)
+	for {
+		if _, err := filler.Write(chunk); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	filler.Close()
+	for _, small := range []int{512, 1} {
+		f, _ := os.OpenFile(filepath.Join(dir, "filler"), os.O_WRONLY|os.O_APPEND, 0)
+		for f != nil {
+			if _, err := f.Write(chunk[:small]); err != nil {
+				break
+			}
+		}
+		f.Close()
+	}
+}
+
+// TestFullDiskKeepsTheBackoff: with state_dir on a full filesystem (a small tmpfs, filled), a
+// release that fails enters its backoff, and the next tick honours it: it fetches, judges and
+// tries nothing before the next try is due. The backoff lives in state.json's reserve, which a
+// save the disk refuses is written into in place; once space is back, state.json catches up.
+func TestFullDiskKeepsTheBackoff(t *testing.T) {
+	needRoot(t)
+	dir := t.TempDir()
+	agentBin, fakeDocker := buildBinaries(t, filepath.Join(dir, "bin"))
+	box := smallTmpfs(t, dir, "4m")
+	cfgPath, ts, cleanup := convergedBoxWithTenancy(t, box, fakeDocker)
+	defer cleanup()
+	stateDir := filepath.Join(box, "state")
+	if code, stderr := runAs(t, nil, agentBin, "--config", cfgPath, "tick"); code != 0 {
+		t.Fatalf("first tick: exit %d\n%s", code, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(stateDir, "state.json.reserve")); err != nil {
+		t.Fatalf("no reserve after a tick: %v", err)
+	}
+	failing := ts.SetDesired(benchEnv, map[string]string{
+		"bundle.json":        `{"compose_file": "docker-compose.yml"}`,
+		"docker-compose.yml": "services:\n  api:\n    image: x/api:2\n  worker:\n    image: x/worker:2\n",
+	})
+	fillDisk(t, box)
+
+	code, stderr := runAs(t, nil, agentBin, "--config", cfgPath, "tick")
+	if code != 1 || !strings.Contains(stderr, "backoff: "+failing[:12]+" failed 1×") {
+		t.Fatalf("the failing tick on a full disk: exit %d, stderr:\n%s", code, stderr)
+	}
+	if !strings.Contains(stderr, "kept in the reserve") {
+		t.Errorf("the failing tick does not say the state went to the reserve:\n%s", stderr)
+	}
+	fetched := len(ts.BundleFetches(benchEnv))
+	if fetched != 1 {
+		t.Fatalf("%d bundle fetches, want 1", fetched)
+	}
+	for i := range 2 {
+		code, stderr = runAs(t, nil, agentBin, "--config", cfgPath, "tick")
+		if code != 1 || !strings.Contains(stderr, "WARN backoff: "+failing[:12]+" failed 1×") || !strings.Contains(stderr, "state.json is behind") {
+			t.Errorf("tick %d during the backoff: exit %d, stderr:\n%s", i+2, code, stderr)
+		}
+		if n := len(ts.BundleFetches(benchEnv)); n != fetched {
+			t.Fatalf("tick %d fetched the failing release again (%d fetches): the backoff was lost to the full disk", i+2, n)
+		}
+	}
+	r, _ := ts.LastReport(benchEnv)
+	if r.Result != "healthy" || !strings.Contains(r.Detail, "backs off") && !strings.Contains(r.Detail, "next try at") {
+		t.Errorf("report during the backoff = %s %q", r.Result, r.Detail)
+	}
+
+	// Space is back: the next save reaches state.json, with the backoff.
+	if err := os.Remove(filepath.Join(box, "filler")); err != nil {
+		t.Fatal(err)
+	}
+	runAs(t, nil, agentBin, "--config", cfgPath, "tick")
+	raw, _ := os.ReadFile(filepath.Join(stateDir, "state.json"))
+	if !strings.Contains(string(raw), `"deploy_backoff"`) || !strings.Contains(string(raw), failing) {
+		t.Errorf("state.json after the disk was freed holds no backoff of %s:\n%s", failing[:12], raw)
+	}
+	if st, err := state.Load(filepath.Join(stateDir, "state.json")); err != nil || st.FromReserve() {
+		t.Errorf("state after recovery read from the reserve (%v)", err)
 	}
 }
 

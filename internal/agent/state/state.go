@@ -78,6 +78,8 @@ type State struct {
 
 	// extra keeps unknown fields, so a downgrade or newer writer loses nothing on save.
 	extra map[string]json.RawMessage
+	// fromReserve: Load read the reserve (reserve.go), the disk refused the last save.
+	fromReserve bool
 }
 
 // TokenMeta describes the token in bao.token; never the token itself.
@@ -342,14 +344,32 @@ func (e *CorruptError) Error() string {
 
 func (e *CorruptError) Unwrap() error { return e.Err }
 
-// Load reads the state file: missing is the empty state, not a state is a *CorruptError.
+// writeFile is atomicfile.WriteFile; tests make it meet a full disk.
+var writeFile = atomicfile.WriteFile
+
+// Load reads the state file: missing is the empty state, not a state is a *CorruptError. A save
+// the full disk refused and the reserve kept (reserve.go) is newer than the file: it is read.
 func Load(path string) (*State, error) {
 	data, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return &State{}, nil
-	}
-	if err != nil {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		data = nil
+	case err != nil:
 		return nil, fmt.Errorf("state: read %s: %w", path, err)
+	}
+	over := "none"
+	if data != nil {
+		over = hashOf(data)
+	}
+	if kept, _, _, ok := readReserve(path, over); ok {
+		var s State
+		if err := json.Unmarshal(kept, &s); err == nil {
+			s.fromReserve = true
+			return &s, nil
+		}
+	}
+	if data == nil {
+		return &State{}, nil
 	}
 	var s State
 	if err := json.Unmarshal(data, &s); err != nil {
@@ -358,16 +378,29 @@ func Load(path string) (*State, error) {
 	return &s, nil
 }
 
-// Save writes s to path atomically, mode 0600.
+// FromReserve reports whether Load read the state from the reserve: state.json is behind.
+func (s *State) FromReserve() bool { return s.fromReserve }
+
+// Save writes s to path atomically, mode 0600. When the disk refuses (full, or over quota), the
+// reserve keeps it: the error then matches ErrKeptInReserve, and Load reads it back.
 func Save(path string, s *State) error {
 	data, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {
 		return fmt.Errorf("state: encode: %w", err)
 	}
-	if err := atomicfile.WriteFile(path, append(data, '\n'), 0o600); err != nil {
+	data = append(data, '\n')
+	err = writeFile(path, data, 0o600)
+	switch {
+	case err == nil:
+		tendReserve(path, len(data))
+		return nil
+	case !diskFull(err):
 		return fmt.Errorf("state: save: %w", err)
 	}
-	return nil
+	if rerr := keepInReserve(path, data); rerr != nil {
+		return fmt.Errorf("state: save: %w; the reserve could not keep it either: %v", err, rerr)
+	}
+	return fmt.Errorf("state: save: %w; %w (%s) until there is space", err, ErrKeptInReserve, path+ReserveSuffix)
 }
 
 // IsRollback: sha was applied before and is not current (AppliedSha, or after a retire History's tail).

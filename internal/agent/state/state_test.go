@@ -161,8 +161,9 @@ func TestSaveModeAndRoundTrip(t *testing.T) {
 	if st.Mode().Perm() != 0o600 {
 		t.Errorf("mode %v, want 0600", st.Mode().Perm())
 	}
-	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
-		t.Errorf("%d entries in the state dir, want only state.json", len(ents))
+	// no temp file is left; the reserve is made beside state.json (reserve.go)
+	if ents, _ := os.ReadDir(dir); len(ents) != 2 || ents[0].Name() != "state.json" || ents[1].Name() != "state.json.reserve" {
+		t.Errorf("state dir holds %v, want only state.json and state.json.reserve", ents)
 	}
 	got, err := Load(p)
 	if err != nil {

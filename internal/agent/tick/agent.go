@@ -250,7 +250,7 @@ func (a *Agent) judgeHost() bundle.Host {
 
 // removeLeftovers deletes temp files of killed writes in state_dir: they may hold a token.
 func (a *Agent) removeLeftovers() {
-	for _, p := range []string{a.cfg.StatePath(), a.cfg.TokenPath(), a.files().Staged, a.files().Grant, filepath.Join(a.cfg.DockerConfigDir(), registryauth.ConfigFile)} {
+	for _, p := range []string{a.cfg.StatePath(), a.cfg.StatePath() + state.ReserveSuffix, a.cfg.TokenPath(), a.files().Staged, a.files().Grant, filepath.Join(a.cfg.DockerConfigDir(), registryauth.ConfigFile)} {
 		removed, err := atomicfile.RemoveLeftovers(p)
 		if err != nil {
 			a.log.Warn("temp files of a killed tick could not be removed", "error", err.Error())
@@ -320,6 +320,10 @@ func (a *Agent) loadState() (*state.State, error) {
 		st = &state.State{}
 	default:
 		return nil, err
+	}
+	if st.FromReserve() {
+		a.log.Warn("state.json is behind: the last save met a full disk and was kept in its reserve; read from there",
+			"reserve", a.cfg.StatePath()+state.ReserveSuffix)
 	}
 	if st.EnvID == "" {
 		st.EnvID = a.cfg.EnvID
