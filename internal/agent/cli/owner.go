@@ -34,14 +34,11 @@ type process struct {
 	lookup func(uid uint32) (account, error)
 	// lookupName finds the account called name, as lookup does.
 	lookupName func(name string) (account, error)
-	// entries lists the names in directory path.
-	entries func(path string) ([]string, error)
-	// mkdir makes directory path, mode 0700 exactly, its parent existing.
-	mkdir func(path string) error
-	// chown gives path (symlinks followed) to uid and gid.
-	chown func(path string, uid, gid uint32) error
-	// rmdir removes the empty directory path.
-	rmdir func(path string) error
+	// giveEmpty gives the directory at path (symlinks followed) to uid and gid when it is
+	// root's and empty; else it returns its entries and gives nothing.
+	giveEmpty func(path string, uid, gid uint32) (entries []string, err error)
+	// makeFor makes directory path (its parent existing), 0700, for uid and gid.
+	makeFor func(path string, uid, gid uint32) error
 	// become drops to a and executes this binary with argv and env; it returns only on failure.
 	become  func(a account, argv, env []string) error
 	environ func() []string
@@ -52,10 +49,8 @@ var realProcess = process{
 	owner:      statOwner,
 	lookup:     lookupAccount,
 	lookupName: lookupAccountName,
-	entries:    dirNames,
-	mkdir:      mkdir0700,
-	chown:      func(p string, uid, gid uint32) error { return os.Chown(p, int(uid), int(gid)) },
-	rmdir:      os.Remove,
+	giveEmpty:  giveEmptyDir,
+	makeFor:    makeDirFor,
 	become:     becomeAndExec,
 	environ:    os.Environ,
 }
@@ -101,24 +96,18 @@ func asAgentUser(p process, cfg *config.Config, log *slog.Logger, args []string,
 	}
 	made := "made state_dir, 0700, for the agent's user"
 	if exists {
-		names, err := p.entries(cfg.StateDir)
-		if err != nil {
-			return ownerError(cfg, fmt.Sprintf("state_dir %s belongs to root and cannot be read: %v", cfg.StateDir, err), a.name)
-		}
-		if len(names) > 0 {
+		names, err := p.giveEmpty(cfg.StateDir, a.uid, a.gid)
+		switch {
+		case err != nil:
+			return ownerError(cfg, fmt.Sprintf("state_dir %s could not be given to %s: %v", cfg.StateDir, a.name, err), a.name)
+		case len(names) > 0:
 			return ownerError(cfg, fmt.Sprintf("state_dir %s belongs to root and holds files %s (agent_user) cannot use, left by a tick run as root; give them back first: sudo chown -hR %s:%s %s",
 				cfg.StateDir, a.name, a.name, a.name, cfg.StateDir), a.name)
 		}
 		made = "gave the empty state_dir to the agent's user"
-	} else if err := p.mkdir(cfg.StateDir); err != nil {
-		return ownerError(cfg, fmt.Sprintf("state_dir %s does not exist and cannot be made (%v); make it for the agent: sudo install -d -o %s -g %s -m 0700 %s",
-			cfg.StateDir, err, a.name, a.name, cfg.StateDir), a.name)
-	}
-	if err := p.chown(cfg.StateDir, a.uid, a.gid); err != nil {
-		if !exists {
-			_ = p.rmdir(cfg.StateDir) // root's, and empty: nobody could use it
-		}
-		return ownerError(cfg, fmt.Sprintf("state_dir %s could not be given to %s: %v", cfg.StateDir, a.name, err), a.name)
+	} else if err := p.makeFor(cfg.StateDir, a.uid, a.gid); err != nil {
+		return ownerError(cfg, fmt.Sprintf("state_dir %s could not be made for %s (%v); make it: sudo install -d -o %s -g %s -m 0700 %s",
+			cfg.StateDir, a.name, err, a.name, a.name, cfg.StateDir), a.name)
 	}
 	log.Info("running as root: "+made+"; re-running as it, with its groups", "state_dir", cfg.StateDir, "agent_user", a.name)
 	return reRunAs(p, cfg, log, args, a, "running as root: re-running as the agent's user, with its groups")
@@ -192,22 +181,54 @@ func lookupAccountName(name string) (account, error) {
 	return lookupAccount(uint32(uid))
 }
 
-// dirNames lists a directory's entries by name.
-func dirNames(path string) ([]string, error) {
-	des, err := os.ReadDir(path)
-	names := make([]string, len(des))
-	for i, d := range des {
-		names[i] = d.Name()
+// giveEmptyDir judges and gives one open directory, so the directory found root's and empty is
+// the one given, whatever is renamed or linked in its place meanwhile.
+func giveEmptyDir(path string, uid, gid uint32) ([]string, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_DIRECTORY, 0)
+	if err != nil {
+		return nil, err
 	}
-	return names, err
+	defer f.Close()
+	if err := rootsDir(f); err != nil {
+		return nil, err
+	}
+	names, err := f.Readdirnames(-1)
+	if err != nil || len(names) > 0 {
+		return names, err
+	}
+	return nil, f.Chown(int(uid), int(gid))
 }
 
-// mkdir0700 makes path 0700 whatever the umask; its parent must exist (root makes no more).
-func mkdir0700(path string) error {
+// makeDirFor makes path 0700 (its parent must exist: root makes no more) and gives it, by its
+// open descriptor, never following a link put in its place; undone when it cannot be given.
+func makeDirFor(path string, uid, gid uint32) error {
 	if err := os.Mkdir(path, 0o700); err != nil {
 		return err
 	}
-	return os.Chmod(path, 0o700)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0)
+	if err == nil {
+		err = rootsDir(f)
+		if err == nil {
+			err = errors.Join(f.Chmod(0o700), f.Chown(int(uid), int(gid)))
+		}
+		f.Close()
+	}
+	if err != nil {
+		_ = os.Remove(path) // root's and empty: nobody could use it
+	}
+	return err
+}
+
+// rootsDir checks that f is a directory root owns.
+func rootsDir(f *os.File) error {
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || st.Uid != 0 || !fi.IsDir() {
+		return fmt.Errorf("%s is no longer a directory of root's", f.Name())
+	}
+	return nil
 }
 
 // lookupAccount reads uid's name, home, primary group and groups, as initgroups(3) would.

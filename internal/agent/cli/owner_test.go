@@ -24,10 +24,10 @@ type fakeProcess struct {
 	became   []account
 	argv     []string
 	env      []string
-	// state_dir's entries, and what mkdir and chown answer; made and given record the calls
-	entries            []string
-	mkdirErr, chownErr error
-	made, given, gone  []string
+	// state_dir's entries, and what making or giving it answers; made and given record the calls
+	entries          []string
+	makeErr, giveErr error
+	made, given      []string
 }
 
 func (f *fakeProcess) process() process {
@@ -48,17 +48,18 @@ func (f *fakeProcess) process() process {
 			}
 			return account{}, errors.New("unknown user " + name)
 		},
-		entries: func(string) ([]string, error) { return f.entries, nil },
-		mkdir: func(p string) error {
-			f.made = append(f.made, p)
-			return f.mkdirErr
-		},
-		chown: func(p string, uid, gid uint32) error {
+		giveEmpty: func(p string, uid, gid uint32) ([]string, error) {
+			if len(f.entries) > 0 || f.giveErr != nil {
+				return f.entries, f.giveErr
+			}
 			f.given = append(f.given, fmt.Sprintf("%s %d:%d", p, uid, gid))
-			return f.chownErr
+			return nil, nil
 		},
-		rmdir: func(p string) error {
-			f.gone = append(f.gone, p)
+		makeFor: func(p string, uid, gid uint32) error {
+			if f.makeErr != nil {
+				return f.makeErr
+			}
+			f.made = append(f.made, fmt.Sprintf("%s %d:%d", p, uid, gid))
 			return nil
 		},
 		become: func(a account, argv, env []string) error {
@@ -152,26 +153,25 @@ func TestRootTickWithoutTheAgentsStateDir(t *testing.T) {
 		wantText string
 		made     []string
 		given    []string
-		gone     []string
 		becomes  bool
 	}{
 		{"no state_dir: made for the agent, re-run as it", "", fakeProcess{euid: 0, ownerErr: fs.ErrNotExist, accounts: withAgent}, 78,
-			"could not re-run as monky-deployd", []string{dir}, []string{dir + " 998:997"}, nil, true},
+			"could not re-run as monky-deployd", []string{dir + " 998:997"}, nil, true},
 		{"root's empty state_dir: given to the agent", "", fakeProcess{euid: 0, owner: 0, accounts: withAgent}, 78,
-			"could not re-run as monky-deployd", nil, []string{dir + " 998:997"}, nil, true},
+			"could not re-run as monky-deployd", nil, []string{dir + " 998:997"}, true},
 		{"root's state_dir holding files: refused, nothing changed", "", fakeProcess{euid: 0, owner: 0, accounts: withAgent, entries: []string{"state.json", "bao.token"}}, 78,
 			"state_dir /var/lib/monky-deployd belongs to root and holds files monky-deployd (agent_user) cannot use, left by a tick run as root; give them back first: sudo chown -hR monky-deployd:monky-deployd /var/lib/monky-deployd; nothing was done. Run the tick as that user: sudo -u monky-deployd monky-deployd --config /etc/monky-deployd/config.yaml tick",
-			nil, nil, nil, false},
-		{"no parent: refused with the install line", "", fakeProcess{euid: 0, ownerErr: fs.ErrNotExist, accounts: withAgent, mkdirErr: fs.ErrNotExist}, 78,
-			"make it for the agent: sudo install -d -o monky-deployd -g monky-deployd -m 0700 /var/lib/monky-deployd", []string{dir}, nil, nil, false},
-		{"a chown that fails takes the made state_dir back", "", fakeProcess{euid: 0, ownerErr: fs.ErrNotExist, accounts: withAgent, chownErr: fs.ErrPermission}, 78,
-			"could not be given to monky-deployd", []string{dir}, []string{dir + " 998:997"}, []string{dir}, false},
+			nil, nil, false},
+		{"no parent: refused with the install line", "", fakeProcess{euid: 0, ownerErr: fs.ErrNotExist, accounts: withAgent, makeErr: fs.ErrNotExist}, 78,
+			"make it: sudo install -d -o monky-deployd -g monky-deployd -m 0700 /var/lib/monky-deployd", nil, nil, false},
+		{"a state_dir that cannot be given", "", fakeProcess{euid: 0, owner: 0, accounts: withAgent, giveErr: fs.ErrPermission}, 78,
+			"could not be given to monky-deployd", nil, nil, false},
 		{"agent_user named but absent", "agent_user: deploy\n", fakeProcess{euid: 0, ownerErr: fs.ErrNotExist, accounts: withAgent}, 78,
-			"agent_user deploy has no account here (unknown user deploy); a tick as root would leave files the agent cannot use; nothing was done. Run the tick as that user: sudo -u deploy", nil, nil, nil, false},
+			"agent_user deploy has no account here (unknown user deploy); a tick as root would leave files the agent cannot use; nothing was done. Run the tick as that user: sudo -u deploy", nil, nil, false},
 		{"agent_user root: root is the agent", "agent_user: root\n", fakeProcess{euid: 0, ownerErr: fs.ErrNotExist, accounts: map[uint32]account{0: {name: "root"}}}, 0,
-			"", nil, nil, nil, false},
+			"", nil, nil, false},
 		{"no agent account and no agent_user: a box without the package", "", fakeProcess{euid: 0, ownerErr: fs.ErrNotExist}, 0,
-			"", nil, nil, nil, false},
+			"", nil, nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var logs bytes.Buffer
@@ -187,8 +187,8 @@ func TestRootTickWithoutTheAgentsStateDir(t *testing.T) {
 					t.Fatalf("asStateOwner = %v\nwant exit %d with %q", err, tc.wantCode, tc.wantText)
 				}
 			}
-			if !slices.Equal(p.made, tc.made) || !slices.Equal(p.given, tc.given) || !slices.Equal(p.gone, tc.gone) {
-				t.Errorf("made %q, given %q, removed %q; want %q, %q, %q", p.made, p.given, p.gone, tc.made, tc.given, tc.gone)
+			if !slices.Equal(p.made, tc.made) || !slices.Equal(p.given, tc.given) {
+				t.Errorf("made %q, given %q; want %q, %q", p.made, p.given, tc.made, tc.given)
 			}
 			if got := len(p.became) > 0; got != tc.becomes {
 				t.Fatalf("became %v, want a re-run %v", p.became, tc.becomes)
