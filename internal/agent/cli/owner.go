@@ -42,6 +42,9 @@ type process struct {
 	// become drops to a and executes this binary with argv and env; it returns only on failure.
 	become  func(a account, argv, env []string) error
 	environ func() []string
+	// loginUser and userName name who runs a command ("" when unknown): hold records them.
+	loginUser func() string
+	userName  func() string
 }
 
 var realProcess = process{
@@ -53,29 +56,32 @@ var realProcess = process{
 	makeFor:    makeDirFor,
 	become:     becomeAndExec,
 	environ:    os.Environ,
+	loginUser:  loginUser,
+	userName:   userName,
 }
 
-// asStateOwner re-executes a root tick as state_dir's owner, with its groups (root's 0600 files
-// once stopped every later tick); when it cannot, an exit-78 error with the command to run. A
-// state_dir that is missing, or root's, is the agent's (asAgentUser): root creates nothing in it.
-func asStateOwner(p process, cfg *config.Config, log *slog.Logger, args []string) error {
+// asStateOwner re-executes a root tick (or hold, unhold) as state_dir's owner, with its groups
+// (root's 0600 files once stopped every later tick); when it cannot, an exit-78 error with the
+// command to run, cmd in it. A state_dir that is missing, or root's, is the agent's
+// (asAgentUser): root creates nothing in it.
+func asStateOwner(p process, cfg *config.Config, log *slog.Logger, args []string, cmd string) error {
 	if p.euid() != 0 {
 		return nil
 	}
 	uid, err := p.owner(cfg.StateDir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return asAgentUser(p, cfg, log, args, false)
+		return asAgentUser(p, cfg, log, args, cmd, false)
 	case err != nil:
-		return ownerError(cfg, fmt.Sprintf("cannot tell who owns state_dir %s: %v", cfg.StateDir, err), "the agent's user")
+		return ownerError(cfg, fmt.Sprintf("cannot tell who owns state_dir %s: %v", cfg.StateDir, err), "the agent's user", cmd)
 	case uid == 0:
-		return asAgentUser(p, cfg, log, args, true)
+		return asAgentUser(p, cfg, log, args, cmd, true)
 	}
 	a, err := p.lookup(uid)
 	if err != nil {
-		return ownerError(cfg, fmt.Sprintf("state_dir %s belongs to uid %d, which has no account here (%v); a tick as root would leave files that uid cannot replace", cfg.StateDir, uid, err), "'#"+strconv.FormatUint(uint64(uid), 10)+"'")
+		return ownerError(cfg, fmt.Sprintf("state_dir %s belongs to uid %d, which has no account here (%v); a tick as root would leave files that uid cannot replace", cfg.StateDir, uid, err), "'#"+strconv.FormatUint(uint64(uid), 10)+"'", cmd)
 	}
-	return reRunAs(p, cfg, log, args, a, "running as root: re-running as the owner of state_dir, with its groups")
+	return reRunAs(p, cfg, log, args, cmd, a, "running as root: re-running as the owner of state_dir, with its groups")
 }
 
 // asAgentUser handles a root tick finding no state_dir, or root's own: a tick as root there would
@@ -84,13 +90,13 @@ func asStateOwner(p process, cfg *config.Config, log *slog.Logger, args []string
 // is made, 0700, and an empty one of root's given, to that account alone, and the tick re-runs
 // as it. Where agent_user is root, or is left at its default and that account does not exist
 // (a box without the package), root is the agent's user and the tick goes on.
-func asAgentUser(p process, cfg *config.Config, log *slog.Logger, args []string, exists bool) error {
+func asAgentUser(p process, cfg *config.Config, log *slog.Logger, args []string, cmd string, exists bool) error {
 	a, err := p.lookupName(cfg.AgentUser)
 	switch {
 	case err != nil && !cfg.AgentUserSet():
 		return nil
 	case err != nil:
-		return ownerError(cfg, fmt.Sprintf("agent_user %s has no account here (%v); a tick as root would leave files the agent cannot use", cfg.AgentUser, err), cfg.AgentUser)
+		return ownerError(cfg, fmt.Sprintf("agent_user %s has no account here (%v); a tick as root would leave files the agent cannot use", cfg.AgentUser, err), cfg.AgentUser, cmd)
 	case a.uid == 0:
 		return nil
 	}
@@ -99,22 +105,22 @@ func asAgentUser(p process, cfg *config.Config, log *slog.Logger, args []string,
 		names, err := p.giveEmpty(cfg.StateDir, a.uid, a.gid)
 		switch {
 		case err != nil:
-			return ownerError(cfg, fmt.Sprintf("state_dir %s could not be given to %s: %v", cfg.StateDir, a.name, err), a.name)
+			return ownerError(cfg, fmt.Sprintf("state_dir %s could not be given to %s: %v", cfg.StateDir, a.name, err), a.name, cmd)
 		case len(names) > 0:
 			return ownerError(cfg, fmt.Sprintf("state_dir %s belongs to root and holds files %s (agent_user) cannot use, left by a tick run as root; give them back first: sudo chown -hR %s:%s %s",
-				cfg.StateDir, a.name, a.name, a.name, cfg.StateDir), a.name)
+				cfg.StateDir, a.name, a.name, a.name, cfg.StateDir), a.name, cmd)
 		}
 		made = "gave the empty state_dir to the agent's user"
 	} else if err := p.makeFor(cfg.StateDir, a.uid, a.gid); err != nil {
 		return ownerError(cfg, fmt.Sprintf("state_dir %s could not be made for %s (%v); make it: sudo install -d -o %s -g %s -m 0700 %s",
-			cfg.StateDir, a.name, err, a.name, a.name, cfg.StateDir), a.name)
+			cfg.StateDir, a.name, err, a.name, a.name, cfg.StateDir), a.name, cmd)
 	}
 	log.Info("running as root: "+made+"; re-running as it, with its groups", "state_dir", cfg.StateDir, "agent_user", a.name)
-	return reRunAs(p, cfg, log, args, a, "running as root: re-running as the agent's user, with its groups")
+	return reRunAs(p, cfg, log, args, cmd, a, "running as root: re-running as the agent's user, with its groups")
 }
 
 // reRunAs executes this binary again as a, with a's groups; it returns only an exit-78 error.
-func reRunAs(p process, cfg *config.Config, log *slog.Logger, args []string, a account, msg string) error {
+func reRunAs(p process, cfg *config.Config, log *slog.Logger, args []string, cmd string, a account, msg string) error {
 	names := make([]string, len(a.groups))
 	for i, g := range a.groups {
 		names[i] = groupName(g)
@@ -122,12 +128,13 @@ func reRunAs(p process, cfg *config.Config, log *slog.Logger, args []string, a a
 	log.Info(msg, "user", a.name, "uid", a.uid, "groups", strings.Join(names, ","), "state_dir", cfg.StateDir)
 	env := withAccountEnv(p.environ(), a)
 	err := p.become(a, append([]string{"monky-deployd"}, args...), env)
-	return ownerError(cfg, fmt.Sprintf("could not re-run as %s, the owner of state_dir %s: %v", a.name, cfg.StateDir, err), a.name)
+	return ownerError(cfg, fmt.Sprintf("could not re-run as %s, the owner of state_dir %s: %v", a.name, cfg.StateDir, err), a.name, cmd)
 }
 
 // ownerError is the exit-78 refusal with the command that works.
-func ownerError(cfg *config.Config, why, sudoUser string) error {
-	return &exitError{code: tick.ExitConfig, err: fmt.Errorf("%s; nothing was done. Run the tick as that user: sudo -u %s monky-deployd --config %s tick", why, sudoUser, cfg.Path)}
+func ownerError(cfg *config.Config, why, sudoUser, cmd string) error {
+	name, _, _ := strings.Cut(cmd, " ")
+	return &exitError{code: tick.ExitConfig, err: fmt.Errorf("%s; nothing was done. Run the %s as that user: sudo -u %s monky-deployd --config %s %s", why, name, sudoUser, cfg.Path, cmd)}
 }
 
 // keptEnv are the variables the re-run keeps (the unit's path and locale, the config location);

@@ -96,7 +96,7 @@ func TestAsStateOwner(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var logs bytes.Buffer
-			err := asStateOwner(tc.proc.process(), cfg, slog.New(journal.New(&logs, slog.LevelInfo)), args)
+			err := asStateOwner(tc.proc.process(), cfg, slog.New(journal.New(&logs, slog.LevelInfo)), args, "tick")
 			if tc.wantCode == 0 {
 				if err != nil {
 					t.Fatalf("asStateOwner = %v, want nil", err)
@@ -176,7 +176,7 @@ func TestRootTickWithoutTheAgentsStateDir(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var logs bytes.Buffer
 			p := tc.proc
-			err := asStateOwner(p.process(), parse(tc.extra), slog.New(journal.New(&logs, slog.LevelInfo)), []string{"tick"})
+			err := asStateOwner(p.process(), parse(tc.extra), slog.New(journal.New(&logs, slog.LevelInfo)), []string{"tick"}, "tick")
 			if tc.wantCode == 0 {
 				if err != nil {
 					t.Fatalf("asStateOwner = %v, want nil", err)

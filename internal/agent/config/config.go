@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/window"
 )
 
 // DefaultPath is where the package and the installer put the config.
@@ -75,7 +77,17 @@ type Config struct {
 	// bundle network may take a subnet in it. InterceptPrefix is it parsed.
 	InterceptRange  string       `yaml:"intercept_range"`
 	InterceptPrefix netip.Prefix `yaml:"-"`
-	agentUserSet    bool
+	// Drift correction and apply windows (issue 22).
+	// DriftCorrection: a converged tick brings back a release whose containers were stopped,
+	// removed or replaced by hand (a bundle's agent.drift_correction wins).
+	DriftCorrection bool `yaml:"drift_correction"`
+	// ApplyWindows: outside every window, a change to a running release waits; empty: any time.
+	ApplyWindows   []string `yaml:"apply_windows"`
+	ApplyWindowsTZ string   `yaml:"apply_windows_tz"`
+	// Windows is ApplyWindows in ApplyWindowsTZ, parsed by Parse.
+	Windows *window.Schedule `yaml:"-"`
+
+	agentUserSet bool
 }
 
 // DefaultAgentUser is the account the package creates and its units run as.
@@ -156,6 +168,7 @@ func defaults() Config {
 		TextfileDir:     DefaultTextfileDir,
 		AgentUser:       DefaultAgentUser,
 		InterceptRange:  DefaultInterceptRange,
+		DriftCorrection: true,
 	}
 }
 
