@@ -49,12 +49,19 @@ const benchEnv = "env-bench-01"
 // convergedBoxWithTenancy is convergedBox, and the fake tenancy it checks in with.
 func convergedBoxWithTenancy(tb testing.TB, dir, dockerBin string) (cfgPath string, ts *tenancytest.Server, cleanup func()) {
 	tb.Helper()
+	cfgPath, ts, _, cleanup = convergedBoxWithServers(tb, dir, dockerBin)
+	return cfgPath, ts, cleanup
+}
+
+// convergedBoxWithServers is convergedBoxWithTenancy, and the fake OpenBao too.
+func convergedBoxWithServers(tb testing.TB, dir, dockerBin string) (cfgPath string, ts *tenancytest.Server, bs *baotest.Server, cleanup func()) {
+	tb.Helper()
 	const env = benchEnv
 	signer, err := grant.NewSigner("bench")
 	if err != nil {
 		tb.Fatal(err)
 	}
-	bs := baotest.Start(baotest.Options{PublicKey: signer.PublicKey()})
+	bs = baotest.Start(baotest.Options{PublicKey: signer.PublicKey()})
 	ts = tenancytest.Start(tenancytest.Options{Verifier: bs, Signer: signer, BaoAddr: bs.URL})
 	ts.AddEnv(env)
 	files := map[string]string{
@@ -89,7 +96,7 @@ func convergedBoxWithTenancy(tb testing.TB, dir, dockerBin string) (cfgPath stri
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		tb.Fatal(err)
 	}
-	return cfgPath, ts, func() { ts.Close(); bs.Close() }
+	return cfgPath, ts, bs, func() { ts.Close(); bs.Close() }
 }
 
 // fakeDockerWith writes dir/docker-env, which runs dockerBin with the fake's settings: the agent

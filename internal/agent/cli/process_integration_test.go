@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -389,6 +390,84 @@ func TestFullDiskKeepsTheBackoff(t *testing.T) {
 	}
 	if st, err := state.Load(filepath.Join(stateDir, "state.json")); err != nil || st.FromReserve() {
 		t.Errorf("state after recovery read from the reserve (%v)", err)
+	}
+}
+
+// TestLeaseBackoffFarAheadThroughTheBinary: state.json as a clock five years ahead (or a hand
+// edit) left it, with lease_backoff.until years away. The real binary, asked to apply a release
+// with secrets while its token is the install kit's (an apply swaps it for a lease), lapses that
+// back-off with a warning and leases; held, it stopped every lease until the token ran out into
+// "re-run the install kit". A back-off within the hour a refused login starts still holds.
+func TestLeaseBackoffFarAheadThroughTheBinary(t *testing.T) {
+	dir := t.TempDir()
+	agentBin, fakeDocker := buildBinaries(t, filepath.Join(dir, "bin"))
+	for i, tc := range []struct {
+		name   string
+		ahead  time.Duration
+		lapsed bool
+	}{
+		{"five years ahead", 5 * 365 * 24 * time.Hour, true},
+		{"half an hour ahead", 30 * time.Minute, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			box := filepath.Join(dir, fmt.Sprintf("box%d", i))
+			if err := os.Mkdir(box, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			cfgPath, ts, bs, cleanup := convergedBoxWithServers(t, box, fakeDocker)
+			defer cleanup()
+			sp := filepath.Join(box, "state", "state.json")
+			st, err := state.Load(sp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st.Token.Source = state.SourceBootstrap
+			if err := state.Save(sp, st); err != nil {
+				t.Fatal(err)
+			}
+			raw, err := os.ReadFile(sp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var doc map[string]any
+			if err := json.Unmarshal(raw, &doc); err != nil {
+				t.Fatal(err)
+			}
+			until := time.Now().Add(tc.ahead).UTC().Format(time.RFC3339)
+			doc["lease_backoff"] = map[string]any{"until": until, "reason": "bao: login: HTTP 400: role not found"}
+			if raw, err = json.Marshal(doc); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(sp, raw, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			bs.Put(benchEnv, "db_password", "value", "s3cr3t-db-p4ss")
+			ts.SetDesired(benchEnv, map[string]string{
+				"bundle.json":        `{"compose_file": "docker-compose.yml"}`,
+				"docker-compose.yml": "services:\n  api:\n    image: x/api:2\n    env_file: .env\n",
+				".env.template":      "DB_PASSWORD=${DB_PASSWORD}\n",
+				"manifest.json":      `{"entries": [{"var": "DB_PASSWORD", "path": "db_password", "key": "value"}]}`,
+			})
+
+			_, stderr := runAs(t, nil, agentBin, "--config", cfgPath, "tick")
+			leases := ts.LeasesGranted(benchEnv)
+			after, err := state.Load(sp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.lapsed {
+				if leases != 0 || !strings.Contains(stderr, "no new lease while OpenBao refuses lease logins") || after.LeaseBackoff == nil {
+					t.Errorf("a back-off within the hour: %d leases, back-off %+v, stderr:\n%s", leases, after.LeaseBackoff, stderr)
+				}
+				return
+			}
+			if !strings.Contains(stderr, "WARN lease back-off ends further ahead than any back-off the agent starts") || !strings.Contains(stderr, "until="+until) {
+				t.Errorf("no warning that the back-off was lapsed; stderr:\n%s", stderr)
+			}
+			if leases != 1 || after.LeaseBackoff != nil || strings.Contains(stderr, "no new lease") {
+				t.Errorf("%d leases, back-off %+v after the tick, want one lease and no back-off; stderr:\n%s", leases, after.LeaseBackoff, stderr)
+			}
+		})
 	}
 }
 
