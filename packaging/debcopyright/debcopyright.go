@@ -29,7 +29,7 @@ type Options struct {
 	// license's text (one or more paragraphs).
 	Copyright, License, LicenseText string
 	// Binaries are the static Go binaries the package ships; their modules are listed.
-	Binaries []string
+	Binaries []Binary
 	// ModCache is the Go module cache (go env GOMODCACHE) holding the modules' sources.
 	ModCache string
 	// GoRoot is the Go tree the binaries were built with (go env GOROOT): its LICENSE covers the
@@ -37,6 +37,12 @@ type Options struct {
 	GoRoot string
 	// ReadBuildInfo reads a binary's build information; nil means debug/buildinfo.ReadFile.
 	ReadBuildInfo func(path string) (*debug.BuildInfo, error)
+}
+
+// Binary is a static Go binary: where the build left it and where the package installs it.
+type Binary struct {
+	Path      string // e.g. dist/bin/monky-deployd
+	Installed string // e.g. /usr/bin/monky-deployd
 }
 
 // Module is one module compiled into a binary: where its source is and under what license.
@@ -50,13 +56,12 @@ type Module struct {
 	Copyright []string
 	// Text is the license file's text; Notice an Apache NOTICE file's text.
 	Text, Notice string
-	// Binaries are the installed binaries it is compiled into.
+	// Binaries are the installed binaries it is compiled into, by name (monky-deployd).
 	Binaries []string
 }
 
-// Modules reads the modules compiled into the binaries (installed names: the base names) with
-// read (nil: debug/buildinfo.ReadFile).
-func Modules(binaries []string, modCache string, read func(string) (*debug.BuildInfo, error)) ([]Module, error) {
+// Modules reads the modules compiled into the binaries with read (nil: debug/buildinfo.ReadFile).
+func Modules(binaries []Binary, modCache string, read func(string) (*debug.BuildInfo, error)) ([]Module, error) {
 	if modCache == "" {
 		return nil, errors.New("debcopyright: no module cache")
 	}
@@ -64,7 +69,8 @@ func Modules(binaries []string, modCache string, read func(string) (*debug.Build
 		read = buildinfo.ReadFile
 	}
 	byKey := map[string]*Module{}
-	for _, bin := range binaries {
+	for _, b := range binaries {
+		bin := b.Path
 		info, err := read(bin)
 		if err != nil {
 			return nil, fmt.Errorf("debcopyright: %s: %w", bin, err)
@@ -90,7 +96,7 @@ func Modules(binaries []string, modCache string, read func(string) (*debug.Build
 				}
 				byKey[key] = m
 			}
-			m.Binaries = appendOnce(m.Binaries, filepath.Base(bin))
+			m.Binaries = appendOnce(m.Binaries, filepath.Base(b.Installed))
 		}
 	}
 	out := make([]Module, 0, len(byKey))
@@ -252,12 +258,12 @@ func Render(o Options) ([]byte, error) {
 		return nil, fmt.Errorf("debcopyright: the Go tree's license: %w", err)
 	}
 	goVersion := ""
-	if info, err := read(o.Binaries[0]); err == nil {
+	if info, err := read(o.Binaries[0].Path); err == nil {
 		goVersion = info.GoVersion
 	}
 	var names []string
 	for _, b := range o.Binaries {
-		names = append(names, "/usr/bin/"+filepath.Base(b))
+		names = append(names, b.Installed)
 	}
 
 	var b strings.Builder

@@ -150,7 +150,7 @@ func goRoot(t *testing.T) string {
 func options(t *testing.T, mc string, read func(string) (*debug.BuildInfo, error)) Options {
 	return Options{UpstreamName: "monky-deployd", UpstreamContact: "Team <t@example.com>", Source: "https://example.com",
 		Copyright: "2026 Tikali", License: "proprietary", LicenseText: "All rights reserved.",
-		Binaries: []string{"/build/monky-deployd", "/build/fleetctl"}, ModCache: mc, GoRoot: goRoot(t), ReadBuildInfo: read}
+		Binaries: []Binary{{"/build/monky-deployd", "/usr/bin/monky-deployd"}, {"/build/fleetctl", "/usr/bin/fleetctl"}}, ModCache: mc, GoRoot: goRoot(t), ReadBuildInfo: read}
 }
 
 func TestRender(t *testing.T) {

@@ -1,12 +1,10 @@
 // Package manpages makes the man pages of a cobra command tree: one page per command (the root
 // and every available subcommand, as cobra's own generator names them: monky-deployd-tick.8),
-// compressed as Debian wants them (gzip -9n: best compression, no name, no time stamp), dated
-// with the build's date so that the same tree gives the same bytes.
+// in roff, dated with the build's date so that the same tree gives the same bytes.
 package manpages
 
 import (
 	"bytes"
-	"compress/gzip"
 	"errors"
 	"fmt"
 	"sort"
@@ -17,10 +15,10 @@ import (
 	"github.com/spf13/cobra/doc"
 )
 
-// Page is one man page: its file name under /usr/share/man/man<section>/ and its gzipped roff.
+// Page is one man page: its file name under /usr/share/man/man<section>/ and its roff.
 type Page struct {
-	Name string // e.g. monky-deployd-tick.8.gz
-	Gz   []byte
+	Name string // e.g. monky-deployd-tick.8
+	Roff []byte
 }
 
 // Options say how the pages are headed.
@@ -62,30 +60,9 @@ func Generate(root *cobra.Command, o Options) ([]Page, error) {
 		if err := doc.GenMan(c, h, &roff); err != nil {
 			return nil, fmt.Errorf("manpages: %s: %w", c.CommandPath(), err)
 		}
-		gz, err := compress(roff.Bytes())
-		if err != nil {
-			return nil, fmt.Errorf("manpages: %s: %w", c.CommandPath(), err)
-		}
-		name := strings.ReplaceAll(c.CommandPath(), " ", "-") + "." + o.Section + ".gz"
-		pages = append(pages, Page{Name: name, Gz: gz})
+		name := strings.ReplaceAll(c.CommandPath(), " ", "-") + "." + o.Section
+		pages = append(pages, Page{Name: name, Roff: roff.Bytes()})
 	}
 	sort.Slice(pages, func(i, j int) bool { return pages[i].Name < pages[j].Name })
 	return pages, nil
-}
-
-// compress is gzip -9n: no file name and no time in the header, so the bytes depend on the
-// text alone (lintian also wants the best compression).
-func compress(b []byte) ([]byte, error) {
-	var out bytes.Buffer
-	w, err := gzip.NewWriterLevel(&out, gzip.BestCompression)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := w.Write(b); err != nil {
-		return nil, err
-	}
-	if err := w.Close(); err != nil {
-		return nil, err
-	}
-	return out.Bytes(), nil
 }

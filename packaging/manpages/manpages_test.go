@@ -2,8 +2,6 @@ package manpages
 
 import (
 	"bytes"
-	"compress/gzip"
-	"io"
 	"strings"
 	"testing"
 	"time"
@@ -15,22 +13,6 @@ import (
 )
 
 var date = time.Date(2026, 12, 3, 19, 35, 5, 0, time.UTC)
-
-func gunzip(t *testing.T, p Page) string {
-	t.Helper()
-	r, err := gzip.NewReader(bytes.NewReader(p.Gz))
-	if err != nil {
-		t.Fatalf("%s: %v", p.Name, err)
-	}
-	if r.Header.Name != "" || !r.Header.ModTime.IsZero() {
-		t.Errorf("%s: gzip header carries name %q, time %v (want gzip -n)", p.Name, r.Header.Name, r.Header.ModTime)
-	}
-	b, err := io.ReadAll(r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
 
 // commandPaths lists every command a user can run in the tree, as the page names them.
 func commandPaths(c *cobra.Command) []string {
@@ -58,7 +40,7 @@ func TestEveryCommandHasAPage(t *testing.T) {
 		}
 		byName := map[string]string{}
 		for _, p := range pages {
-			byName[p.Name] = gunzip(t, p)
+			byName[p.Name] = string(p.Roff)
 		}
 		paths := commandPaths(tc.tree())
 		for _, w := range tc.want {
@@ -70,7 +52,7 @@ func TestEveryCommandHasAPage(t *testing.T) {
 			t.Errorf("%d pages for %d commands: %v", len(pages), len(paths), paths)
 		}
 		for _, cmd := range paths {
-			page, ok := byName[cmd+"."+tc.section+".gz"]
+			page, ok := byName[cmd+"."+tc.section]
 			if !ok {
 				t.Errorf("no page for %s", cmd)
 				continue
@@ -103,7 +85,7 @@ func TestSameTreeSameBytes(t *testing.T) {
 		t.Fatalf("%d pages, then %d", len(a), len(b))
 	}
 	for i := range a {
-		if a[i].Name != b[i].Name || !bytes.Equal(a[i].Gz, b[i].Gz) {
+		if a[i].Name != b[i].Name || !bytes.Equal(a[i].Roff, b[i].Roff) {
 			t.Errorf("%s differs between two runs", a[i].Name)
 		}
 	}

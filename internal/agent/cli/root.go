@@ -83,6 +83,7 @@ func newRootCommand(g *cliDeps) *cobra.Command {
 		newVersionCommand(g),
 		newProxyCommand(g),
 		newDoctorCommand(g),
+		newReownCommand(g),
 	)
 	return root
 }
