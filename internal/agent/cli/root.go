@@ -84,6 +84,7 @@ func newRootCommand(g *cliDeps) *cobra.Command {
 		newProxyCommand(g),
 		newDoctorCommand(g),
 		newReownCommand(g),
+		newConfigCommand(g),
 	)
 	return root
 }
