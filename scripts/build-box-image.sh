@@ -16,7 +16,8 @@
 # removes them when that is known not to be so (an image a container still uses stays).
 #
 # The box gets only what a Debian server has before our installer runs, plus what the tests need
-# to drive it: curl (install.sh downloads with it), acl (setfacl), python3 and python3-apt
+# to drive it: curl (install.sh downloads with it), acl (setfacl), gpg (install.sh and the role
+# check the OpenZiti apt key's fingerprint with it), python3 and python3-apt
 # (ansible's modules run on the box; its apt and package_facts modules need python3-apt), and
 # passwd/adduser. No docker engine: the tests mount the host's socket and
 # copy in the host's static docker CLI and compose plugin.
@@ -38,7 +39,7 @@ for arg in "$@"; do
 done
 
 SUITE=bookworm
-INCLUDE=systemd,systemd-sysv,dbus,ca-certificates,curl,acl,python3,python3-apt,passwd,adduser,procps,iproute2
+INCLUDE=systemd,systemd-sysv,dbus,ca-certificates,curl,acl,gpg,python3,python3-apt,passwd,adduser,procps,iproute2
 GO=${GO:-go}
 CACHE="${MONKY_TOOL_CACHE:-$("$GO" env GOCACHE)/../monky-tools}"
 # The recipe is this file: any change to it names a new image.
