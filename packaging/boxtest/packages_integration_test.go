@@ -18,6 +18,7 @@ import (
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/tenancy/tenancytest"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/dev/devstack"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/packaging/pkgtest"
 )
 
 const exporterUnit = "fleetctl-exporter.service"
@@ -179,7 +180,7 @@ func TestBoxOpenZitiKeyPinned(t *testing.T) {
 	b := newBox(t, a)
 	b.sh("rm /usr/local/bin/ziti-edge-tunnel")
 
-	planted, plantedFpr := plantedKey(t)
+	planted, plantedFpr := pkgtest.OpenPGPKey(t, "OpenZiti Developers <developers@openziti.org>")
 	keys := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) { rw.Write(planted) }))
 	t.Cleanup(keys.Close)
 	const pinned = "34CBCF18427D8814B5BDBB0DDE3623EF08C996E5"
@@ -212,39 +213,6 @@ func TestBoxOpenZitiKeyPinned(t *testing.T) {
 	if got := trusted(); got != "" {
 		t.Errorf("the role left the refused key trusted: %s", got)
 	}
-}
-
-// plantedKey makes an OpenPGP key that is not OpenZiti's (gpg in a throw-away home) and returns
-// it armored, with its fingerprint.
-func plantedKey(t *testing.T) ([]byte, string) {
-	t.Helper()
-	gpg, err := exec.LookPath("gpg")
-	if err != nil {
-		missing(t, "gpg not found (apt-get install gpg)")
-	}
-	home := t.TempDir()
-	if err := os.Chmod(home, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := run("", nil, gpg, "--batch", "--homedir", home, "--passphrase", "", "--quick-gen-key",
-		"OpenZiti Developers <developers@openziti.org>", "ed25519", "sign", "never"); err != nil {
-		t.Fatalf("gpg --quick-gen-key: %v\n%s", err, out)
-	}
-	armored, err := exec.Command(gpg, "--batch", "--homedir", home, "--armor", "--export").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	colons, err := exec.Command(gpg, "--batch", "--homedir", home, "--with-colons", "--list-keys").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range strings.Split(string(colons), "\n") {
-		if f := strings.Split(l, ":"); f[0] == "fpr" && len(f) > 9 {
-			return armored, f[9]
-		}
-	}
-	t.Fatalf("no fingerprint in:\n%s", colons)
-	return nil, ""
 }
 
 func freePort(t *testing.T) int {
