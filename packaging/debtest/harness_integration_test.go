@@ -439,6 +439,14 @@ func (b *box) tryDpkg(args ...string) (string, error) {
 	return run(b.t, "", b.env(), "dpkg", append([]string{"--root=" + b.dir, "--force-unsafe-io"}, args...)...)
 }
 
+// maintscript runs one of the agent package's installed maintainer scripts with args, as dpkg
+// runs it (DPKG_MAINTSCRIPT_PACKAGE and _NAME set: deb-systemd-helper refuses to run without).
+func (b *box) maintscript(name, args string) (string, error) {
+	b.t.Helper()
+	return run(b.t, "", b.env("DPKG_MAINTSCRIPT_PACKAGE=monky-deployd", "DPKG_MAINTSCRIPT_NAME="+name),
+		"chroot", b.dir, "/bin/sh", "-c", "/var/lib/dpkg/info/monky-deployd."+name+" "+args)
+}
+
 // sh runs a command line inside the box with busybox sh.
 func (b *box) sh(script string) (string, error) {
 	b.t.Helper()

@@ -231,9 +231,14 @@ func TestHealOnlyAfterARecordedUpgrade(t *testing.T) {
 			b.configure("sdk")
 			b.mustSh("systemctl disable --now " + timer)
 			if tc.preinst != "" {
-				b.mustSh("/var/lib/dpkg/info/monky-deployd.preinst " + tc.preinst)
+				if out, err := b.maintscript("preinst", tc.preinst); err != nil {
+					t.Fatalf("preinst %s: %v\n%s", tc.preinst, err, out)
+				}
 			}
-			out := b.mustSh("/var/lib/dpkg/info/monky-deployd.postinst configure 0.1.8")
+			out, err := b.maintscript("postinst", "configure 0.1.8")
+			if err != nil {
+				t.Fatalf("postinst configure 0.1.8: %v\n%s", err, out)
+			}
 			if got := b.enabled(timer); got != tc.wantTimer {
 				t.Errorf("timer enabled = %v, want %v; calls %q\n%s", got, tc.wantTimer, b.calls("systemctl"), out)
 			}
@@ -372,7 +377,7 @@ func TestMaintainerScriptArguments(t *testing.T) {
 				b.configure("proxy")
 			}
 			b.clearCalls()
-			_, err := b.sh("/var/lib/dpkg/info/monky-deployd." + tc.script + " " + tc.args)
+			_, err := b.maintscript(tc.script, tc.args)
 			code := 0
 			if err != nil {
 				code = exitCode(err)
@@ -485,10 +490,10 @@ func TestHurtBoxHealsOnUpgradeFrom019(t *testing.T) {
 		// A runtime enablement (gone at the next reboot), made for the unit file the upgrade installs.
 		{"enabled for this boot only", "sdk", "systemctl disable --now " + timer + " && mkdir -p /run/systemd/system/timers.target.wants && ln -s /usr/lib/systemd/system/" +
 			timer + " /run/systemd/system/timers.target.wants/" + timer, true,
-			"re-enabled and started " + timer + " (is-enabled said 'enabled-runtime')", false},
+			"re-enabled and started " + timer + " (it was disabled)", false},
 		{"linked, not enabled", "sdk", "systemctl disable --now " + timer + " && mkdir -p /opt/units && cp /lib/systemd/system/" + timer +
 			" /opt/units/ && ln -s /opt/units/" + timer + " /etc/systemd/system/" + timer, true,
-			"re-enabled and started " + timer + " (is-enabled said 'linked')", false},
+			"re-enabled and started " + timer + " (it was disabled)", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := newBox(t, boxOptions{groups: []string{"docker"}})

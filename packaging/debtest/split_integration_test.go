@@ -70,10 +70,12 @@ func TestUpgradeFrom020SplitsThePackage(t *testing.T) {
 	a := build(t)
 	for _, tc := range []struct {
 		name string
-		debs func() []string
+		args func() []string
 	}{
 		{"agent first", func() []string { return []string{a.deb, a.fleetDeb} }},
-		{"fleetctl first", func() []string { return []string{a.fleetDeb, a.deb} }},
+		// monky-fleetctl Breaks the 0.2.0 package still installed when it comes first: dpkg
+		// deconfigures that only with --auto-deconfigure (what apt passes it when it needs to).
+		{"fleetctl first, --auto-deconfigure", func() []string { return []string{"--auto-deconfigure", a.fleetDeb, a.deb} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := newBox(t, boxOptions{groups: []string{"docker"}})
@@ -87,7 +89,7 @@ func TestUpgradeFrom020SplitsThePackage(t *testing.T) {
 			b.configure("proxy")
 			b.mustSh("systemctl enable --now " + exporter)
 			b.clearCalls()
-			out := b.dpkg(append([]string{"-i"}, tc.debs()...)...)
+			out := b.dpkg(append([]string{"-i"}, tc.args()...)...)
 			for _, p := range []string{"monky-deployd", "monky-fleetctl"} {
 				if got := b.packageStatus(p); got != "ii "+a.version {
 					t.Errorf("%s is %q after the upgrade\n%s", p, got, out)
