@@ -85,6 +85,8 @@ func newRootCommand(g *cliDeps) *cobra.Command {
 		newDoctorCommand(g),
 		newReownCommand(g),
 		newConfigCommand(g),
+		newHoldCommand(g),
+		newUnholdCommand(g),
 	)
 	return root
 }
