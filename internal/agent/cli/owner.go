@@ -47,7 +47,7 @@ var realProcess = process{
 
 // asStateOwner re-executes a root tick as state_dir's owner, with its groups (root's 0600 files
 // once stopped every later tick); when it cannot, an exit-78 error with the command to run.
-func asStateOwner(p process, cfg *config.Config, log *slog.Logger, args []string) error {
+func asStateOwner(p process, cfg *config.Config, log *slog.Logger, args []string, tickID string) error {
 	if p.euid() != 0 {
 		return nil
 	}
@@ -67,7 +67,7 @@ func asStateOwner(p process, cfg *config.Config, log *slog.Logger, args []string
 		names[i] = groupName(g)
 	}
 	log.Info("running as root: re-running as the owner of state_dir, with its groups", "user", a.name, "uid", a.uid, "groups", strings.Join(names, ","), "state_dir", cfg.StateDir)
-	env := withAccountEnv(p.environ(), a)
+	env := append(withAccountEnv(p.environ(), a), TickIDEnv+"="+tickID) // the re-run is the same tick
 	err = p.become(a, append([]string{"monky-deployd"}, args...), env)
 	return ownerError(cfg, fmt.Sprintf("could not re-run as %s, the owner of state_dir %s: %v", a.name, cfg.StateDir, err), a.name)
 }

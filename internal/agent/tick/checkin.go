@@ -97,5 +97,5 @@ func (a *Agent) checkinRequest(ctx context.Context) protocol.CheckinRequest {
 	if a.deps.Timer != nil {
 		timer = a.deps.Timer(ctx)
 	}
-	return tenancy.CheckinRequest(a.cfg, a.st, tenancy.Telemetry{Now: a.deps.Now(), Hostname: a.deps.Hostname, Timer: timer, Disk: a.deps.Disk})
+	return tenancy.CheckinRequest(a.cfg, a.st, tenancy.Telemetry{Now: a.deps.Now(), Hostname: a.deps.Hostname, Timer: timer, Disk: a.deps.Disk, TickID: a.opt.TickID})
 }
