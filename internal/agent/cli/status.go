@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -52,6 +53,20 @@ type statusDoc struct {
 	BackoffNote string `json:"-"`
 	// SupersededToken is the token tenancy refused, kept aside; null when there is none.
 	SupersededToken *supersededToken `json:"superseded_token"`
+
+	// LastFailure is the last failed or refused deploy, until a success makes it moot; null: none.
+	LastFailure *state.Failure `json:"last_failure"`
+	// LastExitCode is the exit code of the last tick that ran; null until one was recorded.
+	LastExitCode *int `json:"last_exit_code"`
+}
+
+// statusError is `status --json` when the config or state cannot be read: a document still,
+// saying why, so that a script reading it is not left with nothing.
+type statusError struct {
+	Schema       int    `json:"schema"`
+	AgentVersion string `json:"agent_version"`
+	Config       string `json:"config"`
+	Error        string `json:"error"`
 }
 
 type supersededToken struct {
@@ -73,7 +88,15 @@ func newStatusCommand(g *cliDeps) *cobra.Command {
 	return cmd
 }
 
-func runStatus(ctx context.Context, opts statusOptions, g *cliDeps, run runner.Runner, now time.Time) error {
+func runStatus(ctx context.Context, opts statusOptions, g *cliDeps, run runner.Runner, now time.Time) (err error) {
+	if opts.json {
+		defer func() {
+			if err != nil {
+				// The exit code and the stderr line stay the text form's; stdout says the same.
+				_ = writeJSON(g.stdout, statusError{Schema: 1, AgentVersion: version.Version, Config: g.configPath, Error: err.Error()})
+			}
+		}()
+	}
 	cfg, err := config.Load(g.configPath)
 	if err != nil {
 		return err
@@ -99,6 +122,8 @@ func runStatus(ctx context.Context, opts statusOptions, g *cliDeps, run runner.R
 		LastApplyAt:   st.LastApplyAt,
 		History:       st.History,
 		Timer:         systemd.TimerState(ctx, run, systemd.TimerUnit, now),
+		LastFailure:   st.LastFailure,
+		LastExitCode:  st.LastExitCode,
 	}
 	if st.Backoff != nil {
 		doc.Backoff = st.Backoff
@@ -122,11 +147,34 @@ func runStatus(ctx context.Context, opts statusOptions, g *cliDeps, run runner.R
 	}
 	doc.SupersededToken = findSupersededToken(cfg)
 	if opts.json {
-		enc := json.NewEncoder(g.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(doc)
+		return writeJSON(g.stdout, doc)
 	}
 	return printStatus(g.stdout, doc)
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// failureLine is a last failure for `status`: `9f3e21d07a1b PULL_FAILED at …, 2 attempts: detail`.
+func failureLine(f *state.Failure) string {
+	if f == nil {
+		return "-"
+	}
+	n := "1 attempt"
+	if f.Attempts != 1 {
+		n = fmt.Sprintf("%d attempts", f.Attempts)
+	}
+	return fmt.Sprintf("%s %s at %s, %s: %s", protocol.ShortSha(f.Sha), f.Code, f.At.UTC().Format(time.RFC3339), n, f.Detail)
+}
+
+func exitText(c *int) string {
+	if c == nil {
+		return "-"
+	}
+	return strconv.Itoa(*c)
 }
 
 // findSupersededToken finds the token a tick put aside on a 401; its mtime (touched) says when.
@@ -179,10 +227,12 @@ func printStatus(w io.Writer, d statusDoc) error {
 		{"last result", orDash(d.LastResult)},
 		{"last detail", orDash(d.LastDetail)},
 		{"backoff", orDash(d.BackoffNote)},
+		{"last failure", failureLine(d.LastFailure)},
 		{"last check-in", when(d.LastCheckinAt)},
 		{"last apply", when(d.LastApplyAt)},
 		{"token", orDash(d.TokenSource) + ", ttl " + ttl},
 		{"timer", timer},
+		{"last tick exit", exitText(d.LastExitCode)},
 	}
 	if t := d.SupersededToken; t != nil {
 		rows = append(rows, [2]string{"refused token", fmt.Sprintf("%s (tenancy refused it, AGENT_UNAUTHENTICATED, %s; kept as evidence, delete it when done)", t.Path, t.MovedAt.UTC().Format(time.RFC3339))})
