@@ -77,7 +77,9 @@ func newRootCommand(g *cliDeps) *cobra.Command {
 		Long:          "monky-deployd checks in with monky-tenancy over the OpenZiti mesh, applies the desired bundle\nwith secrets from OpenBao through docker compose, and reports. A systemd timer runs `tick`.",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       versionLine(),
 	}
+	root.SetVersionTemplate("{{.Version}}\n")
 	def := g.getenv("MONKY_DEPLOYD_CONFIG")
 	if def == "" {
 		def = DefaultConfigPath

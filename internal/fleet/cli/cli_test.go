@@ -229,7 +229,7 @@ func TestProgressOnlyOnATerminal(t *testing.T) {
 		t.Fatalf("exit %d", code)
 	}
 	errOut := h.stderr.String()
-	for _, want := range []string{"ziti: 1/1 pages", "tenancy: 3 pages, 12 agents", "\r\x1b[K"} {
+	for _, want := range []string{"ziti: 1/1 pages", "tenancy: 3 pages, 13 agents", "\r\x1b[K"} {
 		if !strings.Contains(errOut, want) {
 			t.Errorf("progress lacks %q: %q", want, errOut)
 		}
@@ -482,7 +482,7 @@ func TestZitiURLFromTheIdentityFile(t *testing.T) {
 					t.Errorf("-v lacks %q:\n%s", want, h.stderr.String())
 				}
 			}
-			if !strings.Contains(h.stdout.String(), "4 envs: 2 OK, 2 SILENT") {
+			if !strings.Contains(h.stdout.String(), "5 envs: 2 OK, 3 SILENT") {
 				t.Errorf("stdout:\n%s", h.stdout.String())
 			}
 		})

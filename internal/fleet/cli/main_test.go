@@ -76,6 +76,8 @@ type fakes struct {
 
 	mu      sync.Mutex
 	churned int // identities ziti-churn created
+	// markA and markZ are how many requests each fake had at the last fakes-mark.
+	markA, markZ int
 }
 
 // startFakes starts both fakes with the credentials above; the caller closes them.
@@ -298,6 +300,32 @@ var scriptCmds = map[string]func(ts *testscript.TestScript, neg bool, args []str
 				id.Type, id.IsAdmin, id.EnrollmentJWT != "")
 		}
 	},
+	// fakes-mark: from now on, fakes-writes and fakes-reads report only later requests.
+	"fakes-mark": func(ts *testscript.TestScript, neg bool, args []string) {
+		f := fakesOf(ts)
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.markA, f.markZ = len(f.a.Requests()), len(f.z.Requests())
+	},
+	// fakes-writes: print every request since fakes-mark that could change something in either
+	// fake — anything but a GET, and the controller's authentication — as SOURCE METHOD PATH.
+	"fakes-writes": func(ts *testscript.TestScript, neg bool, args []string) {
+		out := ts.Stdout() // even when there is nothing to print: stdout is this command's
+		for _, r := range fakeRequests(ts) {
+			if r.method != "GET" && !strings.HasSuffix(r.path, "/authenticate") {
+				fmt.Fprintf(out, "%s %s %s\n", r.source, r.method, r.path)
+			}
+		}
+	},
+	// fakes-reads: print every GET since fakes-mark, as SOURCE GET PATH [FILTER].
+	"fakes-reads": func(ts *testscript.TestScript, neg bool, args []string) {
+		out := ts.Stdout()
+		for _, r := range fakeRequests(ts) {
+			if r.method == "GET" {
+				fmt.Fprintln(out, strings.TrimSpace(fmt.Sprintf("%s GET %s %s", r.source, r.path, r.filter)))
+			}
+		}
+	},
 	// ziti-patches: print the PATCHes received.
 	"ziti-patches": func(ts *testscript.TestScript, neg bool, args []string) {
 		out := ts.Stdout()
@@ -337,6 +365,25 @@ var scriptCmds = map[string]func(ts *testscript.TestScript, neg bool, args []str
 			fmt.Fprintln(out, n)
 		}
 	},
+}
+
+// fakeRequest is a request either fake received.
+type fakeRequest struct{ source, method, path, filter string }
+
+// fakeRequests lists the requests both fakes received since the last fakes-mark.
+func fakeRequests(ts *testscript.TestScript) []fakeRequest {
+	f := fakesOf(ts)
+	f.mu.Lock()
+	ma, mz := f.markA, f.markZ
+	f.mu.Unlock()
+	var out []fakeRequest
+	for _, r := range f.a.Requests()[ma:] {
+		out = append(out, fakeRequest{"tenancy", r.Method, r.Path, ""})
+	}
+	for _, r := range f.z.Requests()[mz:] {
+		out = append(out, fakeRequest{"ziti", r.Method, r.Path, r.Query.Get("filter")})
+	}
+	return out
 }
 
 type failureSpec struct {
