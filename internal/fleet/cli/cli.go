@@ -139,7 +139,9 @@ func run(ctx context.Context, args []string, deps Deps) int {
 		fmt.Fprintf(g.stderr, "fleetctl: %s\n", g.redact(trimUsage(err)))
 		fmt.Fprintf(g.stderr, "Run 'fleetctl --help' for usage.\n")
 	case code == ExitSource:
-		fmt.Fprintf(g.stderr, "fleetctl: %s\n", g.redact(err.Error()))
+		for _, line := range strings.Split(g.redact(err.Error()), "\n") { // one line per source that failed
+			fmt.Fprintf(g.stderr, "fleetctl: %s\n", line)
+		}
 		fmt.Fprintf(g.stderr, "fleetctl: nothing was judged: a verdict needs every source.\n")
 	default:
 		fmt.Fprintf(g.stderr, "fleetctl: %s\n", g.redact(err.Error()))

@@ -526,3 +526,38 @@ func TestGateSaysWhenABoxIsBackingOff(t *testing.T) {
 		t.Errorf("the gate waited on after the laggards caught up: sleeps %v", h.sleeps)
 	}
 }
+
+// Colour on a terminal only, and never when NO_COLOR is set (to anything) or the terminal is
+// dumb; JSON is never painted.
+func TestColourOnlyOnATerminal(t *testing.T) {
+	h := newHarness(t)
+	painted := func(args ...string) bool {
+		t.Helper()
+		if code := h.run(context.Background(), args...); code != 1 {
+			t.Fatalf("%v: exit %d\n%s", args, code, h.stderr.String())
+		}
+		return strings.Contains(h.stdout.String(), "\x1b[")
+	}
+	if painted("status") {
+		t.Error("colour on a pipe")
+	}
+	h.ttyStdout = true
+	if !painted("status") || !strings.Contains(h.stdout.String(), "\x1b[31mSILENT\x1b[0m") {
+		t.Errorf("no colour on a terminal:\n%s", h.stdout.String())
+	}
+	if !painted("gate") {
+		t.Error("gate not coloured on a terminal")
+	}
+	if painted("status", "-o", "json") {
+		t.Error("colour in JSON")
+	}
+	h.env["NO_COLOR"] = "1"
+	if painted("status") {
+		t.Error("colour with NO_COLOR set")
+	}
+	delete(h.env, "NO_COLOR")
+	h.env["TERM"] = "dumb"
+	if painted("status") {
+		t.Error("colour on a dumb terminal")
+	}
+}

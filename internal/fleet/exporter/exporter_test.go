@@ -176,12 +176,12 @@ func newTestExporter(src *fakeSource) *Exporter {
 	clock := now
 	return New(Options{
 		Read: src.read,
-		Source: func(err error) string {
+		Source: func(err error) []string {
 			var se sourceErr
 			if errors.As(err, &se) {
-				return se.name
+				return []string{se.name}
 			}
-			return ""
+			return nil
 		},
 		Sources: []string{"ziti controller", "tenancy"},
 		Refresh: time.Hour, Timeout: time.Minute,
