@@ -48,9 +48,11 @@ func staleStep(a *Agent, online bool, age time.Duration) (cause, step string) {
 	case a.TimerActive != nil && !*a.TimerActive:
 		return CauseTimerInactive, fmt.Sprintf("timer enabled but not running on a live host: systemctl start monky-deployd.timer, then systemctl status monky-deployd.timer (%s)", ran)
 	case a.TimerEnabled == nil:
-		return CauseTimerUnknown, fmt.Sprintf("agent silent on a live host, timer state never reported (no systemd?): on the box, systemctl status monky-deployd.timer and journalctl -u monky-deployd (%s)", ran)
+		return CauseTimerUnknown, fmt.Sprintf("agent silent on a live host, its timer state never reported: on the box, systemctl status monky-deployd.timer (if it is off: systemctl enable --now monky-deployd.timer), then journalctl -u monky-deployd (%s)", ran)
 	}
-	step = "the timer runs but no tick reaches tenancy: on the box, journalctl -u monky-deployd -n 30 and monky-deployd doctor say why (a rejected config exits 78 every tick; a superseded token asks for the install kit)"
+	// Enabled and active at the last check-in: either its ticks fail before they reach tenancy,
+	// or the timer was stopped after it; the box says which.
+	step = "the timer ran at its last check-in, but no tick has reached tenancy since: on the box, journalctl -u monky-deployd -n 30 and monky-deployd doctor say why (a rejected config exits 78 every tick; a superseded token asks for the install kit; a timer stopped since: systemctl enable --now monky-deployd.timer)"
 	if c := a.LastExitCode; c != nil && *c != 0 {
 		step += fmt.Sprintf("; the tick before its last check-in exited %d%s", *c, exitMeaning(*c))
 	}

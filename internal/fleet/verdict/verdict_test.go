@@ -61,16 +61,16 @@ func TestEvaluate(t *testing.T) {
 			in.Agent.TimerEnabled = ptr(false)
 		}, want: Silent, stepHas: []string{"systemctl enable --now monky-deployd.timer", "timer reported disabled", "last ran 0.1.8"}},
 		{name: "silent, timer said enabled", edit: func(in *Input) { in.Agent.LastCheckin = ago(10 * time.Minute) },
-			want: Silent, cause: CauseTicksNotLanded, stepHas: []string{"the timer runs but no tick reaches tenancy", "journalctl -u monky-deployd -n 30 and monky-deployd doctor", "last ran 0.2.0"},
-			stepLacks: []string{"timer reported disabled", "systemctl enable", "exited"}},
+			want: Silent, cause: CauseTicksNotLanded, stepHas: []string{"the timer ran at its last check-in, but no tick has reached tenancy since", "journalctl -u monky-deployd -n 30 and monky-deployd doctor", "last ran 0.2.0"},
+			stepLacks: []string{"timer reported disabled", "exited"}},
 		{name: "silent, timer enabled and active, its ticks failing", edit: func(in *Input) {
 			in.Agent.LastCheckin, in.Agent.TimerActive, in.Agent.LastExitCode = ago(10*time.Minute), ptr(true), ptr(78)
-		}, want: Silent, cause: CauseTicksNotLanded, stepHas: []string{"no tick reaches tenancy", "exited 78 (config rejected"}, stepLacks: []string{"systemctl enable"}},
+		}, want: Silent, cause: CauseTicksNotLanded, stepHas: []string{"no tick has reached tenancy", "exited 78 (config rejected"}},
 		{name: "silent, timer enabled but inactive", edit: func(in *Input) {
 			in.Agent.LastCheckin, in.Agent.TimerActive = ago(10*time.Minute), ptr(false)
 		}, want: Silent, cause: CauseTimerInactive, stepHas: []string{"systemctl start monky-deployd.timer"}, stepLacks: []string{"enable --now"}},
 		{name: "silent, timer state unknown", edit: func(in *Input) { in.Agent.LastCheckin = ago(10 * time.Minute); in.Agent.TimerEnabled = nil },
-			want: Silent, cause: CauseTimerUnknown, stepHas: []string{"timer state never reported", "systemctl status monky-deployd.timer"}, stepLacks: []string{"timer reported disabled"}},
+			want: Silent, cause: CauseTimerUnknown, stepHas: []string{"timer state never reported", "systemctl status monky-deployd.timer", "systemctl enable --now monky-deployd.timer"}, stepLacks: []string{"timer reported disabled"}},
 		{name: "silent during an apply within its timeout", edit: func(in *Input) {
 			in.Agent.DesiredSha, in.Agent.DesiredAt = "9f3e21d07a1b", ago(20*time.Minute)
 			in.Agent.LastCheckin, in.Agent.LastAction, in.Agent.LastResultAt = ago(12*time.Minute), "apply", ago(13*time.Minute)
