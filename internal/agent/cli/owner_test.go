@@ -70,7 +70,7 @@ func TestAsStateOwner(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var logs bytes.Buffer
-			err := asStateOwner(tc.proc.process(), cfg, slog.New(journal.New(&logs, slog.LevelInfo)), args, "3f9a0c1d2e4b")
+			err := asStateOwner(tc.proc.process(), cfg, slog.New(journal.New(&logs, slog.LevelInfo)), args, "tick", "3f9a0c1d2e4b")
 			if tc.wantCode == 0 {
 				if err != nil {
 					t.Fatalf("asStateOwner = %v, want nil", err)

@@ -84,7 +84,7 @@ func runTick(ctx context.Context, opts tickOptions, g *cliDeps, id string) (err 
 			writeTickMetrics(log.With("env", cfg.EnvID), rec)
 		}
 	}()
-	if err := asStateOwner(g.proc, cfg, log, g.args, id); err != nil {
+	if err := asStateOwner(g.proc, cfg, log, g.args, "tick", id); err != nil {
 		return err
 	}
 	if f, err := foreignFiles(g.proc, cfg); err != nil {

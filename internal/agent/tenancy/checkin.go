@@ -54,6 +54,13 @@ func CheckinRequest(cfg *config.Config, st *state.State, t Telemetry) protocol.C
 	if f := st.LastFailure; f != nil {
 		req.LastFailure = &protocol.Failure{Sha: f.Sha, Code: f.Code, Detail: f.Detail,
 			At: f.At.UTC().Format(time.RFC3339), Attempts: f.Attempts}
+
+	}
+	if h := st.Hold; h.Active(t.Now) {
+		req.Hold = &protocol.Hold{Reason: h.Reason, By: h.By, Since: h.Since.UTC().Format(time.RFC3339), Until: h.Until.UTC().Format(time.RFC3339)}
+	}
+	if d := st.Deferred; d != nil {
+		req.DeferredUntil = d.Until.UTC().Format(time.RFC3339)
 	}
 	// Disk and docker facts come from the last `docker info` the agent made, cached in st.
 	if st.DockerRootDir != "" && t.Disk != nil {

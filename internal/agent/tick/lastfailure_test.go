@@ -11,16 +11,6 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/protocol"
 )
 
-// lastCheckin is the newest check-in tenancy accepted.
-func (h *harness) lastCheckin() protocol.CheckinRequest {
-	h.t.Helper()
-	cs := h.ten.Checkins(env)
-	if len(cs) == 0 {
-		h.t.Fatal("no check-in")
-	}
-	return cs[len(cs)-1].Request
-}
-
 // The reason a deploy failed outlives the tick that failed: kept in state.json, sent in every
 // check-in while the sha backs off, counted per attempt, and gone once a success makes it moot.
 func TestLastFailureOutlivesTheTickThatFailed(t *testing.T) {

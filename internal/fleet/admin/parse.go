@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/clip"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/protocol"
@@ -68,8 +70,11 @@ func ParseAgentsPage(b []byte) (*protocol.AdminAgentsPage, time.Time, error) {
 		if err := checkTruth(where, a); err != nil {
 			return nil, time.Time{}, err
 		}
+		if err := checkHoldAndDeferral(where, a); err != nil {
+			return nil, time.Time{}, err
+		}
 		times := []timeField{{"last_checkin_at", a.LastCheckinAt}, {"desired_at", a.DesiredAt}, {"last_result_at", a.LastResultAt},
-			{"next_attempt_at", a.NextAttemptAt}}
+			{"next_attempt_at", a.NextAttemptAt}, {"deferred_until", a.DeferredUntil}}
 		if f := a.LastFailure; f != nil {
 			times = append(times, timeField{"last_failure.at", &f.At})
 		}
@@ -119,6 +124,41 @@ func checkTruth(where string, a *protocol.AdminAgent) error {
 		case f.At == "":
 			return fmt.Errorf("%s.last_failure.at: missing", where)
 		}
+	}
+	return nil
+}
+
+// maxHoldText bounds a hold's reason and by as fleetctl shows them: the agent writes at most 200
+// and 64 characters, a table and a page are not the place for more.
+const maxHoldText = 400
+
+// checkHoldAndDeferral checks an agent's hold (issue 22): every field present, times RFC 3339
+// with until after since, text on one line.
+func checkHoldAndDeferral(where string, a *protocol.AdminAgent) error {
+	h := a.Hold
+	if h == nil {
+		return nil
+	}
+	for _, f := range []struct{ name, v string }{{"reason", h.Reason}, {"by", h.By}} {
+		switch {
+		case f.v == "":
+			return fmt.Errorf("%s.hold.%s: missing", where, f.name)
+		case len(f.v) > maxHoldText:
+			return fmt.Errorf("%s.hold.%s: %d bytes, at most %d", where, f.name, len(f.v), maxHoldText)
+		case strings.IndexFunc(f.v, unicode.IsControl) >= 0 || !utf8.ValidString(f.v):
+			return fmt.Errorf("%s.hold.%s: a control character or invalid UTF-8", where, f.name)
+		}
+	}
+	since, err := parseTime(where+".hold.since", h.Since)
+	if err != nil {
+		return err
+	}
+	until, err := parseTime(where+".hold.until", h.Until)
+	if err != nil {
+		return err
+	}
+	if !until.After(since) {
+		return fmt.Errorf("%s.hold.until: %s is not after since %s", where, h.Until, h.Since)
 	}
 	return nil
 }

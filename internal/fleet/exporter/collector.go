@@ -5,6 +5,7 @@ package exporter
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -55,6 +56,10 @@ var (
 	descCause   = newDesc("env_stale_cause", "1 for the evidence behind a SILENT or OFFLINE env's next step (cause: "+strings.Join(verdict.Causes(), ", ")+"); absent when the env is not stale.", "env", "site", "cause")
 	descFailure = newDesc("env_last_failure_info", "The last failed or refused deploy the env's agent reported, until a success makes it moot: its sha and code (refusal code or failed step); the value is its attempts.", "env", "site", "sha", "code")
 	descFailAt  = newDesc("env_last_failure_timestamp_seconds", "When that deploy failed (Unix time; absent: none).", envLabels...)
+	// Issue 22: a human's hold and an apply-window deferral, as the env's agent last checked in.
+	descHoldSince = newDesc("env_hold_since_timestamp_seconds", "When the hold on the env's box (monky-deployd hold) began (Unix time; absent: not held).", envLabels...)
+	descHoldUntil = newDesc("env_hold_until_timestamp_seconds", "When the hold on the env's box ends by itself (Unix time; absent: not held).", envLabels...)
+	descDeferred  = newDesc("env_deferred_until_timestamp_seconds", "Until when the env's desired release waits for the box's apply window (Unix time; absent: nothing waits).", envLabels...)
 )
 
 // View is one complete reading of the fleet and how it went.
@@ -75,7 +80,7 @@ func NewView(doc *report.Document) (View, error) {
 
 // envDescs are the per-env families, in the order they are written.
 var envDescs = []*prometheus.Desc{descVerdict, descAge, descStale, descInterval, descOnline, descMissing,
-	descEnabled, descActive, descAgent, descResult, descDrift, descTTL, descAttempts, descNextTry, descEnvs,
+	descEnabled, descActive, descAgent, descResult, descDrift, descTTL, descAttempts, descNextTry, descHoldSince, descHoldUntil, descDeferred, descEnvs,
 	descCause, descFailure, descFailAt}
 
 // envCollector emits a view's per-env series, or only one family's: gathering all at once held
@@ -165,6 +170,7 @@ func (c envCollector) Collect(ch chan<- prometheus.Metric) {
 				g(descFailAt, float64(at.UnixNano())/1e9)
 			}
 		}
+		holdSeries(e, g)
 		if e.BackingOff() {
 			g(descAttempts, float64(e.Attempts))
 			if e.NextAttemptAt != nil {
@@ -179,6 +185,22 @@ func (c envCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, v := range all {
 		ch <- prometheus.MustNewConstMetric(descEnvs, prometheus.GaugeValue, float64(c.v.Doc.Summary[string(v)]), string(v))
+	}
+}
+
+// holdSeries writes the hold of a HELD env and the deferral of a DEFERRED one (issue 22).
+func holdSeries(e *report.Env, g func(d *prometheus.Desc, v float64, extra ...string)) {
+	stamp := func(d *prometheus.Desc, s string) {
+		if at, err := time.Parse(time.RFC3339, s); err == nil {
+			g(d, float64(at.UnixNano())/1e9)
+		}
+	}
+	if h := e.Hold; h != nil && slices.Contains(e.Reasons, string(verdict.Held)) {
+		stamp(descHoldSince, h.Since)
+		stamp(descHoldUntil, h.Until)
+	}
+	if e.DeferredUntil != nil && slices.Contains(e.Reasons, string(verdict.Deferred)) {
+		stamp(descDeferred, *e.DeferredUntil)
 	}
 }
 

@@ -84,6 +84,9 @@ type Env struct {
 
 	// short is the next step as the 120-column table shows it; the JSON carries NextStep whole.
 	short string
+	// Issue 22: a human's hold and the apply-window deferral, as last checked in (null when none).
+	Hold          *protocol.Hold `json:"hold"`
+	DeferredUntil *string        `json:"deferred_until"`
 }
 
 // Options select and judge the rows.
@@ -156,6 +159,7 @@ func Build(agents *admin.Agents, identities []ziti.Identity, opts Options) (*Doc
 			FailedSha: a.FailedSha, Attempts: a.Attempts, NextAttemptAt: a.NextAttemptAt, RevertedTo: a.RevertedTo, RevertHealthy: a.RevertHealthy,
 			LastAction: a.LastAction, CheckinTickID: a.CheckinTickID, ResultTickID: a.ResultTickID, LastExitCode: a.LastExitCode,
 			ApplyTimeoutS: a.ApplyTimeoutS, LastFailure: a.LastFailure,
+			Hold: a.Hold, DeferredUntil: a.DeferredUntil,
 		}
 		setMesh(&e, id)
 		setResult(&e, res)
@@ -190,6 +194,12 @@ func Build(agents *admin.Agents, identities []ziti.Identity, opts Options) (*Doc
 func (e Env) BackingOff() bool {
 	return e.FailedSha != nil && *e.FailedSha != "" && *e.FailedSha == e.DesiredSha
 }
+
+// Held reports whether the env's verdict is HELD: a human asked the box to wait.
+func (e Env) Held() bool { return e.Verdict == string(verdict.Held) }
+
+// Deferred reports whether the env's verdict is DEFERRED: its desired sha waits for a window.
+func (e Env) Deferred() bool { return e.Verdict == string(verdict.Deferred) }
 
 // add keeps e when --verdict does; the summary counts what is listed.
 func (d *Document) add(e Env, opts Options) {
@@ -281,7 +291,30 @@ func agentInput(a protocol.AdminAgent) (*verdict.Agent, error) {
 		}
 		va.Backoff = bo
 	}
+	if err := holdInput(va, a); err != nil {
+		return nil, err
+	}
 	return va, nil
+}
+
+// holdInput reads the hold and deferral the admin parser checked (issue 22).
+func holdInput(va *verdict.Agent, a protocol.AdminAgent) error {
+	if h := a.Hold; h != nil {
+		since, err := optTime(a.EnvID, "hold.since", &h.Since)
+		if err != nil {
+			return err
+		}
+		until, err := optTime(a.EnvID, "hold.until", &h.Until)
+		if err != nil {
+			return err
+		}
+		if since != nil && until != nil {
+			va.Hold = &verdict.Hold{Reason: h.Reason, By: h.By, Since: *since, Until: *until}
+		}
+	}
+	var err error
+	va.DeferredUntil, err = optTime(a.EnvID, "deferred_until", a.DeferredUntil)
+	return err
 }
 
 func optTime(env, field string, s *string) (*time.Time, error) {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"regexp"
 	"time"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/clip"
 )
 
 // The 120-column table shows a short next step: the action first, about 60 columns; the whole
@@ -53,6 +55,11 @@ func shortStep(in Input, r Result, now time.Time) string {
 		return s + ": publish a fixed bundle"
 	case Drift:
 		return fmt.Sprintf("%s not applied for %s: fleetctl describe %s", Short(a.DesiredSha), Human(now.Sub(*a.DesiredAt)), a.EnvID)
+	case Held:
+		// A hold is a human's wish, not a fault: who and until when, and what ends it.
+		return fmt.Sprintf("held by %s until %s: monky-deployd unhold ends it", clip.Runes(oneLine(a.Hold.By), 16), a.Hold.Until.UTC().Format("01-02 15:04Z"))
+	case Deferred:
+		return fmt.Sprintf("%s waits for its apply window until %s", Short(a.DesiredSha), a.DeferredUntil.UTC().Format("01-02 15:04Z"))
 	}
 	return "" // OUTDATED's own step is short already
 }

@@ -47,6 +47,9 @@ type AdminAgent struct {
 	ApplyTimeoutS int `json:"apply_timeout_s,omitempty"`
 	// LastFailure is the last failed or refused deploy the last check-in carried.
 	LastFailure *Failure `json:"last_failure,omitempty"`
+	// Issue 22: the hold and the apply-window deferral of the last check-in; null when none.
+	Hold          *Hold   `json:"hold,omitempty"`
+	DeferredUntil *string `json:"deferred_until,omitempty"`
 }
 
 // AdminAgentsPage is GET /v1/admin/agents; Next is nil on the last page, Now measures staleness.
