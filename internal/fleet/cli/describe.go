@@ -86,11 +86,12 @@ type describeSection struct {
 }
 
 // describeSections build the text form, in order. Issue 21 adds a section for the credential
-// horizons, issue 22 one for the hold or deferral: a function each, appended here.
+// horizons: a function, appended here.
 var describeSections = []func(d *describeDoc) describeSection{
 	verdictSection,
 	tenancySection,
 	failureSection,
+	holdSection,
 	meshSection,
 	kitSection,
 }
@@ -204,6 +205,41 @@ func failureSection(d *describeDoc) describeSection {
 		failure = fmt.Sprintf("%s %s at %s, %d attempt(s): %s", f.Sha, f.Code, f.At, f.Attempts, oneLine(f.Detail))
 	}
 	s.rows = [][2]string{{"backoff", backoff}, {"last failure", failure}}
+	return s
+}
+
+// holdSection is what the box's last check-in said of a human's hold and of a desired release
+// waiting for its apply window (issue 22), judged by tenancy's clock as the verdict is: a hold or
+// a deferral whose time has passed is shown as over, not as running.
+func holdSection(d *describeDoc) describeSection {
+	e := &d.Env
+	s := describeSection{title: "hold and apply window"}
+	now, _ := time.Parse(time.RFC3339, d.Now)
+	hold := ""
+	if h := e.Hold; h != nil {
+		hold = fmt.Sprintf("by %s since %s until %s: %s", oneLine(h.By), h.Since, h.Until, oneLine(h.Reason))
+		if until, err := time.Parse(time.RFC3339, h.Until); err == nil && !now.IsZero() {
+			if until.After(now) {
+				hold += fmt.Sprintf(" (%s left; monky-deployd unhold on the box ends it)", verdict.Human(until.Sub(now)))
+			} else {
+				hold += " (over by tenancy's clock: it ends by itself at the box's next tick)"
+			}
+		}
+	}
+	deferred := ""
+	if u := e.DeferredUntil; u != nil {
+		deferred = fmt.Sprintf("desired %s waits for the box's apply window until %s", verdict.Short(e.DesiredSha), *u)
+		until, err := time.Parse(time.RFC3339, *u)
+		switch {
+		case e.DesiredSha == "" || e.DesiredSha == e.AppliedSha:
+			deferred = fmt.Sprintf("until %s, but the desired release is applied: nothing waits", *u)
+		case err == nil && !now.IsZero() && until.After(now):
+			deferred += fmt.Sprintf(" (%s left; a check-in answer with ignore_window applies it at once)", verdict.Human(until.Sub(now)))
+		case err == nil && !now.IsZero():
+			deferred += " (the window has opened by tenancy's clock: the box's next tick applies it)"
+		}
+	}
+	s.rows = [][2]string{{"hold", hold}, {"deferred", deferred}}
 	return s
 }
 

@@ -300,6 +300,28 @@ var scriptCmds = map[string]func(ts *testscript.TestScript, neg bool, args []str
 				id.Type, id.IsAdmin, id.EnrollmentJWT != "")
 		}
 	},
+	// tenancy-hold ENV BY SINCE UNTIL REASON…: ENV's last check-in carried a hold (SINCE and UNTIL
+	// are offsets from the fakes' clock, -26h, 2h), and a desired release it has not applied.
+	"tenancy-hold": func(ts *testscript.TestScript, neg bool, args []string) {
+		if len(args) < 5 {
+			ts.Fatalf("usage: tenancy-hold ENV BY SINCE UNTIL REASON...")
+		}
+		h := &protocol.Hold{By: args[1], Since: offset(ts, args[2]), Until: offset(ts, args[3]), Reason: strings.Join(args[4:], " ")}
+		if !fakesOf(ts).a.UpdateAgent(args[0], func(ag *protocol.AdminAgent) { ag.Hold, ag.DesiredSha = h, strings.Repeat("9f3e", 16) }) {
+			ts.Fatalf("tenancy lists no %s", args[0])
+		}
+	},
+	// tenancy-defer ENV UNTIL: ENV's desired release waits for its apply window until UNTIL (an
+	// offset from the fakes' clock).
+	"tenancy-defer": func(ts *testscript.TestScript, neg bool, args []string) {
+		if len(args) != 2 {
+			ts.Fatalf("usage: tenancy-defer ENV UNTIL")
+		}
+		u := offset(ts, args[1])
+		if !fakesOf(ts).a.UpdateAgent(args[0], func(ag *protocol.AdminAgent) { ag.DeferredUntil, ag.DesiredSha = &u, strings.Repeat("9f3e", 16) }) {
+			ts.Fatalf("tenancy lists no %s", args[0])
+		}
+	},
 	// fakes-mark: from now on, fakes-writes and fakes-reads report only later requests.
 	"fakes-mark": func(ts *testscript.TestScript, neg bool, args []string) {
 		f := fakesOf(ts)
@@ -412,4 +434,11 @@ func failure(ts *testscript.TestScript, args []string) failureSpec {
 		f.after = n
 	}
 	return f
+}
+
+// offset is fleettest.Now moved by a Go duration ("-26h", "2h"), as RFC 3339.
+func offset(ts *testscript.TestScript, d string) string {
+	v, err := time.ParseDuration(d)
+	ts.Check(err)
+	return fleettest.Now.Add(v).UTC().Format(time.RFC3339)
 }
