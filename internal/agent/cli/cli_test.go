@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -73,10 +74,16 @@ func TestMissingConfigFile(t *testing.T) {
 	}
 }
 
+// version and --version print the same line, with the commit and the build date (issue 20).
 func TestVersion(t *testing.T) {
 	code, stdout, _ := runCLI(t, nil, "version")
-	if code != 0 || !strings.HasPrefix(stdout, "monky-deployd "+version.Version+" ") {
-		t.Errorf("exit %d stdout %q", code, stdout)
+	line := regexp.MustCompile(`^monky-deployd ` + regexp.QuoteMeta(version.Version) + ` \(commit ([0-9a-f]{1,12}|unknown), built [^,]+, go1\.[0-9.]+, [a-z0-9]+/[a-z0-9]+\)\n$`)
+	if code != 0 || !line.MatchString(stdout) {
+		t.Errorf("version: exit %d stdout %q", code, stdout)
+	}
+	code, flag, stderr := runCLI(t, nil, "--version")
+	if code != 0 || flag != stdout || stderr != "" {
+		t.Errorf("--version: exit %d stdout %q (want %q) stderr %q", code, flag, stdout, stderr)
 	}
 }
 
