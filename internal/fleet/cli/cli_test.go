@@ -536,6 +536,10 @@ func TestGateNamesHeldAndDeferredBoxes(t *testing.T) {
 	if !strings.Contains(h.stderr.String(), "held=1") || !strings.Contains(h.stderr.String(), "deferred=1") {
 		t.Errorf("the wait did not count them: %q", h.stderr.String())
 	}
+	// Piped (a CI log), the wait line names them too, and whom it waits for.
+	if !strings.Contains(h.stderr.String(), "(1 more held by a human, 1 more deferred to an apply window: they block whatever the wait): waiting for ") {
+		t.Errorf("the piped wait line did not name them: %q", h.stderr.String())
+	}
 }
 
 // A box backing off a failed release is no laggard, and no wait clears it: the gate says so while
