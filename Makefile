@@ -26,7 +26,7 @@ build: ## build bin/monky-deployd and bin/fleetctl
 
 test: ## unit, CLI and fuzz-seed tests (no Docker needed)
 	set -e; for m in $(MODULES); do $(GO) -C $$m vet ./...; done
-	set -e; for m in $(MODULES); do $(GO) -C $$m test -count=1 ./...; done
+	set -e; for m in $(MODULES); do $(GO) -C $$m test -count=1 -timeout 30m ./...; done
 
 tidy-check: ## fail when `go mod tidy` would change go.mod or go.sum of either module
 	set -e; for m in $(MODULES); do echo "go mod tidy -diff in $$m"; $(GO) -C $$m mod tidy -diff; done
