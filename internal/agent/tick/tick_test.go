@@ -386,13 +386,6 @@ func TestLegacyAppRoleLeaseIsRefused(t *testing.T) {
 	}
 }
 
-func TestLegacyNestedVaultAddrInLease(t *testing.T) {
-	h := newHarness(t)
-	h.ten.SetLeaseShape(env, tenancytest.LeaseLegacyVault)
-	h.desire(bundleSpec{})
-	h.expectExit(tick.ExitOK)
-}
-
 func TestComposePullFailureCarriesTheRegistrysWords(t *testing.T) {
 	h := newHarness(t)
 	h.docker.PullFail = "Error response from daemon: Head \"https://harbor.tikali.net/v2/monky/api/manifests/1.4.2\": no basic auth credentials\n"
