@@ -2,6 +2,7 @@ package tenancy
 
 import (
 	"errors"
+	"net/url"
 	"strings"
 	"testing"
 	"unicode"
@@ -16,7 +17,8 @@ func FuzzDecodeCheckin(f *testing.F) {
 		`{"env_id": "env-a", "desired_sha": "` + strings.Repeat("a", 64) + `", "action": "apply", "purge_volumes": false,
 		  "bundle_url": "/v1/agent/bundle/env-a/x", "checkin_interval_s": 60,
 		  "vault": {"addr": "https://bao.cbs.tikali.net:8200", "mount": "monky", "prefix": "env-a/see"}}`,
-		`{"action": "none"}`, `{"action": "down", "purge_volumes": true}`, `{"action": 1}`, `[]`, `null`, ``, `{"vault": []}`,
+		`{"action": "none"}`, `{"action": "none", "checkin_interval_s": -1}`, `{"action": "none", "vault": {"addr": "bao:8200"}}`,
+		`{"action": "down", "purge_volumes": true}`, `{"action": 1}`, `[]`, `null`, ``, `{"vault": []}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -40,6 +42,17 @@ func FuzzDecodeCheckin(f *testing.F) {
 		}
 		if r.EnvID != "" && r.EnvID != "env-a" {
 			t.Fatalf("env %q accepted", r.EnvID)
+		}
+		if r.DesiredSha != "" && !hexSha.MatchString(r.DesiredSha) {
+			t.Fatalf("desired_sha %q accepted", r.DesiredSha)
+		}
+		if r.CheckinIntervalS < 0 {
+			t.Fatalf("checkin_interval_s %d accepted", r.CheckinIntervalS)
+		}
+		if a := r.Vault.Addr; a != "" {
+			if u, err := url.Parse(a); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				t.Fatalf("vault.addr %q accepted", a)
+			}
 		}
 	})
 }
