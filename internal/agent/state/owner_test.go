@@ -6,13 +6,15 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/test/itest"
 )
 
 // The files a root tick leaves in the agent's state_dir are named, the package's upgraded-from
 // is not, and symlinks are not followed. Needs root to own files as someone else.
 func TestForeignFiles(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("needs root to give files to another uid")
+		itest.Unavailable(t, "needs root to give files to another uid")
 	}
 	const agent, other = 4711, 0
 	dir := filepath.Join(t.TempDir(), "state")

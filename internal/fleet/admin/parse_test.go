@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/test/itest"
 )
 
 func TestParseAgentsPage(t *testing.T) {
@@ -202,7 +203,7 @@ func TestParseKitRefusesWhatInstallShRefuses(t *testing.T) {
 func TestParseKitAgreesWithInstallSh(t *testing.T) {
 	bash, err := exec.LookPath("bash")
 	if err != nil {
-		t.Skip("no bash")
+		itest.Unavailable(t, "no bash")
 	}
 	script, err := os.ReadFile(filepath.Join("..", "..", "..", "packaging", "install.sh"))
 	if err != nil {
