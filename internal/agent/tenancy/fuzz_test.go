@@ -1,6 +1,7 @@
 package tenancy
 
 import (
+	"encoding/json"
 	"errors"
 	"net/url"
 	"strings"
@@ -92,7 +93,8 @@ func FuzzDecodeLease(f *testing.F) {
 }
 
 func FuzzDecodeBundle(f *testing.F) {
-	for _, s := range []string{`{"files": {"bundle.json": "{}"}}`, `{"files": {"a": 1}}`, `{"files": null}`, `{}`, `x`} {
+	for _, s := range []string{`{"files": {"bundle.json": "{}"}}`, `{"files": {"a": 1}}`, `{"files": null}`, `{}`, `x`,
+		`{"files": {"docker-compose.yml": "services: {}\n", "a/b.conf": "x=\u00e9"}, "sha": "ab"}`, `{"files": {}, "Files": {"a": "b"}}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
@@ -106,6 +108,20 @@ func FuzzDecodeBundle(f *testing.F) {
 		}
 		if files == nil {
 			t.Fatal("nil files accepted")
+		}
+		// What is accepted is exactly the body's top-level "files" object, every value a string.
+		var doc map[string]any
+		if err := json.Unmarshal(body, &doc); err != nil {
+			t.Fatalf("accepted a body encoding/json refuses (%v): %q", err, body)
+		}
+		want, _ := doc["files"].(map[string]any)
+		if len(files) != len(want) {
+			t.Fatalf("accepted %d files of the body's %d: %q", len(files), len(want), body)
+		}
+		for name, v := range want {
+			if s, ok := v.(string); !ok || files[name] != s {
+				t.Fatalf("files[%q] = %q, the body says %#v", name, files[name], v)
+			}
 		}
 	})
 }

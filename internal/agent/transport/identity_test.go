@@ -1,14 +1,21 @@
 package transport
 
 import (
+	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/openziti/identity"
+	"github.com/openziti/sdk-golang/ziti"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/test/itest"
 )
@@ -250,6 +257,13 @@ func TestIdentityUnreadableAsNobody(t *testing.T) {
 // and never panics.
 func FuzzCheckIdentity(f *testing.F) {
 	f.Add(validIdentity(f, ctrl))
+	f.Add(validIdentity(f, "http://ctrl.example.net:1280"))
+	{ // a key of another certificate
+		p, q := newPKI(f), newPKI(f)
+		cert, _, _ := p.leaf(f)
+		_, key, _ := q.leaf(f)
+		f.Add(identityJSON(f, ctrl, "pem:"+string(cert), "pem:"+string(key), ""))
+	}
 	f.Add([]byte(`{"ztAPI":"https://c:1","id":{"cert":"pem:x","key":"pem:y"}}`))
 	f.Add([]byte(`{"ztAPI":"https://c:1","id":{"cert":"pem:-----BEGIN CERTIFICATE-----\nAA==\n-----END CERTIFICATE-----","key":"pem:-----BEGIN PRIVATE KEY-----\nAA==\n-----END PRIVATE KEY-----"}}`))
 	f.Add([]byte(`{"ztAPIs":["https://c:1"],"id":{"cert":"file:x","key":"engine:z"}}`))
@@ -264,12 +278,42 @@ func FuzzCheckIdentity(f *testing.F) {
 			return nil, &fs.PathError{Op: "open", Path: path, Err: fs.ErrNotExist}
 		}
 		err := CheckIdentity("/id.json", read)
-		if err == nil {
+		if err != nil {
+			var ie *IdentityError
+			if !errors.As(err, &ie) || ie.Kind == nil {
+				t.Fatalf("got %T %v, want *IdentityError with a kind", err, err)
+			}
 			return
 		}
-		var ie *IdentityError
-		if !errors.As(err, &ie) || ie.Kind == nil {
-			t.Fatalf("got %T %v, want *IdentityError with a kind", err, err)
+		// What the pre-flight accepts, the SDK loads: https controllers, and an identity its own
+		// loader takes without an error, a panic or an exit (a hardware-engine key excepted: the
+		// pre-flight leaves it to the SDK, and there is no engine here).
+		var cfg ziti.Config
+		if err := json.Unmarshal(data, &cfg); err != nil {
+			t.Fatalf("accepted an identity ziti.Config refuses: %v", err)
+		}
+		urls := cfg.ZtAPIs
+		if len(urls) == 0 {
+			urls = []string{cfg.ZtAPI}
+		}
+		for _, raw := range urls {
+			if u, err := url.Parse(raw); err != nil || u.Scheme != "https" || u.Host == "" {
+				t.Fatalf("accepted controller URL %q", raw)
+			}
+		}
+		if !strings.HasPrefix(cfg.ID.Key, "pem:") && !strings.HasPrefix(cfg.ID.Key, "file:") {
+			return
+		}
+		certPEM, certInline := strings.CutPrefix(cfg.ID.Cert, "pem:")
+		keyPEM, keyInline := strings.CutPrefix(cfg.ID.Key, "pem:")
+		if certInline && keyInline {
+			if _, err := tls.X509KeyPair([]byte(certPEM), []byte(keyPEM)); err != nil {
+				t.Fatalf("accepted a certificate and key crypto/tls refuses as a pair: %v", err)
+			}
+		}
+		routeSDKLogs(slog.New(slog.DiscardHandler))
+		if err := safeCall("load identity", func() error { _, err := identity.LoadIdentity(cfg.ID); return err }); err != nil {
+			t.Fatalf("accepted an identity the SDK cannot load: %v", err)
 		}
 	})
 }
