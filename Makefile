@@ -34,6 +34,12 @@ test-integration: integration-setup ## tests against the real Docker engine, com
 	set -e; for m in $(MODULES); do CI=$${CI:-true} $(GO) -C $$m test -count=1 -tags integration -timeout 40m ./...; done
 
 fuzz: ## run every fuzz target for FUZZTIME each (a duration or a count, e.g. 3000x); fails if any target fails
+	@stale=""; \
+	for d in $$(find . -path '*/testdata/fuzz/*' -type d -name 'Fuzz*' | sort); do \
+	  pkg=$$(dirname $$(dirname $$(dirname $$d))); \
+	  grep -qs "^func $$(basename $$d)(" $$pkg/*_test.go || stale="$$stale $$d"; \
+	done; \
+	if [ -n "$$stale" ]; then echo "fuzz: corpus of no fuzz target (a deleted or renamed one):$$stale" >&2; exit 1; fi
 	@targets=0; failed=""; \
 	for f in $$(grep -rl --include='*_test.go' '^func Fuzz' . | sort); do \
 	  dir=$$(dirname $$f); \

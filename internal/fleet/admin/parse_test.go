@@ -111,6 +111,7 @@ func FuzzParseAgentsPage(f *testing.F) {
 	f.Add([]byte(`{"now":"2026-12-02T10:00:00Z","agents":null,"next":null}`))
 	f.Add([]byte(`{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"a","failed_sha":"9f","attempts":2,"next_attempt_at":"2026-12-02T10:08:00Z","revert_healthy":false}]}`))
 	f.Add([]byte(`{"now":1}`))
+	f.Add([]byte("{\"now\":\"2026-12-02T10:00:00Z\",\"agents\":[],\"next\":\"\xc0\"}")) // a cursor that is no UTF-8
 	f.Add([]byte(`[]`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		p, now, err := ParseAgentsPage(b)
