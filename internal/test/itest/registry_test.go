@@ -101,7 +101,7 @@ func TestRegistryDemandsCredentials(t *testing.T) {
 		logins := 0
 		for _, argv := range strings.Split(strings.TrimSpace(string(log)), "\n") {
 			if strings.Contains(argv, pw) {
-				t.Fatalf("password in the argv of `docker %s`", strings.ReplaceAll(argv, "\x1f", " "))
+				t.Fatalf("password (masked here) in the argv of `docker %s`", strings.ReplaceAll(strings.ReplaceAll(argv, pw, "***"), "\x1f", " "))
 			}
 			if strings.HasPrefix(argv, "login\x1f") {
 				logins++
