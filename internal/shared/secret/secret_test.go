@@ -221,3 +221,12 @@ func BenchmarkRedactLogTail(b *testing.B) {
 		_ = r.Redact(text)
 	}
 }
+
+// unquote takes off exactly the two quotes, the empty quoted string included.
+func TestUnquote(t *testing.T) {
+	for q, want := range map[string]string{`""`: "", `"a"`: "a", `"pa\"ss"`: `pa\"ss`} {
+		if got := unquote(q); got != want {
+			t.Errorf("unquote(%s) = %q, want %q", q, got, want)
+		}
+	}
+}
