@@ -14,7 +14,7 @@ MODULES      := . packaging tools/mutate
 # make mutate: the packages that hold decisions (under internal/), smallest first, one at a time
 # with one worker; a mutant's tests may take COEFFICIENT × the package's plain test run.
 MUTATE_PKGS  ?= shared/protocol shared/secret agent/token fleet/verdict fleet/report agent/release agent/state agent/bundle agent/tick
-MUTATE_TIMEOUT_COEFFICIENT ?= 10
+MUTATE_TIMEOUT_COEFFICIENT ?= 20
 MUTATE_OUT   ?= bin/mutate
 
 .PHONY: help build test tidy-check test-integration integration-setup prometheus-deps test-rules lint bench fuzz mutate demo clean

@@ -450,3 +450,22 @@ func TestSameEnvIDKeepsTheAgentRowFirst(t *testing.T) {
 		t.Fatalf("rows %+v", doc.Envs)
 	}
 }
+
+// The TIMER column: what the agent's last check-in said of its systemd timer.
+func TestTimerColumn(t *testing.T) {
+	yes, no := true, false
+	for _, tc := range []struct {
+		t    *protocol.AdminTimer
+		want string
+	}{
+		{nil, ""}, {&protocol.AdminTimer{}, ""},
+		{&protocol.AdminTimer{Enabled: &no, Active: &yes}, "disabled"},
+		{&protocol.AdminTimer{Enabled: &yes, Active: &no}, "inactive"},
+		{&protocol.AdminTimer{Enabled: &yes, Active: &yes}, "enabled"},
+		{&protocol.AdminTimer{Enabled: &yes}, "enabled"},
+	} {
+		if got := timer(tc.t); got != tc.want {
+			t.Errorf("timer(%+v) = %q, want %q", tc.t, got, tc.want)
+		}
+	}
+}
