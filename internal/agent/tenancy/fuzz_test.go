@@ -20,6 +20,8 @@ func FuzzDecodeCheckin(f *testing.F) {
 		  "vault": {"addr": "https://bao.cbs.tikali.net:8200", "mount": "monky", "prefix": "env-a/see"}}`,
 		`{"action": "none"}`, `{"action": "none", "checkin_interval_s": -1}`, `{"action": "none", "vault": {"addr": "bao:8200"}}`,
 		`{"action": "down", "purge_volumes": true}`, `{"action": 1}`, `[]`, `null`, ``, `{"vault": []}`,
+		`{"action": "none", "apply_windows": ["Mon-Fri 02:00-05:00", "Sat,Sun 00:00-24:00"], "apply_windows_tz": "Europe/Berlin", "ignore_window": true}`,
+		`{"action": "none", "apply_windows": ["Mon 25:00-26:00"]}`, `{"action": "none", "apply_windows_tz": ""}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -54,6 +56,9 @@ func FuzzDecodeCheckin(f *testing.F) {
 			if u, err := url.Parse(a); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 				t.Fatalf("vault.addr %q accepted", a)
 			}
+		}
+		if _, err := Windows(r, []string{"Mon 02:00-05:00"}, "Europe/Berlin"); err != nil {
+			t.Fatalf("accepted apply windows that do not parse: %v", err)
 		}
 	})
 }
