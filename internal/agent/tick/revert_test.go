@@ -400,7 +400,9 @@ func TestNoRevertWhenTheFailedReleaseIsTheOneThatRanBefore(t *testing.T) {
 	v1 := h.desire(bundleSpec{})
 	h.expectExit(tick.ExitOK)
 	h.wrap = func(d *tick.Deps) { d.Tenancy = redeployTenancy{d.Tenancy} }
-	h.docker.ImageHealth[goodAPI] = "unhealthy" // what ran healthy is not any more (a dead database)
+	// What ran healthy is not any more (a dead database): api exited, and up starts it unhealthy.
+	h.docker.ImageHealth[goodAPI] = "unhealthy"
+	h.docker.Stop("api")
 	ups := h.docker.Count("compose up")
 	h.expectExit(tick.ExitFailed)
 
