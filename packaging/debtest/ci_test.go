@@ -170,8 +170,8 @@ func TestGitLabCIShape(t *testing.T) {
 			t.Errorf("package does not keep %s: %q", want, pkg.Artifacts.Paths)
 		}
 	}
-	if !strings.Contains(strings.Join(jobs["test:packaging"].Script, "\n"), "-tags integration") {
-		t.Error("test:packaging does not run the integration-tagged tests")
+	if !strings.Contains(strings.Join(jobs["test:packaging"].Script, "\n"), "make test-integration MODULES=packaging") {
+		t.Error("test:packaging does not run packaging/'s integration-tagged tests (make test-integration MODULES=packaging)")
 	}
 }
 
@@ -203,6 +203,14 @@ func TestReleaseNeedsTheWholeSuite(t *testing.T) {
 	var steps []string
 	for name := range needed {
 		steps = append(steps, jobs[name].Script...)
+	}
+	// A script a make target runs (through its prerequisites too) is run by the job that runs
+	// the target: make test-integration runs integration-setup.sh.
+	mk := readAll(t, filepath.Join(moduleRoot(t), "Makefile"))
+	for _, l := range steps {
+		for _, m := range makeRef.FindAllStringSubmatch(l, -1) {
+			steps = append(steps, makeRecipe(mk, m[1], map[string]bool{})...)
+		}
 	}
 	all := strings.Join(steps, "\n")
 
@@ -247,9 +255,46 @@ func TestReleaseNeedsTheWholeSuite(t *testing.T) {
 			t.Errorf("job %s does not set CI=true: a missing part would skip instead of failing", name)
 		}
 	}
+	// No test skips in CI: the integration run goes through make test-integration, whose go test
+	// -json stream noskip reads, failing the run on a skipped test.
+	for name := range needed {
+		if script := strings.Join(jobs[name].Script, "\n"); strings.Contains(script, "-tags integration") {
+			t.Errorf("job %s runs go test -tags integration itself: run make test-integration, which fails on a skipped test", name)
+		}
+	}
+	if r := strings.Join(makeRecipe(mk, "test-integration", map[string]bool{}), "\n"); !regexp.MustCompile(`test -json .*-tags integration .*\| bin/noskip`).MatchString(r) {
+		t.Errorf("make test-integration does not pipe go test -json through bin/noskip:\n%s", r)
+	}
 	if fuzz := strings.Join(jobs["test:fuzz"].Script, "\n"); !regexp.MustCompile(`make fuzz FUZZTIME=[0-9]+x`).MatchString(fuzz) {
 		t.Errorf("test:fuzz runs %q, want make fuzz with a count (a duration can end in the baseline run on a loaded runner)", fuzz)
 	}
+}
+
+// makeRecipe is target's recipe in the Makefile mk, its prerequisites' first (seen: done).
+func makeRecipe(mk, target string, seen map[string]bool) []string {
+	if seen[target] {
+		return nil
+	}
+	seen[target] = true
+	var out []string
+	lines := strings.Split(mk, "\n")
+	for i, l := range lines {
+		rest, ok := strings.CutPrefix(l, target+":")
+		if !ok || strings.HasPrefix(rest, "=") {
+			continue
+		}
+		prereqs, _, _ := strings.Cut(rest, "##")
+		for _, p := range strings.Fields(prereqs) {
+			out = append(out, makeRecipe(mk, p, seen)...)
+		}
+		for _, r := range lines[i+1:] {
+			if !strings.HasPrefix(r, "\t") {
+				break
+			}
+			out = append(out, strings.TrimSpace(r))
+		}
+	}
+	return out
 }
 
 var (
