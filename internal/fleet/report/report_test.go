@@ -396,8 +396,13 @@ func TestNewGate(t *testing.T) {
 
 	// Nothing allowed: the line names no allowed envs.
 	doc.Envs = doc.Envs[:1]
-	if g := NewGate(doc, GateOptions{}); !g.Pass || strings.Contains(g.line(), "allowed") {
+	if g := NewGate(doc, GateOptions{}); !g.Pass || g.line() != "gate: PASS — 1 envs OK" {
 		t.Errorf("gate of one OK env: pass %v, line %q", g.Pass, g.line())
+	}
+	// With --expect-version a pass names the version and since when.
+	g = NewGate(doc, GateOptions{ExpectVersion: "0.3.0", StartedAt: start})
+	if want := "gate: PASS — 1 envs OK, all running 0.3.0 since " + start.UTC().Format(time.RFC3339); !g.Pass || g.line() != want {
+		t.Errorf("gate with --expect-version of one OK env: pass %v, line %q, want %q", g.Pass, g.line(), want)
 	}
 }
 
