@@ -946,3 +946,18 @@ func TestStageSyncsEveryDirectoryBeforeTheRename(t *testing.T) {
 		t.Errorf("synced %q, want %q", synced, want)
 	}
 }
+
+// checkSha's edges: every hex digit, 1 and 64 digits in; none, 65, upper case and what is no
+// hex digit out (a bound off by one refused the 9s and fs of real shas, or let `g` in).
+func TestCheckSha(t *testing.T) {
+	for _, ok := range []string{"0123456789abcdef", "9", "f", "a", "0", strings.Repeat("f", 64)} {
+		if err := checkSha(ok); err != nil {
+			t.Errorf("checkSha(%q) = %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", strings.Repeat("a", 65), "A", "g", "/", ":", "`", ".", "..", "a/b"} {
+		if err := checkSha(bad); err == nil {
+			t.Errorf("checkSha(%q) accepted", bad)
+		}
+	}
+}
