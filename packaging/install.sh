@@ -265,8 +265,8 @@ else
 fi
 if ! docker compose version >/dev/null 2>&1; then
   say "docker compose v2 plugin missing: installing it"
-  apt_install docker-compose-plugin docker-compose || die "could not install the docker compose plugin"
-  docker compose version >/dev/null 2>&1 || die "docker compose still not available after installing it"
+  apt_install docker-compose-plugin docker-compose || die "could not install docker compose v2: add Docker's apt repository (download.docker.com/linux/debian) for docker-compose-plugin, or use a Debian release whose own docker-compose is v2 (13 trixie and later; bookworm's is v1)"
+  docker compose version >/dev/null 2>&1 || die "docker compose v2 still not available after installing it: add Docker's apt repository (download.docker.com/linux/debian) for docker-compose-plugin, or use a Debian release whose own docker-compose is v2 (13 trixie and later; bookworm's is v1)"
   did "installed the docker compose plugin"
 fi
 if [ -n "$DOCKER_DATA_ROOT" ]; then

@@ -7,7 +7,10 @@
 PKG_GO           ?= go
 PKG_VERSION      ?= $(shell cat VERSION)
 PKG_MODULE       := scm.tikali.ai/tikali/applications/monky/monky-deployd
-PKG_LDFLAGS      ?= -s -w -X $(PKG_MODULE)/internal/shared/version.Version=$(PKG_VERSION)
+PKG_COMMIT       ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+PKG_BUILD_DATE   ?= $(shell date -u -d "@$${SOURCE_DATE_EPOCH:-$$(date +%s)}" +%Y-%m-%dT%H:%M:%SZ)
+PKG_LDFLAGS      ?= -s -w -X $(PKG_MODULE)/internal/shared/version.Version=$(PKG_VERSION) \
+                    -X $(PKG_MODULE)/internal/shared/version.Commit=$(PKG_COMMIT) -X $(PKG_MODULE)/internal/shared/version.Date=$(PKG_BUILD_DATE)
 PKG_ARCH         ?= amd64
 PKG_DIST         ?= dist
 # Prebuilt binaries to package instead of building cmd/deployd and cmd/fleetctl (tests only).

@@ -75,6 +75,8 @@ type Deps struct {
 // Options are the flags of one tick.
 type Options struct {
 	Prune bool
+	// TickID names the tick in its check-in and report (the journal lines end in it too).
+	TickID string
 }
 
 // Agent runs ticks for one config.
