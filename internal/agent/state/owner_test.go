@@ -18,7 +18,7 @@ func TestForeignFiles(t *testing.T) {
 	}
 	const agent, other = 4711, 0
 	dir := filepath.Join(t.TempDir(), "state")
-	for _, d := range []string{"", "docker", "env-qa-02/releases/aa01", "env-qa-02/releases/bb02", "outside"} {
+	for _, d := range []string{"", "docker", "docker/buildx", "env-qa-02/releases/aa01", "env-qa-02/releases/bb02", "outside"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
 			t.Fatal(err)
 		}
@@ -31,6 +31,7 @@ func TestForeignFiles(t *testing.T) {
 		"env-qa-02/releases/aa01/.env":      agent,
 		"env-qa-02/releases/bb02/.env":      other,
 		"outside/victim":                    other,
+		"docker/buildx/cache":               other, // two levels down, not <env>/releases: not walked
 		"env-qa-02/releases/aa01/bundle.js": agent,
 	}
 	for name := range files {
