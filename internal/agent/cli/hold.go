@@ -148,16 +148,16 @@ func runHold(ctx context.Context, opts holdOptions, g *cliDeps, now time.Time) e
 	if opts.by == "" {
 		args = append(append([]string{}, g.args...), "--by", by)
 	}
-	if err := asStateOwner(g.proc, cfg, log, args, "hold --reason …"); err != nil {
+	if err := asStateOwner(g.proc, cfg, log, args, "hold --reason …", ""); err != nil {
 		return err
 	}
 	return withStateLock(ctx, cfg, g, func(st *state.State) (bool, error) {
 		red, rerr := tick.SecretsOnDisk(cfg, st)
 		if rerr != nil {
-			fmt.Fprintf(g.stderr, "monky-deployd: hold: the release's secrets could not be read to check the reason against them (%v); it was checked against the token only\n", rerr)
+			fmt.Fprintf(g.stderr, "monky-deployd: hold: the release's secrets could not be read to check the reason against them (%v); it was checked against the token and the registry credential only\n", rerr)
 		}
 		if red.Redact(opts.reason) != opts.reason {
-			return false, usageError("hold: --reason holds a secret the box keeps (a value of the release's .env, or the agent's token); write it without")
+			return false, usageError("hold: --reason holds a secret the box keeps (a value of the release's .env, the registry credential or the agent's token); write it without")
 		}
 		if old := st.Hold; old.Active(now) {
 			fmt.Fprintf(g.stdout, "replacing the hold %s\n", old.Note())
@@ -175,7 +175,7 @@ func runUnhold(ctx context.Context, g *cliDeps, now time.Time) error {
 		return err
 	}
 	log := slog.New(journal.New(g.stderr, cfg.SlogLevel())).With("env", cfg.EnvID)
-	if err := asStateOwner(g.proc, cfg, log, g.args, "unhold"); err != nil {
+	if err := asStateOwner(g.proc, cfg, log, g.args, "unhold", ""); err != nil {
 		return err
 	}
 	return withStateLock(ctx, cfg, g, func(st *state.State) (bool, error) {

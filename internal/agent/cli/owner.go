@@ -62,26 +62,26 @@ var realProcess = process{
 
 // asStateOwner re-executes a root tick (or hold, unhold) as state_dir's owner, with its groups
 // (root's 0600 files once stopped every later tick); when it cannot, an exit-78 error with the
-// command to run, cmd in it. A state_dir that is missing, or root's, is the agent's
-// (asAgentUser): root creates nothing in it.
-func asStateOwner(p process, cfg *config.Config, log *slog.Logger, args []string, cmd string) error {
+// command to run, cmd in it. A tick's re-run carries tickID (TickIDEnv): one tick, one id. A
+// state_dir that is missing, or root's, is the agent's (asAgentUser): root creates nothing in it.
+func asStateOwner(p process, cfg *config.Config, log *slog.Logger, args []string, cmd, tickID string) error {
 	if p.euid() != 0 {
 		return nil
 	}
 	uid, err := p.owner(cfg.StateDir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return asAgentUser(p, cfg, log, args, cmd, false)
+		return asAgentUser(p, cfg, log, args, cmd, tickID, false)
 	case err != nil:
 		return ownerError(cfg, fmt.Sprintf("cannot tell who owns state_dir %s: %v", cfg.StateDir, err), "the agent's user", cmd)
 	case uid == 0:
-		return asAgentUser(p, cfg, log, args, cmd, true)
+		return asAgentUser(p, cfg, log, args, cmd, tickID, true)
 	}
 	a, err := p.lookup(uid)
 	if err != nil {
 		return ownerError(cfg, fmt.Sprintf("state_dir %s belongs to uid %d, which has no account here (%v); a tick as root would leave files that uid cannot replace", cfg.StateDir, uid, err), "'#"+strconv.FormatUint(uint64(uid), 10)+"'", cmd)
 	}
-	return reRunAs(p, cfg, log, args, cmd, a, "running as root: re-running as the owner of state_dir, with its groups")
+	return reRunAs(p, cfg, log, args, cmd, tickID, a, "running as root: re-running as the owner of state_dir, with its groups")
 }
 
 // asAgentUser handles a root tick finding no state_dir, or root's own: a tick as root there would
@@ -90,7 +90,7 @@ func asStateOwner(p process, cfg *config.Config, log *slog.Logger, args []string
 // is made, 0700, and an empty one of root's given, to that account alone, and the tick re-runs
 // as it. Where agent_user is root, or is left at its default and that account does not exist
 // (a box without the package), root is the agent's user and the tick goes on.
-func asAgentUser(p process, cfg *config.Config, log *slog.Logger, args []string, cmd string, exists bool) error {
+func asAgentUser(p process, cfg *config.Config, log *slog.Logger, args []string, cmd, tickID string, exists bool) error {
 	a, err := p.lookupName(cfg.AgentUser)
 	switch {
 	case err != nil && !cfg.AgentUserSet():
@@ -116,17 +116,20 @@ func asAgentUser(p process, cfg *config.Config, log *slog.Logger, args []string,
 			cfg.StateDir, a.name, err, a.name, a.name, cfg.StateDir), a.name, cmd)
 	}
 	log.Info("running as root: "+made+"; re-running as it, with its groups", "state_dir", cfg.StateDir, "agent_user", a.name)
-	return reRunAs(p, cfg, log, args, cmd, a, "running as root: re-running as the agent's user, with its groups")
+	return reRunAs(p, cfg, log, args, cmd, tickID, a, "running as root: re-running as the agent's user, with its groups")
 }
 
 // reRunAs executes this binary again as a, with a's groups; it returns only an exit-78 error.
-func reRunAs(p process, cfg *config.Config, log *slog.Logger, args []string, cmd string, a account, msg string) error {
+func reRunAs(p process, cfg *config.Config, log *slog.Logger, args []string, cmd, tickID string, a account, msg string) error {
 	names := make([]string, len(a.groups))
 	for i, g := range a.groups {
 		names[i] = groupName(g)
 	}
 	log.Info(msg, "user", a.name, "uid", a.uid, "groups", strings.Join(names, ","), "state_dir", cfg.StateDir)
 	env := withAccountEnv(p.environ(), a)
+	if tickID != "" {
+		env = append(env, TickIDEnv+"="+tickID) // the re-run is the same tick
+	}
 	err := p.become(a, append([]string{"monky-deployd"}, args...), env)
 	return ownerError(cfg, fmt.Sprintf("could not re-run as %s, the owner of state_dir %s: %v", a.name, cfg.StateDir, err), a.name, cmd)
 }

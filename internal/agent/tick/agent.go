@@ -86,6 +86,8 @@ var errNoRedactor = errors.New("tick: no redactor in Deps")
 // Options are the flags of one tick.
 type Options struct {
 	Prune bool
+	// TickID names the tick in its check-in and report (the journal lines end in it too).
+	TickID string
 }
 
 // Agent runs ticks for one config.
