@@ -25,6 +25,13 @@ const (
 	itSecret  = "s3cr3t-v4lue"
 )
 
+// itRedactor holds the secret the tests render, as the tick's holds every secret it read.
+func itRedactor() *secret.Redactor {
+	red := &secret.Redactor{}
+	red.Add(itSecret)
+	return red
+}
+
 // rendered stages compose (at file) and its .env in a fresh release directory and returns what
 // the real `docker compose config` makes of it, as the agent runs it.
 func rendered(t testing.TB, file, content, template string, extra map[string]string) (string, []byte, error) {
@@ -47,7 +54,7 @@ func rendered(t testing.TB, file, content, template string, extra map[string]str
 			t.Fatal(err)
 		}
 	}
-	d := &compose.Docker{ConfigDir: t.TempDir(), Project: itProject, Runner: runner.Exec{}}
+	d := &compose.Docker{ConfigDir: t.TempDir(), Project: itProject, Runner: runner.Exec{}, Redact: itRedactor()}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	out, err := d.Config(ctx, dir, file)
@@ -60,7 +67,19 @@ func rendered(t testing.TB, file, content, template string, extra map[string]str
 // for privilege is refused for privilege again.
 func TestPostRenderJudgementWithRealCompose(t *testing.T) {
 	itest.Require(t, itest.PartCompose)
-	for _, c := range bundletest.BypassClasses() {
+	// The classes compose itself will not render, a file or volume that is not there. Every
+	// other class must reach the agent's post-render judgement: a compose that refused them all
+	// (broken, or run in the wrong directory) would otherwise pass this test having judged nothing.
+	composeRefuses := map[string]bool{
+		"bind from a secret variable":    true, // names a volume that is not declared
+		"label_file outside the release": true,
+		"env_file outside the release":   true,
+		"include":                        true,
+		"extends.file":                   true,
+	}
+	classes := bundletest.BypassClasses()
+	judged := 0
+	for _, c := range classes {
 		t.Run(c.Name, func(t *testing.T) {
 			file := c.File
 			if file == "" {
@@ -79,10 +98,17 @@ func TestPostRenderJudgementWithRealCompose(t *testing.T) {
 				if strings.Contains(red.Redact(err.Error()), itSecret) {
 					t.Errorf("the redacted error carries the secret: %v", err)
 				}
+				if !composeRefuses[c.Name] {
+					t.Fatalf("compose refused a class the post-render judgement must see: %v", red.Redact(err.Error()))
+				}
 				t.Logf("compose itself refuses it: %v", err)
 				return
 			}
-			err = bundle.JudgeRendered(out, file, dir, itProject, false)
+			if composeRefuses[c.Name] {
+				t.Errorf("compose renders a class this test lists as refused by compose: judged below, update the list")
+			}
+			judged++
+			err = bundle.JudgeRendered(out, file, dir, itProject, false, bundle.Host{}, itRedactor())
 			var r *protocol.Refusal
 			if !errors.As(err, &r) {
 				// the rendered file carries the secret: never print it as is
@@ -96,6 +122,9 @@ func TestPostRenderJudgementWithRealCompose(t *testing.T) {
 			}
 		})
 	}
+	if want := len(classes) - len(composeRefuses); judged < want {
+		t.Errorf("%d of %d classes reached the post-render judgement, want at least %d", judged, len(classes), want)
+	}
 }
 
 // The dozen real-world files render and pass the post-render judgement.
@@ -107,7 +136,7 @@ func TestRealWorldFilesPassThePostRenderJudgement(t *testing.T) {
 		if err != nil {
 			t.Fatalf("compose config: %v", err)
 		}
-		if err := bundle.JudgeRendered(out, bundle.DefaultComposeFile, dir, itProject, false); err != nil {
+		if err := bundle.JudgeRendered(out, bundle.DefaultComposeFile, dir, itProject, false, bundle.Host{}, itRedactor()); err != nil {
 			t.Fatalf("refused: %v", err)
 		}
 	})
@@ -127,7 +156,7 @@ func BenchmarkJudgeRendered(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				if err := bundle.JudgeRendered(out, bundle.DefaultComposeFile, dir, itProject, false); err != nil {
+				if err := bundle.JudgeRendered(out, bundle.DefaultComposeFile, dir, itProject, false, bundle.Host{}, itRedactor()); err != nil {
 					b.Fatalf("%.300v", err)
 				}
 			}

@@ -82,6 +82,8 @@ func holdUntil(opts holdOptions, now time.Time) (time.Time, error) {
 		switch {
 		case !t.After(now):
 			return time.Time{}, usageError("hold: --until %s is not in the future", t.Format(time.RFC3339))
+		case t.Sub(now) < state.MinHold:
+			return time.Time{}, usageError("hold: --until %s is less than a minute ahead; a hold lasts at least a minute", t.Format(time.RFC3339))
 		case t.Sub(now) > state.MaxHold:
 			return time.Time{}, usageError("hold: --until %s is more than 7 days ahead; a longer wait is a retire, or a hold renewed on purpose", t.Format(time.RFC3339))
 		}
@@ -93,6 +95,8 @@ func holdUntil(opts holdOptions, now time.Time) (time.Time, error) {
 			return time.Time{}, usageError("hold: --for %q: want a duration like 90m, 6h or 2d", opts.forD)
 		case d <= 0:
 			return time.Time{}, usageError("hold: --for %s: want a positive duration", opts.forD)
+		case d < state.MinHold:
+			return time.Time{}, usageError("hold: --for %s is less than a minute; a hold lasts at least a minute", opts.forD)
 		case d > state.MaxHold:
 			return time.Time{}, usageError("hold: --for %s is more than 7 days; a longer wait is a retire, or a hold renewed on purpose", opts.forD)
 		}
@@ -148,7 +152,7 @@ func runHold(ctx context.Context, opts holdOptions, g *cliDeps, now time.Time) e
 	if opts.by == "" {
 		args = append(append([]string{}, g.args...), "--by", by)
 	}
-	if err := asStateOwner(g.proc, cfg, log, args, "hold --reason …"); err != nil {
+	if err := asStateOwner(g.proc, cfg, log, args, "hold --reason …", ""); err != nil {
 		return err
 	}
 	return withStateLock(ctx, cfg, g, func(st *state.State) (bool, error) {
@@ -162,7 +166,13 @@ func runHold(ctx context.Context, opts holdOptions, g *cliDeps, now time.Time) e
 		if old := st.Hold; old.Active(now) {
 			fmt.Fprintf(g.stdout, "replacing the hold %s\n", old.Note())
 		}
-		st.Hold = &state.Hold{Reason: opts.reason, By: by, Since: now.UTC().Truncate(time.Second), Until: until.UTC().Truncate(time.Second)}
+		h := &state.Hold{Reason: opts.reason, By: by, Since: now.UTC().Truncate(time.Second), Until: until.UTC().Truncate(time.Second)}
+		// What state.Load would refuse is never written: a refused state.json is moved aside
+		// by the next tick, with everything it kept.
+		if err := h.Check(); err != nil {
+			return false, usageError("%v", err)
+		}
+		st.Hold = h
 		fmt.Fprintf(g.stdout, "%s (%s from now)\nticks still check in and report; nothing is applied, retired, reverted or corrected until then or `monky-deployd unhold`\n",
 			st.Hold.Note(), until.Sub(now).Round(time.Minute))
 		return true, nil
@@ -175,7 +185,7 @@ func runUnhold(ctx context.Context, g *cliDeps, now time.Time) error {
 		return err
 	}
 	log := slog.New(journal.New(g.stderr, cfg.SlogLevel())).With("env", cfg.EnvID)
-	if err := asStateOwner(g.proc, cfg, log, g.args, "unhold"); err != nil {
+	if err := asStateOwner(g.proc, cfg, log, g.args, "unhold", ""); err != nil {
 		return err
 	}
 	return withStateLock(ctx, cfg, g, func(st *state.State) (bool, error) {

@@ -57,6 +57,12 @@ func TestHoldRefusesBadFlags(t *testing.T) {
 		{"more than 7 days", []string{"hold", "--reason", "r", "--for", "169h"}, "more than 7 days"},
 		{"8 days", []string{"hold", "--reason", "r", "--for", "8d"}, "want a duration"},
 		{"zero", []string{"hold", "--reason", "r", "--for", "0s"}, "positive"},
+		// Its times are kept to the second: a shorter hold would be written with until == since,
+		// which state.json's reader refuses (and the next tick would set the whole state aside).
+		{"a nanosecond", []string{"hold", "--reason", "r", "--for", "1ns"}, "less than a minute"},
+		{"half a second", []string{"hold", "--reason", "r", "--for", "500ms"}, "less than a minute"},
+		{"59 seconds", []string{"hold", "--reason", "r", "--for", "59s"}, "less than a minute"},
+		{"until in a few seconds", []string{"hold", "--reason", "r", "--until", time.Now().Add(5 * time.Second).UTC().Format(time.RFC3339)}, "less than a minute ahead"},
 		{"not a duration", []string{"hold", "--reason", "r", "--for", "soon"}, "want a duration"},
 		{"past", []string{"hold", "--reason", "r", "--until", "2020-01-01T00:00:00Z"}, "not in the future"},
 		{"far", []string{"hold", "--reason", "r", "--until", "2999-01-01T00:00:00Z"}, "more than 7 days ahead"},

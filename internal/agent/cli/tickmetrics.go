@@ -79,10 +79,20 @@ func writeTickMetrics(log *slog.Logger, rec tickRecord) {
 func tickState(log *slog.Logger, rec tickRecord, end time.Time) *state.State {
 	if rec.agent != nil && rec.agent.State() != nil {
 		st := rec.agent.State()
+		code := tick.ExitCode(rec.err)
+		st.LastExitCode = &code // the next check-in's last_exit_code
 		if rec.err == nil {
 			at := end.UTC()
 			st.LastTickOKAt = &at
 			if err := state.Save(rec.cfg.StatePath(), st); err != nil {
+				log.Warn("state not saved", "error", err.Error())
+			}
+			return st
+		}
+		// A failed tick saved what it meant to keep; only its exit code is added to that.
+		if disk, err := state.Load(rec.cfg.StatePath()); err == nil {
+			disk.LastExitCode = &code
+			if err := state.Save(rec.cfg.StatePath(), disk); err != nil {
 				log.Warn("state not saved", "error", err.Error())
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io/fs"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -43,23 +44,25 @@ func TestDefaults(t *testing.T) {
 			Role: "see-env", KVMount: "monky", CAFile: "/etc/monky-deployd/openbao-ca.pem",
 			ProxyAddr: "127.0.0.1:18200", RenewBelowS: 3600, TimeoutS: 30,
 		},
-		IntervalS:       60,
-		LaptopMode:      false,
-		Prod:            boolp(false), // env-qa-*: see TestProd
-		StateDir:        "/var/lib/monky-deployd",
-		BootstrapFile:   "/etc/monky-deployd/bootstrap.jwt",
-		Disk:            Disk{Factor: 1.5, HeadroomBytes: 2147483648},
-		HealthyTimeoutS: 300,
-		AutoRevert:      true,
-		VolumesOnAbsent: "keep",
-		ComposeProject:  "monky-env-qa-02",
-		DockerBin:       "docker",
-		RegistryHost:    "harbor.tikali.net",
-		ContainerdRoot:  "/var/lib/containerd",
-		LogLevel:        "INFO",
-		TextfileDir:     "/var/lib/prometheus/node-exporter",
-
+		IntervalS:           60,
+		LaptopMode:          false,
+		Prod:                boolp(false), // env-qa-*: see TestProd
+		StateDir:            "/var/lib/monky-deployd",
+		BootstrapFile:       "/etc/monky-deployd/bootstrap.jwt",
+		Disk:                Disk{Factor: 1.5, HeadroomBytes: 2147483648},
+		HealthyTimeoutS:     300,
+		AutoRevert:          true,
+		VolumesOnAbsent:     "keep",
+		ComposeProject:      "monky-env-qa-02",
+		DockerBin:           "docker",
+		RegistryHost:        "harbor.tikali.net",
+		ContainerdRoot:      "/var/lib/containerd",
+		LogLevel:            "INFO",
+		TextfileDir:         "/var/lib/prometheus/node-exporter",
 		IdentityRenewBelowS: 30 * 24 * 3600,
+		AgentUser:           "monky-deployd",
+		InterceptRange:      "100.64.0.0/10",
+		InterceptPrefix:     netip.MustParsePrefix("100.64.0.0/10"),
 		DriftCorrection:     true,
 		Windows:             mustSchedule(t, nil, ""),
 	}
@@ -337,6 +340,12 @@ func TestValidationErrors(t *testing.T) {
 		{"identity_renew_below_s beyond ten years", "env_id: e\nidentity_renew_below_s: 315360001\n", "identity_renew_below_s", []string{"315360001"}},
 		{"identity_renew_below_s days", "env_id: e\nidentity_renew_below_s: 30d\n", "identity_renew_below_s", []string{"want an integer"}},
 		{"control character", "env_id: e\nsite: \"a\\x01b\"\n", "site", []string{"control"}},
+		{"agent_user an option", "env_id: e\nagent_user: --help\n", "agent_user", []string{"account name", "--help"}},
+		{"agent_user a number", "env_id: e\nagent_user: \"0\"\n", "agent_user", []string{"account name"}},
+		{"agent_user a path", "env_id: e\nagent_user: ../root\n", "agent_user", []string{"account name"}},
+		{"intercept_range no range", "env_id: e\nintercept_range: 100.64.0.1\n", "intercept_range", []string{"address range", "100.64.0.0/10"}},
+		{"intercept_range not its first address", "env_id: e\nintercept_range: 100.64.0.1/10\n", "intercept_range", []string{"first address"}},
+		{"intercept_range everything", "env_id: e\nintercept_range: 0.0.0.0/0\n", "intercept_range", []string{"not all addresses"}},
 		{"apply_windows unknown day", "env_id: e\napply_windows: [\"Mon-Fro 02:00-05:00\"]\n", "apply_windows", []string{"entry 1", `"Fro" is not a day`}},
 		{"apply_windows 25:00", "env_id: e\napply_windows:\n  - Sat 00:00-24:00\n  - Mon 25:00-26:00\n", "apply_windows", []string{"entry 2", "hour 25"}},
 		{"apply_windows empty window", "env_id: e\napply_windows: [\"\"]\n", "apply_windows", []string{"entry 1", "empty"}},
@@ -385,10 +394,21 @@ func TestBadTypes(t *testing.T) {
 			expectError(t, tc.yaml, tc.key, tc.want)
 		})
 	}
-	// Quoted numbers and YAML's other boolean spellings are unambiguous, and accepted.
-	c := mustParse(t, "env_id: e\ntenancy:\n  port: \"8443\"\nlaptop_mode: yes\nprod: \"off\"\ndisk:\n  factor: 2\n")
+	// YAML 1.1's other boolean spellings (the Python agent's PyYAML read them) are accepted;
+	// a quoted number or boolean is a string, refused naming the key (issue 20).
+	c := mustParse(t, "env_id: e\ntenancy:\n  port: 8443\nlaptop_mode: yes\nprod: off\ndisk:\n  factor: 2\n")
 	if c.Tenancy.Port != 8443 || !c.LaptopMode || c.IsProd() || c.Disk.Factor != 2 {
 		t.Errorf("lenient scalars: %+v", c)
+	}
+	for _, tc := range []struct{ yaml, key, want string }{
+		{"env_id: e\ninterval_s: \"300\"\n", "interval_s", `want an integer, got the string "300": write the value without quotes (line 2)`},
+		{"env_id: e\nlaptop_mode: \"false\"\n", "laptop_mode", `want true or false, got the string "false"`},
+		{"env_id: e\ntenancy:\n  port: '8443'\n", "tenancy.port", "want an integer, got the string"},
+		{"env_id: e\ndisk:\n  factor: \"1.5\"\n", "disk.factor", "want a number, got the string"},
+		{"env_id: e\nauto_revert: !!str true\n", "auto_revert", "want true or false, got the string"},
+		{"env_id: e\nprod: 'off'\n", "prod", "got the string"},
+	} {
+		expectError(t, tc.yaml, tc.key, tc.want)
 	}
 }
 
@@ -528,6 +548,9 @@ func FuzzParse(f *testing.F) {
 		_ = c.TenancyURL()
 		_ = c.BaoURL()
 		_ = c.SlogLevel()
+		if !ValidAccountName(c.AgentUser) || !c.InterceptPrefix.IsValid() {
+			t.Fatalf("accepted agent_user %q, intercept_range %v", c.AgentUser, c.InterceptPrefix)
+		}
 		if c.Windows == nil {
 			t.Fatal("accepted a config without its parsed windows")
 		}

@@ -109,6 +109,9 @@ type Env struct {
 	// DockerHost is doctor's own DOCKER_HOST; checks run docker as a tick does, without it, and the
 	// docker line says when it was set aside.
 	DockerHost string
+	// ShellDocker runs docker with the caller's DOCKER_HOST and DOCKER_CONTEXT instead of a unit's
+	// (none): `make demo`'s preflight, whose agents inherit the caller's environment.
+	ShellDocker bool
 
 	// Tenancy, TenancyHTTP and Bao go through the tick's transport; TransportErr and BaoErr say why
 	// that transport or the OpenBao client could not be built.
@@ -130,7 +133,7 @@ type Env struct {
 
 // Checks returns env's checks in print order; the config check alone when the config fails to load.
 func Checks(env *Env) []Check {
-	if env.Runner != nil {
+	if env.Runner != nil && !env.ShellDocker {
 		// Every docker call runs as a tick's would (tickEnv); env itself is left as given.
 		e := *env
 		e.Runner = tickRunner{env.Runner}
@@ -159,6 +162,17 @@ func Checks(env *Env) []Check {
 		c.wrap(Check{Name: "refused-token", Run: c.refusedToken}),
 		c.wrap(Check{Name: "hold", Run: c.hold}),
 	}
+}
+
+// Only keeps the checks named (doctor's names: docker, compose, …), in their order.
+func Only(checks []Check, names ...string) []Check {
+	var out []Check
+	for _, c := range checks {
+		if slices.Contains(names, c.Name) {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // checker holds what several checks share, each fetched once.
@@ -203,6 +217,7 @@ func (c *checker) dockerCLI() *compose.Docker {
 		Project:   cfg.ComposeProject,
 		Runner:    c.env.Runner,
 		Now:       c.now,
+		Redact:    c.red,
 	}
 }
 
@@ -303,3 +318,16 @@ func skip(format string, args ...any) Result {
 func fail(detail, fix string) Result { return Result{Status: Fail, Detail: detail, Fix: fix} }
 
 func warn(detail, fix string) Result { return Result{Status: Warn, Detail: detail, Fix: fix} }
+
+// Every failure carries a fix. These two are for the failures that have no fix of their own:
+// one that depends on another check, and a path that cannot even be looked at.
+
+// firstFix is the fix of a check that cannot judge until the named one passes.
+func firstFix(check string) string {
+	return "fix what the " + check + " check says first; this one is judged after it"
+}
+
+// lookFix is the fix when stat or statfs itself failed (EIO, ELOOP, a stale mount).
+func lookFix(path string) string {
+	return "look at " + path + " as root (ls -ld, df -h); an input/output error is the disk's (dmesg)"
+}

@@ -62,8 +62,24 @@ func (h *Hold) Check() error {
 	return nil
 }
 
-// Active reports whether the hold still runs at now.
-func (h *Hold) Active(now time.Time) bool { return h != nil && now.Before(h.Until) }
+// MinHold is the shortest hold `monky-deployd hold` writes: its times are kept to the second, and
+// one shorter would be no wait at all.
+const MinHold = time.Minute
+
+// holdClockSlack is how far ahead of the box's clock a hold's since may be before the hold is
+// known to come from a clock that ran ahead (the box's own `hold` writes its own now).
+const holdClockSlack = time.Minute
+
+// Active reports whether the hold still runs at now. A hold that lapsed (TooFar) does not.
+func (h *Hold) Active(now time.Time) bool { return h != nil && now.Before(h.Until) && !h.TooFar(now) }
+
+// TooFar reports whether the hold could not have been written by this clock: it begins in the
+// future, or ends further ahead than MaxHold. It came from a clock that ran ahead or a hand edit;
+// held, it would stop every apply for as long, and MonkyHoldOverdue (age from since) would never
+// fire. Such a hold has lapsed.
+func (h *Hold) TooFar(now time.Time) bool {
+	return h != nil && (h.Until.Sub(now) > MaxHold || h.Since.Sub(now) > holdClockSlack)
+}
 
 // Note is the hold on one line, as the journal, the report and status show it:
 // `held by alice until 2026-12-02T14:00:00Z: debugging the db`.

@@ -92,10 +92,38 @@ func TestDriftBackingOff(t *testing.T) {
 		{&DriftMemory{Sha: "x"}, false},
 		{&DriftMemory{Sha: "x", NextAttemptAt: at(time.Minute)}, true},
 		{&DriftMemory{Sha: "x", NextAttemptAt: at(0)}, false},
-		{&DriftMemory{Sha: "x", NextAttemptAt: at(2 * time.Hour)}, false}, // a clock set back: due now
+		{&DriftMemory{Sha: "x", NextAttemptAt: at(MaxBackoff)}, true},                // the longest backoff, just set, waits
+		{&DriftMemory{Sha: "x", NextAttemptAt: at(MaxBackoff + time.Second)}, false}, // a clock set back: due now
+		{&DriftMemory{Sha: "x", NextAttemptAt: at(2 * time.Hour)}, false},
 	} {
 		if got := c.m.BackingOff(now); got != c.want {
 			t.Errorf("BackingOff(%+v) = %v, want %v", c.m, got, c.want)
 		}
+	}
+}
+
+func TestHoldTooFar(t *testing.T) {
+	now := time.Date(2026, 12, 6, 4, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name         string
+		since, until time.Duration
+		active       bool
+	}{
+		{"runs", -time.Hour, 3 * time.Hour, true},
+		{"set by this clock a moment ago, rounded", 30 * time.Second, 4 * time.Hour, true},
+		{"ends in exactly seven days", 0, MaxHold, true},
+		{"ran out", -5 * time.Hour, -time.Hour, false},
+		{"begins years ahead", 5 * 365 * 24 * time.Hour, 5*365*24*time.Hour + time.Hour, false},
+		{"begins two minutes ahead", 2 * time.Minute, 4 * time.Hour, false},
+		{"ends beyond seven days", 0, MaxHold + time.Second, false},
+	} {
+		h := &Hold{Reason: "r", By: "alice", Since: now.Add(tc.since), Until: now.Add(tc.until)}
+		if got := h.Active(now); got != tc.active {
+			t.Errorf("%s: Active %v, want %v", tc.name, got, tc.active)
+		}
+	}
+	var none *Hold
+	if none.Active(now) || none.TooFar(now) {
+		t.Error("no hold holds")
 	}
 }

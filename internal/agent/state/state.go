@@ -78,6 +78,12 @@ type State struct {
 
 	// Identity is the ziti identity's certificate as last read and its renewal (identity.go).
 	Identity *IdentityCert `json:"identity,omitempty"`
+	// Operator truth (issue 20): what the next check-ins tell tenancy, and fleetctl the operator.
+	// LastFailure is the last failed or refused deploy, kept until it no longer matters (see
+	// ClearFailure's callers): the reason a deploy failed must outlive the tick that failed.
+	LastFailure *Failure `json:"last_failure,omitempty"`
+	// LastExitCode is the exit code of the last tick that ran (nil until one was recorded).
+	LastExitCode *int `json:"last_exit_code,omitempty"`
 	// Issue 22: a human's hold, a change waiting for its apply window, what drift correction knows.
 	// Hold is `monky-deployd hold`: until it ends (unhold, or Until passes) ticks check in and report
 	// but apply, retire, revert and correct nothing.
@@ -89,6 +95,8 @@ type State struct {
 
 	// extra keeps unknown fields, so a downgrade or newer writer loses nothing on save.
 	extra map[string]json.RawMessage
+	// fromReserve: Load read the reserve (reserve.go), the disk refused the last save.
+	fromReserve bool
 }
 
 // TokenMeta describes the token in bao.token; never the token itself.
@@ -243,11 +251,62 @@ func checkReleaseFiles(f *ReleaseFiles) error {
 	return nil
 }
 
+// Failure is a deploy that failed or was refused (the check-in's last_failure).
+type Failure struct {
+	Sha string `json:"sha"`
+	// Code is the refusal code or the step that failed (protocol.Fail*).
+	Code string `json:"code"`
+	// Detail is the reported detail: redacted, at most protocol.MaxDetail bytes.
+	Detail   string    `json:"detail"`
+	At       time.Time `json:"at"`
+	Attempts int       `json:"attempts"`
+}
+
+// checkFailure rejects a last_failure no agent writes, naming the field.
+func checkFailure(f *Failure) error {
+	switch {
+	case f.Sha == "":
+		return errors.New("last_failure: sha: empty")
+	case f.Code == "":
+		return errors.New("last_failure: code: empty")
+	case f.Attempts < 1:
+		return errors.New("last_failure: attempts: want at least 1")
+	case f.At.IsZero():
+		return errors.New("last_failure: at: missing")
+	}
+	return nil
+}
+
+// NoteFailure records a failure of sha; attempts counts it as one more of the same sha and code.
+func (s *State) NoteFailure(sha, code, detail string, at time.Time) *Failure {
+	n := 1
+	if p := s.LastFailure; p != nil && p.Sha == sha && p.Code == code {
+		n = p.Attempts + min(1, math.MaxInt-p.Attempts)
+	}
+	s.LastFailure = &Failure{Sha: sha, Code: code, Detail: detail, At: at.UTC(), Attempts: n}
+	return s.LastFailure
+}
+
 // LeaseBackoff is a hold on new leases until Until, after OpenBao refused a lease login.
 type LeaseBackoff struct {
 	Until time.Time `json:"until"`
 	// Reason is the refused login's error (never a token or grant).
 	Reason string `json:"reason,omitempty"`
+}
+
+// MaxLeaseBackoff is the longest hold on leases a refused lease login starts.
+const MaxLeaseBackoff = time.Hour
+
+// Holds reports whether no lease may be taken at now: Until is ahead, and no further ahead than
+// MaxLeaseBackoff. One further came from a clock that ran ahead or a hand edit; held, it would
+// stop every lease until then, and the token would expire into "re-run the install kit".
+func (b *LeaseBackoff) Holds(now time.Time) bool {
+	return b != nil && now.Before(b.Until) && !b.TooFar(now)
+}
+
+// TooFar reports whether Until is further ahead of now than any back-off the agent starts.
+func (b *LeaseBackoff) TooFar(now time.Time) bool {
+	return b != nil && b.Until.Sub(now) > MaxLeaseBackoff
 }
 
 // DeployBackoff is the failing sha and its next try; refusals are not part of it.
@@ -340,14 +399,32 @@ func (e *CorruptError) Error() string {
 
 func (e *CorruptError) Unwrap() error { return e.Err }
 
-// Load reads the state file: missing is the empty state, not a state is a *CorruptError.
+// writeFile is atomicfile.WriteFile; tests make it meet a full disk.
+var writeFile = atomicfile.WriteFile
+
+// Load reads the state file: missing is the empty state, not a state is a *CorruptError. A save
+// the full disk refused and the reserve kept (reserve.go) is newer than the file: it is read.
 func Load(path string) (*State, error) {
 	data, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return &State{}, nil
-	}
-	if err != nil {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		data = nil
+	case err != nil:
 		return nil, fmt.Errorf("state: read %s: %w", path, err)
+	}
+	over := "none"
+	if data != nil {
+		over = hashOf(data)
+	}
+	if kept, _, _, ok := readReserve(path, over); ok {
+		var s State
+		if err := json.Unmarshal(kept, &s); err == nil {
+			s.fromReserve = true
+			return &s, nil
+		}
+	}
+	if data == nil {
+		return &State{}, nil
 	}
 	var s State
 	if err := json.Unmarshal(data, &s); err != nil {
@@ -356,16 +433,29 @@ func Load(path string) (*State, error) {
 	return &s, nil
 }
 
-// Save writes s to path atomically, mode 0600.
+// FromReserve reports whether Load read the state from the reserve: state.json is behind.
+func (s *State) FromReserve() bool { return s.fromReserve }
+
+// Save writes s to path atomically, mode 0600. When the disk refuses (full, or over quota), the
+// reserve keeps it: the error then matches ErrKeptInReserve, and Load reads it back.
 func Save(path string, s *State) error {
 	data, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {
 		return fmt.Errorf("state: encode: %w", err)
 	}
-	if err := atomicfile.WriteFile(path, append(data, '\n'), 0o600); err != nil {
+	data = append(data, '\n')
+	err = writeFile(path, data, 0o600)
+	switch {
+	case err == nil:
+		tendReserve(path, len(data))
+		return nil
+	case !diskFull(err):
 		return fmt.Errorf("state: save: %w", err)
 	}
-	return nil
+	if rerr := keepInReserve(path, data); rerr != nil {
+		return fmt.Errorf("state: save: %w; the reserve could not keep it either: %v", err, rerr)
+	}
+	return fmt.Errorf("state: save: %w; %w (%s) until there is space", err, ErrKeptInReserve, path+ReserveSuffix)
 }
 
 // IsRollback: sha was applied before and is not current (AppliedSha, or after a retire History's tail).
@@ -460,7 +550,7 @@ var stateKeys = []string{
 	"agent_version", "pending_upgrade_from", "last_checkin_at", "last_apply_at",
 	"docker_root_dir", "docker_version", "docker_info_at", "pending_lease", "previous_token",
 	"lease_backoff", "docker_info_failed_at", "deploy_backoff", "applying", "counters", "last_tick_ok_at", "refused_sha",
-	"applied_files",
+	"applied_files", "last_failure", "last_exit_code",
 	"identity",
 	"hold", "deferred", "drift",
 }
@@ -548,6 +638,22 @@ func (s *State) UnmarshalJSON(data []byte) error {
 		if err := checkReleaseFiles(n.AppliedFiles); err != nil {
 			return err
 		}
+	}
+	if v, ok := raw["last_failure"]; ok && !isNull(v) {
+		n.LastFailure = &Failure{}
+		if err := json.Unmarshal(v, n.LastFailure); err != nil {
+			return fmt.Errorf("last_failure: %w", err)
+		}
+		if err := checkFailure(n.LastFailure); err != nil {
+			return err
+		}
+	}
+	if v, ok := raw["last_exit_code"]; ok && !isNull(v) {
+		var c int
+		if err := json.Unmarshal(v, &c); err != nil || c < 0 || c > 255 {
+			return errors.New("last_exit_code: want an exit code, 0 to 255")
+		}
+		n.LastExitCode = &c
 	}
 	if err := decodeIssue22(raw, &n); err != nil {
 		return err

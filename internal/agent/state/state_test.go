@@ -161,8 +161,9 @@ func TestSaveModeAndRoundTrip(t *testing.T) {
 	if st.Mode().Perm() != 0o600 {
 		t.Errorf("mode %v, want 0600", st.Mode().Perm())
 	}
-	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
-		t.Errorf("%d entries in the state dir, want only state.json", len(ents))
+	// no temp file is left; the reserve is made beside state.json (reserve.go)
+	if ents, _ := os.ReadDir(dir); len(ents) != 2 || ents[0].Name() != "state.json" || ents[1].Name() != "state.json.reserve" {
+		t.Errorf("state dir holds %v, want only state.json and state.json.reserve", ents)
 	}
 	got, err := Load(p)
 	if err != nil {
@@ -333,6 +334,7 @@ func FuzzDecode(f *testing.F) {
 		`{"counters":{"applies":2,"leases":1},"last_tick_ok_at":"2026-01-01T00:00:00Z"}`, `{"counters":{"failures":-1}}`, `{"counters":[]}`,
 		`{"applying":{"sha":"9f3e","started_at":"2026-12-02T10:00:00Z","auto_revert":false}}`,
 		`{"hold":{"reason":"r","by":"bob","since":"2026-12-02T10:00:00Z","until":"2026-12-02T14:00:00Z"},"deferred":{"action":"down","since":"2026-12-02T10:00:00Z","until":"2026-12-03T02:00:00Z"}}`,
+		`{"last_failure":{"sha":"9f3e","code":"PULL_FAILED","detail":"denied","at":"2026-12-02T09:58:00Z","attempts":2},"last_exit_code":78}`,
 		`{"drift":{"sha":"9f3e","services":{"api":{"config_hash":"626a9bcfe94badb776855e66c87f0daf3065d98ac87795582be6ce8127e77160","containers":1}},"attempts":2}}`} {
 		f.Add([]byte(s))
 	}
@@ -657,5 +659,30 @@ func TestTTLLeft(t *testing.T) {
 	}
 	if got := (&State{}).Token.TTLLeft(t0); got != nil {
 		t.Errorf("TTLLeft without a token = %v, want nil", *got)
+	}
+}
+
+// A lease back-off holds until Until, but never longer than MaxLeaseBackoff from now: one
+// further ahead came from a clock that ran ahead or a hand edit, and is lapsed.
+func TestLeaseBackoffHoldsNoLongerThanTheLongest(t *testing.T) {
+	now := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name       string
+		b          *LeaseBackoff
+		holds, far bool
+	}{
+		{"none", nil, false, false},
+		{"ahead", &LeaseBackoff{Until: now.Add(30 * time.Minute)}, true, false},
+		{"the longest", &LeaseBackoff{Until: now.Add(MaxLeaseBackoff)}, true, false},
+		{"past the longest", &LeaseBackoff{Until: now.Add(MaxLeaseBackoff + time.Second)}, false, true},
+		{"years ahead", &LeaseBackoff{Until: now.AddDate(5, 0, 0)}, false, true},
+		{"over", &LeaseBackoff{Until: now}, false, false},
+	} {
+		if got := tc.b.Holds(now); got != tc.holds {
+			t.Errorf("%s: Holds = %v, want %v", tc.name, got, tc.holds)
+		}
+		if got := tc.b.TooFar(now); got != tc.far {
+			t.Errorf("%s: TooFar = %v, want %v", tc.name, got, tc.far)
+		}
 	}
 }

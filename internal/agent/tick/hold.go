@@ -14,12 +14,17 @@ import (
 // expireHold ends a hold whose until has passed, with a journal line; before the check-in, so
 // tenancy never hears of a hold that is over.
 func (a *Agent) expireHold() {
-	h := a.st.Hold
-	if h == nil || h.Active(a.deps.Now()) {
+	h, now := a.st.Hold, a.deps.Now()
+	switch {
+	case h == nil || h.Active(now):
 		return
+	case h.TooFar(now):
+		a.log.Warn(fmt.Sprintf("hold lapsed: it runs from %s to %s, which this clock (%s) cannot have written (a hold begins now and lasts at most 7 days: a clock that ran ahead, or a hand edit); applies resume, `monky-deployd hold` sets a new one (held by %s: %s)",
+			h.Since.UTC().Format(time.RFC3339), h.Until.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339), h.By, h.Reason))
+	default:
+		a.log.Info(fmt.Sprintf("hold ended: its time ran out (held by %s since %s until %s: %s)",
+			h.By, h.Since.UTC().Format(time.RFC3339), h.Until.UTC().Format(time.RFC3339), h.Reason))
 	}
-	a.log.Info(fmt.Sprintf("hold ended: its time ran out (held by %s since %s until %s: %s)",
-		h.By, h.Since.UTC().Format(time.RFC3339), h.Until.UTC().Format(time.RFC3339), h.Reason))
 	a.st.Hold = nil
 	a.saveOrWarn()
 }

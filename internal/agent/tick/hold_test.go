@@ -136,3 +136,58 @@ func TestAHoldReasonCarriesNoSecret(t *testing.T) {
 		t.Errorf("report = %+v", h.lastReport())
 	}
 }
+
+// A hold this clock cannot have written (it begins years ahead: the clock ran ahead when it was
+// set, or state.json was edited by hand) would stop every apply for years, and the overdue alert
+// (age from since) would never fire: it lapses with a warning, and the apply goes ahead.
+func TestAHoldFromAClockThatRanAheadLapses(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		since, until time.Duration
+	}{
+		{"begins five years ahead", 5 * 365 * 24 * time.Hour, 5*365*24*time.Hour + 4*time.Hour},
+		{"begins an hour ahead", time.Hour, 5 * time.Hour},
+		{"ends eight days ahead", 24 * time.Hour, 8 * 24 * time.Hour},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			applied(t, h)
+			st := h.state()
+			now := h.clock.Now().UTC().Truncate(time.Second)
+			st.Hold = &state.Hold{Reason: "set while the clock ran ahead", By: "alice", Since: now.Add(tc.since), Until: now.Add(tc.until)}
+			if err := state.Save(h.cfg.StatePath(), st); err != nil {
+				t.Fatal(err)
+			}
+			h.desire(bundleSpec{template: defaultTemplate + "V=2\n"})
+			ups := h.docker.Count("compose up")
+			h.expectExit(tick.ExitOK)
+			if h.docker.Count("compose up") == ups {
+				t.Errorf("the hold %+v stopped the apply", st.Hold)
+			}
+			if h.state().Hold != nil {
+				t.Errorf("the lapsed hold is kept: %+v", h.state().Hold)
+			}
+			if c := h.lastCheckin(); c.Hold != nil {
+				t.Errorf("tenancy heard of the lapsed hold: %+v", c.Hold)
+			}
+			if logs := h.logs.String(); !strings.Contains(logs, "WARN hold lapsed") {
+				t.Errorf("no warning says the hold lapsed:\n%s", logs)
+			}
+		})
+	}
+	// A hold set a few seconds ahead of this clock (the box's own, rounded) still holds.
+	h := newHarness(t)
+	applied(t, h)
+	st := h.state()
+	now := h.clock.Now().UTC()
+	st.Hold = &state.Hold{Reason: "debugging", By: "alice", Since: now.Add(30 * time.Second), Until: now.Add(4 * time.Hour)}
+	if err := state.Save(h.cfg.StatePath(), st); err != nil {
+		t.Fatal(err)
+	}
+	h.desire(bundleSpec{template: defaultTemplate + "V=2\n"})
+	ups := h.docker.Count("compose up")
+	h.expectExit(tick.ExitOK)
+	if h.docker.Count("compose up") != ups || h.state().Hold == nil {
+		t.Error("a hold a few seconds ahead of the clock did not hold")
+	}
+}

@@ -21,6 +21,9 @@ func (a *Agent) repeatRefusal(ctx context.Context, r *state.RefusedSha) error {
 		why = "free space unchanged, not fetched again"
 	}
 	a.log.Error("refused: " + r.Detail + " (judged " + r.At.UTC().Format("2006-01-02T15:04:05Z") + "; " + why + ")")
+	if f := a.st.LastFailure; f == nil || f.Sha != r.Sha {
+		a.noteFailure(r.Sha, r.Code, r.Detail) // a repeat is no new attempt
+	}
 	a.record(r.Sha, protocol.ResultRefused, r.Detail)
 	a.report(ctx, protocol.Report{Sha: r.Sha, Result: protocol.ResultRefused, Detail: r.Detail})
 	return fmt.Errorf("%w: %s", ErrRefused, r.Detail)
@@ -66,7 +69,7 @@ func (a *Agent) judgeRendered(ctx context.Context, b *bundle.Bundle, dir string)
 	if err != nil {
 		return err
 	}
-	err = bundle.JudgeRendered(out, b.Meta.ComposeFile, dir, a.cfg.ComposeProject, b.Meta.Agent.AllowPrivileged)
+	err = bundle.JudgeRendered(out, b.Meta.ComposeFile, dir, a.cfg.ComposeProject, b.Meta.Agent.AllowPrivileged, a.judgeHost(), a.redact)
 	clear(out)
 	if err != nil {
 		a.rememberRefusal(b.Sha, err)

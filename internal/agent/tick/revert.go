@@ -112,7 +112,7 @@ func healthWord(ok bool) string {
 
 // failApply enters the backoff, reverts when the failure came after the promote, and reports
 // `failed`. The revert target is saved first so a killed tick's successor finishes it.
-func (a *Agent) failApply(ctx context.Context, at *applyAttempt, detail, logTail string, cs []protocol.Container) error {
+func (a *Agent) failApply(ctx context.Context, at *applyAttempt, code, detail, logTail string, cs []protocol.Container) error {
 	a.attempt = nil // what fails from here on is the revert, not another attempt
 	a.failedThisTick = true
 	a.st.Applying = nil
@@ -122,6 +122,7 @@ func (a *Agent) failApply(ctx context.Context, at *applyAttempt, detail, logTail
 		bo.RevertPending = bo.RevertedTo != ""
 	}
 	a.st.LastSha, a.st.LastResult, a.st.LastDetail = at.sha, protocol.ResultFailed, a.cutDetail(detail)
+	a.noteFailure(at.sha, code, detail)
 	a.st.CountOutcome(protocol.ResultFailed)
 	a.saveOrWarn()
 	if err := a.step("failed"); err != nil {
@@ -259,14 +260,14 @@ func (a *Agent) judgeRelease(ctx context.Context, dir, sha string) (bundle.Meta,
 	if err != nil {
 		return bundle.Meta{}, "changed on disk since it was applied: " + err.Error()
 	}
-	if err := b.Check(dir, a.cfg.ComposeProject); err != nil {
+	if err := b.Check(dir, a.cfg.ComposeProject, a.judgeHost()); err != nil {
 		return bundle.Meta{}, err.Error()
 	}
 	out, err := a.deps.Docker.Config(ctx, dir, b.Meta.ComposeFile)
 	if err != nil {
 		return bundle.Meta{}, "compose config: " + err.Error()
 	}
-	err = bundle.JudgeRendered(out, b.Meta.ComposeFile, dir, a.cfg.ComposeProject, b.Meta.Agent.AllowPrivileged)
+	err = bundle.JudgeRendered(out, b.Meta.ComposeFile, dir, a.cfg.ComposeProject, b.Meta.Agent.AllowPrivileged, a.judgeHost(), a.redact)
 	clear(out)
 	if err != nil {
 		return bundle.Meta{}, err.Error()
@@ -430,7 +431,7 @@ func (a *Agent) finishKilledApply(ctx context.Context) error {
 	a.log.Error("failed: " + protocol.ShortSha(ap.Sha) + ": " + detail)
 	a.attempt = &applyAttempt{sha: ap.Sha, promoted: true, autoRevert: ap.AutoRevert}
 	defer func() { a.attempt = nil }()
-	return a.failApply(ctx, a.attempt, detail, "", nil)
+	return a.failApply(ctx, a.attempt, protocol.FailKilled, detail, "", nil)
 }
 
 // finishRevert completes a revert a killed tick left pending and sends the failure report it owed.

@@ -48,7 +48,8 @@ type Tick struct {
 	// Vault is the tick's OpenBao coordinates, which the check-in may change.
 	Vault  *protocol.Vault
 	NewBao func(addr string) (Bao, error)
-	// Lease asks tenancy for a login grant.
+	// Lease asks tenancy for a login grant. Its answer's Addr is the grant's OpenBao, a legacy
+	// nested vault.addr already folded in by the tenancy client's decoder (the one place).
 	Lease func(ctx context.Context, token secret.Value, envID, reason string) (*protocol.LeaseResponse, error)
 	Now   func() time.Time
 	// Step is the tick's crash point after a named step (nil: none); Save writes state.json.
@@ -301,7 +302,7 @@ func (s *Session) AuthCall(ctx context.Context, what string, call func(secret.Va
 func (s *Session) Addr() string { return Addr(s.St, s.Vault.Addr) }
 
 // leaseBackoff holds off leases after a lease login was refused for good: tenancy's 5-lease window.
-const leaseBackoff = time.Hour
+const leaseBackoff = state.MaxLeaseBackoff
 
 // heldOff marks a lease not taken (or refused) under lease_backoff; it adds nothing to the message.
 type heldOff struct{ err error }
@@ -463,7 +464,7 @@ func (s *Session) lease(ctx context.Context, reason string) (secret.Value, error
 		s.Log.Info("kept lease grant refused by OpenBao; leasing again", "error", s.Redact.Redact(err.Error()))
 		s.dropPendingGrant()
 	}
-	if b := s.St.LeaseBackoff; b != nil && s.Now().Before(b.Until) {
+	if b := s.St.LeaseBackoff; b.Holds(s.Now()) {
 		return secret.Value{}, &heldOff{err: fmt.Errorf("no new lease until %s: OpenBao refused the last lease login: %s", b.Until.Format(time.RFC3339), b.Reason)}
 	}
 	g, err := s.newGrant(ctx, reason)
@@ -513,9 +514,6 @@ func (s *Session) newGrant(ctx context.Context, reason string) (Grant, error) {
 	// The bearer after WithAuth: a 401 may have re-bootstrapped on the way.
 	g := Grant{JWT: secret.New(resp.LoginJWT), Addr: resp.Addr, Mount: resp.Mount, Role: resp.Role, Bearer: Accessor(s.St)}
 	s.Redact.Add(g.JWT.Reveal())
-	if g.Addr == "" && resp.Vault != nil {
-		g.Addr = resp.Vault.Addr // the shape before tenancy's AgentLeaseOut
-	}
 	if g.Addr == "" {
 		g.Addr = s.Vault.Addr
 	}
@@ -636,7 +634,11 @@ func (s *Session) Tidy() {
 			s.removeLeaseGrantFile()
 		}
 	}
-	if b := s.St.LeaseBackoff; b != nil && !s.Now().Before(b.Until) {
+	if b := s.St.LeaseBackoff; b != nil && !b.Holds(s.Now()) {
+		if b.TooFar(s.Now()) {
+			s.Log.Warn("lease back-off ends further ahead than any back-off the agent starts (a clock that ran ahead, or an edited state.json); treated as lapsed",
+				"until", b.Until.UTC().Format(time.RFC3339), "longest", leaseBackoff.String())
+		}
 		s.St.LeaseBackoff = nil
 		changed = true
 	}

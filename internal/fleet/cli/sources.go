@@ -116,6 +116,9 @@ type reader struct {
 
 	mu sync.Mutex
 	zc *ziti.Client
+	// dialErr is this reading's failed login: the identities and the certificates listings
+	// share one login, so a controller that refuses it is asked once per reading, not twice.
+	dialErr error
 }
 
 // openReader reads the settings, lets check (optional) vet the command's own, and checks both
@@ -147,8 +150,12 @@ func (r *reader) zitiSession(ctx context.Context) (zc *ziti.Client, fresh bool, 
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.zc == nil {
+		if r.dialErr != nil {
+			return nil, false, r.dialErr
+		}
 		zc, err := r.g.dialZiti(ctx, r.zs)
 		if err != nil {
+			r.dialErr = err
 			return nil, false, err
 		}
 		r.zc = zc
@@ -201,40 +208,51 @@ func (r *reader) read(ctx context.Context, site, envGlob string) (*sources, erro
 	prog := g.newProgress()
 	defer prog.done()
 
+	// Both readings run to their end, a failure of one not cancelling the other: what each
+	// source did is reported (the exporter's source_up), not only the first failure.
 	out := &sources{}
-	eg, ectx := errgroup.WithContext(ctx)
-	eg.Go(func() error {
+	r.mu.Lock()
+	r.dialErr = nil // a new reading logs in anew
+	r.mu.Unlock()
+	var zerr, terr error
+	var wg sync.WaitGroup
+	wg.Go(func() {
 		start := g.deps.Now()
-		ids, err := r.identities(ectx, prog.ziti)
+		ids, err := r.identities(ctx, prog.ziti)
 		if err != nil {
-			return err
+			zerr = err
+			return
 		}
 		out.identities = ids
 		g.log.Debug("ziti: listed host identities", "count", len(ids), "took", g.deps.Now().Sub(start).Round(time.Millisecond))
-		return nil
 	})
 	var certs map[string]ziti.Certificate
-	eg.Go(func() error {
+	var cerr error
+	wg.Go(func() {
 		start := g.deps.Now()
 		var err error
-		if certs, err = r.certificates(ectx); err != nil {
-			return err
+		if certs, err = r.certificates(ctx); err != nil {
+			cerr = err
+			return
 		}
 		g.log.Debug("ziti: listed certificates", "count", len(certs), "took", g.deps.Now().Sub(start).Round(time.Millisecond))
-		return nil
 	})
-	eg.Go(func() error {
+	wg.Go(func() {
 		start := g.deps.Now()
-		agents, err := r.ac.ListAgents(ectx, site, prog.tenancy)
+		agents, err := r.ac.ListAgents(ctx, site, prog.tenancy)
 		if err != nil {
-			return &SourceError{Source: sourceTenancy, Addr: r.s.TenancyURL, Err: err}
+			terr = &SourceError{Source: sourceTenancy, Addr: r.s.TenancyURL, Err: err}
+			return
 		}
 		out.agents = agents
 		g.log.Debug("tenancy: listed agents", "count", len(agents.Agents), "pages", agents.Pages,
 			"now", agents.Now.Format(time.RFC3339), "took", g.deps.Now().Sub(start).Round(time.Millisecond))
-		return nil
 	})
-	if err := eg.Wait(); err != nil {
+	wg.Wait()
+	if zerr == nil {
+		zerr = cerr // one source: its first failure is the one reported
+	}
+	if err := errors.Join(zerr, terr); err != nil {
 		return nil, err
 	}
 	ids, err := r.confirmMissing(ctx, out, envGlob)

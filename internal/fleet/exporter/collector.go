@@ -8,13 +8,13 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/report"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/verdict"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/clip"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/protocol"
 )
 
@@ -52,6 +52,12 @@ var (
 	descEnvs     = newDesc("envs", "Envs in the view, by verdict.", "verdict")
 	// issue 21: the identity certificate's horizon.
 	descCertExpiry = newDesc("env_identity_cert_expiry_timestamp_seconds", "When the env's ziti identity certificate expires (Unix time): the controller's cert authenticator, else the agent's check-in (absent: neither knows).", envLabels...)
+
+	// Operator truth (issue 20): why a stale env is stale, and why its deploy failed. An alert
+	// cannot compute the next step; these carry the evidence, and fleetctl describe ENV the step.
+	descCause   = newDesc("env_stale_cause", "1 for the evidence behind a SILENT or OFFLINE env's next step (cause: "+strings.Join(verdict.Causes(), ", ")+"); absent when the env is not stale.", "env", "site", "cause")
+	descFailure = newDesc("env_last_failure_info", "The last failed or refused deploy the env's agent reported, until a success makes it moot: its sha and code (refusal code or failed step); the value is its attempts.", "env", "site", "sha", "code")
+	descFailAt  = newDesc("env_last_failure_timestamp_seconds", "When that deploy failed (Unix time; absent: none).", envLabels...)
 	// Issue 22: a human's hold and an apply-window deferral, as the env's agent last checked in.
 	descHoldSince = newDesc("env_hold_since_timestamp_seconds", "When the hold on the env's box (monky-deployd hold) began (Unix time; absent: not held).", envLabels...)
 	descHoldUntil = newDesc("env_hold_until_timestamp_seconds", "When the hold on the env's box ends by itself (Unix time; absent: not held).", envLabels...)
@@ -76,7 +82,8 @@ func NewView(doc *report.Document) (View, error) {
 
 // envDescs are the per-env families, in the order they are written.
 var envDescs = []*prometheus.Desc{descVerdict, descAge, descStale, descInterval, descOnline, descMissing,
-	descEnabled, descActive, descAgent, descResult, descDrift, descTTL, descAttempts, descNextTry, descHoldSince, descHoldUntil, descDeferred, descEnvs, descCertExpiry}
+	descEnabled, descActive, descAgent, descResult, descDrift, descTTL, descAttempts, descNextTry, descHoldSince, descHoldUntil, descDeferred, descEnvs,
+	descCause, descFailure, descFailAt, descCertExpiry}
 
 // envCollector emits a view's per-env series, or only one family's: gathering all at once held
 // every series of 10,000 envs in memory, several times the page's size.
@@ -161,6 +168,15 @@ func (c envCollector) Collect(ch chan<- prometheus.Metric) {
 		if e.TokenTTLS != nil {
 			g(descTTL, float64(*e.TokenTTLS))
 		}
+		if e.StaleCause != "" {
+			g(descCause, 1, label(e.StaleCause))
+		}
+		if f := e.LastFailure; f != nil {
+			g(descFailure, float64(f.Attempts), label(verdict.Short(f.Sha)), label(f.Code))
+			if at, err := time.Parse(time.RFC3339, f.At); err == nil {
+				g(descFailAt, float64(at.UnixNano())/1e9)
+			}
+		}
 		holdSeries(e, g)
 		if e.BackingOff() {
 			g(descAttempts, float64(e.Attempts))
@@ -216,11 +232,7 @@ func label(s string) string {
 	if len(s) <= maxLabel {
 		return s
 	}
-	cut := maxLabel - len("…")
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
+	return clip.Head(s, maxLabel-len("…"))
 }
 
 func b2f(b bool) float64 {

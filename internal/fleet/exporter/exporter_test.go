@@ -13,6 +13,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/common/expfmt"
 
@@ -39,14 +40,16 @@ func doc() *report.Document {
 		AgentVersion: "0.2.0", MeshOnline: ptr(true), IdentityID: ptr("z1"), MissingAttributes: []string{},
 		Timer:      &protocol.AdminTimer{Enabled: ptr(false), Active: ptr(false)},
 		LastResult: "healthy", AppliedSha: "aaaa", DesiredSha: "bbbb", DesiredAt: ptr(now.Add(-time.Hour).Format(time.RFC3339)),
-		NextStep: "agent stopped on a live host: systemctl enable --now monky-deployd.timer", LastDetail: "secret-ish detail"})
+		NextStep: "agent stopped on a live host: systemctl enable --now monky-deployd.timer", LastDetail: "secret-ish detail",
+		StaleCause: verdict.CauseTimerDisabled})
 	add(report.Env{EnvID: "env-b", Site: "cbs", Verdict: "OK", CheckinAgeS: ptr(int64(20)), StaleAfterS: 180, CheckinIntervalS: 60,
 		AgentVersion: "0.2.0", MeshOnline: ptr(true), IdentityID: ptr("z2"), MissingAttributes: []string{},
 		Timer: &protocol.AdminTimer{Enabled: ptr(true), Active: ptr(true)}, LastResult: "strange-new-result", TokenTTLS: ptr(int64(7200)),
 		Cert: &report.CertHorizon{NotAfter: now.Add(12 * 24 * time.Hour).Format(time.RFC3339), Source: "controller", DaysLeft: 12}})
 	add(report.Env{EnvID: "env-c", Site: "cbs", Verdict: "BACKOFF", CheckinAgeS: ptr(int64(30)), StaleAfterS: 180, CheckinIntervalS: 60,
 		LastResult: "failed", AppliedSha: "aaaa", DesiredSha: "cccc", FailedSha: ptr("cccc"), Attempts: 3,
-		NextAttemptAt: ptr(now.Add(8 * time.Minute).Format(time.RFC3339))})
+		NextAttemptAt: ptr(now.Add(8 * time.Minute).Format(time.RFC3339)),
+		LastFailure:   &protocol.Failure{Sha: "cccc0123456789ab", Code: "UNHEALTHY", Detail: "secret-ish: api unhealthy", At: now.Add(-5 * time.Minute).Format(time.RFC3339), Attempts: 3}})
 	add(report.Env{EnvID: "env-d", Site: "osg", Verdict: "HELD", Reasons: []string{"HELD", "DRIFT"}, CheckinAgeS: ptr(int64(20)), StaleAfterS: 180,
 		Hold: &protocol.Hold{Reason: "db migration, secret-ish", By: "alice", Since: now.Add(-26 * time.Hour).Format(time.RFC3339), Until: now.Add(2 * time.Hour).Format(time.RFC3339)}})
 	add(report.Env{EnvID: "env-e", Site: "osg", Verdict: "DEFERRED", Reasons: []string{"DEFERRED"}, CheckinAgeS: ptr(int64(20)), StaleAfterS: 180,
@@ -92,33 +95,36 @@ func TestEncode(t *testing.T) {
 	}
 	got := parse(t, page)
 	for series, want := range map[string]string{
-		"monky_fleet_env_verdict{env=env-a,site=cbs,verdict=SILENT}":                    "1",
-		"monky_fleet_env_verdict{env=env-a,site=cbs,verdict=OK}":                        "0",
-		"monky_fleet_env_verdict{env=env-b,site=cbs,verdict=OK}":                        "1",
-		"monky_fleet_env_verdict{env=env-old,site=,verdict=ORPHAN_IDENTITY}":            "1",
-		"monky_fleet_env_checkin_age_seconds{env=env-a,site=cbs}":                       "600",
-		"monky_fleet_env_stale_after_seconds{env=env-a,site=cbs}":                       "180",
-		"monky_fleet_env_mesh_online{env=env-a,site=cbs}":                               "1",
-		"monky_fleet_env_mesh_online{env=env-old,site=}":                                "0",
-		"monky_fleet_env_timer_enabled{env=env-a,site=cbs}":                             "0",
-		"monky_fleet_env_timer_active{env=env-b,site=cbs}":                              "1",
-		"monky_fleet_env_agent_info{env=env-a,site=cbs,version=0.2.0}":                  "1",
-		"monky_fleet_env_drift_seconds{env=env-a,site=cbs}":                             "3600",
-		"monky_fleet_env_drift_seconds{env=env-b,site=cbs}":                             "0",
-		"monky_fleet_env_last_result{env=env-a,result=healthy,site=cbs}":                "1",
-		"monky_fleet_env_last_result{env=env-b,result=other,site=cbs}":                  "1",
-		"monky_fleet_env_token_ttl_seconds{env=env-b,site=cbs}":                         "7200",
-		"monky_fleet_env_identity_missing_attributes{env=env-a,site=cbs}":               "0",
-		"monky_fleet_env_deploy_attempts{env=env-c,site=cbs}":                           "3",
-		"monky_fleet_env_deploy_next_attempt_timestamp_seconds{env=env-c,site=cbs}":     strconv.FormatInt(now.Add(8*time.Minute).Unix(), 10),
-		"monky_fleet_env_hold_since_timestamp_seconds{env=env-d,site=osg}":              strconv.FormatInt(now.Add(-26*time.Hour).Unix(), 10),
-		"monky_fleet_env_hold_until_timestamp_seconds{env=env-d,site=osg}":              strconv.FormatInt(now.Add(2*time.Hour).Unix(), 10),
-		"monky_fleet_env_deferred_until_timestamp_seconds{env=env-e,site=osg}":          strconv.FormatInt(now.Add(15*time.Hour).Unix(), 10),
-		"monky_fleet_envs{verdict=HELD}":                                                "1",
-		"monky_fleet_envs{verdict=ORPHAN_IDENTITY}":                                     "2",
-		"monky_fleet_env_identity_cert_expiry_timestamp_seconds{env=env-b,site=cbs}":    strconv.FormatInt(now.Add(12*24*time.Hour).Unix(), 10),
-		"monky_fleet_envs{verdict=SILENT}":                                              "1",
-		"monky_fleet_envs{verdict=" + string(verdict.All()[len(verdict.All())-1]) + "}": "2",
+		"monky_fleet_env_verdict{env=env-a,site=cbs,verdict=SILENT}":                        "1",
+		"monky_fleet_env_verdict{env=env-a,site=cbs,verdict=OK}":                            "0",
+		"monky_fleet_env_verdict{env=env-b,site=cbs,verdict=OK}":                            "1",
+		"monky_fleet_env_verdict{env=env-old,site=,verdict=ORPHAN_IDENTITY}":                "1",
+		"monky_fleet_env_checkin_age_seconds{env=env-a,site=cbs}":                           "600",
+		"monky_fleet_env_stale_after_seconds{env=env-a,site=cbs}":                           "180",
+		"monky_fleet_env_mesh_online{env=env-a,site=cbs}":                                   "1",
+		"monky_fleet_env_mesh_online{env=env-old,site=}":                                    "0",
+		"monky_fleet_env_timer_enabled{env=env-a,site=cbs}":                                 "0",
+		"monky_fleet_env_timer_active{env=env-b,site=cbs}":                                  "1",
+		"monky_fleet_env_agent_info{env=env-a,site=cbs,version=0.2.0}":                      "1",
+		"monky_fleet_env_drift_seconds{env=env-a,site=cbs}":                                 "3600",
+		"monky_fleet_env_drift_seconds{env=env-b,site=cbs}":                                 "0",
+		"monky_fleet_env_last_result{env=env-a,result=healthy,site=cbs}":                    "1",
+		"monky_fleet_env_last_result{env=env-b,result=other,site=cbs}":                      "1",
+		"monky_fleet_env_token_ttl_seconds{env=env-b,site=cbs}":                             "7200",
+		"monky_fleet_env_identity_missing_attributes{env=env-a,site=cbs}":                   "0",
+		"monky_fleet_env_deploy_attempts{env=env-c,site=cbs}":                               "3",
+		"monky_fleet_env_deploy_next_attempt_timestamp_seconds{env=env-c,site=cbs}":         strconv.FormatInt(now.Add(8*time.Minute).Unix(), 10),
+		"monky_fleet_envs{verdict=ORPHAN_IDENTITY}":                                         "2",
+		"monky_fleet_env_stale_cause{cause=timer_disabled,env=env-a,site=cbs}":              "1",
+		"monky_fleet_env_last_failure_info{code=UNHEALTHY,env=env-c,sha=cccc0123,site=cbs}": "3",
+		"monky_fleet_env_last_failure_timestamp_seconds{env=env-c,site=cbs}":                strconv.FormatInt(now.Add(-5*time.Minute).Unix(), 10),
+		"monky_fleet_envs{verdict=SILENT}":                                                  "1",
+		"monky_fleet_envs{verdict=" + string(verdict.All()[len(verdict.All())-1]) + "}":     "2",
+		"monky_fleet_env_hold_since_timestamp_seconds{env=env-d,site=osg}":                  strconv.FormatInt(now.Add(-26*time.Hour).Unix(), 10),
+		"monky_fleet_env_hold_until_timestamp_seconds{env=env-d,site=osg}":                  strconv.FormatInt(now.Add(2*time.Hour).Unix(), 10),
+		"monky_fleet_env_deferred_until_timestamp_seconds{env=env-e,site=osg}":              strconv.FormatInt(now.Add(15*time.Hour).Unix(), 10),
+		"monky_fleet_env_identity_cert_expiry_timestamp_seconds{env=env-b,site=cbs}":        strconv.FormatInt(now.Add(12*24*time.Hour).Unix(), 10),
+		"monky_fleet_envs{verdict=HELD}":                                                    "1",
 	} {
 		g, ok := got[series]
 		if !ok {
@@ -141,6 +147,7 @@ func TestEncode(t *testing.T) {
 	}
 	for _, absent := range []string{"monky_fleet_env_deploy_attempts{env=env-a,site=cbs}", "monky_fleet_env_deploy_next_attempt_timestamp_seconds{env=env-b,site=cbs}",
 		"monky_fleet_env_identity_cert_expiry_timestamp_seconds{env=env-a,site=cbs}",
+		"monky_fleet_env_stale_cause{cause=timer_disabled,env=env-b,site=cbs}", "monky_fleet_env_last_failure_timestamp_seconds{env=env-a,site=cbs}",
 		"monky_fleet_env_hold_since_timestamp_seconds{env=env-f,site=osg}", "monky_fleet_env_hold_until_timestamp_seconds{env=env-f,site=osg}",
 		"monky_fleet_env_deferred_until_timestamp_seconds{env=env-f,site=osg}", "monky_fleet_env_hold_since_timestamp_seconds{env=env-e,site=osg}"} {
 		if _, ok := got[absent]; ok {
@@ -150,6 +157,52 @@ func TestEncode(t *testing.T) {
 	for _, bad := range []string{"secret-ish", "systemctl", "strange-new-result"} {
 		if bytes.Contains(page, []byte(bad)) {
 			t.Errorf("exposition carries %q", bad)
+		}
+	}
+}
+
+// A label longer than maxLabel is cut on a rune boundary, whatever the width of the runes around
+// the cut, and marked: what remains is the start of what the agent reported, in valid UTF-8.
+func TestLongLabelsAreCutOnARune(t *testing.T) {
+	for _, version := range []string{
+		strings.Repeat("é", 100),         // 2-byte runes
+		"a" + strings.Repeat("€", 60),    // 3-byte runes, cut inside one
+		"ab" + strings.Repeat("😀", 40),   // 4-byte runes
+		strings.Repeat("x", maxLabel),    // fits exactly: kept whole
+		strings.Repeat("x", maxLabel+1),  // one byte over
+		strings.Repeat("x", 125) + "€€€", // the cut falls right after an ASCII run
+	} {
+		d := doc()
+		d.Envs[0].AgentVersion = version
+		page, err := Encode(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p expfmt.TextParser
+		mfs, err := p.TextToMetricFamilies(bytes.NewReader(page))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, found := "", false
+		for _, m := range mfs["monky_fleet_env_agent_info"].GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "version" && len(l.GetValue()) > 8 {
+					got, found = l.GetValue(), true
+				}
+			}
+		}
+		if !found {
+			t.Fatalf("no agent_info series for version %q", version)
+		}
+		if len(version) <= maxLabel {
+			if got != version {
+				t.Errorf("a label that fits was changed: %q → %q", version, got)
+			}
+			continue
+		}
+		kept, cut := strings.CutSuffix(got, "…")
+		if !cut || len(got) > maxLabel || len(got) < maxLabel-len("…")-3 || !utf8.ValidString(got) || !strings.HasPrefix(version, kept) {
+			t.Errorf("label of %d bytes cut to %q (%d bytes)", len(version), got, len(got))
 		}
 	}
 }
@@ -187,12 +240,12 @@ func newTestExporter(src *fakeSource) *Exporter {
 	clock := now
 	return New(Options{
 		Read: src.read,
-		Source: func(err error) string {
+		Source: func(err error) []string {
 			var se sourceErr
 			if errors.As(err, &se) {
-				return se.name
+				return []string{se.name}
 			}
-			return ""
+			return nil
 		},
 		Sources: []string{"ziti controller", "tenancy"},
 		Refresh: time.Hour, Timeout: time.Minute,
@@ -292,6 +345,7 @@ func TestOnlyMetricsIsServed(t *testing.T) {
 func FuzzEncode(f *testing.F) {
 	f.Add("env-a", "cbs", "0.2.0", "healthy", now.Format(time.RFC3339))
 	f.Add("\xff", "", strings.Repeat("9", 500), "weird", "not a time")
+	f.Add("env-é", "sité", "a"+strings.Repeat("€", 60), "healthy", "")
 	f.Fuzz(func(t *testing.T, env, site, version, result, desiredAt string) {
 		d := doc()
 		d.Envs[0].EnvID, d.Envs[0].Site, d.Envs[0].AgentVersion, d.Envs[0].LastResult = env, site, version, result
@@ -308,8 +362,8 @@ func FuzzEncode(f *testing.F) {
 		for _, mf := range mfs {
 			for _, m := range mf.GetMetric() {
 				for _, l := range m.GetLabel() {
-					if len(l.GetValue()) > maxLabel {
-						t.Fatalf("label %s is %d bytes", l.GetName(), len(l.GetValue()))
+					if len(l.GetValue()) > maxLabel || !utf8.ValidString(l.GetValue()) {
+						t.Fatalf("label %s is %d bytes: %q", l.GetName(), len(l.GetValue()), l.GetValue())
 					}
 				}
 			}
