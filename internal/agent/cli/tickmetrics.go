@@ -42,7 +42,7 @@ func writeTickMetrics(log *slog.Logger, rec tickRecord) {
 		if cfg.TextfileDir != config.DefaultTextfileDir {
 			dir = cfg.TextfileDir
 		}
-		t.State = tickState(log, rec, end)
+		t.State = tickState(rec)
 	}
 	if rec.agent != nil {
 		obs := rec.agent.Observed()
@@ -71,18 +71,11 @@ func writeTickMetrics(log *slog.Logger, rec tickRecord) {
 	}
 }
 
-// tickState is what the textfile shows; only an exit-0 tick, still locked, records its success.
-func tickState(log *slog.Logger, rec tickRecord, end time.Time) *state.State {
+// tickState is what the textfile shows: the state the tick left (an exit-0 tick stamped its
+// success in its last write, see tick's saveFinal), else state.json as it is.
+func tickState(rec tickRecord) *state.State {
 	if rec.agent != nil && rec.agent.State() != nil {
-		st := rec.agent.State()
-		if rec.err == nil {
-			at := end.UTC()
-			st.LastTickOKAt = &at
-			if err := state.Save(rec.cfg.StatePath(), st); err != nil {
-				log.Warn("state not saved", "error", err.Error())
-			}
-		}
-		return st
+		return rec.agent.State()
 	}
 	st, err := state.Load(rec.cfg.StatePath())
 	if err != nil {

@@ -78,6 +78,10 @@ type State struct {
 
 	// extra keeps unknown fields, so a downgrade or newer writer loses nothing on save.
 	extra map[string]json.RawMessage
+	// onDisk is the file's content as last loaded or saved (at onDiskPath): Save skips a write that
+	// would not change it, so every field (any issue's) rides in the tick's one write.
+	onDisk     []byte
+	onDiskPath string
 }
 
 // TokenMeta describes the token in bao.token; never the token itself.
@@ -340,18 +344,25 @@ func Load(path string) (*State, error) {
 	if err := json.Unmarshal(data, &s); err != nil {
 		return nil, &CorruptError{Path: path, Err: err}
 	}
+	s.onDisk, s.onDiskPath = data, path
 	return &s, nil
 }
 
-// Save writes s to path atomically, mode 0600.
+// Save writes s to path atomically, mode 0600, unless path already holds exactly this content
+// (as loaded or last saved through s): a converged tick's repeated saves cost one write, or none.
 func Save(path string, s *State) error {
 	data, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {
 		return fmt.Errorf("state: encode: %w", err)
 	}
-	if err := atomicfile.WriteFile(path, append(data, '\n'), 0o600); err != nil {
+	data = append(data, '\n')
+	if path == s.onDiskPath && bytes.Equal(data, s.onDisk) {
+		return nil
+	}
+	if err := atomicfile.WriteFile(path, data, 0o600); err != nil {
 		return fmt.Errorf("state: save: %w", err)
 	}
+	s.onDisk, s.onDiskPath = data, path
 	return nil
 }
 

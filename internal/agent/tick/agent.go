@@ -99,6 +99,8 @@ type Agent struct {
 	attempt *applyAttempt
 	// failedThisTick: this tick's apply entered the backoff, which a later re-bootstrap must not undo.
 	failedThisTick bool
+	// finalSaved: saveFinal wrote this tick's success stamp; nothing is left to write at its end.
+	finalSaved bool
 	// observed is what the tick saw for the box's metrics (metrics.go).
 	observed Observed
 }
@@ -178,6 +180,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.removeLeftovers()
 	a.attempt = nil
 	a.failedThisTick = false
+	a.finalSaved = false
 	a.observed = Observed{}
 	a.st, err = a.loadState()
 	if err != nil {
@@ -197,6 +200,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		// PROTOCOL step 2: only the check-in's transport failure is off-mesh; others keep exit 75.
 		a.log.Info("laptop mode: tenancy unreachable; nothing to do", "why", a.redact.Redact(off.Err.Error()))
 		err = nil
+	}
+	if err == nil && a.stateErr == nil && !a.finalSaved {
+		_ = a.saveFinal()
 	}
 	if err == nil && a.stateErr != nil {
 		// Work done and reported; only memory is behind, and the atomic write left the old state whole.
@@ -328,6 +334,21 @@ func (a *Agent) noteVersion() {
 func (a *Agent) saveState() error {
 	a.stateErr = state.Save(a.cfg.StatePath(), a.st)
 	return a.stateErr
+}
+
+// saveFinal is the last write of a tick that ends with exit 0: it carries the success stamp
+// (last_tick_ok_at, the textfile's last success) with everything else, so a converged tick writes
+// state.json once. A failed write leaves the stamp as it was: that tick did not succeed.
+func (a *Agent) saveFinal() error {
+	prev := a.st.LastTickOKAt
+	at := a.deps.Now().UTC()
+	a.st.LastTickOKAt = &at
+	if err := a.saveState(); err != nil {
+		a.st.LastTickOKAt = prev
+		return err
+	}
+	a.finalSaved = true
+	return nil
 }
 
 // saveOrWarn is saveState for a tick that goes on whatever: a failure is warned about.

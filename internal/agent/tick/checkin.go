@@ -37,9 +37,14 @@ func (a *Agent) checkin(ctx context.Context) (*protocol.CheckinResponse, error) 
 	if a.st.PendingUpgradeFrom != "" {
 		a.log.Info("first check-in since the upgrade", "upgraded_from", a.st.PendingUpgradeFrom, "version", version.Version)
 	}
+	reported := a.st.PendingUpgradeFrom != ""
 	a.st.CheckinSucceeded(a.deps.Now().UTC())
-	// An unsavable state (full disk) must not silence the box: the report names it, exit 1.
-	_ = a.saveState()
+	if reported {
+		// The upgrade is told: saved now, so a tick that fails later does not tell it twice. The
+		// check-in's time alone rides in the tick's next write (one write a converged tick). An
+		// unsavable state (full disk) must not silence the box: the report names it, exit 1.
+		_ = a.saveState()
+	}
 	return resp, nil
 }
 
