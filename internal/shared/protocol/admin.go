@@ -36,6 +36,10 @@ type AdminAgent struct {
 	RevertHealthy *bool   `json:"revert_healthy,omitempty"`
 }
 
+// MaxAgentsPageLimit is the largest `limit` GET /v1/admin/agents takes: fleetctl asks for it, so
+// 10,000 envs are two pages where tenancy's default (500) made twenty chained round trips.
+const MaxAgentsPageLimit = 5000
+
 // AdminAgentsPage is GET /v1/admin/agents; Next is nil on the last page, Now measures staleness.
 type AdminAgentsPage struct {
 	Now    string       `json:"now"`
