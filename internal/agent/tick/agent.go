@@ -230,7 +230,7 @@ func (e *redactedError) Unwrap() error { return e.err }
 
 // removeLeftovers deletes temp files of killed writes in state_dir: they may hold a token.
 func (a *Agent) removeLeftovers() {
-	for _, p := range []string{a.cfg.StatePath(), a.cfg.TokenPath(), a.files().Staged, a.files().Grant, filepath.Join(a.cfg.DockerConfigDir(), registryauth.ConfigFile)} {
+	for _, p := range []string{a.cfg.StatePath(), a.cfg.TokenPath(), a.files().Staged, a.files().Grant, filepath.Join(a.cfg.DockerConfigDir(), registryauth.ConfigFile), a.cfg.ZitiSessionPath()} {
 		removed, err := atomicfile.RemoveLeftovers(p)
 		if err != nil {
 			a.log.Warn("temp files of a killed tick could not be removed", "error", err.Error())
