@@ -34,14 +34,20 @@ test-integration: integration-setup ## tests against the real Docker engine, com
 	set -e; for m in $(MODULES); do CI=$${CI:-true} $(GO) -C $$m test -count=1 -tags integration -timeout 40m ./...; done
 
 fuzz: ## run every fuzz target for FUZZTIME each (a duration or a count, e.g. 3000x); fails if any target fails
-	@targets=0; failed=""; \
-	for f in $$(grep -rl --include='*_test.go' '^func Fuzz' . | sort); do \
-	  dir=$$(dirname $$f); \
-	  for name in $$(grep -o '^func Fuzz[A-Za-z0-9_]*' $$f | sed 's/^func //'); do \
+	@# One instrumented test binary per package (go test -c -fuzz), each target run from it in the
+	@# package's directory (testdata/fuzz is read there and a failing input written there): -fuzz
+	@# takes one target a run, and building per target cost a build each, 36 of them.
+	@targets=0; failed=""; bins=$$(mktemp -d); trap 'rm -rf "$$bins"' EXIT; \
+	for dir in $$(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -n1 dirname | sort -u); do \
+	  bin="$$bins/$$(echo "$$dir" | tr '/.' '__').test"; \
+	  echo "fuzz: build $$dir"; \
+	  if ! $(GO) -C $$dir test -c -tags integration -fuzz . -o "$$bin" . ; then failed="$$failed $$dir:build"; continue; fi; \
+	  cache="$$($(GO) env GOCACHE)/fuzz/$$($(GO) -C $$dir list -tags integration -f '{{.ImportPath}}' .)"; \
+	  for name in $$(grep -ho '^func Fuzz[A-Za-z0-9_]*' $$dir/*_test.go | sed 's/^func //' | sort); do \
 	    targets=$$((targets+1)); \
 	    echo "fuzz $$dir $$name"; \
-	    $(GO) -C $$dir test -tags integration -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) -timeout 15m . \
-	      || failed="$$failed $$dir:$$name"; \
+	    (cd $$dir && "$$bin" -test.run '^$$' -test.fuzz "^$$name$$" -test.fuzztime $(FUZZTIME) \
+	      -test.fuzzcachedir "$$cache" -test.timeout 15m) || failed="$$failed $$dir:$$name"; \
 	  done; done; \
 	if [ "$$targets" -eq 0 ]; then echo "fuzz: no fuzz target found" >&2; exit 1; fi; \
 	if [ -n "$$failed" ]; then echo "fuzz: FAILED (the failing input is under the package's testdata/fuzz):$$failed" >&2; exit 1; fi; \

@@ -142,7 +142,7 @@ func (r *sessionRecord) apiSession() (edge_apis.ApiSession, error) {
 			}
 		}
 		return &edge_apis.ApiSessionOidc{OidcTokens: &oidc.Tokens[*oidc.IDTokenClaims]{
-			Token: &oauth2.Token{AccessToken: r.Token, RefreshToken: r.RefreshToken, TokenType: "Bearer", Expiry: r.ExpiresAt},
+			Token:         &oauth2.Token{AccessToken: r.Token, RefreshToken: r.RefreshToken, TokenType: "Bearer", Expiry: r.ExpiresAt},
 			IDTokenClaims: claims,
 			IDToken:       r.IDToken,
 		}}, nil
