@@ -17,6 +17,7 @@ require (
 	github.com/openbao/openbao/api/v2 v2.4.0
 	github.com/openziti/edge-api v0.32.0
 	github.com/openziti/identity v1.0.133
+	github.com/openziti/metrics v1.4.5
 	github.com/openziti/sdk-golang v1.9.0
 	github.com/prometheus/client_golang v1.22.0
 	github.com/prometheus/common v0.62.0
@@ -104,7 +105,6 @@ require (
 	github.com/opencontainers/go-digest v1.0.0 // indirect
 	github.com/openziti/channel/v5 v5.0.10 // indirect
 	github.com/openziti/foundation/v2 v2.0.95 // indirect
-	github.com/openziti/metrics v1.4.5 // indirect
 	github.com/openziti/secretstream v0.1.51 // indirect
 	github.com/openziti/transport/v2 v2.0.216 // indirect
 	github.com/orcaman/concurrent-map/v2 v2.0.1 // indirect

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -11,13 +12,16 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"reflect"
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/go-openapi/strfmt"
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/openziti/edge-api/rest_model"
+	"github.com/openziti/metrics"
 	edge_apis "github.com/openziti/sdk-golang/edge-apis"
 	"github.com/openziti/sdk-golang/ziti"
 	"github.com/zitadel/oidc/v3/pkg/oidc"
@@ -278,6 +282,10 @@ func (k *keptSession) restore() {
 		k.log.Info("ziti: the kept controller session is unusable; authenticating", "file", k.path, "why", err.Error())
 		return
 	}
+	if err := setMetrics(k.impl, r.IdentityName); err != nil {
+		k.log.Info("ziti: the kept controller session cannot be used with this SDK; authenticating", "why", err.Error())
+		return
+	}
 	k.impl.CtrlClt.ApiSession.Store(&s)
 	k.restored = true
 	k.looked = map[string]bool{}
@@ -286,16 +294,26 @@ func (k *keptSession) restore() {
 
 // lookup fetches service by name once on a restored session: the SDK lists a context's services
 // only when it authenticates, and would otherwise not know the service.
-func (k *keptSession) lookup(service string) error {
+// The lookup stops waiting when ctx is done (the SDK's own retries take no context).
+func (k *keptSession) lookup(ctx context.Context, service string) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if !k.restored || k.looked[service] {
 		return nil
 	}
-	err := safeCall("look up "+service, func() error {
-		_, err := k.impl.RefreshService(service)
-		return err
-	})
+	done := make(chan error, 1)
+	go func() {
+		done <- safeCall("look up "+service, func() error {
+			_, err := k.impl.RefreshService(service)
+			return err
+		})
+	}()
+	var err error
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
 	if err != nil {
 		return fmt.Errorf("looking up service %s: %w", service, err)
 	}
@@ -349,4 +367,22 @@ func (k *keptSession) keep() {
 	}
 	k.onFile = r.Token
 	k.log.Info("ziti: authenticated to the controller; the session is kept for the next ticks", "file", k.path, "expires_at", r.ExpiresAt.Format(time.RFC3339))
+}
+
+// setMetrics gives the context the metrics registry sdk-golang v1.9.0 creates only in its first
+// full authentication (onFullAuth), which a restored session skips: its edge router connection
+// records latencies there and would dereference nil. The field is unexported; it is set through
+// reflect, checked by name and type, so another SDK version that lacks it only costs the
+// authentication (an error here, the session unused), never the process.
+func setMetrics(impl *ziti.ContextImpl, identityName string) error {
+	v := reflect.ValueOf(impl).Elem().FieldByName("metrics")
+	want := reflect.TypeFor[metrics.Registry]()
+	if !v.IsValid() || v.Type() != want {
+		return errors.New("sdk-golang's ContextImpl has no metrics registry field of the expected type")
+	}
+	field := reflect.NewAt(v.Type(), unsafe.Pointer(v.UnsafeAddr())).Elem()
+	if field.IsNil() {
+		field.Set(reflect.ValueOf(metrics.NewRegistry(identityName, map[string]string{})))
+	}
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -184,6 +185,11 @@ func TestKeptSessionRoundTrip(t *testing.T) {
 			got := next.impl.CtrlClt.GetCurrentApiSession()
 			if !next.restored || got == nil || string(got.GetToken()) != string(tc.session.GetToken()) {
 				t.Fatalf("the next tick did not restore the session (restored %v)", next.restored)
+			}
+			// Without it the first edge router connection panics (sdk-golang v1.9.0 creates it
+			// only when it authenticates).
+			if reflect.ValueOf(next.impl).Elem().FieldByName("metrics").IsNil() {
+				t.Error("the restored context has no metrics registry")
 			}
 			if got.GetIdentityName() != "monky-host.env-qa-02" {
 				t.Errorf("restored identity name %q (the SDK sends it as the dial's caller id)", got.GetIdentityName())

@@ -86,7 +86,7 @@ func (d *zitiDialer) DialService(ctx context.Context, service string) (net.Conn,
 	if k == nil {
 		return d.dial(ctx, service)
 	}
-	err := k.lookup(service)
+	err := k.lookup(ctx, service)
 	if err == nil {
 		var conn net.Conn
 		if conn, err = d.dial(ctx, service); err == nil {
