@@ -65,6 +65,7 @@ lint: ## go vet and staticcheck
 
 bench: integration-setup ## benchmarks with their figures (see README), real-parts ones included
 	set -e; for m in $(MODULES); do $(GO) -C $$m test -tags integration -run '^$$' -bench . -benchmem -count=1 -timeout 30m ./...; done
+	bash scripts/bench-fuzz.sh
 
 clean: ## remove build output
 	rm -rf bin dist
