@@ -33,6 +33,8 @@ func BenchmarkConvergedTickMesh(b *testing.B) {
 		b.Fatal(err)
 	}
 	auth := func() int {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // each: the run outlasts any one bound
+		defer cancel()
 		n, err := m.ctrl.APISessionsCreated(ctx, "monky-host."+m.env)
 		if err != nil {
 			b.Fatal(err)
