@@ -47,6 +47,9 @@ var protocolDefaults = map[string]string{
 	"registry_host":       "harbor.tikali.net",
 	"log_level":           "INFO",
 	"textfile_dir":        "/var/lib/prometheus/node-exporter",
+	"drift_correction":    "true",
+	"apply_windows":       "[]",
+	"apply_windows_tz":    "UTC",
 }
 
 // flatten turns a decoded YAML map into dotted keys with their scalar values.

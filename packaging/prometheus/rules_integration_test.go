@@ -24,7 +24,7 @@ func promtool(t *testing.T, dir string, args ...string) (string, error) {
 // takes to fire, and silence on a healthy fleet.
 func TestPromtoolChecksAndTestsTheRules(t *testing.T) {
 	itest.Require(t, itest.PartPromtool)
-	if out, err := promtool(t, ".", "check", "rules", "monky-deployd.rules.yml"); err != nil || !strings.Contains(out, "SUCCESS: 10 rules found") {
+	if out, err := promtool(t, ".", "check", "rules", "monky-deployd.rules.yml"); err != nil || !strings.Contains(out, "SUCCESS: 11 rules found") {
 		t.Fatalf("promtool check rules: %v\n%s", err, out)
 	}
 	if out, err := promtool(t, ".", "test", "rules", "monky-deployd.rules.test.yml"); err != nil {

@@ -75,7 +75,12 @@ func emitted(t *testing.T) map[string]bool {
 	doc := &report.Document{Now: now.Format(time.RFC3339), Summary: map[string]int{}, Envs: []report.Env{{
 		EnvID: "env-a", Site: "cbs", Verdict: "OK", CheckinAgeS: &age, MeshOnline: &yes, IdentityID: new(string),
 		Timer: &protocol.AdminTimer{Enabled: &yes, Active: &yes}, AgentVersion: "0.2.0", LastResult: "healthy", TokenTTLS: &age,
+	}, {
+		EnvID: "env-h", Site: "cbs", Verdict: "HELD", Reasons: []string{"HELD", "DEFERRED"}, CheckinAgeS: &age,
+		Hold:          &protocol.Hold{Reason: "r", By: "b", Since: now.Add(-time.Hour).Format(time.RFC3339), Until: now.Add(time.Hour).Format(time.RFC3339)},
+		DeferredUntil: new(string),
 	}}}
+	*doc.Envs[1].DeferredUntil = now.Add(time.Hour).Format(time.RFC3339)
 	fleet, err := exporter.Encode(doc)
 	if err != nil {
 		t.Fatal(err)
@@ -111,7 +116,8 @@ func TestRulesUseOnlySeriesTheCodeMakes(t *testing.T) {
 
 func TestEveryAlertIsNamedSummarisedAndUnitTested(t *testing.T) {
 	want := []string{"MonkyAgentSilent", "MonkyAgentTimerDisabled", "MonkyAgentFailing", "MonkyAgentRefusing",
-		"MonkyAgentBackingOff", "MonkyTokenExpiring", "MonkyIdentityAttrsMissing", "MonkyFleetExporterDown", "MonkyDeploydTickStale"}
+		"MonkyAgentBackingOff", "MonkyTokenExpiring", "MonkyIdentityAttrsMissing", "MonkyFleetExporterDown", "MonkyDeploydTickStale",
+		"MonkyHoldOverdue"}
 	tests, err := os.ReadFile("monky-deployd.rules.test.yml")
 	if err != nil {
 		t.Fatal(err)
@@ -155,6 +161,9 @@ func TestSummariesCarryFleetctlsNextStep(t *testing.T) {
 	if backoff == "" {
 		t.Fatal("no next step for a backing-off env")
 	}
+	held := judge(verdict.Input{Agent: &verdict.Agent{EnvID: "ENV", LastCheckin: &fresh,
+		Hold: &verdict.Hold{Reason: "r", By: "alice", Since: now.Add(-26 * time.Hour), Until: now.Add(time.Hour)}},
+		Mesh: &verdict.Mesh{Name: "monky-host.ENV", Online: &yes}})
 	r := map[string]string{}
 	for _, x := range rules(t) {
 		r[x.Alert] = strings.ReplaceAll(x.Annotations["summary"], "{{ $labels.env }}", "ENV")
@@ -166,6 +175,7 @@ func TestSummariesCarryFleetctlsNextStep(t *testing.T) {
 		"MonkyIdentityAttrsMissing": attrs[strings.Index(attrs, ": ")+2:],
 		"MonkyAgentFailing":         strings.Split(drift, ": ")[1],
 		"MonkyDeployBackingOff":     backoff[strings.Index(backoff, ": ")+2:],
+		"MonkyHoldOverdue":          held[strings.LastIndex(held, "; ")+2:],
 	} {
 		if !strings.Contains(r[alert], step) {
 			t.Errorf("%s: summary %q lacks fleetctl's next step %q", alert, r[alert], step)

@@ -79,6 +79,8 @@ type Agent struct {
 	HealthyTimeoutS int
 	// AutoRevert, when set, overrides the config's auto_revert (false: a one-way migration).
 	AutoRevert *bool
+	// DriftCorrection, when set, overrides the config's drift_correction (issue 22).
+	DriftCorrection *bool
 }
 
 // Entry is one manifest.json entry with its defaults applied. Version 0 means the latest.
@@ -245,6 +247,7 @@ type metaWire struct {
 		DiskNeedBytes   int64 `json:"disk_need_bytes"`
 		HealthyTimeoutS int   `json:"healthy_timeout_s"`
 		AutoRevert      *bool `json:"auto_revert"`
+		DriftCorrection *bool `json:"drift_correction"`
 	} `json:"agent"`
 	Files []string `json:"files"`
 }
@@ -260,6 +263,7 @@ var metaWant = map[string]string{
 	"agent.disk_need_bytes":   "an integer",
 	"agent.healthy_timeout_s": "an integer",
 	"agent.auto_revert":       "true or false",
+	"agent.drift_correction":  "true or false",
 	"files":                   "a list of strings",
 }
 
@@ -285,6 +289,7 @@ func parseMeta(files map[string]string) (Meta, error) {
 			DiskNeedBytes:   w.Agent.DiskNeedBytes,
 			HealthyTimeoutS: w.Agent.HealthyTimeoutS,
 			AutoRevert:      w.Agent.AutoRevert,
+			DriftCorrection: w.Agent.DriftCorrection,
 		},
 		Files: w.Files,
 	}

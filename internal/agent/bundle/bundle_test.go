@@ -180,6 +180,8 @@ func TestParseRefusals(t *testing.T) {
 			"agent.healthy_timeout_s: at most 1800 seconds"},
 		{"auto_revert a string", with(goodFiles(), "bundle.json", `{"agent": {"auto_revert": "no"}}`), "", protocol.CodeBundleInvalid,
 			"bundle.json: agent.auto_revert: want true or false"},
+		{"drift_correction a number", with(goodFiles(), "bundle.json", `{"agent": {"drift_correction": 0}}`), "", protocol.CodeBundleInvalid,
+			"bundle.json: agent.drift_correction: want true or false"},
 		{"allow_privileged a string", with(goodFiles(), "bundle.json", `{"agent": {"allow_privileged": "yes"}}`), "", protocol.CodeBundleInvalid,
 			"bundle.json: agent.allow_privileged: want true or false"},
 		{"agent a list", with(goodFiles(), "bundle.json", `{"agent": []}`), "", protocol.CodeBundleInvalid, "bundle.json: agent: want an object"},
@@ -293,6 +295,24 @@ func assertRefusal(t *testing.T, err error, code, want string) {
 	}
 	if !strings.Contains(r.Detail, want) {
 		t.Errorf("detail = %q, want it to contain %q", r.Detail, want)
+	}
+}
+
+func TestDriftCorrectionIsUnsetUnlessWritten(t *testing.T) {
+	for meta, want := range map[string]string{`{}`: "unset", `{"agent": {"drift_correction": null}}`: "unset",
+		`{"agent": {"drift_correction": false}}`: "false", `{"agent": {"drift_correction": true}}`: "true"} {
+		files := with(goodFiles(), "bundle.json", meta)
+		b, err := Parse(files, Sha(files))
+		if err != nil {
+			t.Fatalf("%s: %v", meta, err)
+		}
+		got := "unset"
+		if v := b.Meta.Agent.DriftCorrection; v != nil {
+			got = fmt.Sprint(*v)
+		}
+		if got != want {
+			t.Errorf("%s: drift_correction %s, want %s", meta, got, want)
+		}
 	}
 }
 

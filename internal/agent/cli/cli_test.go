@@ -37,6 +37,8 @@ func TestConfigErrorsExit78NamingKeyAndFile(t *testing.T) {
 		{"bad type", "env_id: env-qa-02\ntenancy:\n  port: abc\n", "tenancy.port"},
 		{"legacy approle", "env_id: env-qa-02\nbao:\n  approle:\n    role_id: x\n", "bao.approle"},
 		{"missing env_id", "site: cbs\n", "env_id"},
+		{"apply window 25:00", "env_id: env-qa-02\napply_windows: [\"Mon 25:00-26:00\"]\n", "apply_windows"},
+		{"apply window zone", "env_id: env-qa-02\napply_windows_tz: Mars/Olympus\n", "apply_windows_tz"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := writeConfig(t, tc.text)

@@ -173,7 +173,7 @@ func TestDoctorAllOK(t *testing.T) {
 		t.Fatalf("exit %d\n%s%s", code, stdout, stderr)
 	}
 	lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
-	if len(lines) != 13 {
+	if len(lines) != 14 {
 		t.Errorf("%d lines, want one per check:\n%s", len(lines), stdout)
 	}
 	for _, l := range lines {
@@ -198,7 +198,7 @@ func TestDoctorJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &doc); err != nil || code != 0 {
 		t.Fatalf("exit %d, %v: %s", code, err, stdout)
 	}
-	if doc.Schema != 1 || !doc.OK || doc.Config != box.cfgPath || len(doc.Checks) != 13 || doc.Checks[0].Name != "config" {
+	if doc.Schema != 1 || !doc.OK || doc.Config != box.cfgPath || len(doc.Checks) != 14 || doc.Checks[0].Name != "config" {
 		t.Errorf("document %+v", doc)
 	}
 }
@@ -211,11 +211,11 @@ func TestDoctorFailureExits1(t *testing.T) {
 	if code != 1 || !strings.Contains(stdout, "FAIL timer") || !strings.Contains(stdout, "— fix: systemctl enable --now monky-deployd.timer") {
 		t.Errorf("exit %d\n%s", code, stdout)
 	}
-	if !strings.Contains(stderr, "1 of 13 checks failed") {
+	if !strings.Contains(stderr, "1 of 14 checks failed") {
 		t.Errorf("stderr %q", stderr)
 	}
 	// Everything else is still checked and printed.
-	if strings.Count(stdout, "\n") != 13 {
+	if strings.Count(stdout, "\n") != 14 {
 		t.Errorf("stdout\n%s", stdout)
 	}
 }

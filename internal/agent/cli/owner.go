@@ -35,19 +35,25 @@ type process struct {
 	// become drops to a and executes this binary with argv and env; it returns only on failure.
 	become  func(a account, argv, env []string) error
 	environ func() []string
+	// loginUser and userName name who runs a command ("" when unknown): hold records them.
+	loginUser func() string
+	userName  func() string
 }
 
 var realProcess = process{
-	euid:    os.Geteuid,
-	owner:   statOwner,
-	lookup:  lookupAccount,
-	become:  becomeAndExec,
-	environ: os.Environ,
+	euid:      os.Geteuid,
+	owner:     statOwner,
+	lookup:    lookupAccount,
+	become:    becomeAndExec,
+	environ:   os.Environ,
+	loginUser: loginUser,
+	userName:  userName,
 }
 
-// asStateOwner re-executes a root tick as state_dir's owner, with its groups (root's 0600 files
-// once stopped every later tick); when it cannot, an exit-78 error with the command to run.
-func asStateOwner(p process, cfg *config.Config, log *slog.Logger, args []string) error {
+// asStateOwner re-executes a root tick (or hold, unhold) as state_dir's owner, with its groups
+// (root's 0600 files once stopped every later tick); when it cannot, an exit-78 error with the
+// command to run, cmd in it.
+func asStateOwner(p process, cfg *config.Config, log *slog.Logger, args []string, cmd string) error {
 	if p.euid() != 0 {
 		return nil
 	}
@@ -56,11 +62,11 @@ func asStateOwner(p process, cfg *config.Config, log *slog.Logger, args []string
 		return nil
 	}
 	if err != nil {
-		return ownerError(cfg, fmt.Sprintf("cannot tell who owns state_dir %s: %v", cfg.StateDir, err), "the agent's user")
+		return ownerError(cfg, fmt.Sprintf("cannot tell who owns state_dir %s: %v", cfg.StateDir, err), "the agent's user", cmd)
 	}
 	a, err := p.lookup(uid)
 	if err != nil {
-		return ownerError(cfg, fmt.Sprintf("state_dir %s belongs to uid %d, which has no account here (%v); a tick as root would leave files that uid cannot replace", cfg.StateDir, uid, err), "'#"+strconv.FormatUint(uint64(uid), 10)+"'")
+		return ownerError(cfg, fmt.Sprintf("state_dir %s belongs to uid %d, which has no account here (%v); a tick as root would leave files that uid cannot replace", cfg.StateDir, uid, err), "'#"+strconv.FormatUint(uint64(uid), 10)+"'", cmd)
 	}
 	names := make([]string, len(a.groups))
 	for i, g := range a.groups {
@@ -69,12 +75,13 @@ func asStateOwner(p process, cfg *config.Config, log *slog.Logger, args []string
 	log.Info("running as root: re-running as the owner of state_dir, with its groups", "user", a.name, "uid", a.uid, "groups", strings.Join(names, ","), "state_dir", cfg.StateDir)
 	env := withAccountEnv(p.environ(), a)
 	err = p.become(a, append([]string{"monky-deployd"}, args...), env)
-	return ownerError(cfg, fmt.Sprintf("could not re-run as %s, the owner of state_dir %s: %v", a.name, cfg.StateDir, err), a.name)
+	return ownerError(cfg, fmt.Sprintf("could not re-run as %s, the owner of state_dir %s: %v", a.name, cfg.StateDir, err), a.name, cmd)
 }
 
 // ownerError is the exit-78 refusal with the command that works.
-func ownerError(cfg *config.Config, why, sudoUser string) error {
-	return &exitError{code: tick.ExitConfig, err: fmt.Errorf("%s; nothing was done. Run the tick as that user: sudo -u %s monky-deployd --config %s tick", why, sudoUser, cfg.Path)}
+func ownerError(cfg *config.Config, why, sudoUser, cmd string) error {
+	name, _, _ := strings.Cut(cmd, " ")
+	return &exitError{code: tick.ExitConfig, err: fmt.Errorf("%s; nothing was done. Run the %s as that user: sudo -u %s monky-deployd --config %s %s", why, name, sudoUser, cfg.Path, cmd)}
 }
 
 // keptEnv are the variables the re-run keeps (the unit's path and locale, the config location);

@@ -69,7 +69,7 @@ func TestAsStateOwner(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var logs bytes.Buffer
-			err := asStateOwner(tc.proc.process(), cfg, slog.New(journal.New(&logs, slog.LevelInfo)), args)
+			err := asStateOwner(tc.proc.process(), cfg, slog.New(journal.New(&logs, slog.LevelInfo)), args, "tick")
 			if tc.wantCode == 0 {
 				if err != nil {
 					t.Fatalf("asStateOwner = %v, want nil", err)

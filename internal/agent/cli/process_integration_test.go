@@ -17,6 +17,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/bao/baotest"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/state"
@@ -372,5 +373,74 @@ func TestTickWithoutTheDockerGroupChecksInAndReports(t *testing.T) {
 	if !ok || r.Result != "unhealthy" || !strings.Contains(r.Detail, "docker is not usable") || !strings.Contains(r.Detail, "permission denied") ||
 		!strings.Contains(r.Detail, "usermod -a -G docker") {
 		t.Errorf("report = %+v, want unhealthy naming docker, the socket's refusal and the usermod", r)
+	}
+}
+
+// TestSudoHoldRunsAsTheAgent: `sudo monky-deployd hold` on a box whose state_dir is the agent's
+// re-runs as the agent (state.json stays the agent's), records who asked (sudo's caller, whom
+// the re-run no longer sees); the next tick, as root too, checks in with the hold and reports
+// it; `sudo monky-deployd unhold` ends it, again as the agent.
+func TestSudoHoldRunsAsTheAgent(t *testing.T) {
+	needRoot(t)
+	u, _ := throwawayAccount(t)
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	dir := t.TempDir()
+	agentBin, fakeDocker := buildBinaries(t, filepath.Join(dir, "bin"))
+	box := filepath.Join(dir, "box")
+	cfgPath, ts, cleanup := convergedBoxWithTenancy(t, box, fakeDocker)
+	defer cleanup()
+	stateDir := filepath.Join(box, "state")
+	if err := os.Chmod(cfgPath, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	openDirs(t, filepath.Join(dir, "bin"))
+	openDirs(t, box)
+	chownTree(t, stateDir, uid, gid)
+
+	sudo := func(args ...string) (int, string, string) {
+		t.Helper()
+		cmd := exec.Command(agentBin, append([]string{"--config", cfgPath}, args...)...)
+		cmd.Env = append(os.Environ(), "SUDO_USER=alice")
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			t.Fatal(err)
+		}
+		return cmd.ProcessState.ExitCode(), stdout.String(), stderr.String()
+	}
+	code, stdout, stderr := sudo("hold", "--reason", "db migration by hand", "--for", "2h")
+	if code != 0 || !strings.Contains(stderr, "re-running as the owner of state_dir") || !strings.Contains(stdout, "held by alice until") {
+		t.Fatalf("sudo hold: exit %d\n%s%s", code, stdout, stderr)
+	}
+	sp := filepath.Join(stateDir, "state.json")
+	st, err := state.Load(sp)
+	if err != nil || st.Hold == nil || st.Hold.By != "alice" || st.Hold.Reason != "db migration by hand" || st.Hold.Until.Sub(st.Hold.Since) != 2*time.Hour {
+		t.Fatalf("state after sudo hold: %+v, %v", st.Hold, err)
+	}
+	if got := ownerOf(t, sp); got != uint32(uid) {
+		t.Errorf("state.json belongs to uid %d after a sudo hold, want the agent's %d", got, uid)
+	}
+
+	code, _, stderr = sudo("tick")
+	if code != 0 {
+		t.Fatalf("sudo tick while held: exit %d\n%s", code, stderr)
+	}
+	cs := ts.Checkins(benchEnv)
+	if h := cs[len(cs)-1].Request.Hold; h == nil || h.By != "alice" || h.Reason != "db migration by hand" {
+		t.Errorf("the check-in's hold = %+v", h)
+	}
+	if r, _ := ts.LastReport(benchEnv); !strings.Contains(r.Detail, "held by alice until") {
+		t.Errorf("report while held = %+v", r)
+	}
+
+	code, stdout, stderr = sudo("unhold")
+	if code != 0 || !strings.Contains(stdout, "hold ended: held by alice") {
+		t.Fatalf("sudo unhold: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if st, _ := state.Load(sp); st.Hold != nil || ownerOf(t, sp) != uint32(uid) {
+		t.Errorf("after sudo unhold: hold %+v, owner %d", st.Hold, ownerOf(t, sp))
 	}
 }

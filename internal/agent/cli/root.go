@@ -83,6 +83,8 @@ func newRootCommand(g *cliDeps) *cobra.Command {
 		newVersionCommand(g),
 		newProxyCommand(g),
 		newDoctorCommand(g),
+		newHoldCommand(g),
+		newUnholdCommand(g),
 	)
 	return root
 }

@@ -52,6 +52,12 @@ type statusDoc struct {
 	BackoffNote string `json:"-"`
 	// SupersededToken is the token tenancy refused, kept aside; null when there is none.
 	SupersededToken *supersededToken `json:"superseded_token"`
+
+	// Issue 22: the hold while it runs, a change waiting for its apply window, drift correction.
+	Hold             *state.Hold        `json:"hold"`
+	Deferred         *state.Deferral    `json:"deferred"`
+	Drift            *state.DriftMemory `json:"drift"`
+	DriftCorrections int64              `json:"drift_corrections"`
 }
 
 type supersededToken struct {
@@ -121,12 +127,45 @@ func runStatus(ctx context.Context, opts statusOptions, g *cliDeps, run runner.R
 		}
 	}
 	doc.SupersededToken = findSupersededToken(cfg)
+	if st.Hold.Active(now) {
+		doc.Hold = st.Hold
+	}
+	doc.Deferred, doc.Drift, doc.DriftCorrections = st.Deferred, st.Drift, st.Counters.DriftCorrections
 	if opts.json {
 		enc := json.NewEncoder(g.stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(doc)
 	}
 	return printStatus(g.stdout, doc)
+}
+
+func holdText(h *state.Hold) string {
+	if h == nil {
+		return "-"
+	}
+	return h.Note() + " (since " + h.Since.UTC().Format(time.RFC3339) + "; monky-deployd unhold ends it)"
+}
+
+func deferredText(d *state.Deferral) string {
+	if d == nil {
+		return "-"
+	}
+	what := "apply of " + protocol.ShortSha(d.Sha)
+	if d.Action == protocol.ActionDown {
+		what = "retire"
+	}
+	return fmt.Sprintf("%s waits for the apply window until %s (since %s)", what, d.Until.UTC().Format(time.RFC3339), d.Since.UTC().Format(time.RFC3339))
+}
+
+func driftText(m *state.DriftMemory, corrections int64) string {
+	s := fmt.Sprintf("%d correction(s)", corrections)
+	if m != nil && m.NextAttemptAt != nil {
+		s += fmt.Sprintf("; the next correction waits until %s (%d failed)", m.NextAttemptAt.UTC().Format(time.RFC3339), m.Attempts)
+		if m.Refused != "" {
+			s += "; " + m.Refused
+		}
+	}
+	return s
 }
 
 // findSupersededToken finds the token a tick put aside on a 401; its mtime (touched) says when.
@@ -183,6 +222,9 @@ func printStatus(w io.Writer, d statusDoc) error {
 		{"last apply", when(d.LastApplyAt)},
 		{"token", orDash(d.TokenSource) + ", ttl " + ttl},
 		{"timer", timer},
+		{"hold", holdText(d.Hold)},
+		{"deferred", deferredText(d.Deferred)},
+		{"drift", driftText(d.Drift, d.DriftCorrections)},
 	}
 	if t := d.SupersededToken; t != nil {
 		rows = append(rows, [2]string{"refused token", fmt.Sprintf("%s (tenancy refused it, AGENT_UNAUTHENTICATED, %s; kept as evidence, delete it when done)", t.Path, t.MovedAt.UTC().Format(time.RFC3339))})

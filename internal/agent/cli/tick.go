@@ -49,7 +49,7 @@ func runTick(ctx context.Context, opts tickOptions, g *cliDeps) (err error) {
 			writeTickMetrics(log.With("env", cfg.EnvID), rec)
 		}
 	}()
-	if err := asStateOwner(g.proc, cfg, log, g.args); err != nil {
+	if err := asStateOwner(g.proc, cfg, log, g.args, "tick"); err != nil {
 		return err
 	}
 	if f, err := foreignFiles(g.proc, cfg); err != nil {

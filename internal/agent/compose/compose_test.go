@@ -344,9 +344,9 @@ func TestPsFormats(t *testing.T) {
 		want []protocol.Container
 	}{
 		{"NDJSON captured from compose 2.40", string(ndjson), []protocol.Container{
-			{Service: "oneshot", Name: "monkyx-oneshot-1", State: "exited"},
-			{Service: "plain", Name: "monkyx-plain-1", State: "running"},
-			{Service: "web", Name: "monkyx-web-1", State: "running", Health: "healthy"},
+			{Service: "oneshot", Name: "monkyx-oneshot-1", State: "exited", ConfigHash: "cf7f305353f0710c3d8890c5c119f04139cc3b5ccf40ddd0bd02e67fbfa9efc5"},
+			{Service: "plain", Name: "monkyx-plain-1", State: "running", ConfigHash: "9564b85cb66273dcf0428b200d1f91a5c53fef71887d8e227665c908fa3e9500"},
+			{Service: "web", Name: "monkyx-web-1", State: "running", Health: "healthy", ConfigHash: "a4189f9ea6ae39e5fd5d47122dc527bb47637431704487d72feb9773eddd525d"},
 		}},
 		{"JSON array of compose before 2.21", string(array), []protocol.Container{
 			{Service: "api", Name: "monky-env-qa-02-api-1", State: "running", Health: "healthy"},
@@ -369,6 +369,35 @@ func TestPsFormats(t *testing.T) {
 				t.Errorf("Ps = %#v, want %#v", got, tt.want)
 			}
 		})
+	}
+}
+
+// The config hash comes from ps's Labels; one that cannot be told for sure is unknown, never guessed.
+func TestParsePsConfigHash(t *testing.T) {
+	const h = "626a9bcfe94badb776855e66c87f0daf3065d98ac87795582be6ce8127e77160"
+	const other = "8acfeedca1cc7c45d53f4d57b0bbaca10bfc70c40c99841d10c05b4c9ea98a0f"
+	for _, tc := range []struct{ name, labels, want string }{
+		{"first", `"` + ConfigHashLabel + `=` + h + `,x=a"`, h},
+		{"last", `"x=a,b=c,` + ConfigHashLabel + `=` + h + `"`, h},
+		{"a user label value with commas", `"x=a,b=c,` + ConfigHashLabel + `=` + h + `,y=1,2"`, h},
+		{"a label value naming the hash again", `"x=a,` + ConfigHashLabel + `=` + other + `,` + ConfigHashLabel + `=` + h + `"`, ""},
+		{"a longer key", `"` + ConfigHashLabel + `-x=` + h + `"`, ""},
+		{"not hex", `"` + ConfigHashLabel + `=` + strings.ToUpper(h) + `"`, ""},
+		{"short", `"` + ConfigHashLabel + `=abc"`, ""},
+		{"a map", `{"` + ConfigHashLabel + `": "` + h + `", "x": "y"}`, h},
+		{"none", `""`, ""},
+		{"null", `null`, ""},
+		{"a number", `5`, ""},
+	} {
+		out := `{"Service":"api","Name":"p-api-1","State":"running","Labels":` + tc.labels + `}`
+		cs, err := ParsePs([]byte(out))
+		if err != nil || len(cs) != 1 || cs[0].ConfigHash != tc.want {
+			t.Errorf("%s: %+v, %v; want hash %q", tc.name, cs, err, tc.want)
+		}
+	}
+	cs, err := ParsePs([]byte(`{"Service":"api","Name":"p-api-1","State":"running"}`))
+	if err != nil || cs[0].ConfigHash != "" {
+		t.Errorf("no Labels (compose before 2.21): %+v, %v", cs, err)
 	}
 }
 
@@ -553,6 +582,9 @@ func FuzzParsePs(f *testing.F) {
 			}
 			if c.State != strings.ToLower(c.State) || c.Health != strings.ToLower(c.Health) {
 				t.Errorf("state/health not normalised: %+v", c)
+			}
+			if c.ConfigHash != "" && hexHash(c.ConfigHash) == "" {
+				t.Errorf("a config hash that is no hex SHA-256: %+v", c)
 			}
 		}
 		_ = Unready(cs)

@@ -66,6 +66,16 @@ func TestRealDocker(t *testing.T) {
 	if len(cs) != 2 {
 		t.Errorf("Ps saw %d containers, want 2: %+v", len(cs), cs)
 	}
+	// Drift correction reads each container's config hash from this very ps (no extra command).
+	for _, c := range cs {
+		res, err := ex.Run(ctx, runner.Cmd{Name: "docker", Args: []string{"inspect", "--format", "{{index .Config.Labels \"" + ConfigHashLabel + "\"}}", c.Name}})
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("docker inspect %s: %v %s", c.Name, err, res.Stderr)
+		}
+		if want := strings.TrimSpace(string(res.Stdout)); c.ConfigHash == "" || c.ConfigHash != want {
+			t.Errorf("%s: ps gave config hash %q, the container's label is %q", c.Name, c.ConfigHash, want)
+		}
+	}
 	logs, err := d.Logs(ctx, rel, "docker-compose.yml", 10)
 	if err != nil || !strings.Contains(logs, "app: serving") {
 		t.Errorf("Logs = %q, %v", logs, err)

@@ -39,6 +39,52 @@ type psEntry struct {
 	Name    string `json:"Name"`
 	State   string `json:"State"`
 	Health  string `json:"Health"`
+	// Labels is `k=v,k=v` (compose ≥ 2.21, docker's container formatter, in no order); older
+	// compose has none, and no config hash is read then.
+	Labels json.RawMessage `json:"Labels"`
+}
+
+// ConfigHashLabel is the label compose stamps on each container with its service's config hash.
+const ConfigHashLabel = "com.docker.compose.config-hash"
+
+// configHash reads the config hash out of ps's Labels: a comma-joined string (a map in case a
+// compose prints one). A label value may itself hold ",com.docker.compose.config-hash=…", so a
+// hash found twice, or not as 64 hex digits, is unknown ("") rather than guessed.
+func configHash(raw json.RawMessage) string {
+	if len(raw) == 0 {
+		return ""
+	}
+	var m map[string]string
+	if json.Unmarshal(raw, &m) == nil {
+		return hexHash(m[ConfigHashLabel])
+	}
+	var s string
+	if json.Unmarshal(raw, &s) != nil {
+		return ""
+	}
+	found := ""
+	n := 0
+	for _, kv := range strings.Split(s, ",") {
+		if v, ok := strings.CutPrefix(kv, ConfigHashLabel+"="); ok {
+			found, n = v, n+1
+		}
+	}
+	if n != 1 {
+		return ""
+	}
+	return hexHash(found)
+}
+
+func hexHash(h string) string {
+	if len(h) != 64 {
+		return ""
+	}
+	for _, r := range h {
+		if !(r >= '0' && r <= '9' || r >= 'a' && r <= 'f') {
+			return ""
+		}
+	}
+	return h
 }
 
 // ParsePs reads `docker compose ps -a --format json`, a JSON array (before 2.21) or NDJSON. No
@@ -78,10 +124,11 @@ func ParsePs(b []byte) ([]protocol.Container, error) {
 			return nil, fmt.Errorf("compose: ps: entry %d: %w", i+1, err)
 		}
 		c := protocol.Container{
-			Service: strings.TrimSpace(e.Service),
-			Name:    strings.TrimSpace(e.Name),
-			State:   strings.ToLower(strings.TrimSpace(e.State)),
-			Health:  strings.ToLower(strings.TrimSpace(e.Health)),
+			Service:    strings.TrimSpace(e.Service),
+			Name:       strings.TrimSpace(e.Name),
+			State:      strings.ToLower(strings.TrimSpace(e.State)),
+			Health:     strings.ToLower(strings.TrimSpace(e.Health)),
+			ConfigHash: configHash(e.Labels),
 		}
 		switch {
 		case c.Name == "":

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/window"
 )
 
 // DefaultPath is where the package and the installer put the config.
@@ -65,6 +67,16 @@ type Config struct {
 	LogLevel string `yaml:"log_level"`
 	// TextfileDir is node_exporter's textfile directory; metrics are written only if it exists.
 	TextfileDir string `yaml:"textfile_dir"`
+
+	// Drift correction and apply windows (issue 22).
+	// DriftCorrection: a converged tick brings back a release whose containers were stopped,
+	// removed or replaced by hand (a bundle's agent.drift_correction wins).
+	DriftCorrection bool `yaml:"drift_correction"`
+	// ApplyWindows: outside every window, a change to a running release waits; empty: any time.
+	ApplyWindows   []string `yaml:"apply_windows"`
+	ApplyWindowsTZ string   `yaml:"apply_windows_tz"`
+	// Windows is ApplyWindows in ApplyWindowsTZ, parsed by Parse.
+	Windows *window.Schedule `yaml:"-"`
 }
 
 // Tenancy is how the agent reaches tenancy's agent entrypoint.
@@ -137,6 +149,7 @@ func defaults() Config {
 		ContainerdRoot:  "/var/lib/containerd",
 		LogLevel:        "INFO",
 		TextfileDir:     DefaultTextfileDir,
+		DriftCorrection: true,
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/window"
 )
 
 const file = "/etc/monky-deployd/config.yaml"
@@ -56,6 +58,8 @@ func TestDefaults(t *testing.T) {
 		ContainerdRoot:  "/var/lib/containerd",
 		LogLevel:        "INFO",
 		TextfileDir:     "/var/lib/prometheus/node-exporter",
+		DriftCorrection: true,
+		Windows:         mustSchedule(t, nil, ""),
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("defaults:\n got %+v\nwant %+v", c, want)
@@ -320,6 +324,16 @@ func TestValidationErrors(t *testing.T) {
 		{"log_level", "env_id: e\nlog_level: verbose\n", "log_level", []string{"DEBUG, INFO, WARN, WARNING or ERROR"}},
 		{"textfile_dir", "env_id: e\ntextfile_dir: node-exporter\n", "textfile_dir", []string{"absolute"}},
 		{"control character", "env_id: e\nsite: \"a\\x01b\"\n", "site", []string{"control"}},
+		{"apply_windows unknown day", "env_id: e\napply_windows: [\"Mon-Fro 02:00-05:00\"]\n", "apply_windows", []string{"entry 1", `"Fro" is not a day`}},
+		{"apply_windows 25:00", "env_id: e\napply_windows:\n  - Sat 00:00-24:00\n  - Mon 25:00-26:00\n", "apply_windows", []string{"entry 2", "hour 25"}},
+		{"apply_windows empty window", "env_id: e\napply_windows: [\"\"]\n", "apply_windows", []string{"entry 1", "empty"}},
+		{"apply_windows blank window", "env_id: e\napply_windows: [\"  \"]\n", "apply_windows", []string{"entry 1", "empty"}},
+		{"apply_windows start after end", "env_id: e\napply_windows: [\"Mon 05:00-02:00\"]\n", "apply_windows", []string{"the end must come after the start"}},
+		{"apply_windows overnight", "env_id: e\napply_windows: [\"Fri 22:00-02:00\"]\n", "apply_windows", []string{"the end must come after the start"}},
+		{"apply_windows 24:00 start", "env_id: e\napply_windows: [\"Fri 24:00-24:00\"]\n", "apply_windows", []string{"hour 24"}},
+		{"apply_windows no times", "env_id: e\napply_windows: [Mon-Fri]\n", "apply_windows", []string{"want days and times"}},
+		{"apply_windows_tz unknown zone", "env_id: e\napply_windows_tz: Europe/Atlantis\n", "apply_windows_tz", []string{`"Europe/Atlantis" is not an IANA zone`}},
+		{"apply_windows_tz Local", "env_id: e\napply_windows_tz: Local\n", "apply_windows_tz", []string{"name the zone"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -347,6 +361,11 @@ func TestBadTypes(t *testing.T) {
 		{"bao list", "env_id: e\nbao: [a]\n", "bao", "want a mapping, got a list"},
 		{"binary tag", "env_id: e\nsite: !!binary aGVsbG8=\n", "site", "unsupported YAML tag"},
 		{"alias", "env_id: &x e\nsite: *x\n", "site", "aliases are not supported"},
+		{"apply_windows scalar", "env_id: e\napply_windows: Mon-Fri 02:00-05:00\n", "apply_windows", `want a list, got "Mon-Fri 02:00-05:00"`},
+		{"apply_windows mapping entry", "env_id: e\napply_windows:\n  - {Mon: 1}\n", "apply_windows", "entry 1: want a string, got a mapping"},
+		{"apply_windows null entry", "env_id: e\napply_windows: [~]\n", "apply_windows", "entry 1: want a string"},
+		{"apply_windows control", "env_id: e\napply_windows: [\"Mon\\t02:00-05:00\\n\"]\n", "apply_windows", "entry 1: contains a control character"},
+		{"drift_correction", "env_id: e\ndrift_correction: sometimes\n", "drift_correction", `want true or false, got "sometimes"`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -471,6 +490,7 @@ func FuzzParse(f *testing.F) {
 		"", "env_id: e\n", "env_id: e\ntenancy:\n  port: abc\n", "env_id: e\nbao:\n  approle: {a: 1}\n",
 		"a: &a [*a]\n", "env_id: e\ntenancy:\n  base_url: http://[::1]:1\n", "- x\n", "{", "env_id: !!binary x\n",
 		"env_id: e\n---\n", "? [a]\n: b\n", "env_id: e\ndisk:\n  factor: 1e400\n", "prod: ~\n",
+		"env_id: e\napply_windows: [\"Mon-Fri 02:00-05:00\"]\napply_windows_tz: Europe/Berlin\n", "env_id: e\napply_windows: [a, [b]]\n",
 	} {
 		f.Add([]byte(s))
 	}
@@ -495,7 +515,37 @@ func FuzzParse(f *testing.F) {
 		_ = c.TenancyURL()
 		_ = c.BaoURL()
 		_ = c.SlogLevel()
+		if c.Windows == nil {
+			t.Fatal("accepted a config without its parsed windows")
+		}
+		c.Windows.Next(time.Date(2026, 3, 29, 0, 30, 0, 0, time.UTC))
 	})
+}
+
+func mustSchedule(t *testing.T, specs []string, zone string) *window.Schedule {
+	t.Helper()
+	s, err := window.NewSchedule(specs, zone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestApplyWindowsAndDriftCorrection(t *testing.T) {
+	c := mustParse(t, "env_id: e\ndrift_correction: false\napply_windows:\n  - Mon-Fri 02:00-05:00\n  - \"Sat,Sun 00:00-24:00\"\napply_windows_tz: Europe/Berlin\n")
+	if c.DriftCorrection {
+		t.Error("drift_correction: false left DriftCorrection on")
+	}
+	if c.Windows.Empty() || c.Windows.String() != "Mon-Fri 02:00-05:00, Sat,Sun 00:00-24:00 (Europe/Berlin)" {
+		t.Errorf("windows = %s", c.Windows)
+	}
+	// Wednesday 03:00 in Berlin is 02:00 UTC in December: inside.
+	if !c.Windows.Open(time.Date(2026, 12, 2, 2, 0, 0, 0, time.UTC)) || c.Windows.Open(time.Date(2026, 12, 2, 4, 0, 0, 0, time.UTC)) {
+		t.Error("the schedule does not follow Europe/Berlin")
+	}
+	if c := mustParse(t, "env_id: e\napply_windows: []\n"); !c.Windows.Empty() || !c.DriftCorrection {
+		t.Errorf("an empty list: windows %s, drift %v", c.Windows, c.DriftCorrection)
+	}
 }
 
 func TestAutoRevertOptOut(t *testing.T) {

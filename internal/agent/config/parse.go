@@ -18,6 +18,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/window"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/yamldoc"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/protocol"
@@ -176,6 +177,9 @@ func (d *decoder) value(n *yaml.Node, v reflect.Value, key string) error {
 			return d.errf(key, n, "unsupported YAML tag %s", n.Tag)
 		}
 	}
+	if v.Kind() == reflect.Slice {
+		return d.list(n, v, key)
+	}
 	if v.Kind() == reflect.Struct {
 		if n.Kind != yaml.MappingNode {
 			return d.errf(key, n, "want a mapping, got %s", describe(n))
@@ -227,6 +231,27 @@ func (d *decoder) value(n *yaml.Node, v reflect.Value, key string) error {
 	return nil
 }
 
+// list decodes a YAML sequence of strings (apply_windows), each item checked as a string key is.
+func (d *decoder) list(n *yaml.Node, v reflect.Value, key string) error {
+	if n.Kind != yaml.SequenceNode {
+		return d.errf(key, n, "want a list, got %s", describe(n))
+	}
+	out := reflect.MakeSlice(v.Type(), 0, len(n.Content))
+	for i, item := range n.Content {
+		if item.Kind != yaml.ScalarNode || item.ShortTag() == "!!null" {
+			return d.errf(key, item, "entry %d: want a string, got %s", i+1, describe(item))
+		}
+		if !utf8.ValidString(item.Value) || strings.IndexFunc(item.Value, unicode.IsControl) >= 0 {
+			return d.errf(key, item, "entry %d: contains a control character or invalid UTF-8", i+1)
+		}
+		out = reflect.Append(out, reflect.ValueOf(item.Value))
+	}
+	v.Set(out)
+	d.set[key] = true
+	d.lines[key] = n.Line
+	return nil
+}
+
 func parseBool(s string) (bool, bool) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
 	case "true", "yes", "on":
@@ -245,6 +270,8 @@ func want(t reflect.Type) string {
 		return "a number"
 	case reflect.Bool, reflect.Pointer:
 		return "true or false"
+	case reflect.Slice:
+		return "a list"
 	}
 	return "a string"
 }
@@ -422,6 +449,15 @@ func (d *decoder) finish(c *Config) error {
 	if err := absPath(e, "textfile_dir", c.TextfileDir); err != nil {
 		return err
 	}
+	sched, err := window.NewSchedule(c.ApplyWindows, c.ApplyWindowsTZ)
+	if err != nil {
+		var we *window.Error
+		if errors.As(err, &we) && we.Index < 0 {
+			return e("apply_windows_tz", "%s", strings.TrimPrefix(we.Msg, "zone: "))
+		}
+		return e("apply_windows", "%v", err)
+	}
+	c.Windows = sched
 	if c.Prod == nil {
 		p := deriveProd(c.Site, c.EnvID)
 		c.Prod = &p

@@ -654,7 +654,7 @@ func TestEveryCheckPassesOnAHealthyBox(t *testing.T) {
 	for _, r := range rs {
 		names = append(names, r.Name)
 	}
-	if got := strings.Join(names, " "); got != "config user identity identity-group docker compose docker-config state-owner disk timer tenancy openbao refused-token" {
+	if got := strings.Join(names, " "); got != "config user identity identity-group docker compose docker-config state-owner disk timer tenancy openbao refused-token hold" {
 		t.Errorf("checks %s", got)
 	}
 }
@@ -667,6 +667,34 @@ func TestRefusedToken(t *testing.T) {
 	want{status: OK, detail: []string{p, "AGENT_UNAUTHENTICATED", "delete it"}}.assert(t, f.check("refused-token"))
 	write(t, p, "s.refused", 0o644)
 	want{status: Fail, detail: []string{"readable by others"}, fix: []string{"chmod 0600 " + p}}.assert(t, f.check("refused-token"))
+}
+
+// A hold is a WARN with how to end it; it fails nothing (doctor's exit stays 0).
+func TestHoldCheck(t *testing.T) {
+	f := newFixture(t, "")
+	want{status: OK, detail: []string{"not held"}}.assert(t, f.check("hold"))
+	now := f.env.Now()
+	st := &state.State{Hold: &state.Hold{Reason: "db migration", By: "alice", Since: now.Add(-time.Hour), Until: now.Add(3 * time.Hour)}}
+	if err := state.Save(f.cfg().StatePath(), st); err != nil {
+		t.Fatal(err)
+	}
+	res := f.check("hold")
+	want{status: Warn, detail: []string{"held by alice until", "db migration", "3h0m0s left"}, fix: []string{"monky-deployd unhold"}}.assert(t, res)
+	if rs, allOK := Run(context.Background(), []Check{{Name: "hold", Run: func(context.Context) Result { return res }}}); !allOK || Failed(rs) != 0 {
+		t.Error("a WARN failed the run")
+	}
+	var b strings.Builder
+	if err := Print(&b, []Result{res}); err != nil || !strings.HasPrefix(b.String(), "WARN hold ") || !strings.Contains(b.String(), "— fix: monky-deployd unhold") {
+		t.Errorf("printed %q", b.String())
+	}
+	// Over: not held any more, whatever state.json still says.
+	st.Hold.Until = now.Add(-time.Minute)
+	if err := state.Save(f.cfg().StatePath(), st); err != nil {
+		t.Fatal(err)
+	}
+	f2 := newFixture(t, "")
+	f2.env.Config = f.env.Config
+	want{status: OK, detail: []string{"not held"}}.assert(t, f2.check("hold"))
 }
 
 func TestStateOwnerCheck(t *testing.T) {

@@ -14,11 +14,13 @@ import (
 // Status is the outcome of one check.
 type Status string
 
-// Statuses. Skip is for a check that does not apply to this box; its detail says why.
+// Statuses. Skip is for a check that does not apply to this box; its detail says why. Warn is
+// a state an operator must know of that stops no tick (a hold): it fails nothing.
 const (
 	OK   Status = "OK"
 	Fail Status = "FAIL"
 	Skip Status = "SKIP"
+	Warn Status = "WARN"
 )
 
 // Result is one check's finding and, for a failure, its Fix; never a token, grant or credential.
@@ -113,7 +115,7 @@ func Print(w io.Writer, results []Result) error {
 	}
 	for _, r := range results {
 		line := fmt.Sprintf("%-4s %-*s %s", r.Status, width, r.Name, r.Detail)
-		if r.Status == Fail && r.Fix != "" {
+		if (r.Status == Fail || r.Status == Warn) && r.Fix != "" {
 			line += " — fix: " + r.Fix
 		}
 		if _, err := fmt.Fprintln(w, line); err != nil {

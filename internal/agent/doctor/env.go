@@ -150,6 +150,7 @@ func Checks(env *Env) []Check {
 		c.wrap(Check{Name: "tenancy", Run: c.tenancy}),
 		c.wrap(Check{Name: "openbao", Run: c.openbao}),
 		c.wrap(Check{Name: "refused-token", Run: c.refusedToken}),
+		c.wrap(Check{Name: "hold", Run: c.hold}),
 	}
 }
 

@@ -100,6 +100,16 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	counter("failures_total", "Attempts reported failed.", st.Counters.Failures)
 	counter("refusals_total", "Bundles refused.", st.Counters.Refusals)
 	counter("leases_total", "Deploy grants leased from tenancy.", st.Counters.Leases)
+	counter("drift_corrections_total", "Drift corrections that ran compose up of the applied release (a container stopped, removed or replaced by hand).", st.Counters.DriftCorrections)
+	holdUntil, deferredUntil := 0.0, 0.0
+	if h := st.Hold; h.Active(t.End) {
+		holdUntil = seconds(h.Until)
+	}
+	if d := st.Deferred; d != nil {
+		deferredUntil = seconds(d.Until)
+	}
+	gauge("hold_until_timestamp_seconds", "Until when a human's hold (monky-deployd hold) keeps the agent from changing anything (0: not held).", holdUntil)
+	gauge("deferred_until_timestamp_seconds", "Until when a change to the running release waits for its apply window (0: nothing waits).", deferredUntil)
 	if b := st.Backoff; b != nil && b.Sha != "" {
 		gauge("deploy_backoff_attempts", "Failed applies of the desired sha the agent is backing off from.", float64(b.Attempts), "sha", shaLabel(b.Sha))
 		gauge("deploy_backoff_next_attempt_timestamp_seconds", "When the backing-off sha is tried next (Unix time).", seconds(b.NextAttemptAt), "sha", shaLabel(b.Sha))

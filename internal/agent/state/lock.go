@@ -1,11 +1,13 @@
 package state
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // TryLock takes an exclusive non-blocking flock on path (0600); ok is false when another tick
@@ -36,4 +38,30 @@ func TryLock(path string) (release func(), ok bool, err error) {
 			_ = f.Close()
 		})
 	}, true, nil
+}
+
+// lockPoll is how often Lock looks again at a lock a tick holds.
+const lockPoll = 200 * time.Millisecond
+
+// Lock takes the lock of TryLock, waiting while a tick holds it (onWait is called once, when it
+// starts to wait) until ctx ends; a blocking flock would not hear Ctrl-C.
+func Lock(ctx context.Context, path string, onWait func()) (release func(), err error) {
+	waited := false
+	for {
+		release, ok, err := TryLock(path)
+		if err != nil || ok {
+			return release, err
+		}
+		if !waited && onWait != nil {
+			onWait()
+		}
+		waited = true
+		t := time.NewTimer(lockPoll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("state: lock %s: %w", path, ctx.Err())
+		case <-t.C:
+		}
+	}
 }

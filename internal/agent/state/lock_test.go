@@ -2,6 +2,8 @@ package state
 
 import (
 	"bufio"
+	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -85,4 +87,43 @@ func TestTryLockAcrossProcesses(t *testing.T) {
 		t.Fatalf("TryLock after the holder exited: ok=%v err=%v", ok, err)
 	}
 	release()
+}
+
+// Lock waits for a tick's lock, says so once, and gives up with its context.
+func TestLockWaitsForTheTick(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "lock")
+	release, ok, err := TryLock(p)
+	if !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	waiting := make(chan struct{})
+	waits := 0
+	got := make(chan error, 1)
+	go func() {
+		r, err := Lock(context.Background(), p, func() { waits++; close(waiting) })
+		if err == nil {
+			r()
+		}
+		got <- err
+	}()
+	<-waiting
+	select {
+	case err := <-got:
+		t.Fatalf("Lock returned while the tick held it: %v", err)
+	default:
+	}
+	release()
+	if err := <-got; err != nil || waits != 1 {
+		t.Fatalf("Lock after the tick: %v, waited-lines %d", err, waits)
+	}
+	release2, ok, _ := TryLock(p)
+	if !ok {
+		t.Fatal("Lock did not release")
+	}
+	defer release2()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := Lock(ctx, p, nil); !errors.Is(err, context.Canceled) {
+		t.Errorf("a cancelled wait: %v", err)
+	}
 }

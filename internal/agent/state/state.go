@@ -76,6 +76,15 @@ type State struct {
 	// them, not ./data). Nil from an older agent: read the whole release directory strictly.
 	AppliedFiles *ReleaseFiles `json:"applied_files,omitempty"`
 
+	// Issue 22: a human's hold, a change waiting for its apply window, what drift correction knows.
+	// Hold is `monky-deployd hold`: until it ends (unhold, or Until passes) ticks check in and report
+	// but apply, retire, revert and correct nothing.
+	Hold *Hold `json:"hold,omitempty"`
+	// Deferred is an apply or retire of the running release waiting for its apply window.
+	Deferred *Deferral `json:"deferred,omitempty"`
+	// Drift is what drift correction knows of the applied release; nil until learned.
+	Drift *DriftMemory `json:"drift,omitempty"`
+
 	// extra keeps unknown fields, so a downgrade or newer writer loses nothing on save.
 	extra map[string]json.RawMessage
 	// onDisk is the file's content as last loaded or saved (at onDiskPath): Save skips a write that
@@ -305,6 +314,8 @@ type Counters struct {
 	Failures int64 `json:"failures,omitempty"`
 	Refusals int64 `json:"refusals,omitempty"`
 	Leases   int64 `json:"leases,omitempty"`
+	// DriftCorrections counts drift corrections that ran `compose up` (issue 22).
+	DriftCorrections int64 `json:"drift_corrections,omitempty"`
 }
 
 // CountOutcome counts applied, failed or refused; a heartbeat is no event.
@@ -459,6 +470,7 @@ var stateKeys = []string{
 	"docker_root_dir", "docker_version", "docker_info_at", "pending_lease", "previous_token",
 	"lease_backoff", "docker_info_failed_at", "deploy_backoff", "applying", "counters", "last_tick_ok_at", "refused_sha",
 	"applied_files",
+	"hold", "deferred", "drift",
 }
 
 // legacyLastError is the Python agent's LastDetail; read, never written back.
@@ -517,7 +529,7 @@ func (s *State) UnmarshalJSON(data []byte) error {
 			return fmt.Errorf("counters: %w", err)
 		}
 		c := n.Counters
-		if c.Applies < 0 || c.Failures < 0 || c.Refusals < 0 || c.Leases < 0 {
+		if c.Applies < 0 || c.Failures < 0 || c.Refusals < 0 || c.Leases < 0 || c.DriftCorrections < 0 {
 			return errors.New("counters: a count is negative")
 		}
 	}
@@ -544,6 +556,9 @@ func (s *State) UnmarshalJSON(data []byte) error {
 		if err := checkReleaseFiles(n.AppliedFiles); err != nil {
 			return err
 		}
+	}
+	if err := decodeIssue22(raw, &n); err != nil {
+		return err
 	}
 	if v, ok := raw["lease_backoff"]; ok && !isNull(v) {
 		n.LeaseBackoff = &LeaseBackoff{}

@@ -330,7 +330,9 @@ func FuzzDecode(f *testing.F) {
 		`{"last_apply_at":"2026-01-01 00:00:00"}`, `{"x":{"y":[1,2]},"token":{"z":null}}`, `{"last_error":"e","last_detail":""}`,
 		`{"deploy_backoff":{"sha":"9f3e","attempts":3,"next_attempt_at":"2026-12-02T10:08:00Z","reverted_to":"7a10","revert_healthy":true}}`,
 		`{"counters":{"applies":2,"leases":1},"last_tick_ok_at":"2026-01-01T00:00:00Z"}`, `{"counters":{"failures":-1}}`, `{"counters":[]}`,
-		`{"applying":{"sha":"9f3e","started_at":"2026-12-02T10:00:00Z","auto_revert":false}}`} {
+		`{"applying":{"sha":"9f3e","started_at":"2026-12-02T10:00:00Z","auto_revert":false}}`,
+		`{"hold":{"reason":"r","by":"bob","since":"2026-12-02T10:00:00Z","until":"2026-12-02T14:00:00Z"},"deferred":{"action":"down","since":"2026-12-02T10:00:00Z","until":"2026-12-03T02:00:00Z"}}`,
+		`{"drift":{"sha":"9f3e","services":{"api":{"config_hash":"626a9bcfe94badb776855e66c87f0daf3065d98ac87795582be6ce8127e77160","containers":1}},"attempts":2}}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {

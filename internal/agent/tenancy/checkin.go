@@ -43,6 +43,12 @@ func CheckinRequest(cfg *config.Config, st *state.State, t Telemetry) protocol.C
 		req.NextAttemptAt = bo.NextAttemptAt.UTC().Format(time.RFC3339)
 		req.RevertedTo, req.RevertHealthy = bo.RevertedTo, bo.RevertHealthy
 	}
+	if h := st.Hold; h.Active(t.Now) {
+		req.Hold = &protocol.Hold{Reason: h.Reason, By: h.By, Since: h.Since.UTC().Format(time.RFC3339), Until: h.Until.UTC().Format(time.RFC3339)}
+	}
+	if d := st.Deferred; d != nil {
+		req.DeferredUntil = d.Until.UTC().Format(time.RFC3339)
+	}
 	// Disk and docker facts come from the last `docker info` the agent made, cached in st.
 	if st.DockerRootDir != "" && t.Disk != nil {
 		if free, _, err := t.Disk.Tightest(cfg.StoragePaths(st.DockerRootDir)); err == nil {

@@ -17,6 +17,8 @@ func FuzzDecodeCheckin(f *testing.F) {
 		  "bundle_url": "/v1/agent/bundle/env-a/x", "checkin_interval_s": 60,
 		  "vault": {"addr": "https://bao.cbs.tikali.net:8200", "mount": "monky", "prefix": "env-a/see"}}`,
 		`{"action": "none"}`, `{"action": "down", "purge_volumes": true}`, `{"action": 1}`, `[]`, `null`, ``, `{"vault": []}`,
+		`{"action": "none", "apply_windows": ["Mon-Fri 02:00-05:00", "Sat,Sun 00:00-24:00"], "apply_windows_tz": "Europe/Berlin", "ignore_window": true}`,
+		`{"action": "none", "apply_windows": ["Mon 25:00-26:00"]}`, `{"action": "none", "apply_windows_tz": ""}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -40,6 +42,9 @@ func FuzzDecodeCheckin(f *testing.F) {
 		}
 		if r.EnvID != "" && r.EnvID != "env-a" {
 			t.Fatalf("env %q accepted", r.EnvID)
+		}
+		if _, err := Windows(r, []string{"Mon 02:00-05:00"}, "Europe/Berlin"); err != nil {
+			t.Fatalf("accepted apply windows that do not parse: %v", err)
 		}
 	})
 }

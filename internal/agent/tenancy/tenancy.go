@@ -19,6 +19,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/window"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/neterr"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/noredirect"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/protocol"
@@ -536,7 +537,32 @@ func decodeCheckin(body []byte, envID string) (*protocol.CheckinResponse, error)
 	if err := checkAddr(op, "vault.addr", r.Vault.Addr); err != nil {
 		return nil, err
 	}
+	if _, err := Windows(&r, nil, ""); err != nil {
+		return nil, err
+	}
 	return &r, nil
+}
+
+// Windows is the tick's apply windows: the answer's apply_windows and apply_windows_tz each
+// replace the config's (specs, zone) when present. A bad one is a *ProtocolError naming the field.
+func Windows(r *protocol.CheckinResponse, specs []string, zone string) (*window.Schedule, error) {
+	if r.ApplyWindows != nil {
+		specs = *r.ApplyWindows
+	}
+	if r.ApplyWindowsTZ != nil {
+		zone = *r.ApplyWindowsTZ
+	}
+	s, err := window.NewSchedule(specs, zone)
+	var we *window.Error
+	switch {
+	case err == nil:
+		return s, nil
+	case errors.As(err, &we) && we.Index < 0 && r.ApplyWindowsTZ != nil:
+		return nil, &ProtocolError{Op: "checkin", Field: "apply_windows_tz", Problem: strings.TrimPrefix(we.Msg, "zone: ")}
+	case errors.As(err, &we) && we.Index >= 0 && r.ApplyWindows != nil:
+		return nil, &ProtocolError{Op: "checkin", Field: fmt.Sprintf("apply_windows[%d]", we.Index), Problem: we.Msg}
+	}
+	return nil, &ProtocolError{Op: "checkin", Field: "apply_windows", Problem: err.Error()}
 }
 
 func decodeLease(body []byte, envID string) (*protocol.LeaseResponse, error) {

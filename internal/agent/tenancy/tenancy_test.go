@@ -658,6 +658,13 @@ func TestMalformedCheckinIsAProtocolError(t *testing.T) {
 		{"action given twice", `{"action": "none", "action": "down"}`, "action"},
 		{"vault.addr given twice", `{"action": "none", "vault": {"addr": "https://a:1", "addr": "https://b:1"}}`, "vault.addr"},
 		{"action in capitals only", `{"ACTION": "none"}`, "action"},
+		{"apply_windows not a list", `{"action": "none", "apply_windows": "Mon-Fri 02:00-05:00"}`, "apply_windows"},
+		{"apply_windows unknown day", `{"action": "none", "apply_windows": ["Sat 00:00-24:00", "Mox 02:00-05:00"]}`, "apply_windows[1]"},
+		{"apply_windows 25:00", `{"action": "none", "apply_windows": ["Mon 25:00-26:00"]}`, "apply_windows[0]"},
+		{"apply_windows empty window", `{"action": "none", "apply_windows": [""]}`, "apply_windows[0]"},
+		{"apply_windows_tz unknown", `{"action": "none", "apply_windows": ["Mon 02:00-05:00"], "apply_windows_tz": "Mars/Base"}`, "apply_windows_tz"},
+		{"apply_windows_tz alone, unknown", `{"action": "none", "apply_windows_tz": "Local"}`, "apply_windows_tz"},
+		{"ignore_window not a boolean", `{"action": "none", "ignore_window": "yes"}`, "ignore_window"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s.ten.MalformNext(tenancytest.Checkin, tc.body, 1)
@@ -676,6 +683,34 @@ func TestMalformedCheckinIsAProtocolError(t *testing.T) {
 		r, err := s.c.Checkin(context.Background(), tok, protocol.CheckinRequest{EnvID: "env-a"})
 		if err != nil || r.PurgeVolumes || r.DesiredSha != "" {
 			t.Fatalf("%+v, %v", r, err)
+		}
+	})
+	t.Run("apply windows and ignore_window", func(t *testing.T) {
+		s.ten.MalformNext(tenancytest.Checkin, `{"action": "none", "apply_windows": ["Mon-Fri 02:00-05:00"], "apply_windows_tz": "Europe/Berlin", "ignore_window": true}`, 1)
+		r, err := s.c.Checkin(context.Background(), tok, protocol.CheckinRequest{EnvID: "env-a"})
+		if err != nil || !r.IgnoreWindow {
+			t.Fatalf("%+v, %v", r, err)
+		}
+		sched, err := tenancy.Windows(r, []string{"Sat 00:00-24:00"}, "UTC")
+		if err != nil || sched.String() != "Mon-Fri 02:00-05:00 (Europe/Berlin)" {
+			t.Fatalf("windows %v, %v", sched, err)
+		}
+		// An empty list replaces the config's windows with none; no field at all keeps them.
+		s.ten.MalformNext(tenancytest.Checkin, `{"action": "none", "apply_windows": []}`, 1)
+		r, _ = s.c.Checkin(context.Background(), tok, protocol.CheckinRequest{EnvID: "env-a"})
+		if sched, err := tenancy.Windows(r, []string{"Sat 00:00-24:00"}, "UTC"); err != nil || !sched.Empty() {
+			t.Fatalf("an empty list: %v, %v", sched, err)
+		}
+		// A zone alone moves the config's windows into it; no field at all keeps both.
+		s.ten.MalformNext(tenancytest.Checkin, `{"action": "none", "apply_windows_tz": "Asia/Tokyo"}`, 1)
+		r, _ = s.c.Checkin(context.Background(), tok, protocol.CheckinRequest{EnvID: "env-a"})
+		if sched, err := tenancy.Windows(r, []string{"Sat 00:00-24:00"}, "UTC"); err != nil || sched.String() != "Sat 00:00-24:00 (Asia/Tokyo)" {
+			t.Fatalf("a zone alone: %v, %v", sched, err)
+		}
+		s.ten.MalformNext(tenancytest.Checkin, `{"action": "none"}`, 1)
+		r, _ = s.c.Checkin(context.Background(), tok, protocol.CheckinRequest{EnvID: "env-a"})
+		if sched, err := tenancy.Windows(r, []string{"Sat 00:00-24:00"}, "UTC"); err != nil || sched.String() != "Sat 00:00-24:00 (UTC)" {
+			t.Fatalf("no field: %v, %v", sched, err)
 		}
 	})
 	t.Run("unknown fields are ignored", func(t *testing.T) {

@@ -248,6 +248,7 @@ func (a *Agent) run(ctx context.Context) error {
 	if err := a.step("token"); err != nil {
 		return err
 	}
+	a.expireHold()
 	resp, err := a.checkin(ctx)
 	if err != nil {
 		return err
@@ -256,6 +257,9 @@ func (a *Agent) run(ctx context.Context) error {
 		return err
 	}
 	a.adoptVault(resp.Vault)
+	if a.heldNow() {
+		return a.heldTick(ctx, resp)
+	}
 	if a.st.Applying != nil {
 		if resp.Action == protocol.ActionDown {
 			a.st.Applying = nil // the retire takes the project down, whatever it was doing
@@ -271,13 +275,22 @@ func (a *Agent) run(ctx context.Context) error {
 	a.forgetBackoff(resp)
 	switch resp.Action {
 	case protocol.ActionNone:
+		a.endDeferral("tenancy has nothing to apply")
 		return a.heartbeat(ctx, resp, "")
 	case protocol.ActionApply:
 		if a.holdBackoff(resp) {
 			return a.backingOff(ctx, resp)
 		}
+		if until, wait := a.deferral(resp); wait {
+			return a.deferred(ctx, resp, until)
+		}
+		a.endDeferral("applying now")
 		return a.apply(ctx, resp)
 	case protocol.ActionDown:
+		if until, wait := a.deferral(resp); wait {
+			return a.deferred(ctx, resp, until)
+		}
+		a.endDeferral("retiring now")
 		return a.down(ctx, resp)
 	default:
 		return fmt.Errorf("tenancy: checkin: action %q is not one of apply, none, down", resp.Action)

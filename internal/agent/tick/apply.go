@@ -333,6 +333,7 @@ func (a *Agent) runCompose(ctx context.Context, b *bundle.Bundle, dir string) er
 	a.st.Applying = nil
 	a.st.AppliedSha = sha
 	a.st.AppliedFiles = &state.ReleaseFiles{Sha: sha, Files: slices.Sorted(maps.Keys(b.Files))}
+	a.learnRelease(sha, cs, b.Meta.Agent.DriftCorrection)
 	a.st.AddHistory(sha)
 	a.st.LastSha = sha
 	a.st.LastResult = protocol.ResultApplied

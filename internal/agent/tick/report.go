@@ -160,6 +160,11 @@ func (a *Agent) heartbeat(ctx context.Context, resp *protocol.CheckinResponse, n
 		a.report(ctx, protocol.Report{Sha: a.st.AppliedSha, Result: protocol.ResultUnhealthy, Detail: detail})
 		return nil
 	}
+	if sha != "" && dir != "" && sha == a.st.AppliedSha {
+		if found, err := a.checkDrift(ctx, resp, sha, dir, cs, note); found || err != nil {
+			return err
+		}
+	}
 	if bad := compose.Unready(cs); len(bad) > 0 || len(cs) == 0 {
 		detail := "not running/healthy: " + strings.Join(bad, ", ")
 		if len(cs) == 0 {
@@ -229,7 +234,8 @@ func composeFileOf(dir string) string {
 type releaseMetaWire struct {
 	ComposeFile string `json:"compose_file"`
 	Agent       struct {
-		HealthyTimeoutS int `json:"healthy_timeout_s"`
+		HealthyTimeoutS int   `json:"healthy_timeout_s"`
+		DriftCorrection *bool `json:"drift_correction"`
 	} `json:"agent"`
 }
 
@@ -271,6 +277,7 @@ func (a *Agent) down(ctx context.Context, resp *protocol.CheckinResponse) error 
 	a.st.LastDetail = ""
 	a.st.AppliedSha = ""
 	a.st.AppliedFiles = nil
+	a.st.Drift = nil
 	_ = a.saveState() // a failure is named in the report and the exit (stateErr)
 	a.log.Info("down: project removed", "volumes_removed", volumes)
 	a.report(ctx, protocol.Report{Sha: resp.DesiredSha, Result: protocol.ResultDown})

@@ -197,10 +197,12 @@ func (a *Agent) revert(ctx context.Context) error {
 		if err := a.step("revert-promote"); err != nil {
 			return err
 		}
+		var cs []protocol.Container
 		var err error
-		if healthy, why, err = a.revertCompose(ctx, dir, meta); err != nil {
+		if healthy, why, cs, err = a.runRelease(ctx, dir, meta, "revert"); err != nil {
 			return err
 		}
+		a.learnRelease(target, cs, meta.Agent.DriftCorrection)
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("revert to %s interrupted: %w", protocol.ShortSha(target), err)
@@ -363,32 +365,62 @@ func readRegular(root *os.Root, p string, limit int, want fs.FileInfo) ([]byte, 
 	return raw, nil
 }
 
-// revertCompose runs compose for dir and says whether it came up healthy, else why.
-func (a *Agent) revertCompose(ctx context.Context, dir string, meta bundle.Meta) (healthy bool, why string, err error) {
+// runRelease brings up the release in dir that judgeRelease just judged, as a revert and a drift
+// correction do: images pulled only where missing (they are normally local), `up`, the health
+// wait. It says whether it came up healthy, else why, and the containers the last look saw (none
+// when `up` failed); err is only a stop (a crash step, a cancel). step names the caller's steps.
+func (a *Agent) runRelease(ctx context.Context, dir string, meta bundle.Meta, step string) (healthy bool, why string, cs []protocol.Container, err error) {
 	d := a.deps.Docker
 	file := meta.ComposeFile
 	timeout := time.Duration(cmp.Or(meta.Agent.HealthyTimeoutS, a.cfg.HealthyTimeoutS)) * time.Second
 	if err := d.Pull(ctx, dir, file, bundle.PullMissing); err != nil {
-		// Images are normally local; one the registry will not give is up's failure, in compose's words.
-		a.log.Warn("revert: pulling missing images failed", "error", a.redact.Redact(err.Error()))
+		// A missing image the registry will not give is up's failure, in compose's words.
+		a.log.Warn(step+": pulling missing images failed", "error", a.redact.Redact(err.Error()))
 	}
 	if err := d.Up(ctx, dir, file); err != nil {
-		return false, "compose up: " + err.Error(), nil
+		return false, "compose up: " + err.Error(), nil, nil
 	}
-	if err := a.step("revert-up"); err != nil {
-		return false, "", err
+	if err := a.step(step + "-up"); err != nil {
+		return false, "", nil, err
 	}
 	ok, cs, werr := d.WaitHealthy(ctx, dir, file, timeout, a.deps.Sleep)
-	if err := a.step("revert-healthy"); err != nil {
-		return false, "", err
+	if err := a.step(step + "-healthy"); err != nil {
+		return false, "", nil, err
 	}
 	switch {
 	case werr != nil && !ok:
-		return false, "waiting for health: " + werr.Error(), nil
+		return false, "waiting for health: " + werr.Error(), cs, nil
 	case !ok:
-		return false, fmt.Sprintf("not healthy after %s: %s", timeout, strings.Join(compose.Unready(cs), ", ")), nil
+		return false, fmt.Sprintf("not healthy after %s: %s", timeout, strings.Join(compose.Unready(cs), ", ")), cs, nil
 	}
-	return true, "", nil
+	// `up` returns as containers start: one that dies at once can still look running (its
+	// health not known yet) at the first look, and a crash loop would pass for corrected. A
+	// second look one poll later must agree.
+	if err := a.sleep(ctx, compose.DefaultPollInterval); err != nil {
+		return false, "", nil, err
+	}
+	if again, err := d.Ps(ctx, dir, file); err == nil {
+		cs = again
+		if !compose.AllReady(cs) {
+			return false, fmt.Sprintf("ready, then not %s later: %s", compose.DefaultPollInterval, strings.Join(compose.Unready(cs), ", ")), cs, nil
+		}
+	}
+	return true, "", cs, nil
+}
+
+// sleep is Deps.Sleep, or a real cancellable pause.
+func (a *Agent) sleep(ctx context.Context, d time.Duration) error {
+	if a.deps.Sleep != nil {
+		return a.deps.Sleep(ctx, d)
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // finishKilledApply counts an apply a killed tick left after `compose up` as failed, and reverts.

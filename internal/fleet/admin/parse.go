@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/clip"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/protocol"
@@ -65,8 +67,11 @@ func ParseAgentsPage(b []byte) (*protocol.AdminAgentsPage, time.Time, error) {
 		if a.Attempts < 0 {
 			return nil, time.Time{}, fmt.Errorf("%s.attempts: %d is negative", where, a.Attempts)
 		}
+		if err := checkHoldAndDeferral(where, a); err != nil {
+			return nil, time.Time{}, err
+		}
 		times := []timeField{{"last_checkin_at", a.LastCheckinAt}, {"desired_at", a.DesiredAt}, {"last_result_at", a.LastResultAt},
-			{"next_attempt_at", a.NextAttemptAt}}
+			{"next_attempt_at", a.NextAttemptAt}, {"deferred_until", a.DeferredUntil}}
 		if a.Timer != nil {
 			times = append(times, timeField{"timer.next_elapse", a.Timer.NextElapse}, timeField{"timer.observed_at", a.Timer.ObservedAt})
 		}
@@ -80,6 +85,41 @@ func ParseAgentsPage(b []byte) (*protocol.AdminAgentsPage, time.Time, error) {
 		}
 	}
 	return &p, now, nil
+}
+
+// maxHoldText bounds a hold's reason and by as fleetctl shows them: the agent writes at most 200
+// and 64 characters, a table and a page are not the place for more.
+const maxHoldText = 400
+
+// checkHoldAndDeferral checks an agent's hold (issue 22): every field present, times RFC 3339
+// with until after since, text on one line.
+func checkHoldAndDeferral(where string, a *protocol.AdminAgent) error {
+	h := a.Hold
+	if h == nil {
+		return nil
+	}
+	for _, f := range []struct{ name, v string }{{"reason", h.Reason}, {"by", h.By}} {
+		switch {
+		case f.v == "":
+			return fmt.Errorf("%s.hold.%s: missing", where, f.name)
+		case len(f.v) > maxHoldText:
+			return fmt.Errorf("%s.hold.%s: %d bytes, at most %d", where, f.name, len(f.v), maxHoldText)
+		case strings.IndexFunc(f.v, unicode.IsControl) >= 0 || !utf8.ValidString(f.v):
+			return fmt.Errorf("%s.hold.%s: a control character or invalid UTF-8", where, f.name)
+		}
+	}
+	since, err := parseTime(where+".hold.since", h.Since)
+	if err != nil {
+		return err
+	}
+	until, err := parseTime(where+".hold.until", h.Until)
+	if err != nil {
+		return err
+	}
+	if !until.After(since) {
+		return fmt.Errorf("%s.hold.until: %s is not after since %s", where, h.Until, h.Since)
+	}
+	return nil
 }
 
 type timeField struct {

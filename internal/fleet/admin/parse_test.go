@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/protocol"
 )
@@ -39,6 +40,17 @@ func TestParseAgentsPage(t *testing.T) {
 		{"bad next attempt", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"env-x","next_attempt_at":"in 8m"}]}`, `agents[0] (env-x).next_attempt_at`},
 		{"negative attempts", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"env-x","attempts":-2}]}`, `agents[0] (env-x).attempts: -2`},
 		{"revert_healthy type", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"env-x","revert_healthy":"yes"}]}`, `revert_healthy`},
+		{"hold and deferral", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"a","hold":{"reason":"db migration","by":"alice","since":"2026-12-02T09:00:00Z","until":"2026-12-02T13:00:00Z"},"deferred_until":"2026-12-03T01:00:00Z"}]}`, ""},
+		{"hold null", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"a","hold":null,"deferred_until":null}]}`, ""},
+		{"hold without reason", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"env-x","hold":{"by":"alice","since":"2026-12-02T09:00:00Z","until":"2026-12-02T13:00:00Z"}}]}`, `agents[0] (env-x).hold.reason: missing`},
+		{"hold without by", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"env-x","hold":{"reason":"r","since":"2026-12-02T09:00:00Z","until":"2026-12-02T13:00:00Z"}}]}`, `agents[0] (env-x).hold.by: missing`},
+		{"hold reason on two lines", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"env-x","hold":{"reason":"a\nb","by":"alice","since":"2026-12-02T09:00:00Z","until":"2026-12-02T13:00:00Z"}}]}`, `hold.reason: a control character`},
+		{"hold reason too long", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"env-x","hold":{"reason":"` + strings.Repeat("x", 401) + `","by":"alice","since":"2026-12-02T09:00:00Z","until":"2026-12-02T13:00:00Z"}}]}`, `hold.reason: 401 bytes`},
+		{"hold without until", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"env-x","hold":{"reason":"r","by":"alice","since":"2026-12-02T09:00:00Z"}}]}`, `agents[0] (env-x).hold.until: "" is not an RFC 3339 time`},
+		{"hold ends before it starts", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"env-x","hold":{"reason":"r","by":"alice","since":"2026-12-02T09:00:00Z","until":"2026-12-02T08:00:00Z"}}]}`, `hold.until: 2026-12-02T08:00:00Z is not after since`},
+		{"hold not an object", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"env-x","hold":"yes"}]}`, `field "agents.hold"`},
+		{"hold reason a number", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"env-x","hold":{"reason":5}}]}`, `field "agents.hold.reason"`},
+		{"bad deferred_until", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"env-x","deferred_until":"tonight"}]}`, `agents[0] (env-x).deferred_until`},
 		{"empty cursor", `{"now":"2026-12-02T10:00:00Z","agents":[],"next":""}`, `empty cursor`},
 		{"trailing", `{"now":"2026-12-02T10:00:00Z","agents":[]} {}`, `trailing data`},
 		{"applied_sha given twice", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"a","applied_sha":"7a10","applied_sha":"0bad"}]}`, `field "agents.applied_sha": given twice`},
@@ -111,6 +123,7 @@ func FuzzParseAgentsPage(f *testing.F) {
 	f.Add([]byte(`{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"a","failed_sha":"9f","attempts":2,"next_attempt_at":"2026-12-02T10:08:00Z","revert_healthy":false}]}`))
 	f.Add([]byte(`{"now":1}`))
 	f.Add([]byte(`[]`))
+	f.Add([]byte(`{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"a","hold":{"reason":"r","by":"b","since":"2026-12-02T09:00:00Z","until":"2026-12-02T13:00:00Z"},"deferred_until":"2026-12-03T01:00:00Z"}]}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		p, now, err := ParseAgentsPage(b)
 		if err != nil {
@@ -122,6 +135,13 @@ func FuzzParseAgentsPage(f *testing.F) {
 		for _, a := range p.Agents {
 			if CheckEnvID(a.EnvID) != nil {
 				t.Fatalf("accepted bad env id %q", a.EnvID)
+			}
+			if h := a.Hold; h != nil {
+				since, err1 := time.Parse(time.RFC3339, h.Since)
+				until, err2 := time.Parse(time.RFC3339, h.Until)
+				if err1 != nil || err2 != nil || !until.After(since) || h.Reason == "" || h.By == "" || strings.ContainsAny(h.Reason+h.By, "\n\r") {
+					t.Fatalf("accepted a hold fleetctl cannot show: %+v", h)
+				}
 			}
 		}
 		if p.Next != nil && *p.Next == "" {

@@ -491,6 +491,55 @@ func TestZitiURLFromTheIdentityFile(t *testing.T) {
 
 // A box backing off a failed release is no laggard, and no wait clears it: the gate says so while
 // it waits and when it closes.
+// A held box and a deferred one block the gate, named as such and counted apart from failures;
+// the wait says no wait clears them.
+func TestGateNamesHeldAndDeferredBoxes(t *testing.T) {
+	h := newHarness(t)
+	a := h.f.a
+	until := fleettest.Now.Add(2 * time.Hour).Format(time.RFC3339)
+	since := fleettest.Now.Add(-26 * time.Hour).Format(time.RFC3339)
+	a.UpdateAgent("env-prod-01", func(ag *protocol.AdminAgent) {
+		ag.Hold = &protocol.Hold{Reason: "db migration by hand", By: "alice", Since: since, Until: until}
+		ag.DesiredSha = strings.Repeat("9", 64)
+	})
+	window := fleettest.Now.Add(15 * time.Hour).Format(time.RFC3339)
+	a.UpdateAgent("env-qa-03", func(ag *protocol.AdminAgent) { ag.DeferredUntil = &window })
+	code := h.run(context.Background(), "-v", "gate", "--env", "env-[qp][ar]*-0[13]", "--expect-version", "0.2.1", "--wait", "30s", "--poll", "10s", "-o", "json")
+	if code != 1 {
+		t.Fatalf("exit %d\n%s\n%s", code, h.stdout.String(), h.stderr.String())
+	}
+	var g struct {
+		Blockers []struct {
+			EnvID         string         `json:"env_id"`
+			Verdict       string         `json:"verdict"`
+			Held          bool           `json:"held"`
+			Hold          *protocol.Hold `json:"hold"`
+			Deferred      bool           `json:"deferred"`
+			DeferredUntil *string        `json:"deferred_until"`
+		} `json:"blockers"`
+	}
+	if err := json.Unmarshal(h.stdout.Bytes(), &g); err != nil {
+		t.Fatalf("%v: %s", err, h.stdout.String())
+	}
+	got := map[string]string{}
+	for _, b := range g.Blockers {
+		switch {
+		case b.Held && b.Hold != nil && b.Hold.By == "alice" && !b.Deferred:
+			got[b.EnvID] = b.Verdict + " held"
+		case b.Deferred && b.DeferredUntil != nil && *b.DeferredUntil == window && !b.Held:
+			got[b.EnvID] = b.Verdict + " deferred"
+		default:
+			got[b.EnvID] = b.Verdict
+		}
+	}
+	if got["env-prod-01"] != "HELD held" || got["env-qa-03"] != "DEFERRED deferred" || got["env-qa-01"] != "FAILING" {
+		t.Errorf("blockers %v", got)
+	}
+	if !strings.Contains(h.stderr.String(), "held=1") || !strings.Contains(h.stderr.String(), "deferred=1") {
+		t.Errorf("the wait did not count them: %q", h.stderr.String())
+	}
+}
+
 func TestGateSaysWhenABoxIsBackingOff(t *testing.T) {
 	h := newHarness(t)
 	a := h.f.a

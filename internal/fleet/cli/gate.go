@@ -117,13 +117,24 @@ func runGate(ctx context.Context, opts gateOptions, g *globalOptions, w io.Write
 			}
 			return notOK(!gate.Pass)
 		}
-		// A box backing off checks in as usual: no wait clears its verdict, so say so.
-		backingOff := gate.BackingOff()
-		g.log.Info("gate: waiting", "lagging", lagging, "backing_off", backingOff, "expect", opts.expectVersion, "left", remaining.Round(time.Second))
+		// A box backing off, held or deferred checks in as usual: this wait does not clear its
+		// verdict (a human, a new bundle or the window does), so say so.
+		backingOff, held, deferred := gate.BackingOff(), gate.Held(), gate.Deferred()
+		g.log.Info("gate: waiting", "lagging", lagging, "backing_off", backingOff, "held", held, "deferred", deferred, "expect", opts.expectVersion, "left", remaining.Round(time.Second))
 		if g.deps.IsTerminal(g.deps.Stderr) {
-			extra := ""
+			var more []string
 			if backingOff > 0 {
-				extra = fmt.Sprintf(" (%d more backing off a failed release: they block whatever the wait)", backingOff)
+				more = append(more, fmt.Sprintf("%d more backing off a failed release", backingOff))
+			}
+			if held > 0 {
+				more = append(more, fmt.Sprintf("%d more held by a human", held))
+			}
+			if deferred > 0 {
+				more = append(more, fmt.Sprintf("%d more deferred to an apply window", deferred))
+			}
+			extra := ""
+			if len(more) > 0 {
+				extra = " (" + strings.Join(more, ", ") + ": they block whatever the wait)"
 			}
 			fmt.Fprintf(g.stderr, "\r\x1b[Kgate: %d envs not yet on %s%s, %s left", lagging, opts.expectVersion, extra, remaining.Round(time.Second))
 			waitLine = true

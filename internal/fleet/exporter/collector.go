@@ -5,6 +5,7 @@ package exporter
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -49,6 +50,10 @@ var (
 	descAttempts = newDesc("env_deploy_attempts", "Failed applies of the env's desired sha while it backs off (absent: not backing off).", envLabels...)
 	descNextTry  = newDesc("env_deploy_next_attempt_timestamp_seconds", "When the env's agent tries its backing-off desired sha next (Unix time; absent: not backing off or unknown).", envLabels...)
 	descEnvs     = newDesc("envs", "Envs in the view, by verdict.", "verdict")
+	// Issue 22: a human's hold and an apply-window deferral, as the env's agent last checked in.
+	descHoldSince = newDesc("env_hold_since_timestamp_seconds", "When the hold on the env's box (monky-deployd hold) began (Unix time; absent: not held).", envLabels...)
+	descHoldUntil = newDesc("env_hold_until_timestamp_seconds", "When the hold on the env's box ends by itself (Unix time; absent: not held).", envLabels...)
+	descDeferred  = newDesc("env_deferred_until_timestamp_seconds", "Until when the env's desired release waits for the box's apply window (Unix time; absent: nothing waits).", envLabels...)
 )
 
 // View is one complete reading of the fleet and how it went.
@@ -69,7 +74,7 @@ func NewView(doc *report.Document) (View, error) {
 
 // envDescs are the per-env families, in the order they are written.
 var envDescs = []*prometheus.Desc{descVerdict, descAge, descStale, descInterval, descOnline, descMissing,
-	descEnabled, descActive, descAgent, descResult, descDrift, descTTL, descAttempts, descNextTry, descEnvs}
+	descEnabled, descActive, descAgent, descResult, descDrift, descTTL, descAttempts, descNextTry, descHoldSince, descHoldUntil, descDeferred, descEnvs}
 
 // envCollector emits one family's per-env series of envs [from, to) of a view: gathering all
 // at once held every series of 10,000 envs in memory, several times the page's size, and one
@@ -148,6 +153,7 @@ func (c envCollector) Collect(ch chan<- prometheus.Metric) {
 		if e.TokenTTLS != nil {
 			g(descTTL, float64(*e.TokenTTLS))
 		}
+		holdSeries(e, g)
 		if e.BackingOff() {
 			g(descAttempts, float64(e.Attempts))
 			if e.NextAttemptAt != nil {
@@ -162,6 +168,22 @@ func (c envCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, v := range all {
 		ch <- prometheus.MustNewConstMetric(descEnvs, prometheus.GaugeValue, float64(c.v.Doc.Summary[string(v)]), string(v))
+	}
+}
+
+// holdSeries writes the hold of a HELD env and the deferral of a DEFERRED one (issue 22).
+func holdSeries(e *report.Env, g func(d *prometheus.Desc, v float64, extra ...string)) {
+	stamp := func(d *prometheus.Desc, s string) {
+		if at, err := time.Parse(time.RFC3339, s); err == nil {
+			g(d, float64(at.UnixNano())/1e9)
+		}
+	}
+	if h := e.Hold; h != nil && slices.Contains(e.Reasons, string(verdict.Held)) {
+		stamp(descHoldSince, h.Since)
+		stamp(descHoldUntil, h.Until)
+	}
+	if e.DeferredUntil != nil && slices.Contains(e.Reasons, string(verdict.Deferred)) {
+		stamp(descDeferred, *e.DeferredUntil)
 	}
 }
 

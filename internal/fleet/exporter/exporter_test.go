@@ -46,6 +46,14 @@ func doc() *report.Document {
 	add(report.Env{EnvID: "env-c", Site: "cbs", Verdict: "BACKOFF", CheckinAgeS: ptr(int64(30)), StaleAfterS: 180, CheckinIntervalS: 60,
 		LastResult: "failed", AppliedSha: "aaaa", DesiredSha: "cccc", FailedSha: ptr("cccc"), Attempts: 3,
 		NextAttemptAt: ptr(now.Add(8 * time.Minute).Format(time.RFC3339))})
+	add(report.Env{EnvID: "env-d", Site: "osg", Verdict: "HELD", Reasons: []string{"HELD", "DRIFT"}, CheckinAgeS: ptr(int64(20)), StaleAfterS: 180,
+		Hold: &protocol.Hold{Reason: "db migration, secret-ish", By: "alice", Since: now.Add(-26 * time.Hour).Format(time.RFC3339), Until: now.Add(2 * time.Hour).Format(time.RFC3339)}})
+	add(report.Env{EnvID: "env-e", Site: "osg", Verdict: "DEFERRED", Reasons: []string{"DEFERRED"}, CheckinAgeS: ptr(int64(20)), StaleAfterS: 180,
+		DeferredUntil: ptr(now.Add(15 * time.Hour).Format(time.RFC3339))})
+	// A hold tenancy's clock says is over, and a deferral of a sha that is applied: no series.
+	add(report.Env{EnvID: "env-f", Site: "osg", Verdict: "OK", CheckinAgeS: ptr(int64(20)), StaleAfterS: 180,
+		Hold:          &protocol.Hold{Reason: "r", By: "bob", Since: now.Add(-5 * time.Hour).Format(time.RFC3339), Until: now.Add(-time.Hour).Format(time.RFC3339)},
+		DeferredUntil: ptr(now.Add(15 * time.Hour).Format(time.RFC3339))})
 	add(report.Env{EnvID: "env-old", Verdict: "ORPHAN_IDENTITY", MeshOnline: ptr(false), IdentityID: ptr("z3")})
 	// The same env once more (an orphan identity named after an env with another identity).
 	add(report.Env{EnvID: "env-old", Verdict: "ORPHAN_IDENTITY", MeshOnline: ptr(true)})
@@ -102,6 +110,10 @@ func TestEncode(t *testing.T) {
 		"monky_fleet_env_identity_missing_attributes{env=env-a,site=cbs}":               "0",
 		"monky_fleet_env_deploy_attempts{env=env-c,site=cbs}":                           "3",
 		"monky_fleet_env_deploy_next_attempt_timestamp_seconds{env=env-c,site=cbs}":     strconv.FormatInt(now.Add(8*time.Minute).Unix(), 10),
+		"monky_fleet_env_hold_since_timestamp_seconds{env=env-d,site=osg}":              strconv.FormatInt(now.Add(-26*time.Hour).Unix(), 10),
+		"monky_fleet_env_hold_until_timestamp_seconds{env=env-d,site=osg}":              strconv.FormatInt(now.Add(2*time.Hour).Unix(), 10),
+		"monky_fleet_env_deferred_until_timestamp_seconds{env=env-e,site=osg}":          strconv.FormatInt(now.Add(15*time.Hour).Unix(), 10),
+		"monky_fleet_envs{verdict=HELD}":                                                "1",
 		"monky_fleet_envs{verdict=ORPHAN_IDENTITY}":                                     "2",
 		"monky_fleet_envs{verdict=SILENT}":                                              "1",
 		"monky_fleet_envs{verdict=" + string(verdict.All()[len(verdict.All())-1]) + "}": "2",
@@ -125,7 +137,9 @@ func TestEncode(t *testing.T) {
 	if n != len(verdict.All()) {
 		t.Errorf("env-a has %d verdict series, want %d", n, len(verdict.All()))
 	}
-	for _, absent := range []string{"monky_fleet_env_deploy_attempts{env=env-a,site=cbs}", "monky_fleet_env_deploy_next_attempt_timestamp_seconds{env=env-b,site=cbs}"} {
+	for _, absent := range []string{"monky_fleet_env_deploy_attempts{env=env-a,site=cbs}", "monky_fleet_env_deploy_next_attempt_timestamp_seconds{env=env-b,site=cbs}",
+		"monky_fleet_env_hold_since_timestamp_seconds{env=env-f,site=osg}", "monky_fleet_env_hold_until_timestamp_seconds{env=env-f,site=osg}",
+		"monky_fleet_env_deferred_until_timestamp_seconds{env=env-f,site=osg}", "monky_fleet_env_hold_since_timestamp_seconds{env=env-e,site=osg}"} {
 		if _, ok := got[absent]; ok {
 			t.Errorf("series %s for an env not backing off", absent)
 		}

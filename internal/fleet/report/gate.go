@@ -9,6 +9,7 @@ import (
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/render"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/verdict"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/protocol"
 )
 
 // Laggard: no check-in running the expected version since the gate started.
@@ -46,6 +47,12 @@ type Blocker struct {
 	// BackingOff: the desired sha failed and waits for its next try; no gate wait unblocks it.
 	BackingOff    bool    `json:"backing_off"`
 	NextAttemptAt *string `json:"next_attempt_at"`
+	// Held: a human asked the box to wait (hold says who, why, until when); Deferred: the desired
+	// sha waits for the box's apply window until DeferredUntil. Neither is a failure.
+	Held          bool           `json:"held"`
+	Hold          *protocol.Hold `json:"hold"`
+	Deferred      bool           `json:"deferred"`
+	DeferredUntil *string        `json:"deferred_until"`
 }
 
 // GateOptions say what the gate requires.
@@ -115,6 +122,12 @@ func NewGate(doc *Document, o GateOptions) *Gate {
 		if e.BackingOff() {
 			b.BackingOff, b.NextAttemptAt = true, e.NextAttemptAt
 		}
+		if e.Held() {
+			b.Held, b.Hold = true, e.Hold
+		}
+		if e.Deferred() {
+			b.Deferred, b.DeferredUntil = true, e.DeferredUntil
+		}
 		if lag != "" {
 			b.Reasons = append(b.Reasons, Laggard)
 			if e.Verdict == string(verdict.OK) {
@@ -167,6 +180,12 @@ func (g *Gate) line() string {
 	if n := g.BackingOff(); n > 0 {
 		s += fmt.Sprintf("; %d backing off a failed release", n)
 	}
+	if n := g.Held(); n > 0 {
+		s += fmt.Sprintf("; %d held by a human (not a failure: monky-deployd unhold ends it)", n)
+	}
+	if n := g.Deferred(); n > 0 {
+		s += fmt.Sprintf("; %d deferred to an apply window (not a failure)", n)
+	}
 	if g.ExpectVersion != "" {
 		s += fmt.Sprintf("; %d not yet on %s", g.Lagging(), g.ExpectVersion)
 		if g.TimedOut {
@@ -178,6 +197,12 @@ func (g *Gate) line() string {
 
 // BackingOff counts blockers backing off: no wait unblocks them, a new bundle or kit re-run does.
 func (g *Gate) BackingOff() int { return g.count(func(b Blocker) bool { return b.BackingOff }) }
+
+// Held counts blockers a human holds.
+func (g *Gate) Held() int { return g.count(func(b Blocker) bool { return b.Held }) }
+
+// Deferred counts blockers whose desired sha waits for an apply window.
+func (g *Gate) Deferred() int { return g.count(func(b Blocker) bool { return b.Deferred }) }
 
 // Lagging counts blockers not yet on --expect-version.
 func (g *Gate) Lagging() int { return g.count(func(b Blocker) bool { return b.Lagging }) }

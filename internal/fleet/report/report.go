@@ -68,6 +68,9 @@ type Env struct {
 	NextAttemptAt *string `json:"next_attempt_at"`
 	RevertedTo    *string `json:"reverted_to"`
 	RevertHealthy *bool   `json:"revert_healthy"`
+	// Issue 22: a human's hold and the apply-window deferral, as last checked in (null when none).
+	Hold          *protocol.Hold `json:"hold"`
+	DeferredUntil *string        `json:"deferred_until"`
 }
 
 // Options select and judge the rows.
@@ -136,6 +139,7 @@ func Build(agents *admin.Agents, identities []ziti.Identity, opts Options) (*Doc
 			LastResult: a.LastResult, LastResultAt: a.LastResultAt, LastDetail: a.LastDetail,
 			Timer: a.Timer, TokenTTLS: a.TokenTTLSec, DiskFreeBytes: a.DiskFreeBytes, UpgradedFrom: a.UpgradedFrom,
 			FailedSha: a.FailedSha, Attempts: a.Attempts, NextAttemptAt: a.NextAttemptAt, RevertedTo: a.RevertedTo, RevertHealthy: a.RevertHealthy,
+			Hold: a.Hold, DeferredUntil: a.DeferredUntil,
 		}
 		setMesh(&e, id)
 		setResult(&e, res)
@@ -163,6 +167,12 @@ func Build(agents *admin.Agents, identities []ziti.Identity, opts Options) (*Doc
 func (e Env) BackingOff() bool {
 	return e.FailedSha != nil && *e.FailedSha != "" && *e.FailedSha == e.DesiredSha
 }
+
+// Held reports whether the env's verdict is HELD: a human asked the box to wait.
+func (e Env) Held() bool { return e.Verdict == string(verdict.Held) }
+
+// Deferred reports whether the env's verdict is DEFERRED: its desired sha waits for a window.
+func (e Env) Deferred() bool { return e.Verdict == string(verdict.Deferred) }
 
 func (d *Document) add(e Env) {
 	d.Envs = append(d.Envs, e)
@@ -234,7 +244,30 @@ func agentInput(a protocol.AdminAgent) (*verdict.Agent, error) {
 		}
 		va.Backoff = bo
 	}
+	if err := holdInput(va, a); err != nil {
+		return nil, err
+	}
 	return va, nil
+}
+
+// holdInput reads the hold and deferral the admin parser checked (issue 22).
+func holdInput(va *verdict.Agent, a protocol.AdminAgent) error {
+	if h := a.Hold; h != nil {
+		since, err := optTime(a.EnvID, "hold.since", &h.Since)
+		if err != nil {
+			return err
+		}
+		until, err := optTime(a.EnvID, "hold.until", &h.Until)
+		if err != nil {
+			return err
+		}
+		if since != nil && until != nil {
+			va.Hold = &verdict.Hold{Reason: h.Reason, By: h.By, Since: *since, Until: *until}
+		}
+	}
+	var err error
+	va.DeferredUntil, err = optTime(a.EnvID, "deferred_until", a.DeferredUntil)
+	return err
 }
 
 func optTime(env, field string, s *string) (*time.Time, error) {

@@ -346,3 +346,66 @@ func TestBackoffRow(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// A held box and a deferred one: their rows, JSON fields, and the gate naming both as blockers,
+// counted apart from failures.
+func TestHeldAndDeferredRowsAndGate(t *testing.T) {
+	now := fleettest.Now
+	stamp := func(d time.Duration) *string { s := now.Add(d).Format(time.RFC3339); return &s }
+	base := func(env, desired string) protocol.AdminAgent {
+		return protocol.AdminAgent{EnvID: env, Site: "osg", AgentVersion: "0.3.0", LastCheckinAt: stamp(-20 * time.Second),
+			CheckinIntervalS: 60, DesiredSha: desired, DesiredAt: stamp(-2 * time.Hour), AppliedSha: "7a10c4e2b9d8",
+			LastResult: "healthy", LastResultAt: stamp(-20 * time.Second)}
+	}
+	held := base("env-prod-03", "9f3e21d07a1b")
+	held.Hold = &protocol.Hold{Reason: "db migration by hand, OPS-4411", By: "alice", Since: *stamp(-26 * time.Hour), Until: *stamp(2 * time.Hour)}
+	deferred := base("env-prod-04", "9f3e21d07a1b")
+	deferred.DeferredUntil = stamp(15 * time.Hour)
+	failing := base("env-prod-05", "7a10c4e2b9d8")
+	failing.LastResult, failing.LastDetail = "unhealthy", "api: exited"
+	online := true
+	var ids []ziti.Identity
+	for _, env := range []string{"env-prod-03", "env-prod-04", "env-prod-05"} {
+		ids = append(ids, ziti.Identity{ID: "z" + env, Name: ziti.IdentityName(env), RoleAttributes: ziti.RequiredAttributes(), Online: &online})
+	}
+	doc, err := Build(&admin.Agents{Now: now, Agents: []protocol.AdminAgent{held, deferred, failing}}, ids, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, d := doc.Envs[0], doc.Envs[1]
+	if h.Verdict != "HELD" || !slices.Equal(h.Reasons, []string{"HELD", "DRIFT"}) ||
+		h.NextStep != "held by alice until 2026-12-02T12:00Z (in 2h): db migration by hand, OPS-4411; monky-deployd unhold on the box ends it" {
+		t.Errorf("held row = %s %v %q", h.Verdict, h.Reasons, h.NextStep)
+	}
+	if d.Verdict != "DEFERRED" || !strings.Contains(d.NextStep, "until 2026-12-03T01:00Z (in 15h)") {
+		t.Errorf("deferred row = %s %v %q", d.Verdict, d.Reasons, d.NextStep)
+	}
+	b, err := render.Printer{Format: render.FormatJSON}.Render(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"hold": {`, `"reason": "db migration by hand, OPS-4411"`, `"by": "alice"`, `"since": "2026-12-01T08:00:00Z"`,
+		`"until": "2026-12-02T12:00:00Z"`, `"deferred_until": "2026-12-03T01:00:00Z"`, `"HELD": 1`, `"DEFERRED": 1`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("JSON lacks %s:\n%s", want, b)
+		}
+	}
+
+	g := NewGate(doc, GateOptions{})
+	if g.Pass || len(g.Blockers) != 3 || g.Held() != 1 || g.Deferred() != 1 || g.BackingOff() != 0 {
+		t.Fatalf("gate = %+v", g)
+	}
+	if b := g.Blockers[0]; !b.Held || b.Hold == nil || b.Hold.By != "alice" || b.Deferred {
+		t.Errorf("held blocker = %+v", b)
+	}
+	if b := g.Blockers[1]; !b.Deferred || b.DeferredUntil == nil || *b.DeferredUntil != "2026-12-03T01:00:00Z" || b.Held {
+		t.Errorf("deferred blocker = %+v", b)
+	}
+	if b := g.Blockers[2]; b.Held || b.Deferred || b.Verdict != "FAILING" {
+		t.Errorf("failing blocker = %+v", b)
+	}
+	line := g.line()
+	if line != "gate: FAIL — 3 of 3 envs block; 1 held by a human (not a failure: monky-deployd unhold ends it); 1 deferred to an apply window (not a failure)" {
+		t.Errorf("line = %q", line)
+	}
+}

@@ -24,16 +24,20 @@ const (
 	Failing        Verdict = "FAILING"
 	// BackingOff: serving the previous release, healthy, while the failed desired sha waits.
 	BackingOff Verdict = "BACKOFF"
-	Drift      Verdict = "DRIFT"
-	Outdated   Verdict = "OUTDATED"
-	OK         Verdict = "OK"
+	// Held: a human asked the box to wait (monky-deployd hold); it reports, and changes nothing.
+	Held Verdict = "HELD"
+	// Deferred: the desired sha waits for the box's apply window.
+	Deferred Verdict = "DEFERRED"
+	Drift    Verdict = "DRIFT"
+	Outdated Verdict = "OUTDATED"
+	OK       Verdict = "OK"
 	// OrphanIdentity: a monky-host.* identity tenancy does not know (retired backend, typo).
 	OrphanIdentity Verdict = "ORPHAN_IDENTITY"
 )
 
 // All lists every verdict in table order (OK, then ORPHAN_IDENTITY, last).
 func All() []Verdict {
-	return []Verdict{NoIdentity, AttrsMissing, NeverCheckedIn, Silent, Offline, Failing, BackingOff, Drift, Outdated, OK, OrphanIdentity}
+	return []Verdict{NoIdentity, AttrsMissing, NeverCheckedIn, Silent, Offline, Failing, BackingOff, Held, Deferred, Drift, Outdated, OK, OrphanIdentity}
 }
 
 // Defaults of Thresholds.
@@ -62,6 +66,16 @@ type Agent struct {
 	TimerEnabled *bool
 	// Backoff is what the agent's last check-in said of a failing desired sha; nil when none.
 	Backoff *Backoff
+	// Hold and DeferredUntil are what the agent's last check-in said of a human's hold and of a
+	// desired sha waiting for its apply window; nil when none.
+	Hold          *Hold
+	DeferredUntil *time.Time
+}
+
+// Hold is a human's "wait" on a box.
+type Hold struct {
+	Reason, By   string
+	Since, Until time.Time
 }
 
 // Backoff is a desired sha whose apply failed and waits for its next try.
@@ -201,6 +215,7 @@ func Evaluate(in Input, now time.Time, th Thresholds) Result {
 	if bo != nil && !failing {
 		add(BackingOff, backoffPhrase(bo, now)+": the box serves the previous release; fix the failed one and publish a new bundle (a kit re-run retries at once)")
 	}
+	holdAndDeferral(a, now, add)
 	if a.DesiredSha != "" && a.DesiredSha != a.AppliedSha && a.DesiredAt != nil && now.Sub(*a.DesiredAt) > drift {
 		add(Drift, fmt.Sprintf("desired %s not applied for %s: look at the last result and the agent's journal",
 			Short(a.DesiredSha), Human(now.Sub(*a.DesiredAt))))
@@ -221,6 +236,19 @@ func Evaluate(in Input, now time.Time, th Thresholds) Result {
 	r.Verdict = r.Reasons[0]
 	r.NextStep = steps[r.Verdict]
 	return r
+}
+
+// holdAndDeferral adds HELD while a hold runs (by tenancy's clock), and DEFERRED while the
+// desired sha waits for the box's apply window: both come before DRIFT, which stays a reason.
+func holdAndDeferral(a *Agent, now time.Time, add func(Verdict, string)) {
+	if h := a.Hold; h != nil && h.Until.After(now) {
+		add(Held, fmt.Sprintf("held by %s until %s (in %s): %s; monky-deployd unhold on the box ends it",
+			h.By, h.Until.UTC().Format("2006-01-02T15:04Z"), Human(h.Until.Sub(now)), clip.Runes(oneLine(h.Reason), detailWidth)))
+	}
+	if d := a.DeferredUntil; d != nil && d.After(now) && a.DesiredSha != "" && a.DesiredSha != a.AppliedSha {
+		add(Deferred, fmt.Sprintf("desired %s waits for the box's apply window until %s (in %s); a check-in answer with ignore_window applies it at once",
+			Short(a.DesiredSha), d.UTC().Format("2006-01-02T15:04Z"), Human(d.Sub(now))))
+	}
 }
 
 // servesPrevious: a backing-off box runs its reverted-to release, healthy (heartbeat or revert says so).

@@ -33,6 +33,11 @@ func backingOff(in *Input, revertHealthy *bool) {
 	a.Backoff = &Backoff{FailedSha: a.DesiredSha, Attempts: 3, NextAttemptAt: &next, RevertedTo: a.AppliedSha, RevertHealthy: revertHealthy}
 }
 
+// held puts a hold of alice's on the agent, ending d from now.
+func held(in *Input, d time.Duration) {
+	in.Agent.Hold = &Hold{Reason: "debugging the db\nby hand", By: "alice", Since: now.Add(-time.Hour), Until: now.Add(d)}
+}
+
 func TestEvaluate(t *testing.T) {
 	v020 := mustVersion(t, "0.2.0")
 	for _, tc := range []struct {
@@ -45,6 +50,38 @@ func TestEvaluate(t *testing.T) {
 		stepLacks   []string
 	}{
 		{name: "ok", edit: func(*Input) {}, want: OK},
+		{name: "held", edit: func(in *Input) { held(in, 3*time.Hour) },
+			want: Held, wantReasons: []Verdict{Held}, stepHas: []string{"held by alice until 2026-12-02T13:00Z (in 3h): debugging the db", "monky-deployd unhold"}},
+		{name: "held, desired differs: HELD, not DRIFT", edit: func(in *Input) {
+			held(in, time.Hour)
+			in.Agent.DesiredSha, in.Agent.DesiredAt = "9f3e21d07a1b", ago(time.Hour)
+		}, want: Held, wantReasons: []Verdict{Held, Drift}},
+		{name: "a hold over by tenancy's clock is no hold", edit: func(in *Input) { held(in, -time.Minute) }, want: OK},
+		{name: "held and failing: FAILING first", edit: func(in *Input) { held(in, time.Hour); in.Agent.LastResult = "unhealthy" },
+			want: Failing, wantReasons: []Verdict{Failing, Held}},
+		{name: "held and silent: SILENT first", edit: func(in *Input) { held(in, time.Hour); in.Agent.LastCheckin = ago(10 * time.Minute) },
+			want: Silent, wantReasons: []Verdict{Silent, Held}},
+		{name: "held and backing off: BACKOFF first", edit: func(in *Input) { held(in, time.Hour); backingOff(in, ptr(true)) },
+			want: BackingOff, wantReasons: []Verdict{BackingOff, Held, Drift}},
+		{name: "deferred", edit: func(in *Input) {
+			in.Agent.DesiredSha, in.Agent.DesiredAt = "9f3e21d07a1b", ago(2*time.Hour)
+			in.Agent.DeferredUntil = ptr(now.Add(15 * time.Hour))
+		}, want: Deferred, wantReasons: []Verdict{Deferred, Drift},
+			stepHas: []string{"desired 9f3e21d0 waits for the box's apply window until 2026-12-03T01:00Z (in 15h)", "ignore_window"}},
+		{name: "deferred, fresh desired: DEFERRED without DRIFT", edit: func(in *Input) {
+			in.Agent.DesiredSha, in.Agent.DesiredAt = "9f3e21d07a1b", ago(time.Minute)
+			in.Agent.DeferredUntil = ptr(now.Add(time.Hour))
+		}, want: Deferred, wantReasons: []Verdict{Deferred}},
+		{name: "a deferral whose window has opened is DRIFT again", edit: func(in *Input) {
+			in.Agent.DesiredSha, in.Agent.DesiredAt = "9f3e21d07a1b", ago(2*time.Hour)
+			in.Agent.DeferredUntil = ago(time.Minute)
+		}, want: Drift},
+		{name: "a deferral of what is applied is nothing", edit: func(in *Input) { in.Agent.DeferredUntil = ptr(now.Add(time.Hour)) }, want: OK},
+		{name: "held and deferred: HELD", edit: func(in *Input) {
+			held(in, time.Hour)
+			in.Agent.DesiredSha, in.Agent.DesiredAt = "9f3e21d07a1b", ago(time.Minute)
+			in.Agent.DeferredUntil = ptr(now.Add(time.Hour))
+		}, want: Held, wantReasons: []Verdict{Held, Deferred}},
 		{name: "no identity", edit: func(in *Input) { in.Mesh = nil },
 			want: NoIdentity, stepHas: []string{"fleetctl onboard env-dev-08 --site cbs"}},
 		{name: "attrs missing: openbao-client", edit: func(in *Input) { in.Mesh.MissingAttributes = []string{"openbao-client"} },

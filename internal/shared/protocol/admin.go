@@ -34,6 +34,9 @@ type AdminAgent struct {
 	NextAttemptAt *string `json:"next_attempt_at,omitempty"`
 	RevertedTo    *string `json:"reverted_to,omitempty"`
 	RevertHealthy *bool   `json:"revert_healthy,omitempty"`
+	// Issue 22: the hold and the apply-window deferral of the last check-in; null when none.
+	Hold          *Hold   `json:"hold,omitempty"`
+	DeferredUntil *string `json:"deferred_until,omitempty"`
 }
 
 // MaxAgentsPageLimit is the largest `limit` GET /v1/admin/agents takes: fleetctl asks for it, so

@@ -92,6 +92,18 @@ type CheckinRequest struct {
 	NextAttemptAt string `json:"next_attempt_at,omitempty"`
 	RevertedTo    string `json:"reverted_to,omitempty"`
 	RevertHealthy *bool  `json:"revert_healthy,omitempty"`
+
+	// Issue 22: a human's hold while it runs, and until when a change waits for its apply window.
+	Hold          *Hold  `json:"hold,omitempty"`
+	DeferredUntil string `json:"deferred_until,omitempty"`
+}
+
+// Hold is a human's "wait" on a box (`monky-deployd hold`); times in RFC 3339 UTC.
+type Hold struct {
+	Reason string `json:"reason"`
+	By     string `json:"by"`
+	Since  string `json:"since"`
+	Until  string `json:"until"`
 }
 
 // Vault is the OpenBao coordinates tenancy hands out with a check-in.
@@ -112,6 +124,12 @@ type CheckinResponse struct {
 	BundleURL        string `json:"bundle_url"`
 	CheckinIntervalS int    `json:"checkin_interval_s"`
 	Vault            Vault  `json:"vault"`
+
+	// Issue 22: apply windows for this tick, replacing the config's when present, and an
+	// emergency change that ignores them.
+	ApplyWindows   *[]string `json:"apply_windows,omitempty"`
+	ApplyWindowsTZ *string   `json:"apply_windows_tz,omitempty"`
+	IgnoreWindow   bool      `json:"ignore_window,omitempty"`
 }
 
 // BundleBody is the body of GET {bundle_url}: every file of the bundle by relative path.
@@ -144,6 +162,9 @@ type Container struct {
 	Name    string `json:"name"`
 	State   string `json:"state"`
 	Health  string `json:"health"`
+	// ConfigHash is compose's com.docker.compose.config-hash label ("" when unknown): what drift
+	// correction compares; never sent.
+	ConfigHash string `json:"-"`
 }
 
 // Report is POST /v1/agent/report.
@@ -158,6 +179,8 @@ type Report struct {
 	// RevertedTo is set on a `failed` report that brought the previous release back.
 	RevertedTo    string `json:"reverted_to,omitempty"`
 	RevertHealthy *bool  `json:"revert_healthy,omitempty"`
+	// DriftCorrected names what a drift correction brought back (`api: exited`); issue 22.
+	DriftCorrected []string `json:"drift_corrected,omitempty"`
 }
 
 // Limits on what a report carries (after redaction).

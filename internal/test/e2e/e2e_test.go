@@ -4,7 +4,9 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -17,6 +19,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/state"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/tenancy/tenancytest"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/token"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/dev/devstack"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/ziti"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/protocol"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/test/itest"
@@ -451,4 +454,89 @@ func TestKitReissue(t *testing.T) {
 			t.Errorf("with the new kit's grant: exit %d\n%s", tk.Exit, tk.Output)
 		}
 	})
+}
+
+// TestHoldAndApplyWindowInFleetctl: a hold set on one box with the real binary and an apply
+// window closed on another reach fleetctl only through what the agents check in: fleetctl status
+// says HELD (who, why, until) and DEFERRED (until the window), not DRIFT; gate names both as
+// blockers, apart from failures; unhold lets the held box apply.
+func TestHoldAndApplyWindowInFleetctl(t *testing.T) {
+	f := newFleet(t, "wait", 2, 3*time.Second)
+	f.converge()
+	for _, b := range f.boxes {
+		b.Stop() // ticks by hand from here
+	}
+	held, windowed := f.boxes[0], f.boxes[1]
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	cmd := exec.CommandContext(ctx, held.Bin(), "--config", held.ConfigPath, "hold", "--reason", "e2e: db migration by hand", "--for", "2h")
+	cmd.Env = append(os.Environ(), "SUDO_USER=e2e-op", "HOME="+filepath.Join(held.Dir, "home"))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("hold: %v\n%s", err, out)
+	}
+	// A window on the day after tomorrow (UTC): closed now, opening at that day's midnight.
+	now := time.Now().UTC()
+	day := now.AddDate(0, 0, 2)
+	opens := time.Date(day.Year(), day.Month(), day.Day(), 0, 0, 0, 0, time.UTC)
+	cfg, err := os.OpenFile(windowed.ConfigPath, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(cfg, "apply_windows: [\"%s 00:00-00:01\"]\napply_windows_tz: UTC\n", opens.Weekday().String()[:3])
+	cfg.Close()
+
+	files, err := devstack.Example(devstack.Examples(), "hello", f.w.Params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files["docker-compose.yml"] += "# release 2\n"
+	for _, b := range f.boxes {
+		f.w.Stack.SetDesired(b.Env, files)
+		for range 2 { // the second check-in carries what the first tick decided
+			if tk, err := b.Tick(ctx); err != nil || tk.Exit != 0 {
+				t.Fatalf("%s tick: exit %d %v\n%s", b.Env, tk.Exit, err, tk.Output)
+			}
+		}
+	}
+
+	doc, r := f.status()
+	if r.Exit != 1 {
+		t.Errorf("fleetctl status exit %d with a held and a deferred env, want 1", r.Exit)
+	}
+	h, _ := doc.env(held.Env)
+	if h.Verdict != "HELD" || h.Hold == nil || h.Hold.By != "e2e-op" || h.Hold.Reason != "e2e: db migration by hand" ||
+		!strings.Contains(h.NextStep, "held by e2e-op until") || !strings.Contains(h.NextStep, "monky-deployd unhold") {
+		t.Errorf("held env: %s %+v %q", h.Verdict, h.Hold, h.NextStep)
+	}
+	d, _ := doc.env(windowed.Env)
+	if d.Verdict != "DEFERRED" || d.DeferredUntil == nil || *d.DeferredUntil != opens.Format(time.RFC3339) {
+		t.Errorf("deferred env: %s %v %q", d.Verdict, d.DeferredUntil, d.NextStep)
+	}
+	for _, e := range []statusEnv{h, d} {
+		if e.AppliedSha == e.DesiredSha {
+			t.Errorf("%s applied its new release while it should wait", e.EnvID)
+		}
+	}
+	g := f.fleetctl(ctx, "gate")
+	for _, want := range []string{held.Env, windowed.Env, "HELD", "DEFERRED", "1 held by a human", "1 deferred to an apply window"} {
+		if !strings.Contains(g.Stdout, want) {
+			t.Errorf("gate output lacks %q (exit %d)\n%s", want, g.Exit, g.Stdout)
+		}
+	}
+	if g.Exit != 1 {
+		t.Errorf("gate exit %d, want 1", g.Exit)
+	}
+
+	cmd = exec.CommandContext(ctx, held.Bin(), "--config", held.ConfigPath, "unhold")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("unhold: %v\n%s", err, out)
+	}
+	if tk, err := held.Tick(ctx); err != nil || tk.Exit != 0 {
+		t.Fatalf("tick after unhold: exit %d %v\n%s", tk.Exit, err, tk.Output)
+	}
+	doc, _ = f.status()
+	if e, _ := doc.env(held.Env); e.AppliedSha != e.DesiredSha || e.Hold != nil {
+		t.Errorf("after unhold: applied %s desired %s hold %+v", e.AppliedSha, e.DesiredSha, e.Hold)
+	}
 }

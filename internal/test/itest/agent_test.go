@@ -215,6 +215,9 @@ type bundleOpts struct {
 	// dataBind gives worker a writable bind of ./data, a directory of its release that holds
 	// no staged file (allowed by the compose judgement).
 	dataBind bool
+	// crashIfData (with dataBind) makes worker exit 3 at start while ./data/crash exists: a
+	// service that crash-loops once something outside its release changed.
+	crashIfData bool
 }
 
 // bundle is a two-service app of the test image: web reads the rendered .env, worker gets one
@@ -255,6 +258,9 @@ func (w *world) bundle(o bundleOpts) map[string]string {
 `, img, webEnv, health, img, health)
 	if o.dataBind {
 		compose = strings.Replace(compose, "  worker:\n", "  worker:\n    volumes: [\"./data:/data\"]\n", 1)
+	}
+	if o.crashIfData {
+		compose = strings.Replace(compose, "      DB_PASSWORD: ${DB_PASSWORD}", "      DB_PASSWORD: ${DB_PASSWORD}\n      APP_EXIT_IF_FILE: /data/crash", 1)
 	}
 	if o.volume {
 		compose = strings.Replace(compose, "  worker:\n", "  worker:\n    volumes: [\"data:/data\"]\n", 1) + "volumes:\n  data: {}\n"
@@ -410,14 +416,15 @@ func TestAgentAgainstRealParts(t *testing.T) {
 			t.Errorf("report = %+v", r)
 		}
 
-		// Scenario 5: converged, a container stopped by hand → unhealthy naming it.
+		// Scenario 5: converged, a container stopped by hand → brought back by drift correction
+		// (issue 22; with drift_correction off it is reported unhealthy: drift_test.go).
 		b.expect(0)
 		if r := b.report(); r.Result != "healthy" {
 			t.Errorf("heartbeat = %+v", r)
 		}
 		docker(t, "", "stop", "-t", "1", cs["worker"].Name)
 		b.expect(0)
-		if r := b.report(); r.Result != "unhealthy" || !strings.Contains(r.Detail, "worker") {
+		if r := b.report(); r.Result != "healthy" || r.Detail != "drift corrected: worker: exited" {
 			t.Errorf("heartbeat after docker stop = %+v", r)
 		}
 		// Every report and tick of the scenario so far: still no credential anywhere.

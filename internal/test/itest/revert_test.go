@@ -126,8 +126,8 @@ func TestRevertAgainstRealEngine(t *testing.T) {
 
 // revertSplit is one failed apply's revert, from the docker wrapper's log: from the end of the
 // `compose ps` that declared v2 unhealthy (the last look before the second `compose up`) to the
-// end of the `compose ps` that saw v1 healthy; the docker calls in that window; and the agent's
-// sleeps between looks while v1's healthchecks ran.
+// end of the last `compose ps` (the second look that confirms v1 healthy, one poll after the
+// first); the docker calls in that window; and the agent's sleeps between looks.
 type revertSplit struct {
 	window, docker, healthSleep time.Duration
 }

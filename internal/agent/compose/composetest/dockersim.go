@@ -10,6 +10,8 @@ package composetest
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -35,6 +37,7 @@ type Sim struct {
 	calls      []runner.Cmd
 	containers map[string]*container // by service
 	volumes    map[string]bool
+	nextID     int
 
 	// Settings tests change before (or between) ticks.
 	RootDir       string // DockerRootDir reported by `docker info`
@@ -53,27 +56,83 @@ type Sim struct {
 	// ConfigRewrite, when set, changes what `compose config` prints: a compose binary that
 	// reads the file otherwise than compose-go v2.9.1 does.
 	ConfigRewrite func(map[string]any)
+	// ExitAfterUp, service → true: its container exits right after every `up` (a crash loop
+	// with `restart: "no"`).
+	ExitAfterUp map[string]bool
+	// NoLabels leaves Labels out of `ps` (compose before 2.21): no config hash can be read.
+	NoLabels bool
+	// DiesAfterFirstLook, service → true: after every `up` its container looks running (no
+	// health known yet) to the first `ps`, then has exited: a process that dies at start.
+	DiesAfterFirstLook map[string]bool
 }
 
 type container struct {
 	service, name, state, health, image string
 	startingLeft                        int
 	healthcheck                         bool
+	// hash is the config hash compose labels the container with: the service's definition's.
+	hash string
+	// id changes whenever up (re)creates the container, as a real container ID does.
+	id int
+	// dies: the next `ps` shows it running without health, and it has exited after that look.
+	dies bool
 }
 
 // New returns a Sim whose unexpected calls fail t.
 func New(t testing.TB) *Sim {
 	return &Sim{
-		t:                 t,
-		containers:        map[string]*container{},
-		volumes:           map[string]bool{},
-		RootDir:           "/var/lib/docker",
-		ServerVersion:     "29.0.1",
-		Health:            map[string]string{},
-		ImageHealth:       map[string]string{},
-		TurnsHealthyAfter: map[string]int{},
-		Logs:              "api-1  | listening on :8080\n",
+		t:                  t,
+		containers:         map[string]*container{},
+		volumes:            map[string]bool{},
+		RootDir:            "/var/lib/docker",
+		ServerVersion:      "29.0.1",
+		Health:             map[string]string{},
+		ImageHealth:        map[string]string{},
+		TurnsHealthyAfter:  map[string]int{},
+		Logs:               "api-1  | listening on :8080\n",
+		ExitAfterUp:        map[string]bool{},
+		DiesAfterFirstLook: map[string]bool{},
 	}
+}
+
+// Remove deletes a service's container, as `docker rm -f` by hand would.
+func (s *Sim) Remove(service string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.containers, service)
+}
+
+// HandEdit replaces a service's container with one of another definition (another image), as
+// `docker compose up` of a hand-edited copy of the compose file does; an unknown service is added.
+func (s *Sim) HandEdit(service, image string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	project := "monky-env-qa-02"
+	for _, c := range s.containers {
+		project = strings.TrimSuffix(c.name, "-"+c.service+"-1")
+		break
+	}
+	s.nextID++
+	s.containers[service] = &container{service: service, name: project + "-" + service + "-1", state: "running",
+		image: image, hash: hashOf(map[string]any{"image": image, "by": "hand"}), id: s.nextID}
+}
+
+// IDs maps each service to an identity that changes whenever its container is (re)created.
+func (s *Sim) IDs() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]int{}
+	for svc, c := range s.containers {
+		out[svc] = c.id
+	}
+	return out
+}
+
+// hashOf is the sim's config hash of a service definition (compose's is a SHA-256 as well).
+func hashOf(def any) string {
+	b, _ := json.Marshal(def)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }
 
 // Calls returns every call so far.
@@ -244,31 +303,48 @@ func (s *Sim) up(args []string) (runner.Result, error) {
 		return fail(fmt.Sprintf("open %s: no such file or directory", file))
 	}
 	var doc struct {
-		Services map[string]struct {
-			Image       string `yaml:"image"`
-			Healthcheck any    `yaml:"healthcheck"`
-		} `yaml:"services"`
-		Volumes map[string]any `yaml:"volumes"`
+		Services map[string]map[string]any `yaml:"services"`
+		Volumes  map[string]any            `yaml:"volumes"`
 	}
 	if err := yaml.Unmarshal(raw, &doc); err != nil {
 		return fail(fmt.Sprintf("yaml: %v", err))
 	}
-	if _, err := os.Stat(filepath.Join(filepath.Dir(file), ".env")); err != nil {
+	envText, err := os.ReadFile(filepath.Join(filepath.Dir(file), ".env"))
+	if err != nil {
 		return fail(".env missing in the project directory")
 	}
 	next := map[string]*container{}
 	for svc, def := range doc.Services {
-		c := &container{service: svc, name: project + "-" + svc + "-1", state: "running", image: def.Image, healthcheck: def.Healthcheck != nil}
+		image, _ := def["image"].(string)
+		// Compose hashes the service as interpolated from .env (and env_file merged in): a
+		// release that changes .env alone recreates the containers, as a real one would.
+		hash := hashOf(map[string]any{"service": def, "env": string(envText)})
+		if old := s.containers[svc]; old != nil && old.hash == hash {
+			// Compose keeps a container of the same definition, and starts it if it stopped.
+			if old.state != "running" {
+				old.state, old.health = "running", ""
+				if old.healthcheck {
+					old.health = s.healthAfterUp(svc, image)
+				}
+			}
+			if s.ExitAfterUp[svc] {
+				old.state, old.health = "exited", ""
+			}
+			old.dies = s.DiesAfterFirstLook[svc]
+			next[svc] = old
+			continue
+		}
+		s.nextID++
+		c := &container{service: svc, name: project + "-" + svc + "-1", state: "running", image: image,
+			healthcheck: def["healthcheck"] != nil, hash: hash, id: s.nextID}
 		if c.healthcheck {
-			c.health = "healthy"
-			if h, ok := s.Health[svc]; ok {
-				c.health = h
-			}
-			if h, ok := s.ImageHealth[def.Image]; ok {
-				c.health = h
-			}
+			c.health = s.healthAfterUp(svc, image)
 			c.startingLeft = s.TurnsHealthyAfter[svc]
 		}
+		if s.ExitAfterUp[svc] {
+			c.state, c.health = "exited", ""
+		}
+		c.dies = s.DiesAfterFirstLook[svc]
 		next[svc] = c
 	}
 	s.containers = next // --remove-orphans
@@ -276,6 +352,17 @@ func (s *Sim) up(args []string) (runner.Result, error) {
 		s.volumes[v] = true
 	}
 	return ok("")
+}
+
+func (s *Sim) healthAfterUp(svc, image string) string {
+	health := "healthy"
+	if h, ok := s.Health[svc]; ok {
+		health = h
+	}
+	if h, ok := s.ImageHealth[image]; ok {
+		health = h
+	}
+	return health
 }
 
 // config renders the project as `docker compose config --format json` does: compose-go loads
@@ -338,7 +425,17 @@ func (s *Sim) ps(project string) string {
 			c.startingLeft--
 			health = "starting"
 		}
-		line, _ := json.Marshal(map[string]string{"Service": svc, "Name": c.name, "State": c.state, "Health": health, "Project": project})
+		state := c.state
+		if c.dies {
+			state, health = "running", ""
+			c.state, c.health, c.dies = "exited", "", false
+		}
+		entry := map[string]string{"Service": svc, "Name": c.name, "State": state, "Health": health, "Project": project}
+		if !s.NoLabels {
+			// docker's formatter joins labels with commas, in no particular order.
+			entry["Labels"] = "com.docker.compose.project=" + project + ",x=a,b=c,com.docker.compose.config-hash=" + c.hash + ",com.docker.compose.service=" + svc
+		}
+		line, _ := json.Marshal(entry)
 		b.Write(line)
 		b.WriteByte('\n')
 	}

@@ -104,6 +104,14 @@ func (s *Server) adminLocked(env string, st *envState) protocol.AdminAgent {
 		}
 		a.RevertHealthy = copyBool(c.RevertHealthy)
 	}
+	if h := c.Hold; h != nil {
+		// The hold and the deferral are the agent's word in its latest check-in, as tenancy keeps them.
+		hold := *h
+		a.Hold = &hold
+	}
+	if c.DeferredUntil != "" {
+		a.DeferredUntil = copyString(&c.DeferredUntil)
+	}
 	if c.Timer != nil {
 		a.Timer = &protocol.AdminTimer{Enabled: copyBool(c.Timer.Enabled), Active: copyBool(c.Timer.Active),
 			NextElapse: copyString(c.Timer.NextElapse), ObservedAt: stamp(st.checkinAt)}

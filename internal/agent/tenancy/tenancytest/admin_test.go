@@ -140,6 +140,25 @@ func TestAdminViewFollowsAcceptedCalls(t *testing.T) {
 		}
 	})
 
+	t.Run("a check-in's hold and deferral are kept, and gone with the next one that has none", func(t *testing.T) {
+		r := req
+		r.Hold = &protocol.Hold{Reason: "db migration by hand", By: "alice", Since: "2026-12-02T09:00:00Z", Until: "2026-12-02T13:00:00Z"}
+		r.DeferredUntil = "2026-12-03T02:00:00Z"
+		post(t, s.URL+"/v1/agent/checkin", "tok-a", r)
+		a, _ := s.AdminAgent("env-a")
+		if a.Hold == nil || *a.Hold != *r.Hold || a.DeferredUntil == nil || *a.DeferredUntil != r.DeferredUntil {
+			t.Fatalf("hold and deferral in the admin view: %+v", a)
+		}
+		a.Hold.Reason = "changed"
+		if b, _ := s.AdminAgent("env-a"); b.Hold.Reason != r.Hold.Reason {
+			t.Fatal("the record aliases the fake's hold")
+		}
+		post(t, s.URL+"/v1/agent/checkin", "tok-a", req)
+		if a, _ := s.AdminAgent("env-a"); a.Hold != nil || a.DeferredUntil != nil {
+			t.Fatalf("the hold outlived the check-in that dropped it: %+v", a)
+		}
+	})
+
 	t.Run("every env, sorted", func(t *testing.T) {
 		s.AddEnv("env-0")
 		var ids []string

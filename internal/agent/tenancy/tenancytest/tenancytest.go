@@ -159,6 +159,11 @@ type envState struct {
 	lastDetail   string
 	resultAt     time.Time
 	upgradedFrom string
+
+	// Issue 22: apply windows the check-in answers carry (nil: none sent), and ignore_window.
+	windows      *[]string
+	windowsTZ    *string
+	ignoreWindow bool
 }
 
 type injection struct {
@@ -365,6 +370,19 @@ func (s *Server) SetCheckinInterval(env string, secs int) {
 	s.envLocked(env).interval = secs
 	s.mu.Unlock()
 	s.notify(env)
+}
+
+// SetApplyWindows makes env's check-in answers carry apply_windows and apply_windows_tz (nil:
+// the field is left out, so the agent keeps its config's) and ignore_window.
+func (s *Server) SetApplyWindows(env string, windows []string, tz *string, ignore bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.envLocked(env)
+	st.windows, st.windowsTZ, st.ignoreWindow = nil, tz, ignore
+	if windows != nil {
+		w := append([]string{}, windows...)
+		st.windows = &w
+	}
 }
 
 // SetVault replaces env's vault block (default: BaoAddr, KVMount, <env>/see, AuthMount, AuthRole).
@@ -760,6 +778,9 @@ func (s *Server) checkin(w http.ResponseWriter, r *http.Request) {
 		Action:           protocol.ActionNone,
 		CheckinIntervalS: st.interval,
 		Vault:            s.vaultLocked(req.EnvID, st),
+		ApplyWindows:     st.windows,
+		ApplyWindowsTZ:   st.windowsTZ,
+		IgnoreWindow:     st.ignoreWindow,
 	}
 	switch {
 	case st.retired:

@@ -17,7 +17,9 @@
 //
 // Environment: APP_HEALTHY=false keeps /healthz at 503 forever; APP_READY_AFTER_MS=N answers 503
 // until the server has been up N ms; APP_EXIT_CODE=N makes the server exit N at start (a crashing
-// service); APP_LOG_ENV=NAME prints `NAME=<value>` of that variable at start, so a secret reaches
+// service); APP_EXIT_IF_FILE=PATH does the same, exit 3, while PATH exists (a service that
+// crashes once something outside its release changed: a test toggles it through a bind mount);
+// APP_LOG_ENV=NAME prints `NAME=<value>` of that variable at start, so a secret reaches
 // `compose logs` (what the agent must redact in a failed apply's log tail); APP_LISTEN (default
 // :8080).
 package main
@@ -59,6 +61,12 @@ func main() {
 		fmt.Fprintf(os.Stderr, "demoapp: exiting %d as APP_EXIT_CODE asks\n", cfg.exitCode)
 		os.Exit(cfg.exitCode)
 	}
+	if cfg.exitIfFile != "" {
+		if _, err := os.Stat(cfg.exitIfFile); err == nil {
+			fmt.Fprintf(os.Stderr, "demoapp: exiting 3: %s exists (APP_EXIT_IF_FILE)\n", cfg.exitIfFile)
+			os.Exit(3)
+		}
+	}
 	if err := serve(cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "demoapp:", err)
 		os.Exit(1)
@@ -71,6 +79,7 @@ type config struct {
 	readyAfter time.Duration
 	exitCode   int
 	logEnv     string // APP_LOG_ENV: a variable whose value the start lines print
+	exitIfFile string // APP_EXIT_IF_FILE: exit 3 at start while this file exists
 }
 
 // envName is what APP_LOG_ENV may name: a shell variable name.
@@ -103,6 +112,12 @@ func loadConfig(lookup func(string) (string, bool)) (config, error) {
 			return cfg, fmt.Errorf("APP_EXIT_CODE: %q is not an exit code 0..255", v)
 		}
 		cfg.exitCode = n
+	}
+	if v, ok := lookup("APP_EXIT_IF_FILE"); ok && v != "" {
+		if !strings.HasPrefix(v, "/") {
+			return cfg, fmt.Errorf("APP_EXIT_IF_FILE: %q is not an absolute path", v)
+		}
+		cfg.exitIfFile = v
 	}
 	if v, ok := lookup("APP_LOG_ENV"); ok && v != "" {
 		if !envName.MatchString(v) {

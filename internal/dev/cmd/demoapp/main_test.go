@@ -28,6 +28,8 @@ func TestLoadConfig(t *testing.T) {
 		{"bad healthy", map[string]string{"APP_HEALTHY": "nope"}, config{}, "APP_HEALTHY"},
 		{"negative ready", map[string]string{"APP_READY_AFTER_MS": "-1"}, config{}, "APP_READY_AFTER_MS"},
 		{"bad exit", map[string]string{"APP_EXIT_CODE": "256"}, config{}, "APP_EXIT_CODE"},
+		{"exit if a file", map[string]string{"APP_EXIT_IF_FILE": "/data/crash"}, config{listen: ":8080", healthy: true, exitIfFile: "/data/crash"}, ""},
+		{"exit if a relative file", map[string]string{"APP_EXIT_IF_FILE": "data/crash"}, config{}, "APP_EXIT_IF_FILE"},
 		{"log env", map[string]string{"APP_LOG_ENV": "APP_SECRET"}, config{listen: ":8080", healthy: true, logEnv: "APP_SECRET"}, ""},
 		{"log env not a name", map[string]string{"APP_LOG_ENV": "A B"}, config{}, "APP_LOG_ENV"},
 		{"log env starting with a digit", map[string]string{"APP_LOG_ENV": "1X"}, config{}, "APP_LOG_ENV"},

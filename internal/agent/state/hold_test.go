@@ -1,0 +1,101 @@
+package state
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+const hash1 = "626a9bcfe94badb776855e66c87f0daf3065d98ac87795582be6ce8127e77160"
+
+// A hold, a deferral and the drift memory survive a save and a load whole.
+func TestIssue22FieldsRoundTrip(t *testing.T) {
+	since := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	yes := false
+	next := since.Add(2 * time.Minute)
+	st := &State{AppliedSha: shaB,
+		Hold:     &Hold{Reason: "debugging the db — ünïcode ok", By: "alice", Since: since, Until: since.Add(4 * time.Hour)},
+		Deferred: &Deferral{Action: "apply", Sha: shaB, Since: since, Until: since.Add(16 * time.Hour)},
+		Drift: &DriftMemory{Sha: shaB, Services: map[string]ServiceHash{"api": {ConfigHash: hash1, Containers: 2}},
+			Correct: &yes, Attempts: 1, NextAttemptAt: &next, Refused: "changed on disk"},
+		Counters: Counters{DriftCorrections: 3},
+	}
+	path := filepath.Join(t.TempDir(), "state.json")
+	if err := Save(path, st); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !statesEqual(st, got) || got.Hold.By != "alice" || got.Drift.Services["api"].Containers != 2 || got.Counters.DriftCorrections != 3 {
+		t.Errorf("round trip:\n got %+v\nwant %+v", got, st)
+	}
+	if m := got.MemoryFor(shaB); m == nil || got.MemoryFor("other") != nil || got.MemoryFor("") != nil {
+		t.Errorf("MemoryFor: %v", m)
+	}
+	if note := got.Hold.Note(); note != "held by alice until 2026-12-02T14:00:00Z: debugging the db — ünïcode ok" {
+		t.Errorf("Note = %q", note)
+	}
+	if !got.Hold.Active(since.Add(4*time.Hour-time.Second)) || got.Hold.Active(since.Add(4*time.Hour)) {
+		t.Error("a hold is active until, not including, its until")
+	}
+}
+
+// Every hold, deferral or drift memory no agent writes is refused, naming the field.
+func TestIssue22FieldsRefused(t *testing.T) {
+	ok := `"reason": "r", "by": "bob", "since": "2026-12-02T10:00:00Z", "until": "2026-12-02T14:00:00Z"`
+	for _, c := range []struct{ body, want string }{
+		{`{"hold": {"by": "bob", "since": "2026-12-02T10:00:00Z", "until": "2026-12-02T14:00:00Z"}}`, "hold: reason: empty"},
+		{`{"hold": {"reason": "   ", "by": "bob", "since": "2026-12-02T10:00:00Z", "until": "2026-12-02T14:00:00Z"}}`, "hold: reason: empty"},
+		{`{"hold": {"reason": "a\nb", "by": "bob", "since": "2026-12-02T10:00:00Z", "until": "2026-12-02T14:00:00Z"}}`, "hold: reason: contains a control character"},
+		{`{"hold": {"reason": "a\u001b[31m", "by": "bob", "since": "2026-12-02T10:00:00Z", "until": "2026-12-02T14:00:00Z"}}`, "hold: reason: contains a control character"},
+		{`{"hold": {"reason": "` + strings.Repeat("x", MaxHoldReason+1) + `", "by": "bob", "since": "2026-12-02T10:00:00Z", "until": "2026-12-02T14:00:00Z"}}`, "hold: reason: 201 characters"},
+		{`{"hold": {"reason": "r", "since": "2026-12-02T10:00:00Z", "until": "2026-12-02T14:00:00Z"}}`, "hold: by: empty"},
+		{`{"hold": {"reason": "r", "by": "bob", "until": "2026-12-02T14:00:00Z"}}`, "hold: since: missing"},
+		{`{"hold": {"reason": "r", "by": "bob", "since": "2026-12-02T10:00:00Z", "until": "2026-12-02T10:00:00Z"}}`, "hold: until: not after since"},
+		{`{"hold": {"reason": "r", "by": "bob", "since": "2026-12-02T10:00:00Z", "until": "2026-12-09T10:00:01Z"}}`, "hold: until: 168h0m1s after since"},
+		{`{"hold": {` + ok + `, "since": 5}}`, "hold"},
+		{`{"hold": []}`, "hold"},
+		{`{"deferred": {"action": "none", "until": "2026-12-02T14:00:00Z"}}`, `deferred: action: "none"`},
+		{`{"deferred": {"action": "apply"}}`, "deferred: until: missing"},
+		{`{"drift": {"services": {}}}`, "drift: sha: empty"},
+		{`{"drift": {"sha": "x", "attempts": -1}}`, "drift: attempts: negative"},
+		{`{"drift": {"sha": "x", "services": {"api": {"config_hash": "abc", "containers": 1}}}}`, "drift: services.api.config_hash"},
+		{`{"drift": {"sha": "x", "services": {"api": {"config_hash": "` + hash1 + `", "containers": 0}}}}`, "drift: services.api.containers"},
+		{`{"drift": {"sha": "x", "services": {"a pi": {"config_hash": "` + hash1 + `", "containers": 1}}}}`, `drift: services: "a pi"`},
+		{`{"counters": {"drift_corrections": -1}}`, "counters"},
+	} {
+		var st State
+		err := json.Unmarshal([]byte(c.body), &st)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want one naming %q", c.body, err, c.want)
+		}
+	}
+	var st State
+	if err := json.Unmarshal([]byte(`{"hold": {`+ok+`}}`), &st); err != nil || st.Hold == nil {
+		t.Errorf("a good hold: %v", err)
+	}
+}
+
+func TestDriftBackingOff(t *testing.T) {
+	now := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) *time.Time { v := now.Add(d); return &v }
+	var none *DriftMemory
+	for _, c := range []struct {
+		m    *DriftMemory
+		want bool
+	}{
+		{none, false},
+		{&DriftMemory{Sha: "x"}, false},
+		{&DriftMemory{Sha: "x", NextAttemptAt: at(time.Minute)}, true},
+		{&DriftMemory{Sha: "x", NextAttemptAt: at(0)}, false},
+		{&DriftMemory{Sha: "x", NextAttemptAt: at(2 * time.Hour)}, false}, // a clock set back: due now
+	} {
+		if got := c.m.BackingOff(now); got != c.want {
+			t.Errorf("BackingOff(%+v) = %v, want %v", c.m, got, c.want)
+		}
+	}
+}

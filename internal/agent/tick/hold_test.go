@@ -1,0 +1,138 @@
+package tick_test
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/state"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/tick"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/protocol"
+)
+
+// hold saves a hold as `monky-deployd hold` does, from now for d.
+func (h *harness) hold(reason string, d time.Duration) *state.Hold {
+	h.t.Helper()
+	st := h.state()
+	now := h.clock.Now().UTC()
+	st.Hold = &state.Hold{Reason: reason, By: "alice", Since: now, Until: now.Add(d)}
+	if err := state.Save(h.cfg.StatePath(), st); err != nil {
+		h.t.Fatal(err)
+	}
+	return st.Hold
+}
+
+func (h *harness) lastCheckin() protocol.CheckinRequest {
+	h.t.Helper()
+	cs := h.ten.Checkins(env)
+	if len(cs) == 0 {
+		h.t.Fatal("no check-in")
+	}
+	return cs[len(cs)-1].Request
+}
+
+// While held, a tick checks in (with the hold) and reports, but applies, retires and corrects
+// nothing; when the hold runs out it ends by itself with a journal line, and the tick goes on.
+func TestAHoldStopsEveryChangeButNotTheReport(t *testing.T) {
+	h := newHarness(t)
+	v1 := applied(t, h)
+	hold := h.hold("debugging the db", 4*time.Hour)
+	note := "held by alice until 2026-12-02T14:00:00Z: debugging the db"
+
+	v2 := h.desire(bundleSpec{template: defaultTemplate + "V=2\n"})
+	fetches := len(h.ten.BundleFetches(env))
+	h.docker.Stop("worker")
+	ups := h.docker.Count("compose up")
+	h.expectExit(tick.ExitOK)
+	req := h.lastCheckin()
+	want := protocol.Hold{Reason: "debugging the db", By: "alice", Since: "2026-12-02T10:00:00Z", Until: "2026-12-02T14:00:00Z"}
+	if req.Hold == nil || *req.Hold != want {
+		t.Fatalf("check-in hold = %+v, want %+v", req.Hold, want)
+	}
+	if len(h.ten.BundleFetches(env)) != fetches || h.docker.Count("compose up") != ups {
+		t.Fatal("a held box fetched a bundle or ran compose up")
+	}
+	r := h.lastReport()
+	if r.Sha != v1 || r.Result != "unhealthy" || !strings.Contains(r.Detail, note) || r.DriftCorrected != nil {
+		t.Errorf("heartbeat while held = %+v", r)
+	}
+	h.expectLog("INFO held: not applying " + v2[:12] + "; " + note)
+	h.expectLog("WARN drift not corrected while held: worker: exited")
+
+	// Retired while held: nothing goes down.
+	h.ten.Retire(env, false)
+	h.expectExit(tick.ExitOK)
+	if h.docker.Count("compose down") != 0 {
+		t.Fatal("a held box was retired")
+	}
+	h.expectLog("INFO held: not retiring the env; " + note)
+
+	// The hold runs out: one journal line, no hold in the check-in, and the retire goes ahead.
+	h.clock.Advance(hold.Until.Sub(h.clock.Now()))
+	h.expectExit(tick.ExitOK)
+	h.expectLog("INFO hold ended: its time ran out (held by alice since 2026-12-02T10:00:00Z until 2026-12-02T14:00:00Z: debugging the db)")
+	if req := h.lastCheckin(); req.Hold != nil {
+		t.Errorf("the check-in after the hold carries %+v", req.Hold)
+	}
+	if st := h.state(); st.Hold != nil || h.docker.Count("compose down") != 1 {
+		t.Errorf("after the hold: %+v, downs %d", st.Hold, h.docker.Count("compose down"))
+	}
+}
+
+// A converged box under a hold reports healthy with the hold in its detail.
+func TestAHeldHealthyBoxSaysSo(t *testing.T) {
+	h := newHarness(t)
+	applied(t, h)
+	h.hold("quiet please", time.Hour)
+	h.expectExit(tick.ExitOK)
+	if r := h.lastReport(); r.Result != "healthy" || r.Detail != "held by alice until 2026-12-02T11:00:00Z: quiet please" {
+		t.Errorf("report = %+v", r)
+	}
+	h.expectLog("INFO held by alice until 2026-12-02T11:00:00Z: quiet please")
+}
+
+// An apply a killed tick left, or its revert, waits for the hold: nothing is reverted while held.
+func TestAHoldDefersTheRevertOfAKilledApply(t *testing.T) {
+	h := newHarness(t)
+	v1 := applied(t, h)
+	st := h.state()
+	st.Applying = &state.ApplyInProgress{Sha: strings.Repeat("e", 64), StartedAt: h.clock.Now()}
+	if err := state.Save(h.cfg.StatePath(), st); err != nil {
+		t.Fatal(err)
+	}
+	h.hold("hands off", time.Hour)
+	ups := h.docker.Count("compose up")
+	h.expectExit(tick.ExitOK)
+	if h.docker.Count("compose up") != ups || h.state().Applying == nil {
+		t.Fatal("a held box finished a killed apply")
+	}
+	if r := h.lastReport(); r.Sha != v1 || !strings.Contains(r.Detail, "the apply of eeeeeeeeeeee a killed tick left is finished when the hold ends") {
+		t.Errorf("report = %+v", r)
+	}
+	h.clock.Advance(time.Hour)
+	h.expectExit(tick.ExitFailed) // the hold over: the killed apply counts as failed and reverts
+	if st := h.state(); st.Applying != nil || st.Backoff == nil {
+		t.Errorf("after the hold: %+v", st)
+	}
+}
+
+// The hold's reason is operator text: it passes the redactor like every line (`monky-deployd
+// hold` refuses a reason holding a secret of the release; the token is the tick's to mask).
+func TestAHoldReasonCarriesNoSecret(t *testing.T) {
+	h := newHarness(t)
+	applied(t, h)
+	raw, err := os.ReadFile(h.cfg.TokenPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := strings.TrimSpace(string(raw))
+	h.hold("token is "+tok, time.Hour)
+	h.expectExit(tick.ExitOK)
+	if strings.Contains(h.logs.String(), tok) || strings.Contains(h.lastReport().Detail, tok) || strings.Contains(h.lastCheckin().Hold.Reason, tok) {
+		t.Error("the token in the hold's reason reached the journal, the report or the check-in")
+	}
+	if !strings.Contains(h.lastReport().Detail, "token is ***") {
+		t.Errorf("report = %+v", h.lastReport())
+	}
+}
