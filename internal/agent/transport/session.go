@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"reflect"
 	"strings"
@@ -24,6 +25,7 @@ import (
 	"github.com/openziti/metrics"
 	edge_apis "github.com/openziti/sdk-golang/edge-apis"
 	"github.com/openziti/sdk-golang/ziti"
+	cmap "github.com/orcaman/concurrent-map/v2"
 	"github.com/zitadel/oidc/v3/pkg/oidc"
 	"golang.org/x/oauth2"
 
@@ -67,6 +69,46 @@ type sessionRecord struct {
 	IdentityName string    `json:"identity_name,omitempty"`
 	ObtainedAt   time.Time `json:"obtained_at"`
 	ExpiresAt    time.Time `json:"expires_at"`
+	// Services the session dialed, by name: what the next ticks would otherwise ask the
+	// controller again on every dial (the service's lookup, a new dial session).
+	Services map[string]keptService `json:"services,omitempty"`
+}
+
+// keptService is a service as the controller described it and the dial session it created for
+// this API session, both in the controller's own JSON. The session token is a credential.
+type keptService struct {
+	Service json.RawMessage `json:"service"`
+	Session json.RawMessage `json:"session"`
+}
+
+// decode checks a kept service for what a dial reads, naming the field.
+func (ks keptService) decode(name string) (*rest_model.ServiceDetail, *rest_model.SessionDetail, error) {
+	field := func(f string) string { return fmt.Sprintf("services[%q].%s", name, f) }
+	var svc rest_model.ServiceDetail
+	if err := json.Unmarshal(ks.Service, &svc); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", field("service"), err)
+	}
+	var ses rest_model.SessionDetail
+	if err := json.Unmarshal(ks.Session, &ses); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", field("session"), err)
+	}
+	switch {
+	case deref(svc.ID) == "":
+		return nil, nil, errors.New(field("service.id") + ": empty")
+	case deref(svc.Name) != name:
+		return nil, nil, fmt.Errorf("%s: %q, want %q", field("service.name"), deref(svc.Name), name)
+	case deref(ses.ID) == "":
+		return nil, nil, errors.New(field("session.id") + ": empty")
+	case deref(ses.Token) == "":
+		return nil, nil, errors.New(field("session.token") + ": empty")
+	case deref(ses.ServiceID) != *svc.ID:
+		return nil, nil, fmt.Errorf("%s: %q, want the service's id %q", field("session.serviceId"), deref(ses.ServiceID), *svc.ID)
+	case ses.Type == nil || *ses.Type != rest_model.DialBindDial:
+		return nil, nil, errors.New(field("session.type") + ": want Dial")
+	case len(ses.EdgeRouters) == 0:
+		return nil, nil, errors.New(field("session.edgeRouters") + ": empty")
+	}
+	return &svc, &ses, nil
 }
 
 // parseSessionRecord reads the file strictly: unknown fields, a wrong type or a missing field is
@@ -98,6 +140,11 @@ func parseSessionRecord(data []byte) (*sessionRecord, error) {
 		return nil, errors.New("expires_at: missing")
 	case !r.ExpiresAt.After(r.ObtainedAt) || r.ExpiresAt.Sub(r.ObtainedAt) > maxSessionLife:
 		return nil, fmt.Errorf("expires_at: %s is not within %v after obtained_at", r.ExpiresAt.Format(time.RFC3339), maxSessionLife)
+	}
+	for name, ks := range r.Services {
+		if _, _, err := ks.decode(name); err != nil {
+			return nil, err
+		}
 	}
 	return &r, nil
 }
@@ -257,12 +304,16 @@ type keptSession struct {
 	mu sync.Mutex
 	// restored: the context runs on the file's session, not (yet) replaced this tick.
 	restored bool
-	looked   map[string]bool // services looked up by name on the restored session
-	// onFile is the token the file holds ("" when none): only a change is written.
-	onFile string
+	looked   map[string]bool // services known on the restored session (kept, or looked up by name)
+	dialed   map[string]bool // services dialed this tick: their dial sessions are kept
+	// onFile is what the file holds (nil when none): only a change is written.
+	onFile *sessionRecord
 }
 
-// restore puts the file's session into the context when it is this identity's and unexpired.
+// restore puts the file's session into the context when it is this identity's and unexpired,
+// with the services it dialed and their dial sessions: a converged tick's dial then asks the
+// controller nothing (the edge router checks the tokens). A kept dial session the controller
+// no longer knows costs the SDK one more round trip (it creates another and dials again).
 func (k *keptSession) restore() {
 	r, err := readSessionRecord(k.path)
 	if err != nil {
@@ -272,7 +323,7 @@ func (k *keptSession) restore() {
 	if r == nil {
 		return
 	}
-	k.onFile = r.Token
+	k.onFile = r
 	if why := r.usable(k.fingerprint, k.controller, k.now()); why != "" {
 		k.log.Debug("ziti: the kept controller session is not used; authenticating", "why", why)
 		return
@@ -289,11 +340,45 @@ func (k *keptSession) restore() {
 	k.impl.CtrlClt.ApiSession.Store(&s)
 	k.restored = true
 	k.looked = map[string]bool{}
-	k.log.Debug("ziti: using the kept controller session", "expires_at", r.ExpiresAt.Format(time.RFC3339))
+	if err := k.restoreServices(r); err != nil {
+		// The API session alone still saves the authentication; services are looked up.
+		k.log.Info("ziti: the kept services cannot be used with this SDK; looking them up", "why", err.Error())
+	}
+	k.log.Debug("ziti: using the kept controller session", "expires_at", r.ExpiresAt.Format(time.RFC3339), "services", len(k.looked))
 }
 
-// lookup fetches service by name once on a restored session: the SDK lists a context's services
-// only when it authenticates, and would otherwise not know the service.
+// restoreServices puts the record's services and dial sessions into the context's caches.
+func (k *keptSession) restoreServices(r *sessionRecord) error {
+	if len(r.Services) == 0 {
+		return nil
+	}
+	services, err := sdkMap[*rest_model.ServiceDetail](k.impl, "services")
+	if err != nil {
+		return err
+	}
+	sessions, err := sdkMap[*rest_model.SessionDetail](k.impl, "sessions")
+	if err != nil {
+		return err
+	}
+	for name, ks := range r.Services {
+		svc, ses, err := ks.decode(name) // checked at parse: cannot fail here
+		if err != nil {
+			return err
+		}
+		services.Set(name, svc)
+		sessions.Set(dialSessionKey(*svc.ID), ses)
+		k.looked[name] = true
+	}
+	return nil
+}
+
+// dialSessionKey is how sdk-golang v1.9.0 keys a service's dial session in its cache.
+func dialSessionKey(serviceID string) string {
+	return serviceID + ":" + string(rest_model.DialBindDial)
+}
+
+// lookup fetches service by name once on a restored session that did not keep it: the SDK lists
+// a context's services only when it authenticates, and would otherwise not know the service.
 // The lookup stops waiting when ctx is done (the SDK's own retries take no context).
 func (k *keptSession) lookup(ctx context.Context, service string) error {
 	k.mu.Lock()
@@ -321,10 +406,20 @@ func (k *keptSession) lookup(ctx context.Context, service string) error {
 	return nil
 }
 
+// dialedOK notes that service was dialed: keep records its dial session.
+func (k *keptSession) dialedOK(service string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.dialed == nil {
+		k.dialed = map[string]bool{}
+	}
+	k.dialed[service] = true
+}
+
 // reauthenticate drops a restored session after err, so that the next dial authenticates afresh
 // (inside the dial, which is bounded by its context: the SDK's authentication waits on an
-// unreachable controller without one); false when the context was not on a restored session
-// (err is then the answer).
+// unreachable controller without one, and lists the services and clears the dial sessions it
+// had); false when the context was not on a restored session (err is then the answer).
 func (k *keptSession) reauthenticate(err error) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -338,35 +433,102 @@ func (k *keptSession) reauthenticate(err error) bool {
 }
 
 // keep writes the context's session to the file when it changed (a fresh authentication, a
-// refreshed token); a session gone after a refusal removes the file. Failures only cost the next
-// tick an authentication: they are logged, never fatal.
+// refreshed token, a new dial session); a session gone after a refusal removes the file.
+// Failures only cost the next tick an authentication: they are logged, never fatal.
 func (k *keptSession) keep() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	var cur edge_apis.ApiSession
 	_ = safeCall("read the session", func() error { cur = k.impl.CtrlClt.GetCurrentApiSession(); return nil })
 	if cur == nil {
-		if k.onFile != "" && !k.restored {
+		if k.onFile != nil && !k.restored {
 			if err := os.Remove(k.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				k.log.Warn("ziti: the refused controller session could not be removed", "file", k.path, "error", err.Error())
 			}
 		}
 		return
 	}
-	if string(cur.GetToken()) == k.onFile {
-		return
-	}
 	var r *sessionRecord
-	_ = safeCall("record the session", func() error { r = recordOf(cur, k.fingerprint, k.controller, k.now()); return nil })
-	if r == nil {
+	sameSession := k.onFile != nil && string(cur.GetToken()) == k.onFile.Token
+	if sameSession {
+		c := *k.onFile
+		r = &c
+	} else {
+		_ = safeCall("record the session", func() error { r = recordOf(cur, k.fingerprint, k.controller, k.now()); return nil })
+		if r == nil {
+			return
+		}
+	}
+	// Dial sessions belong to their API session: a new one starts with none.
+	services := map[string]keptService{}
+	if sameSession {
+		maps.Copy(services, k.onFile.Services)
+	}
+	maps.Copy(services, k.dialedServices())
+	if len(services) == 0 {
+		services = nil
+	}
+	if sameSession && reflect.DeepEqual(services, k.onFile.Services) {
 		return
 	}
+	r.Services = services
 	if err := writeSessionRecord(k.path, r); err != nil {
 		k.log.Warn("ziti: the controller session could not be kept; the next tick authenticates again", "file", k.path, "error", err.Error())
 		return
 	}
-	k.onFile = r.Token
-	k.log.Info("ziti: authenticated to the controller; the session is kept for the next ticks", "file", k.path, "expires_at", r.ExpiresAt.Format(time.RFC3339))
+	k.onFile = r
+	if !sameSession {
+		k.log.Info("ziti: authenticated to the controller; the session is kept for the next ticks", "file", k.path, "expires_at", r.ExpiresAt.Format(time.RFC3339))
+	}
+}
+
+// dialedServices is what the context's caches hold of the services dialed this tick.
+func (k *keptSession) dialedServices() map[string]keptService {
+	if len(k.dialed) == 0 {
+		return nil
+	}
+	services, err := sdkMap[*rest_model.ServiceDetail](k.impl, "services")
+	if err != nil {
+		return nil
+	}
+	sessions, err := sdkMap[*rest_model.SessionDetail](k.impl, "sessions")
+	if err != nil {
+		return nil
+	}
+	out := map[string]keptService{}
+	for name := range k.dialed {
+		svc, ok := services.Get(name)
+		if !ok || svc == nil || svc.ID == nil {
+			continue
+		}
+		ses, ok := sessions.Get(dialSessionKey(*svc.ID))
+		if !ok || ses == nil {
+			continue
+		}
+		svcJSON, err1 := json.Marshal(svc)
+		sesJSON, err2 := json.Marshal(ses)
+		ks := keptService{Service: svcJSON, Session: sesJSON}
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		if _, _, err := ks.decode(name); err != nil {
+			continue // not what a next tick could use
+		}
+		out[name] = ks
+	}
+	return out
+}
+
+// sdkMap is one of sdk-golang v1.9.0's unexported caches of a context (services by name, dial
+// sessions by service id), checked by name and type like setMetrics: another SDK version that
+// lacks it only costs the lookups and dial sessions, never the process.
+func sdkMap[V any](impl *ziti.ContextImpl, name string) (cmap.ConcurrentMap[string, V], error) {
+	v := reflect.ValueOf(impl).Elem().FieldByName(name)
+	want := reflect.TypeFor[cmap.ConcurrentMap[string, V]]()
+	if !v.IsValid() || v.Type() != want {
+		return cmap.ConcurrentMap[string, V]{}, fmt.Errorf("sdk-golang's ContextImpl has no %s cache of the expected type", name)
+	}
+	return reflect.NewAt(v.Type(), unsafe.Pointer(v.UnsafeAddr())).Elem().Interface().(cmap.ConcurrentMap[string, V]), nil
 }
 
 // setMetrics gives the context the metrics registry sdk-golang v1.9.0 creates only in its first

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-openapi/strfmt"
+	"github.com/openziti/edge-api/rest_model"
 	edge_apis "github.com/openziti/sdk-golang/edge-apis"
 )
 
@@ -21,6 +23,18 @@ func validRecord() sessionRecord {
 	return sessionRecord{Schema: sessionSchema, Identity: testFingerprint, Controller: "https://ctrl:1280",
 		Type: sessionLegacy, Token: "0a1b-legacy-token-secret", SessionID: "s1", IdentityID: "i1", IdentityName: "monky-host.env-qa-02",
 		ObtainedAt: sessionNow.Add(-time.Minute), ExpiresAt: sessionNow.Add(29 * time.Minute)}
+}
+
+// testService is a service and its dial session as the controller answers them.
+func testService(t testing.TB, name, svcID, token string) keptService {
+	t.Helper()
+	svc := rest_model.ServiceDetail{BaseEntity: rest_model.BaseEntity{ID: &svcID}, Name: &name}
+	typ := rest_model.DialBindDial
+	sid, erName, addr := "ses-"+svcID, "router-1", "tls:router:3022"
+	ses := rest_model.SessionDetail{BaseEntity: rest_model.BaseEntity{ID: &sid}, ServiceID: &svcID, Token: &token, Type: &typ,
+		EdgeRouters: []*rest_model.SessionEdgeRouter{{CommonEdgeRouterProperties: rest_model.CommonEdgeRouterProperties{Name: &erName,
+			SupportedProtocols: map[string]string{"tls": addr}}}}}
+	return keptService{Service: encodeRecord(t, &svc), Session: encodeRecord(t, &ses)}
 }
 
 func encodeRecord(t testing.TB, r any) []byte {
@@ -49,10 +63,21 @@ func TestParseSessionRecordNamesTheField(t *testing.T) {
 		{"expires a year on", func(r map[string]any) { r["expires_at"] = sessionNow.AddDate(1, 0, 0) }, "expires_at"},
 		{"unknown field", func(r map[string]any) { r["password"] = "x" }, "password"},
 		{"wrong type", func(r map[string]any) { r["schema"] = "1" }, "schema"},
+		{"service not an object", func(r map[string]any) {
+			r["services"] = map[string]any{"tenancy": map[string]any{"service": 7, "session": 7}}
+		}, `services["tenancy"].service`},
+		{"service of another name", func(r map[string]any) { editService(r, "service", "name", "bao") }, `services["tenancy"].service.name`},
+		{"service without id", func(r map[string]any) { editService(r, "service", "id", "") }, `services["tenancy"].service.id`},
+		{"dial session token", func(r map[string]any) { editService(r, "session", "token", "") }, `services["tenancy"].session.token`},
+		{"dial session of another service", func(r map[string]any) { editService(r, "session", "serviceId", "svc-other") }, `services["tenancy"].session.serviceId`},
+		{"bind session", func(r map[string]any) { editService(r, "session", "type", "Bind") }, `services["tenancy"].session.type`},
+		{"no edge routers", func(r map[string]any) { editService(r, "session", "edgeRouters", []any{}) }, `services["tenancy"].session.edgeRouters`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var m map[string]any
-			if err := json.Unmarshal(encodeRecord(t, validRecord()), &m); err != nil {
+			r := validRecord()
+			r.Services = map[string]keptService{"tenancy": testService(t, "tenancy", "svc-1", "dial-session-token-secret")}
+			if err := json.Unmarshal(encodeRecord(t, r), &m); err != nil {
 				t.Fatal(err)
 			}
 			tc.edit(m)
@@ -60,7 +85,7 @@ func TestParseSessionRecordNamesTheField(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.field) {
 				t.Fatalf("err = %v, want one naming %s", err, tc.field)
 			}
-			if strings.Contains(err.Error(), "legacy-token-secret") {
+			if strings.Contains(err.Error(), "token-secret") {
 				t.Errorf("the error quotes the token: %v", err)
 			}
 		})
@@ -68,6 +93,11 @@ func TestParseSessionRecordNamesTheField(t *testing.T) {
 	if _, err := parseSessionRecord(encodeRecord(t, validRecord())); err != nil {
 		t.Fatalf("a valid record: %v", err)
 	}
+}
+
+// editService sets one field of the record's tenancy service (a generic map from JSON).
+func editService(r map[string]any, part, field string, v any) {
+	r["services"].(map[string]any)["tenancy"].(map[string]any)[part].(map[string]any)[field] = v
 }
 
 // A record serves only the certificate that obtained it, at its controller, until a minute
@@ -161,7 +191,7 @@ func TestKeptSessionRoundTrip(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			os.Remove(sessionFile)
-			k.onFile, k.restored = "", false
+			k.onFile, k.restored = nil, false
 			k.impl.CtrlClt.ApiSession.Store(&tc.session)
 			k.keep()
 			st, err := os.Stat(sessionFile)
@@ -177,7 +207,7 @@ func TestKeptSessionRoundTrip(t *testing.T) {
 			}
 			before := st.ModTime()
 			k.keep() // unchanged: not written again
-			if st2, _ := os.Stat(sessionFile); !st2.ModTime().Equal(before) || k.onFile != r.Token {
+			if st2, _ := os.Stat(sessionFile); !st2.ModTime().Equal(before) || k.onFile == nil || k.onFile.Token != r.Token {
 				t.Error("an unchanged session was written again")
 			}
 
@@ -261,8 +291,92 @@ func TestKeptSessionReauthenticatesOnce(t *testing.T) {
 	}
 }
 
+// The services a tick dialed ride in the file with their dial sessions, and the next tick's
+// context has them in its caches: its dial neither looks the service up nor creates a session
+// (the controller here is unreachable: asking it would fail). An unchanged set is not written
+// again; a new API session (the controller refused the kept one) starts without them.
+func TestKeptSessionKeepsDialSessions(t *testing.T) {
+	d, sessionFile := keptFixture(t)
+	k := d.kept
+	r := validRecord()
+	r.Identity, r.Controller = k.fingerprint, k.controller
+	if err := writeSessionRecord(sessionFile, &r); err != nil {
+		t.Fatal(err)
+	}
+	k = restoreFresh(t, d, sessionFile)
+	if !k.restored {
+		t.Fatal("not restored")
+	}
+	// What the SDK caches after a lookup and a dial on the restored session.
+	want := testService(t, "tenancy", "svc-1", "dial-session-token-secret")
+	svc, ses, err := want.decode("tenancy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	services, err := sdkMap[*rest_model.ServiceDetail](k.impl, "services")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sessions, err := sdkMap[*rest_model.SessionDetail](k.impl, "sessions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	services.Set("tenancy", svc)
+	sessions.Set(dialSessionKey("svc-1"), ses)
+	services.Set("bao", svc) // cached but not dialed this tick: not kept
+	k.dialedOK("tenancy")
+	k.keep()
+	got, err := readSessionRecord(sessionFile)
+	if err != nil || len(got.Services) != 1 || got.Token != r.Token {
+		t.Fatalf("record %+v, %v: want the same API session with the tenancy service", got, err)
+	}
+	st, _ := os.Stat(sessionFile)
+	k.keep()
+	if st2, _ := os.Stat(sessionFile); !st2.ModTime().Equal(st.ModTime()) {
+		t.Error("an unchanged record was written again")
+	}
+
+	services.Clear()
+	sessions.Clear()
+	next := restoreFresh(t, d, sessionFile)
+	if !next.restored || !next.looked["tenancy"] {
+		t.Fatalf("the next tick did not restore the tenancy service (looked %v)", next.looked)
+	}
+	if s, ok := services.Get("tenancy"); !ok || *s.ID != "svc-1" {
+		t.Fatal("the service is not in the restored context's cache")
+	}
+	if s, ok := sessions.Get(dialSessionKey("svc-1")); !ok || *s.Token != "dial-session-token-secret" {
+		t.Fatal("the dial session is not in the restored context's cache")
+	}
+	if err := next.lookup(t.Context(), "tenancy"); err != nil {
+		t.Fatalf("a kept service was looked up again: %v", err)
+	}
+	if err := next.lookup(t.Context(), "bao"); err == nil {
+		t.Fatal("a service not kept was not looked up (the unreachable controller should have failed it)")
+	}
+
+	// The controller refused the kept session; the tick authenticated anew.
+	fresh := edge_apis.ApiSession(&edge_apis.ApiSessionLegacy{Detail: &rest_model.CurrentAPISessionDetail{
+		APISessionDetail: rest_model.APISessionDetail{Token: ptr("new-token-secret"), BaseEntity: rest_model.BaseEntity{ID: ptr("s2")}},
+		ExpiresAt:        ptr(strfmt.DateTime(sessionNow.Add(time.Hour)))}})
+	next.impl.CtrlClt.ApiSession.Store(&fresh)
+	next.restored = false
+	next.keep()
+	got, err = readSessionRecord(sessionFile)
+	if err != nil || got.Token != "new-token-secret" || len(got.Services) != 0 {
+		t.Fatalf("record %+v, %v: want the new session without the old one's dial sessions", got, err)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
 func FuzzParseSessionRecord(f *testing.F) {
 	f.Add(encodeRecord(f, validRecord()))
+	f.Add(encodeRecord(f, func() sessionRecord {
+		r := validRecord()
+		r.Services = map[string]keptService{"tenancy": testService(f, "tenancy", "svc-1", "t")}
+		return r
+	}()))
 	f.Add([]byte(`{"schema":1}`))
 	f.Add([]byte(`{}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -275,6 +389,11 @@ func FuzzParseSessionRecord(f *testing.F) {
 		}
 		if _, err := r.apiSession(); err != nil && r.Type == sessionLegacy {
 			t.Fatalf("a legacy record that parsed cannot be restored: %v", err)
+		}
+		for name, ks := range r.Services {
+			if svc, ses, err := ks.decode(name); err != nil || *ses.ServiceID != *svc.ID || len(ses.EdgeRouters) == 0 {
+				t.Fatalf("accepted a service a dial cannot use: %s: %v", name, err)
+			}
 		}
 	})
 }

@@ -90,13 +90,18 @@ func (d *zitiDialer) DialService(ctx context.Context, service string) (net.Conn,
 	if err == nil {
 		var conn net.Conn
 		if conn, err = d.dial(ctx, service); err == nil {
+			k.dialedOK(service)
 			return conn, nil
 		}
 	}
 	if ctx.Err() != nil || !k.reauthenticate(err) {
 		return nil, err
 	}
-	return d.dial(ctx, service)
+	conn, err := d.dial(ctx, service)
+	if err == nil {
+		k.dialedOK(service)
+	}
+	return conn, err
 }
 
 // dial dials in a goroutine and stops waiting when ctx is done: sdk-golang v1.9.0's first dial
