@@ -7,7 +7,7 @@
 # have built everything. Prints each one's wall time, its builds and the machine's load.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-before=${MONKY_BENCH_BEFORE:-d5b52a7}
+before=${MONKY_BENCH_BEFORE:-ad3e423}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 git show "$before:Makefile" >"$work/Makefile.before"
