@@ -19,6 +19,7 @@ require (
 	github.com/openziti/identity v1.0.133
 	github.com/openziti/metrics v1.4.5
 	github.com/openziti/sdk-golang v1.9.0
+	github.com/orcaman/concurrent-map/v2 v2.0.1
 	github.com/prometheus/client_golang v1.22.0
 	github.com/prometheus/common v0.62.0
 	github.com/rogpeppe/go-internal v1.16.0
@@ -107,7 +108,6 @@ require (
 	github.com/openziti/foundation/v2 v2.0.95 // indirect
 	github.com/openziti/secretstream v0.1.51 // indirect
 	github.com/openziti/transport/v2 v2.0.216 // indirect
-	github.com/orcaman/concurrent-map/v2 v2.0.1 // indirect
 	github.com/parallaxsecond/parsec-client-go v0.0.0-20221025095442-f0a77d263cf9 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/power-devops/perfstat v0.0.0-20240221224432-82ca36839d55 // indirect
