@@ -154,10 +154,10 @@ func runHold(ctx context.Context, opts holdOptions, g *cliDeps, now time.Time) e
 	return withStateLock(ctx, cfg, g, func(st *state.State) (bool, error) {
 		red, rerr := tick.SecretsOnDisk(cfg, st)
 		if rerr != nil {
-			fmt.Fprintf(g.stderr, "monky-deployd: hold: the release's secrets could not be read to check the reason against them (%v); it was checked against the token only\n", rerr)
+			fmt.Fprintf(g.stderr, "monky-deployd: hold: the release's secrets could not be read to check the reason against them (%v); it was checked against the token and the registry credential only\n", rerr)
 		}
 		if red.Redact(opts.reason) != opts.reason {
-			return false, usageError("hold: --reason holds a secret the box keeps (a value of the release's .env, or the agent's token); write it without")
+			return false, usageError("hold: --reason holds a secret the box keeps (a value of the release's .env, the registry credential or the agent's token); write it without")
 		}
 		if old := st.Hold; old.Active(now) {
 			fmt.Fprintf(g.stdout, "replacing the hold %s\n", old.Note())

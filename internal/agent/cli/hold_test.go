@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"os"
@@ -15,7 +16,9 @@ import (
 	"time"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/bundle"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/registryauth"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/state"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/secret"
 )
 
 // holdBox is a config and a state_dir a tick has used.
@@ -152,10 +155,16 @@ func TestHoldRefusesAReasonHoldingASecret(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(stateDir, "bao.token"), []byte("s.the-agents-token\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// The registry credential is never in the .env: only in the agent's own Docker config.
+	if err := registryauth.WriteDockerConfig(filepath.Join(stateDir, "docker"), registryauth.Auth{Registry: "registry.example:5000", Username: "puller", Password: secret.New("r3g-pull-s3cret")}); err != nil {
+		t.Fatal(err)
+	}
 	if err := state.Save(filepath.Join(stateDir, "state.json"), &state.State{AppliedSha: sha, AppliedFiles: &state.ReleaseFiles{Sha: sha, Files: names}}); err != nil {
 		t.Fatal(err)
 	}
-	for _, reason := range []string{"pw is s3cr3t-db-p4ss", "host internal-host.example is down", "token s.the-agents-token"} {
+	encoded := base64.StdEncoding.EncodeToString([]byte("puller:r3g-pull-s3cret"))
+	for _, reason := range []string{"pw is s3cr3t-db-p4ss", "host internal-host.example is down", "token s.the-agents-token",
+		"registry login r3g-pull-s3cret fails", "auth " + encoded} {
 		code, _, stderr := runCLI(t, nil, "--config", cfg, "hold", "--reason", reason)
 		if code != 2 || !strings.Contains(stderr, "holds a secret the box keeps") || loadHold(t, stateDir) != nil {
 			t.Errorf("%q: exit %d %q", reason, code, stderr)

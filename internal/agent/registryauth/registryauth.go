@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -160,4 +161,60 @@ func WriteDockerConfig(dir string, a Auth) error {
 		return fmt.Errorf("registry-auth: %w", err)
 	}
 	return nil
+}
+
+// maxConfigBytes bounds what ReadDockerConfig reads: the agent writes one registry's entry.
+const maxConfigBytes = 64 << 10
+
+// ReadDockerConfig returns the secrets of the Docker config the agent wrote in dir: each
+// registry's encoded auth and the password inside it, so operator text can be checked against
+// them. A missing config is no secret and no error; an unreadable one is an error that never
+// quotes the file.
+func ReadDockerConfig(dir string) ([]secret.Value, error) {
+	f, err := os.Open(filepath.Join(dir, ConfigFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	} else if err != nil {
+		return nil, fmt.Errorf("registry-auth: %w", err)
+	}
+	defer f.Close()
+	raw, err := io.ReadAll(io.LimitReader(f, maxConfigBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("registry-auth: read %s: %w", ConfigFile, err)
+	}
+	if len(raw) > maxConfigBytes {
+		return nil, fmt.Errorf("registry-auth: %s is larger than %d bytes", ConfigFile, maxConfigBytes)
+	}
+	var doc dockerConfig
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		return nil, fmt.Errorf("registry-auth: %s is not a docker config (position %d)", ConfigFile, jsonOffset(err))
+	}
+	var out []secret.Value
+	for _, a := range doc.Auths {
+		if a.Auth == "" {
+			continue
+		}
+		out = append(out, secret.New(a.Auth))
+		dec, err := base64.StdEncoding.DecodeString(a.Auth)
+		if err != nil {
+			continue // not base64: the encoded text itself is the secret
+		}
+		if _, pass, ok := strings.Cut(string(dec), ":"); ok && pass != "" {
+			out = append(out, secret.New(pass))
+		}
+	}
+	return out, nil
+}
+
+// jsonOffset is where a decode error happened, never the text around it (it may be a secret).
+func jsonOffset(err error) int64 {
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return se.Offset
+	}
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		return te.Offset
+	}
+	return -1
 }

@@ -1,12 +1,14 @@
 package registryauth
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -239,4 +241,40 @@ func FuzzParse(f *testing.F) {
 		check(`{"password":"` + marker + `",` + value)
 		check(`{"password":"` + marker + `","username":` + value + `}`)
 	})
+}
+
+func TestReadDockerConfig(t *testing.T) {
+	dir := t.TempDir()
+	if got, err := ReadDockerConfig(dir); err != nil || got != nil {
+		t.Fatalf("no config: %v %v", got, err)
+	}
+	a := Auth{Registry: "registry.example:5000", Username: "puller", Password: secret.New("pa:ss-w0rd")}
+	if err := WriteDockerConfig(dir, a); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadDockerConfig(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plain []string
+	for _, v := range got {
+		plain = append(plain, v.Reveal())
+	}
+	want := []string{a.Encoded().Reveal(), "pa:ss-w0rd"}
+	if !slices.Equal(plain, want) {
+		t.Errorf("secrets %q, want %q", plain, want)
+	}
+	// A config that is not JSON is an error that never quotes it.
+	if err := os.WriteFile(filepath.Join(dir, ConfigFile), []byte(`{"auths": {"r": {"auth": "c2VjcmV0LXRleHQ=`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadDockerConfig(dir); err == nil || strings.Contains(err.Error(), "c2VjcmV0") {
+		t.Errorf("a broken config: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, ConfigFile), bytes.Repeat([]byte(" "), maxConfigBytes+1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadDockerConfig(dir); err == nil || !strings.Contains(err.Error(), "larger than") {
+		t.Errorf("an oversized config: %v", err)
+	}
 }

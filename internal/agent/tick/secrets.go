@@ -9,18 +9,27 @@ import (
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/bundle"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/config"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/registryauth"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/release"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/state"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/secret"
 )
 
-// SecretsOnDisk is a redactor of the secrets the box holds at rest: the OpenBao token and the
-// manifest's values in the applied release's .env, read back as a revert reads it. Operator text
+// SecretsOnDisk is a redactor of the secrets the box holds at rest: the OpenBao token, the
+// registry credential in the agent's Docker config and the manifest's values in the applied release's .env, read back as a revert reads it. Operator text
 // that leaves the box (a hold's reason) is checked against it; err says what could not be read.
 func SecretsOnDisk(cfg *config.Config, st *state.State) (*secret.Redactor, error) {
 	red := &secret.Redactor{}
 	if raw, err := os.ReadFile(cfg.TokenPath()); err == nil {
 		red.Add(strings.TrimSpace(string(raw)))
+	}
+	// The registry credential never reaches the .env: it lives in the agent's Docker config.
+	creds, err := registryauth.ReadDockerConfig(cfg.DockerConfigDir())
+	for _, c := range creds {
+		red.Add(c.Reveal())
+	}
+	if err != nil {
+		return red, err
 	}
 	sha := st.AppliedSha
 	if sha == "" {
@@ -28,7 +37,6 @@ func SecretsOnDisk(cfg *config.Config, st *state.State) (*secret.Redactor, error
 	}
 	dir := release.Dir(cfg.EnvDir(), sha)
 	var files map[string]string
-	var err error
 	if staged := st.StagedFiles(sha); staged != nil {
 		files, err = readStaged(dir, staged)
 	} else {
