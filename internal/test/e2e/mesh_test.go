@@ -369,8 +369,10 @@ func TestMeshIdentityReadThroughGroup(t *testing.T) {
 }
 
 // TestMeshSDKKeepsItsSession: the sdk transport authenticates to the real controller once and
-// keeps the session in state_dir (0600) for the next ticks, which authenticate no more; a kept
-// session that is stale costs one authentication, never the tick — expired, refused by the
+// keeps the session in state_dir (0600), with the services it dialed and their dial sessions, for
+// the next ticks, which authenticate no more; a kept dial session the controller does not know
+// is replaced in the same dial; a kept session that is stale costs one authentication, never the
+// tick — expired, refused by the
 // controller (a token it does not know: revoked), after the controller restarted, and of a
 // renewed identity certificate (its fingerprint no longer the file's). No token is ever printed.
 func TestMeshSDKKeepsItsSession(t *testing.T) {
@@ -437,8 +439,39 @@ func TestMeshSDKKeepsItsSession(t *testing.T) {
 	if read()["token"] != first["token"] {
 		t.Error("the kept session was replaced although it served")
 	}
+	// The services the session dialed ride with it, so that a converged tick neither looks
+	// them up nor creates a dial session.
+	services, _ := read()["services"].(map[string]any)
+	if len(services) == 0 {
+		t.Fatal("the kept session holds no dialed service")
+	}
+	dialTokens := func(rec map[string]any) (out []string) {
+		svcs, _ := rec["services"].(map[string]any)
+		for _, ks := range svcs {
+			ses, _ := ks.(map[string]any)["session"].(map[string]any)
+			tok, _ := ses["token"].(string)
+			out = append(out, tok)
+		}
+		return out
+	}
 
+	// A dial session the controller does not know (deleted, expired): the SDK creates another in
+	// the same dial; the tick succeeds.
 	rec := read()
+	for name, ks := range rec["services"].(map[string]any) {
+		ses := ks.(map[string]any)["session"].(map[string]any)
+		ses["id"] = "monky-unknown-" + name
+		ses["token"] = "00000000-0000-0000-0000-00000000dead"
+	}
+	write(rec)
+	tickCosts("dial session the controller does not know", 1)
+	for _, tok := range dialTokens(read()) {
+		if strings.HasSuffix(tok, "dead") {
+			t.Error("the unknown dial session was not replaced")
+		}
+	}
+
+	rec = read()
 	rec["expires_at"] = time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)
 	write(rec)
 	tickCosts("expired session", 1)
@@ -478,8 +511,14 @@ func TestMeshSDKKeepsItsSession(t *testing.T) {
 	tickCosts("after the restart", 0)
 
 	for _, r := range []map[string]any{first, read()} {
+		secrets := map[string]string{}
 		for _, k := range []string{"token", "refresh_token", "id_token"} {
-			v, _ := r[k].(string)
+			secrets[k], _ = r[k].(string)
+		}
+		for i, tok := range dialTokens(r) {
+			secrets[fmt.Sprintf("dial session token %d", i)] = tok
+		}
+		for k, v := range secrets {
 			if len(v) < 8 {
 				continue
 			}
