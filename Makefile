@@ -2,7 +2,11 @@
 SHELL        := /bin/bash
 VERSION      := $(shell cat VERSION)
 MODULE       := scm.tikali.ai/tikali/applications/monky/monky-deployd
-LDFLAGS      := -s -w -X $(MODULE)/internal/shared/version.Version=$(VERSION)
+# The commit and build date `version` and `--version` print (SOURCE_DATE_EPOCH: a reproducible date).
+COMMIT       ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+BUILD_DATE   ?= $(shell date -u -d "@$${SOURCE_DATE_EPOCH:-$$(date +%s)}" +%Y-%m-%dT%H:%M:%SZ)
+LDFLAGS      := -s -w -X $(MODULE)/internal/shared/version.Version=$(VERSION) \
+                -X $(MODULE)/internal/shared/version.Commit=$(COMMIT) -X $(MODULE)/internal/shared/version.Date=$(BUILD_DATE)
 GO           ?= go
 STATICCHECK  := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME     ?= 10s
@@ -22,7 +26,7 @@ build: ## build bin/monky-deployd and bin/fleetctl
 
 test: ## unit, CLI and fuzz-seed tests (no Docker needed)
 	set -e; for m in $(MODULES); do $(GO) -C $$m vet ./...; done
-	set -e; for m in $(MODULES); do $(GO) -C $$m test -count=1 ./...; done
+	set -e; for m in $(MODULES); do $(GO) -C $$m test -count=1 -timeout 30m ./...; done
 
 tidy-check: ## fail when `go mod tidy` would change go.mod or go.sum of either module
 	set -e; for m in $(MODULES); do echo "go mod tidy -diff in $$m"; $(GO) -C $$m mod tidy -diff; done

@@ -35,7 +35,16 @@
 #   --bao-role ROLE           role at that mount                         [see-env]
 # Environment: MONKY_DEPLOYD_TOKEN (the deploy token), MONKY_DEPLOYD_BASE_URL (replaces the
 # download base URL of the chosen source; the .deb is fetched from BASE/<version>/<file> for
-# gitlab and BASE/v<version>/<file> for gitea).
+# gitlab and BASE/v<version>/<file> for gitea), MONKY_DEPLOYD_OPENZITI_KEY_URL (where OpenZiti's
+# apt key is fetched; whatever it serves must carry the pinned fingerprint).
+#
+# The config: /etc/monky-deployd/config.yaml. This script owns only the keys it writes (env_id,
+# site, transport, identity, laptop_mode, tenancy.service/port, bao.addr/auth_mount/role); every
+# other key and comment an operator put there survives a re-run (monky-deployd config merge).
+# A re-run of the same kit changes nothing: no file is rewritten and no unit restarted.
+#
+# This installs the agent's package, monky-deployd. fleetctl and its exporter are in
+# monky-fleetctl, for the operator's host, not for a box.
 #
 # The token is never printed, traced or passed on a command line by this script.
 set +x
@@ -54,6 +63,18 @@ STATE=/var/lib/monky-deployd
 CONFIG=$ETC/config.yaml
 OPT_OUT=$ETC/timer.disabled-by-operator
 IDENTITY_DIR=/opt/openziti/etc/identities
+# Root's own record of which bootstrap grant was staged (the ansible role keeps the same one).
+PKG_STATE=/var/lib/monky-deployd-package
+GRANT_RECORD=$PKG_STATE/bootstrap-grant.sha256
+
+# OpenZiti's package signing key: "OpenZiti Developers <developers@openziti.org>", the key
+# get.openziti.io/tun/package-repos.gpg serves (OpenZiti's install docs fetch it from there; the
+# openziti/ziti-tunnel-sdk-c repository keeps it as package-repos.gpg, e.g. at commit 226064c).
+# Its primary key's fingerprint, as `gpg --show-keys` prints it, is pinned here: a key with
+# another fingerprint is never trusted, whatever the download served (a renewed expiry keeps
+# the fingerprint; a new key is a deliberate change of this line and of the ansible role's).
+OPENZITI_KEY_FPR=34CBCF18427D8814B5BDBB0DDE3623EF08C996E5
+OPENZITI_KEY_URL=${MONKY_DEPLOYD_OPENZITI_KEY_URL:-https://get.openziti.io/tun/package-repos.gpg}
 
 ACTIONS=()
 say() { printf 'install.sh: %s\n' "$*"; }
@@ -242,9 +263,11 @@ download() {
   esac
 }
 
+PKG_CHANGED=false
 if [ "$(installed_version)" = "$VERSION" ]; then
   say "$AGENT $VERSION is already installed; not downloading it again"
 else
+  PKG_CHANGED=true
   if [ "$SOURCE" = gitlab ] && [ -z "$TOKEN" ]; then
     die "the GitLab package registry is private: pass the deploy token (MONKY_DEPLOYD_TOKEN or --token-file)"
   fi
@@ -257,16 +280,25 @@ fi
 getent passwd "$AGENT" >/dev/null || die "the package did not create the $AGENT user"
 
 # --- 3. docker ------------------------------------------------------------------------------------
+# in_group GROUP: whether the agent's account is a member (usermod -a rewrites /etc/group even
+# when it is, so it runs only when needed).
+in_group() {
+  id -nG "$AGENT" 2>/dev/null | tr ' ' '\n' | grep -qx "$1"
+}
 if getent group docker >/dev/null; then
-  usermod -a -G docker "$AGENT"
-  did "$AGENT is in group docker"
+  if in_group docker; then
+    say "$AGENT is in group docker"
+  else
+    usermod -a -G docker "$AGENT"
+    did "$AGENT is in group docker"
+  fi
 else
   die "group docker does not exist: the agent runs the docker CLI as $AGENT through that group"
 fi
 if ! docker compose version >/dev/null 2>&1; then
   say "docker compose v2 plugin missing: installing it"
-  apt_install docker-compose-plugin docker-compose || die "could not install the docker compose plugin"
-  docker compose version >/dev/null 2>&1 || die "docker compose still not available after installing it"
+  apt_install docker-compose-plugin docker-compose || die "could not install docker compose v2: add Docker's apt repository (download.docker.com/linux/debian) for docker-compose-plugin, or use a Debian release whose own docker-compose is v2 (13 trixie and later; bookworm's is v1)"
+  docker compose version >/dev/null 2>&1 || die "docker compose v2 still not available after installing it: add Docker's apt repository (download.docker.com/linux/debian) for docker-compose-plugin, or use a Debian release whose own docker-compose is v2 (13 trixie and later; bookworm's is v1)"
   did "installed the docker compose plugin"
 fi
 if [ -n "$DOCKER_DATA_ROOT" ]; then
@@ -287,9 +319,26 @@ if [ -n "$DOCKER_DATA_ROOT" ]; then
 fi
 
 # --- 4. the ziti identity -------------------------------------------------------------------------
+# primary_fingerprints FILE: the fingerprint of every primary key in an OpenPGP key file, one a
+# line (gpg in a throw-away home: nothing is imported anywhere).
+primary_fingerprints() {
+  local home
+  home=$(mktemp -d "$WORK/gnupg.XXXXXX")
+  gpg --batch --quiet --homedir "$home" --show-keys --with-colons "$1" 2>/dev/null |
+    awk -F: '$1 == "pub" { want = 1; next } $1 == "fpr" && want { print $10; want = 0 }'
+}
 if ! command -v ziti-edge-tunnel >/dev/null; then
   say "ziti-edge-tunnel missing: installing it from the OpenZiti apt repository"
-  download https://get.openziti.io/tun/package-repos.gpg "$WORK/openziti.asc"
+  if ! command -v gpg >/dev/null; then
+    apt_install gpg || die "could not install gpg, which checks the OpenZiti key's fingerprint"
+  fi
+  download "$OPENZITI_KEY_URL" "$WORK/openziti.asc"
+  # apt trusts every key in a signed-by file: the file must hold the pinned key and no other.
+  got=$(primary_fingerprints "$WORK/openziti.asc" | tr '\n' ' ' | sed 's/ $//')
+  if [ "$got" != "$OPENZITI_KEY_FPR" ]; then
+    die "the OpenZiti apt key from $OPENZITI_KEY_URL has the fingerprint ${got:-(none: not an OpenPGP key)}, not the pinned $OPENZITI_KEY_FPR: it is not trusted and nothing was added to apt. Check the download (a proxy, a mirror); if OpenZiti really changed its key, update OPENZITI_KEY_FPR in install.sh"
+  fi
+  say "the OpenZiti apt key has the pinned fingerprint $OPENZITI_KEY_FPR"
   install -m 0644 "$WORK/openziti.asc" /usr/share/keyrings/openziti.asc
   # The packages are built for Ubuntu jammy; that suite is the one that installs on Debian too.
   printf 'deb [signed-by=/usr/share/keyrings/openziti.asc] https://packages.openziti.org/zitipax-openziti-deb-stable jammy main\n' \
@@ -353,38 +402,55 @@ chmod_unplanted() { # MODE PATH: PATH must not be a symlink by now
 if getent group ziti >/dev/null; then
   owner=root
   if getent passwd ziti >/dev/null; then owner=ziti; fi
-  if [ "$(stat -c %U:%G "$IDENTITY")" != "$owner:ziti" ]; then chown -h "$owner:ziti" "$IDENTITY"; fi
-  if [ "$(stat -c %a "$IDENTITY")" != 640 ]; then chmod_unplanted 0640 "$IDENTITY"; fi
-  if [ "$(stat -c %G "$ID_DIR_REAL")" != ziti ]; then chgrp -h ziti "$ID_DIR_REAL"; fi
-  case "$(stat -c %A "$ID_DIR_REAL")" in ????r?x*) ;; *) chmod_unplanted g+rx "$ID_DIR_REAL" ;; esac
-  usermod -a -G ziti "$AGENT"
-  did "$AGENT is in group ziti; $IDENTITY is $owner:ziti 0640"
+  granted=false
+  if [ "$(stat -c %U:%G "$IDENTITY")" != "$owner:ziti" ]; then chown -h "$owner:ziti" "$IDENTITY"; granted=true; fi
+  if [ "$(stat -c %a "$IDENTITY")" != 640 ]; then chmod_unplanted 0640 "$IDENTITY"; granted=true; fi
+  if [ "$(stat -c %G "$ID_DIR_REAL")" != ziti ]; then chgrp -h ziti "$ID_DIR_REAL"; granted=true; fi
+  case "$(stat -c %A "$ID_DIR_REAL")" in ????r?x*) ;; *) chmod_unplanted g+rx "$ID_DIR_REAL"; granted=true ;; esac
+  if ! in_group ziti; then usermod -a -G ziti "$AGENT"; granted=true; fi
+  if $granted; then
+    did "$AGENT is in group ziti; $IDENTITY is $owner:ziti 0640"
+  else
+    say "$AGENT is in group ziti; $IDENTITY is $owner:ziti 0640"
+  fi
 else
   warn "no ziti group: the agent's read on the identity rests on ACLs, which a tunneller rewrite drops"
 fi
 if ! command -v setfacl >/dev/null; then
   apt_install acl || warn "could not install acl (setfacl)"
 fi
+# has_acl [-d] PATH PERMS: whether PATH's (default, with -d) ACL already grants the agent PERMS
+# (r--, r-x, rwx, --x), so that a re-run sets nothing it has.
+has_acl() {
+  local d=""
+  if [ "$1" = -d ]; then d=-d; shift; fi
+  command -v getfacl >/dev/null || return 1
+  getfacl -cpP $d "$1" 2>/dev/null | grep -qx "user:$AGENT:$2"
+}
 if command -v setfacl >/dev/null; then
-  acl_ok=true
+  acl_ok=true acl_set=false
   # -P: a symlink argument is skipped, never followed.
-  setfacl -P -m "u:$AGENT:r" "$IDENTITY" || acl_ok=false
-  setfacl -P -m "u:$AGENT:rx" "$ID_DIR_REAL" || acl_ok=false
-  setfacl -P -d -m "u:$AGENT:r" "$ID_DIR_REAL" || acl_ok=false
+  if ! has_acl "$IDENTITY" r--; then setfacl -P -m "u:$AGENT:r" "$IDENTITY" || acl_ok=false; acl_set=true; fi
+  if ! has_acl "$ID_DIR_REAL" r-x; then setfacl -P -m "u:$AGENT:rx" "$ID_DIR_REAL" || acl_ok=false; acl_set=true; fi
+  if ! has_acl -d "$ID_DIR_REAL" r--; then setfacl -P -d -m "u:$AGENT:r" "$ID_DIR_REAL" || acl_ok=false; acl_set=true; fi
   for d in /opt/openziti/etc /opt/openziti; do
-    if [ -d "$d" ]; then setfacl -P -m "u:$AGENT:x" "$d" || acl_ok=false; fi
+    if [ -d "$d" ] && ! has_acl "$d" --x; then setfacl -P -m "u:$AGENT:x" "$d" || acl_ok=false; acl_set=true; fi
   done
-  if $acl_ok; then
+  if ! $acl_ok; then
+    warn "some ACLs could not be set (filesystem without ACL support?); the ziti group grant remains"
+  elif $acl_set; then
     did "granted $AGENT read on $IDENTITY by ACL (explicit, and default on $IDENTITY_DIR)"
   else
-    warn "some ACLs could not be set (filesystem without ACL support?); the ziti group grant remains"
+    say "$AGENT has read on $IDENTITY by ACL"
   fi
 fi
 # node_exporter's textfile directory (Debian's prometheus-node-exporter, root's 0755): the agent
 # writes monky_deployd.prom there after every tick, for the alert rules. Absent: no node_exporter.
 TEXTFILE_DIR=/var/lib/prometheus/node-exporter
 if [ -d "$TEXTFILE_DIR" ]; then
-  if command -v setfacl >/dev/null && setfacl -m "u:$AGENT:rwx" "$TEXTFILE_DIR"; then
+  if has_acl "$TEXTFILE_DIR" rwx; then
+    say "$AGENT has write on $TEXTFILE_DIR by ACL"
+  elif command -v setfacl >/dev/null && setfacl -m "u:$AGENT:rwx" "$TEXTFILE_DIR"; then
     did "granted $AGENT write on $TEXTFILE_DIR by ACL (its metrics textfile)"
   else
     warn "could not grant $AGENT write on $TEXTFILE_DIR: its metrics textfile will not be written (setfacl -m u:$AGENT:rwx $TEXTFILE_DIR)"
@@ -405,9 +471,14 @@ STAGE=$(mktemp -d /etc/.monky-deployd-install.XXXXXX)
 place() {
   mv -fT "$1" "$ETC/$2" || die "could not move $2 into $ETC"
 }
-cat >"$WORK/config.yaml" <<EOF
-# Written by install.sh for $ENV_ID; re-running the install kit rewrites it.
+# The kit's keys: only these are this script's; monky-deployd (the package just installed)
+# merges them into the box's config.yaml and keeps every other key and comment.
+cat >"$WORK/kit.yaml" <<EOF
+# Written by install.sh for $ENV_ID. Re-running the install kit sets only its own keys (env_id,
+# site, transport, identity, laptop_mode, tenancy.service and .port, bao.addr, .auth_mount and
+# .role) and keeps every other key and comment: tune the agent here.
 # Every key and its default: /usr/share/doc/monky-deployd/config.example.yaml
+
 env_id: $ENV_ID
 site: $SITE
 transport: $TRANSPORT
@@ -420,13 +491,19 @@ bao:
   addr: $BAO_ADDR
   auth_mount: $BAO_AUTH_MOUNT
   role: $BAO_ROLE
-disk:
-  factor: 1.5
-  headroom_bytes: 2147483648
 EOF
+if [ -L "$CONFIG" ]; then
+  die "$CONFIG is a symlink: the agent's account can plant one there to make root read another file. Remove it (rm $CONFIG) and re-run"
+fi
+monky-deployd --config "$CONFIG" config merge --kit "$WORK/kit.yaml" >"$WORK/config.yaml" 2>"$WORK/merge.log" || {
+  cat "$WORK/merge.log" >&2
+  die "could not merge the kit's keys into $CONFIG (see above): fix the file or move it away, then re-run"
+}
+CONFIG_CHANGED=false
 if [ -f "$CONFIG" ] && cmp -s "$WORK/config.yaml" "$CONFIG"; then
   say "$CONFIG unchanged"
 else
+  CONFIG_CHANGED=true
   if [ -f "$CONFIG" ]; then
     # -P: a symlink is copied as a symlink, never read through; -p keeps owner and mode.
     cp -P -p "$CONFIG" "$STAGE/config.yaml.prev"
@@ -435,17 +512,32 @@ else
   fi
   install -m 0640 -o root -g "$AGENT" "$WORK/config.yaml" "$STAGE/config.yaml"
   place "$STAGE/config.yaml" config.yaml
-  did "wrote $CONFIG (env $ENV_ID, site $SITE, transport $TRANSPORT)"
+  did "wrote $CONFIG (env $ENV_ID, site $SITE, transport $TRANSPORT): $(sed -n 's/^config merge: //p' "$WORK/merge.log")"
 fi
 if [ -n "$BAO_CA" ]; then
-  install -m 0644 -o root -g root "$BAO_CA" "$STAGE/openbao-ca.pem"
-  place "$STAGE/openbao-ca.pem" openbao-ca.pem
-  did "installed the OpenBao CA as $ETC/openbao-ca.pem"
+  if [ -f "$ETC/openbao-ca.pem" ] && [ ! -L "$ETC/openbao-ca.pem" ] && cmp -s "$BAO_CA" "$ETC/openbao-ca.pem"; then
+    say "the OpenBao CA is installed already"
+  else
+    install -m 0644 -o root -g root "$BAO_CA" "$STAGE/openbao-ca.pem"
+    place "$STAGE/openbao-ca.pem" openbao-ca.pem
+    did "installed the OpenBao CA as $ETC/openbao-ca.pem"
+  fi
 fi
 if [ -n "$BOOTSTRAP_FILE" ]; then
-  install -m 0600 -o "$AGENT" -g "$AGENT" "$BOOTSTRAP_FILE" "$STAGE/bootstrap.jwt"
-  place "$STAGE/bootstrap.jwt" bootstrap.jwt
-  did "staged the bootstrap grant at $ETC/bootstrap.jwt (0600; the agent deletes it after its first login)"
+  # The agent deletes the grant after its first login, and a kit keeps it: staging it on every
+  # re-run would hand a spent grant back to the agent. A grant is staged once — root's record of
+  # its hash says which one was — and a new one (a reissued kit) is staged again.
+  grant_sum=$(tr -d '[:space:]' <"$BOOTSTRAP_FILE" | sha256sum | cut -d' ' -f1)
+  if [ -f "$GRANT_RECORD" ] && [ "$(cat "$GRANT_RECORD")" = "$grant_sum" ]; then
+    say "this kit's bootstrap grant was staged before (the agent deletes it after its first login): not staged again"
+  else
+    install -m 0600 -o "$AGENT" -g "$AGENT" "$BOOTSTRAP_FILE" "$STAGE/bootstrap.jwt"
+    place "$STAGE/bootstrap.jwt" bootstrap.jwt
+    install -d -m 0755 -o root -g root "$PKG_STATE"
+    printf '%s\n' "$grant_sum" >"$WORK/grant.sha256"
+    install -m 0600 -o root -g root "$WORK/grant.sha256" "$GRANT_RECORD"
+    did "staged the bootstrap grant at $ETC/bootstrap.jwt (0600; the agent deletes it after its first login)"
+  fi
 fi
 
 # --- 6. start -------------------------------------------------------------------------------------
@@ -461,24 +553,42 @@ if [ -e "$OPT_OUT" ] || [ -L "$OPT_OUT" ]; then
     OPTED_OUT=true
   fi
 fi
+# on UNIT: enabled and active already (nothing to do).
+on() { systemctl is-enabled --quiet "$1" 2>/dev/null && systemctl is-active --quiet "$1" 2>/dev/null; }
 if $OPTED_OUT; then
   : # left as they are
 elif $SYSTEMD; then
-  systemctl daemon-reload
+  if $PKG_CHANGED; then systemctl daemon-reload; fi
   if [ "$TRANSPORT" = proxy ]; then
-    systemctl enable --now monky-deployd-proxy.service
-    systemctl try-restart monky-deployd-proxy.service
-    did "enabled and started monky-deployd-proxy.service"
+    if ! on monky-deployd-proxy.service; then
+      systemctl enable --now monky-deployd-proxy.service
+      did "enabled and started monky-deployd-proxy.service"
+    elif $CONFIG_CHANGED; then
+      # The proxy reads the config once, at its start. (A package upgrade restarted it already.)
+      systemctl try-restart monky-deployd-proxy.service
+      did "restarted monky-deployd-proxy.service (its config changed)"
+    else
+      say "monky-deployd-proxy.service is enabled and running"
+    fi
   elif systemctl is-enabled monky-deployd-proxy.service >/dev/null 2>&1; then
     systemctl disable --now monky-deployd-proxy.service
     did "disabled monky-deployd-proxy.service (transport $TRANSPORT does not use it)"
   fi
-  systemctl enable --now monky-deployd.timer
-  did "enabled and started monky-deployd.timer"
+  if on monky-deployd.timer; then
+    say "monky-deployd.timer is enabled and running"
+  else
+    systemctl enable --now monky-deployd.timer
+    did "enabled and started monky-deployd.timer"
+  fi
 else
   warn "systemd is not running: enable monky-deployd.timer yourself once it is"
 fi
 
+if [ ${#ACTIONS[@]} -eq 0 ]; then
+  say "done. Nothing changed: this box already was as the kit describes it (no file rewritten, no unit restarted)."
+  say "next: monky-deployd doctor; journalctl -u monky-deployd.service -f"
+  exit 0
+fi
 say "done. What this run did:"
 for a in "${ACTIONS[@]}"; do printf '  - %s\n' "$a"; done
 say "next: monky-deployd doctor; journalctl -u monky-deployd.service -f"

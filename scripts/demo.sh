@@ -44,12 +44,17 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 t0=$SECONDS
-echo "demo: building bin/monky-deployd, bin/fleetctl, the dev stack and the demo app"
-make --no-print-directory build >/dev/null
 mkdir -p "$work/bin" "$work/stack"
+# The dev stack first: its preflight runs monky-deployd doctor's docker and compose checks before
+# anything else is built, so a box without compose v2 stops in seconds with the fix.
+echo "demo: building the dev stack"
 # The release version, as `make build` links it: the kits fleetctl writes name that package.
 "$GO" build -ldflags "-X scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/version.Version=$(cat VERSION)" \
   -o "$work/bin/devstack" ./internal/dev/cmd/devstack
+echo "demo: preflight: monky-deployd doctor's docker and compose checks, as the agents will run docker"
+"$work/bin/devstack" preflight --dir "$work/stack"
+echo "demo: building bin/monky-deployd, bin/fleetctl and the demo app"
+make --no-print-directory build >/dev/null
 CGO_ENABLED=0 GOOS=linux "$GO" build -trimpath -ldflags "-s -w -X main.version=1" -o "$work/bin/demoapp" ./internal/dev/cmd/demoapp
 
 # OpenBao: the real dev server when a bao binary is at hand (MONKY_BAO_BIN, or the one
@@ -83,6 +88,6 @@ esac
 echo "demo: built in $((SECONDS - t0))s"
 echo
 
-"$work/bin/devstack" demo --dir "$work/stack" \
+"$work/bin/devstack" demo --dir "$work/stack" --no-preflight \
   --agent-bin bin/monky-deployd --fleetctl-bin bin/fleetctl \
   --app-bin "$work/bin/demoapp" ${bao:+--bao-bin "$bao"} ${ziti:+--ziti-bin "$ziti"}

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs, with apt, every tool the packaging tests use (go -C packaging test -tags integration ./...):
 # the real dpkg, busybox-static for the throw-away chroot, shellcheck, ansible and ansible-lint,
-# systemd-analyze, make, curl, and the binaries copied into the chroot. Idempotent, and quiet when everything is already there.
+# systemd-analyze, lintian (make deb-check), make, curl, and the binaries copied into the chroot
+# (gpg, getfacl, perl with deb-systemd-helper and deb-systemd-invoke). Idempotent, and quiet when everything is already there.
 set -euo pipefail
 
 # package -> a file it installs, to tell "installed" without asking apt.
@@ -12,6 +13,11 @@ declare -A PROBE=(
   [ansible]=/usr/bin/ansible-playbook
   [ansible-lint]=/usr/bin/ansible-lint
   [systemd]=/usr/bin/systemd-analyze
+  [lintian]=/usr/bin/lintian
+  [gpg]=/usr/bin/gpg
+  [acl]=/usr/bin/getfacl
+  [init-system-helpers]=/usr/bin/deb-systemd-helper
+  [perl-base]=/usr/bin/perl
   [make]=/usr/bin/make
   [curl]=/usr/bin/curl
   [bash]=/bin/bash

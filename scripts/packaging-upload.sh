@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Publishes what `make deb` left in dist/ (the .deb, install.sh, SHA256SUMS).
+# Publishes what `make deb` left in dist/ (both .debs, install.sh, SHA256SUMS).
 #   scripts/packaging-upload.sh --target gitlab [--dry-run]   # generic package registry + release
 #   scripts/packaging-upload.sh --target gitea  [--dry-run]   # the Gitea mirror's release
 # GitLab: CI_JOB_TOKEN in CI, or GITLAB_TOKEN (api scope) by hand; CI_API_V4_URL and

@@ -76,13 +76,68 @@ func TestBoxAnsibleRole(t *testing.T) {
 	if after := b.endState(env); after != first {
 		t.Errorf("install.sh after the role changed the box's state:\nafter the role:\n%s\nafter install.sh:\n%s", first, after)
 	}
+
+	// The operator tunes the config by hand: the role owns only its keys, so a run keeps the
+	// tuning, and — with no value of its own changed — writes nothing and restarts nothing.
+	b.tune()
+	tuned := b.sh("cat /etc/monky-deployd/config.yaml")
+	if !strings.Contains(tuned, "timeout_s: 90") || !strings.Contains(tuned, "healthy_timeout_s: 900") {
+		t.Fatalf("the test's tuning did not land:\n%s", tuned)
+	}
+	stamp := func() string {
+		return b.sh("stat -c '%i %Y' /etc/monky-deployd/config.yaml; systemctl show -p ActiveEnterTimestampMonotonic --value monky-deployd.timer")
+	}
+	before := stamp()
+	out = play()
+	if recap := playRecap(out); !strings.Contains(recap, "changed=0 ") {
+		t.Errorf("a run over the operator's tuning changed something: %s\n%s", recap, out)
+	}
+	if got := b.sh("cat /etc/monky-deployd/config.yaml"); got != tuned || stamp() != before {
+		t.Errorf("a run changed the tuned config (or restarted the timer):\n%s\nwant:\n%s", got, tuned)
+	}
+	// monky_deployd_extra_config: a key the play owns from now on; the tuning stays.
+	out = play(`{"monky_deployd_extra_config": {"log_level": "DEBUG"}}`)
+	if recap := playRecap(out); strings.Contains(recap, "changed=0 ") {
+		t.Errorf("monky_deployd_extra_config changed nothing: %s", recap)
+	}
+	cfg := b.sh("cat /etc/monky-deployd/config.yaml")
+	for _, want := range []string{"log_level: DEBUG", "timeout_s: 90", "# tenancy answers this box slowly", "healthy_timeout_s: 900", "# tuned here"} {
+		if !strings.Contains(cfg, want) {
+			t.Errorf("after the run with extra config the config lacks %q:\n%s", want, cfg)
+		}
+	}
+	// The agent loads what the role and the operator wrote together.
+	merged := time.Now()
+	waitCheckin(t, w, env, merged, firstFire, "a tick on the merged config", nil)
+	// install.sh with the same kit keeps the tuning and the play's extra key alike.
+	b.installFromKit(w, env, pkgs)
+	cfg = b.sh("cat /etc/monky-deployd/config.yaml")
+	for _, want := range []string{"log_level: DEBUG", "timeout_s: 90", "healthy_timeout_s: 900"} {
+		if !strings.Contains(cfg, want) {
+			t.Errorf("install.sh after the role lost %q:\n%s", want, cfg)
+		}
+	}
 }
 
 // rolePlayer returns a function that applies ansible/monky-deployd.yml to box b with env's kit
 // (its host_vars.yml, and its secrets as the vaulted variables it names, in a 0600 file: never
-// on a command line) and returns ansible's output; it fails the test when the play fails or
-// prints a secret.
-func rolePlayer(t *testing.T, playbook string, w *devstack.World, env string, pkgs *packageServer, b *box) func() string {
+// on a command line), with extra `-e` arguments, and returns ansible's output; it fails the test
+// when the play fails or prints a secret.
+func rolePlayer(t *testing.T, playbook string, w *devstack.World, env string, pkgs *packageServer, b *box) func(extra ...string) string {
+	t.Helper()
+	try := roleTrier(t, playbook, w, env, pkgs, b)
+	return func(extra ...string) string {
+		t.Helper()
+		out, err := try(extra...)
+		if err != nil {
+			t.Fatalf("ansible-playbook: %v\n%s", err, out)
+		}
+		return out
+	}
+}
+
+// roleTrier is rolePlayer whose function returns the play's error instead of failing the test.
+func roleTrier(t *testing.T, playbook string, w *devstack.World, env string, pkgs *packageServer, b *box) func(extra ...string) (string, error) {
 	t.Helper()
 	dir := t.TempDir()
 	kitDir := filepath.Join(w.Kits, env)
@@ -112,24 +167,24 @@ func rolePlayer(t *testing.T, playbook string, w *devstack.World, env string, pk
 		t.Fatal(err)
 	}
 	root := itest.ModuleRoot(t)
-	return func() string {
+	return func(extra ...string) (string, error) {
 		t.Helper()
 		// ansible_become=false: the docker connection is root already and the box has no sudo.
+		args := []string{"-i", "inventory", filepath.Join(root, "ansible", "monky-deployd.yml"),
+			"-e", "@" + filepath.Join(kitDir, "host_vars.yml"), "-e", "@secrets.json", "-e", "ansible_become=false"}
+		for _, e := range extra {
+			args = append(args, "-e", e)
+		}
 		out, err := run(dir, append(os.Environ(), "ANSIBLE_ROLES_PATH="+filepath.Join(root, "ansible", "roles"),
 			"ANSIBLE_NOCOLOR=1", "ANSIBLE_HOST_KEY_CHECKING=false", "ANSIBLE_PYTHON_INTERPRETER=/usr/bin/python3"),
-			playbook, "-i", "inventory", filepath.Join(root, "ansible", "monky-deployd.yml"),
-			"-e", "@"+filepath.Join(kitDir, "host_vars.yml"), "-e", "@secrets.json", "-e", "ansible_become=false")
+			playbook, args...)
 		for _, s := range []string{deployToken, read(kit.GrantFile)} {
 			if strings.Contains(out, s) {
 				t.Errorf("ansible printed a secret (the deploy token or the bootstrap grant)")
 			}
 		}
-		if err != nil {
-			t.Fatalf("ansible-playbook: %v\n%s", err, out)
-		}
-		return out
+		return out, err
 	}
-
 }
 
 // TestBoxAnsibleRoleWithoutTunnellerUnit: a box with the tunneller's binary but no unit (the
@@ -178,4 +233,12 @@ func (b *box) endState(env string) string {
 		"getfacl -cp " + identity + " /opt/openziti/etc/identities 2>/dev/null",
 		"grep -v '^#' /etc/monky-deployd/config.yaml",
 	}, " && "))
+}
+
+// tune edits config.yaml as an operator would: a key inside a section the kit writes
+// (tenancy.timeout_s) and one of its own, each under a comment.
+func (b *box) tune() {
+	b.t.Helper()
+	b.sh(`sed -i 's/^tenancy:$/tenancy:\n  # tenancy answers this box slowly\n  timeout_s: 90/' /etc/monky-deployd/config.yaml && ` +
+		`printf '# tuned here: the apps on this box are slow to turn healthy\nhealthy_timeout_s: 900\n' >>/etc/monky-deployd/config.yaml`)
 }

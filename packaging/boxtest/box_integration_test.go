@@ -86,6 +86,18 @@ func TestBoxLifecycle(t *testing.T) {
 		if strings.Count(ps, "(healthy)") != 2 {
 			t.Errorf("want web and worker healthy on the engine, got:\n%s", ps)
 		}
+		// That apply ran under the hardened unit as shipped: no capability, unix and internet
+		// sockets only, a system call filter, no new privileges, a private /dev.
+		for prop, want := range map[string]string{"CapabilityBoundingSet": "", "RestrictAddressFamilies": "AF_UNIX AF_INET AF_INET6",
+			"NoNewPrivileges": "yes", "PrivateDevices": "yes", "ProtectProc": "invisible", "MemoryDenyWriteExecute": "yes",
+			"SystemCallArchitectures": "native"} {
+			if got := b.unitProp("monky-deployd.service", prop); got != want {
+				t.Errorf("the tick's unit has %s=%q, want %q", prop, got, want)
+			}
+		}
+		if got := b.unitProp("monky-deployd.service", "SystemCallFilter"); got == "" {
+			t.Error("the tick's unit has no system call filter")
+		}
 	})
 
 	step("upgrade ours to ours: no check-in gap over two intervals", func(t *testing.T) {

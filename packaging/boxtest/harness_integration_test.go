@@ -84,10 +84,12 @@ func missing(t testing.TB, why string) {
 type artifacts struct {
 	dir       string
 	version   string // VERSION: the release under test
-	deb       string // make deb's package of it
+	deb       string // make deb's agent package of it
+	fleetDeb  string // make deb's monky-fleetctl
 	installSh string // make deb's dist/install.sh (version stamped)
 	next      string // a later version of the same code, for ours → ours upgrades
 	nextDeb   string
+	old020Deb string // release 0.2.0's single package, built from its own tree
 	old018Deb string // the Python package whose prerm disabled the timer (stand-in)
 	fleetctl  string
 	agent     string
@@ -196,6 +198,7 @@ func build(t *testing.T) artifacts {
 			return
 		}
 		built.deb = filepath.Join(dist, fmt.Sprintf("monky-deployd_%s_amd64.deb", built.version))
+		built.fleetDeb = filepath.Join(dist, fmt.Sprintf("monky-fleetctl_%s_amd64.deb", built.version))
 		built.installSh = filepath.Join(dist, "install.sh")
 		built.agent = filepath.Join(dist, "bin", "monky-deployd")
 		built.fleetctl = filepath.Join(dist, "bin", "fleetctl")
@@ -211,13 +214,18 @@ func build(t *testing.T) artifacts {
 			buildErr = fmt.Errorf("go build ./cmd/deployd %s: %v\n%s", built.next, err, out)
 			return
 		}
-		info, err := debpkg.Info(debpkg.Options{Version: built.next, DeploydBin: nextBin, FleetctlBin: built.fleetctl,
-			PackagingDir: filepath.Join(root, "packaging")})
+		goEnv := func(name string) string {
+			out, _ := run("", nil, "go", "env", name)
+			return strings.TrimSpace(out)
+		}
+		next, err := debpkg.Build(debpkg.Options{Version: built.next, DeploydBin: nextBin, FleetctlBin: built.fleetctl,
+			PackagingDir: filepath.Join(root, "packaging"), ModCache: goEnv("GOMODCACHE"), GoRoot: goEnv("GOROOT")}, filepath.Join(built.dir, "next"))
 		if err != nil {
 			buildErr = err
 			return
 		}
-		if built.nextDeb, buildErr = debpkg.Write(info, filepath.Join(built.dir, "next")); buildErr != nil {
+		built.nextDeb = next.Agent
+		if built.old020Deb, buildErr = pkgtest.ReleasePackage(root, pkgtest.Release020, "0.2.0"); buildErr != nil {
 			return
 		}
 		if built.old018Deb, buildErr = oldPackage(root, built.dir, "0.1.8"); buildErr != nil {
@@ -333,9 +341,10 @@ type packageServer struct {
 func newPackageServer(t *testing.T, a artifacts) *packageServer {
 	t.Helper()
 	p := &packageServer{files: map[string]string{
-		"/" + a.version + "/install.sh":               a.installSh,
-		"/" + a.version + "/" + filepath.Base(a.deb):  a.deb,
-		"/" + a.next + "/" + filepath.Base(a.nextDeb): a.nextDeb,
+		"/" + a.version + "/install.sh":                   a.installSh,
+		"/" + a.version + "/" + filepath.Base(a.deb):      a.deb,
+		"/" + a.version + "/" + filepath.Base(a.fleetDeb): a.fleetDeb,
+		"/" + a.next + "/" + filepath.Base(a.nextDeb):     a.nextDeb,
 	}}
 	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p.mu.Lock()
@@ -598,6 +607,17 @@ func (b *box) installFromKit(w *devstack.World, env string, pkgs *packageServer)
 // after the adaptations, as an operator changes an option of the kit's command.
 func (b *box) installFromKitEdited(w *devstack.World, env string, pkgs *packageServer, edit func(string) string) string {
 	b.t.Helper()
+	out, err := b.tryInstallFromKit(w, env, pkgs, edit, nil)
+	if err != nil {
+		b.t.Fatalf("the kit's install command failed: %v\n%s", err, out)
+	}
+	return out
+}
+
+// tryInstallFromKit runs the kit's install command (see installFromKitEdited) with extraEnv
+// ("NAME=value") passed through, and returns its output and error.
+func (b *box) tryInstallFromKit(w *devstack.World, env string, pkgs *packageServer, edit func(string) string, extraEnv []string) (string, error) {
+	b.t.Helper()
 	b.cp(filepath.Join(w.Kits, env), "/root/kit")
 	cmdFile, err := os.ReadFile(filepath.Join(w.Kits, env, kit.CommandFile))
 	if err != nil {
@@ -615,15 +635,12 @@ func (b *box) installFromKitEdited(w *devstack.World, env string, pkgs *packageS
 	if edit != nil {
 		line = edit(line)
 	}
-	out, err := b.execEnv([]string{kit.TokenVar + "=" + deployToken, "MONKY_DEPLOYD_BASE_URL=" + pkgs.base()},
-		"bash", "-c", "set -o pipefail; cd /root/kit && "+line)
-	if err != nil {
-		b.t.Fatalf("the kit's install command failed: %v\n%s", err, out)
-	}
+	vars := append([]string{kit.TokenVar + "=" + deployToken, "MONKY_DEPLOYD_BASE_URL=" + pkgs.base()}, extraEnv...)
+	out, err := b.execEnv(vars, "bash", "-c", "set -o pipefail; cd /root/kit && "+line)
 	if strings.Contains(out, deployToken) {
 		b.t.Errorf("install.sh printed the deploy token:\n%s", out)
 	}
-	return out
+	return out, err
 }
 
 // checkins are env's check-ins tenancy answered 200, in order.

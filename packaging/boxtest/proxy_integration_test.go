@@ -92,6 +92,18 @@ func TestBoxProxyService(t *testing.T) {
 		t.Errorf("systemd restarted the proxy across the controller's restart: NRestarts %s, then %s", restarts, got)
 	}
 
+	// The kit run again, unchanged: nothing rewritten, the proxy not restarted.
+	pid, restarts = b.unitProp("monky-deployd-proxy.service", "MainPID"), b.unitProp("monky-deployd-proxy.service", "NRestarts")
+	out = b.installFromKitEdited(w, env, pkgs, func(line string) string {
+		return strings.Replace(line, " --transport system", " --transport proxy", 1)
+	})
+	if !strings.Contains(out, "Nothing changed") {
+		t.Errorf("an unchanged re-run of the kit did not say that nothing changed:\n%s", out)
+	}
+	if got := b.unitProp("monky-deployd-proxy.service", "MainPID"); got != pid || b.unitProp("monky-deployd-proxy.service", "NRestarts") != restarts {
+		t.Errorf("an unchanged re-run of the kit restarted the proxy (MainPID %s, then %s)", pid, got)
+	}
+
 	b.sh("systemctl stop monky-deployd-proxy.service")
 	if got := b.unitProp("monky-deployd-proxy.service", "ActiveState"); got != "inactive" {
 		t.Errorf("after systemctl stop the proxy is %q, want inactive", got)

@@ -129,6 +129,10 @@ func TestGitLabCIShape(t *testing.T) {
 			t.Errorf("package does not keep %s: %q", want, pkg.Artifacts.Paths)
 		}
 	}
+	// lintian and the units' exposure scores gate every package built.
+	if !strings.Contains(strings.Join(pkg.Script, "\n"), "make deb-check") {
+		t.Errorf("package does not run make deb-check: %q", pkg.Script)
+	}
 	if !strings.Contains(strings.Join(jobs["test:packaging"].Script, "\n"), "-tags integration") {
 		t.Error("test:packaging does not run the integration-tagged tests")
 	}

@@ -73,13 +73,15 @@ func mustRun(t *testing.T, dir string, env []string, name string, args ...string
 type artifacts struct {
 	dist      string // make deb's output directory
 	deb       string // dist/monky-deployd_<VERSION>_amd64.deb
+	fleetDeb  string // dist/monky-fleetctl_<VERSION>_amd64.deb
 	installSh string // dist/install.sh (version stamped)
 	version   string
-	prevDeb   string          // this package at <VERSION>-rc1 (Debian ~rc1): an earlier build of it
-	old018Deb string          // stand-in of the Python package whose prerm disabled the timer
-	old019Deb string          // stand-in of the Python package with the fixed prerm
-	passwdDeb string          // provides "passwd": the useradd/groupadd/usermod stand-ins
-	standIn   map[string]bool // binary name -> packaged as a stand-in because its cmd/ does not build yet
+	prevDeb   string // the agent package at <VERSION>-rc1 (Debian ~rc1): an earlier build of it
+	prevFleet string // monky-fleetctl at <VERSION>-rc1
+	old020Deb string // release 0.2.0's single package, built from its own tree (pkgtest.Release020)
+	old018Deb string // stand-in of the Python package whose prerm disabled the timer
+	old019Deb string // stand-in of the Python package with the fixed prerm
+	passwdDeb string // provides "passwd": the useradd/groupadd/usermod stand-ins
 	err       error
 	log       string
 }
@@ -99,9 +101,8 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// build runs `make -f packaging/packaging.mk deb` into a temporary dist. When cmd/deployd or
-// cmd/fleetctl does not build yet (they are written in parallel with this package), it packages
-// tiny stand-in binaries instead and says so in the test log.
+// build runs `make -f packaging/packaging.mk deb` into a temporary dist, and builds an earlier
+// version of the same packages and the Python-era stand-ins.
 func build(t *testing.T) artifacts {
 	t.Helper()
 	need(t, "make")
@@ -122,54 +123,24 @@ func build(t *testing.T) artifacts {
 		}
 		built.version = strings.TrimSpace(string(v))
 		built.dist = filepath.Join(dir, "dist")
-		makeArgs := []string{"-f", "packaging/packaging.mk", "deb", "PKG_DIST=" + built.dist}
-		for _, c := range []struct{ pkg, out string }{{"./cmd/deployd", "monky-deployd"}, {"./cmd/fleetctl", "fleetctl"}} {
-			out, err := run(t, root, nil, "go", "build", "-o", filepath.Join(dir, "probe-"+c.out), c.pkg)
-			if err == nil {
-				continue
-			}
-			if built.standIn == nil {
-				built.standIn = map[string]bool{}
-			}
-			built.standIn[c.out] = true
-			fmt.Fprintf(&log, "NOTE: %s does not build yet; packaging a stand-in binary for it:\n%s\n", c.pkg, firstLines(out, 6))
-			bin := filepath.Join(dir, "standin-"+c.out)
-			script := fmt.Sprintf("#!/bin/sh\necho \"%s stand-in %s $*\"\n", c.out, built.version)
-			if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
-				built.err = err
-				return
-			}
-			if c.out == "monky-deployd" {
-				makeArgs = append(makeArgs, "PKG_DEPLOYD_BIN="+bin)
-			} else {
-				makeArgs = append(makeArgs, "PKG_FLEETCTL_BIN="+bin)
-			}
-		}
-		out, err := run(t, root, nil, "make", makeArgs...)
+		out, err := run(t, root, nil, "make", "-f", "packaging/packaging.mk", "deb", "PKG_DIST="+built.dist)
 		log.WriteString(out)
 		if err != nil {
 			built.err = fmt.Errorf("make deb: %v", err)
 			return
 		}
 		built.deb = filepath.Join(built.dist, fmt.Sprintf("monky-deployd_%s_amd64.deb", built.version))
+		built.fleetDeb = filepath.Join(built.dist, fmt.Sprintf("monky-fleetctl_%s_amd64.deb", built.version))
 		built.installSh = filepath.Join(built.dist, "install.sh")
-
-		deployd, fleetctl := filepath.Join(built.dist, "bin", "monky-deployd"), filepath.Join(built.dist, "bin", "fleetctl")
-		for _, a := range makeArgs {
-			if v, ok := strings.CutPrefix(a, "PKG_DEPLOYD_BIN="); ok {
-				deployd = v
-			}
-			if v, ok := strings.CutPrefix(a, "PKG_FLEETCTL_BIN="); ok {
-				fleetctl = v
-			}
-		}
-		info, err := debpkg.Info(debpkg.Options{Version: built.version + "-rc1", DeploydBin: deployd, FleetctlBin: fleetctl,
-			PackagingDir: filepath.Join(root, "packaging")})
+		prev, err := debpkg.Build(debpkg.Options{Version: built.version + "-rc1",
+			DeploydBin: filepath.Join(built.dist, "bin", "monky-deployd"), FleetctlBin: filepath.Join(built.dist, "bin", "fleetctl"),
+			PackagingDir: filepath.Join(root, "packaging"), ModCache: goEnv(t, "GOMODCACHE"), GoRoot: goEnv(t, "GOROOT")}, filepath.Join(dir, "prev"))
 		if err != nil {
 			built.err = err
 			return
 		}
-		if built.prevDeb, err = debpkg.Write(info, filepath.Join(dir, "prev")); err != nil {
+		built.prevDeb, built.prevFleet = prev.Agent, prev.Fleet
+		if built.old020Deb, err = pkgtest.ReleasePackage(root, pkgtest.Release020, "0.2.0"); err != nil {
 			built.err = err
 			return
 		}
@@ -192,6 +163,16 @@ func build(t *testing.T) artifacts {
 		t.Fatalf("building the packages: %v", built.err)
 	}
 	return built
+}
+
+// goEnv is one `go env` value of the build.
+func goEnv(t *testing.T, name string) string {
+	t.Helper()
+	out, err := run(t, "", nil, "go", "env", name)
+	if err != nil {
+		t.Fatalf("go env %s: %v\n%s", name, err, out)
+	}
+	return strings.TrimSpace(out)
 }
 
 func firstLines(s string, n int) string {
@@ -219,8 +200,9 @@ func passwdPackage(root, dir string) (string, error) {
 		Description: "useradd, groupadd and usermod stand-ins for the packaging tests"}.Build(filepath.Join(dir, "passwd"))
 }
 
-// box is a throw-away root: busybox-static for the shell and the small tools, the real dpkg
-// (and, for install.sh, bash, curl, tar and install) copied in with their libraries, stand-ins
+// box is a throw-away root: busybox-static for the shell and the small tools, the real dpkg and
+// the real deb-systemd-helper and deb-systemd-invoke (with perl) the maintainer scripts call,
+// (for install.sh, bash, curl, tar, install and gpg) copied in with their libraries, stand-ins
 // for systemctl, getent, logger and friends, and an empty dpkg database.
 type box struct {
 	t   *testing.T
@@ -273,6 +255,13 @@ func newBox(t *testing.T, o boxOptions) *box {
 	for _, tool := range []string{"dpkg", "dpkg-deb", "dpkg-query"} {
 		b.copyHostBinary(tool, "/usr/bin/"+tool)
 	}
+	// Debian's own helpers, as the maintainer scripts meet them on a box (init-system-helpers
+	// is Essential); they drive the systemctl stand-in below as they drive systemctl.
+	b.copyHostBinary("perl", "/usr/bin/perl")
+	b.copyTree("/usr/lib/x86_64-linux-gnu/perl-base")
+	for _, h := range []string{"deb-systemd-helper", "deb-systemd-invoke"} {
+		copyFile(t, need(t, h), b.path("/usr/bin/"+h), 0o755)
+	}
 	if o.forShell {
 		b.copyHostBinary("bash", "/bin/bash")
 		b.copyHostBinary("tar", "/bin/tar")
@@ -281,6 +270,9 @@ func newBox(t *testing.T, o boxOptions) *box {
 		b.copyHostBinary("ldconfig", "/sbin/ldconfig")
 		b.copyHostBinary("cmp", "/usr/bin/cmp")
 		b.copyHostBinary("dpkg-split", "/usr/bin/dpkg-split")
+		b.copyHostBinary("gpg", "/usr/bin/gpg")
+		b.copyHostBinary("sha256sum", "/usr/bin/sha256sum")
+		b.copyHostBinary("getfacl", "/usr/bin/getfacl")
 	}
 	standins := filepath.Join(repoRoot(t), "packaging", "debtest", "testdata", "standins")
 	place := map[string]string{"systemctl": "/usr/bin/systemctl", "getent": "/usr/bin/getent", "logger": "/usr/bin/logger"}
@@ -385,6 +377,27 @@ func (b *box) copyHostBinary(tool, dst string) {
 	}
 }
 
+// copyTree copies a host directory into the box at the same path (regular files and
+// directories; the perl library, for deb-systemd-helper).
+func (b *box) copyTree(dir string) {
+	b.t.Helper()
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		switch {
+		case d.IsDir():
+			return os.MkdirAll(b.path(p), 0o755)
+		case d.Type().IsRegular():
+			copyFile(b.t, p, b.path(p), 0o644)
+		}
+		return nil
+	})
+	if err != nil {
+		b.t.Fatalf("copying %s into the box: %v", dir, err)
+	}
+}
+
 func copyFile(t *testing.T, src, dst string, mode os.FileMode) {
 	t.Helper()
 	in, err := os.Open(src)
@@ -424,6 +437,14 @@ func (b *box) dpkg(args ...string) string {
 func (b *box) tryDpkg(args ...string) (string, error) {
 	b.t.Helper()
 	return run(b.t, "", b.env(), "dpkg", append([]string{"--root=" + b.dir, "--force-unsafe-io"}, args...)...)
+}
+
+// maintscript runs one of the agent package's installed maintainer scripts with args, as dpkg
+// runs it (DPKG_MAINTSCRIPT_PACKAGE and _NAME set: deb-systemd-helper refuses to run without).
+func (b *box) maintscript(name, args string) (string, error) {
+	b.t.Helper()
+	return run(b.t, "", b.env("DPKG_MAINTSCRIPT_PACKAGE=monky-deployd", "DPKG_MAINTSCRIPT_NAME="+name),
+		"chroot", b.dir, "/bin/sh", "-c", "/var/lib/dpkg/info/monky-deployd."+name+" "+args)
 }
 
 // sh runs a command line inside the box with busybox sh.

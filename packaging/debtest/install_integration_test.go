@@ -342,7 +342,8 @@ func TestInstallScript(t *testing.T) {
 		defer b.remove("/etc/standin-no-compose")
 		b.clearCalls()
 		out, err := b.installSh(env, "--env", envID, "--site", "cbs", "--version", a.version)
-		if err == nil || !strings.Contains(out, "could not install the docker compose plugin") {
+		// The fix names where a Debian box gets compose v2 (issue 20), as doctor's does.
+		if err == nil || !strings.Contains(out, "could not install docker compose v2: add Docker's apt repository (download.docker.com/linux/debian) for docker-compose-plugin, or use a Debian release whose own docker-compose is v2") {
 			t.Errorf("err %v\n%s", err, out)
 		}
 		if calls := b.calls("apt-get"); !containsPrefix(calls, "install -y -qq docker-compose-plugin") {

@@ -4,6 +4,7 @@ package debtest
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -66,14 +67,16 @@ func TestFreshInstall(t *testing.T) {
 			assertMode(t, b, "/etc/monky-deployd", 0o770, 0, gid)
 			assertMode(t, b, "/var/lib/monky-deployd", 0o700, uid, gid)
 			assertMode(t, b, "/usr/bin/monky-deployd", 0o755, 0, 0)
-			assertMode(t, b, "/usr/bin/fleetctl", 0o755, 0, 0)
+			if b.exists("/usr/bin/fleetctl") {
+				t.Error("the agent's package installed fleetctl: it is monky-fleetctl's")
+			}
 			for _, u := range []string{"monky-deployd.service", timer, proxy} {
 				assertMode(t, b, "/usr/lib/systemd/system/"+u, 0o644, 0, 0)
 			}
 			if b.enabled(timer) || b.active(timer) {
 				t.Error("a fresh install enabled or started the timer; install.sh does that once the config exists")
 			}
-			if calls := b.calls("systemctl"); len(calls) != 1 || calls[0] != "daemon-reload" {
+			if calls := b.calls("systemctl"); len(calls) != 1 || calls[0] != "--system daemon-reload" {
 				t.Errorf("systemctl calls on a fresh install: %q, want only daemon-reload", calls)
 			}
 			if b.exists("/var/lib/dpkg/info/monky-deployd.conffiles") {
@@ -228,9 +231,14 @@ func TestHealOnlyAfterARecordedUpgrade(t *testing.T) {
 			b.configure("sdk")
 			b.mustSh("systemctl disable --now " + timer)
 			if tc.preinst != "" {
-				b.mustSh("/var/lib/dpkg/info/monky-deployd.preinst " + tc.preinst)
+				if out, err := b.maintscript("preinst", tc.preinst); err != nil {
+					t.Fatalf("preinst %s: %v\n%s", tc.preinst, err, out)
+				}
 			}
-			out := b.mustSh("/var/lib/dpkg/info/monky-deployd.postinst configure 0.1.8")
+			out, err := b.maintscript("postinst", "configure 0.1.8")
+			if err != nil {
+				t.Fatalf("postinst configure 0.1.8: %v\n%s", err, out)
+			}
 			if got := b.enabled(timer); got != tc.wantTimer {
 				t.Errorf("timer enabled = %v, want %v; calls %q\n%s", got, tc.wantTimer, b.calls("systemctl"), out)
 			}
@@ -290,14 +298,16 @@ func TestRemoveAndPurge(t *testing.T) {
 	b.write("/var/lib/monky-deployd/state.json", "{}", 0o600)
 
 	b.dpkg("-r", "monky-deployd")
+	// deb-systemd-invoke stops the units through systemctl; deb-systemd-helper removes their links.
 	calls := b.calls("systemctl")
-	for _, want := range []string{"disable --now " + timer, "disable --now " + proxy} {
-		if !contains(calls, want) {
-			t.Errorf("remove: no `systemctl %s` in %q", want, calls)
-		}
+	if !contains(calls, "stop "+timer+" "+proxy) {
+		t.Errorf("remove: no `systemctl stop %s %s` in %q", timer, proxy, calls)
 	}
 	if b.enabled(timer) || b.active(timer) || b.enabled(proxy) || b.active(proxy) {
 		t.Error("remove left a unit enabled or running")
+	}
+	if links, _ := filepath.Glob(b.path("etc/systemd/system/*.wants/monky-deployd*")); len(links) != 0 {
+		t.Errorf("remove left enablement links: %q", links)
 	}
 	if b.exists("/usr/bin/monky-deployd") {
 		t.Error("remove left the binary")
@@ -307,7 +317,9 @@ func TestRemoveAndPurge(t *testing.T) {
 	}
 
 	b.dpkg("-P", "monky-deployd")
-	for _, p := range []string{"/etc/monky-deployd", "/var/lib/monky-deployd", "/var/lib/monky-deployd-package"} {
+	for _, p := range []string{"/etc/monky-deployd", "/var/lib/monky-deployd", "/var/lib/monky-deployd-package",
+		"/var/lib/systemd/deb-systemd-helper-enabled/monky-deployd.timer.dsh-also",
+		"/var/lib/systemd/deb-systemd-helper-enabled/monky-deployd-proxy.service.dsh-also"} {
 		if b.exists(p) {
 			t.Errorf("purge left %s", p)
 		}
@@ -365,7 +377,7 @@ func TestMaintainerScriptArguments(t *testing.T) {
 				b.configure("proxy")
 			}
 			b.clearCalls()
-			_, err := b.sh("/var/lib/dpkg/info/monky-deployd." + tc.script + " " + tc.args)
+			_, err := b.maintscript(tc.script, tc.args)
 			code := 0
 			if err != nil {
 				code = exitCode(err)
@@ -478,10 +490,10 @@ func TestHurtBoxHealsOnUpgradeFrom019(t *testing.T) {
 		// A runtime enablement (gone at the next reboot), made for the unit file the upgrade installs.
 		{"enabled for this boot only", "sdk", "systemctl disable --now " + timer + " && mkdir -p /run/systemd/system/timers.target.wants && ln -s /usr/lib/systemd/system/" +
 			timer + " /run/systemd/system/timers.target.wants/" + timer, true,
-			"re-enabled and started " + timer + " (is-enabled said 'enabled-runtime')", false},
+			"re-enabled and started " + timer + " (it was disabled)", false},
 		{"linked, not enabled", "sdk", "systemctl disable --now " + timer + " && mkdir -p /opt/units && cp /lib/systemd/system/" + timer +
 			" /opt/units/ && ln -s /opt/units/" + timer + " /etc/systemd/system/" + timer, true,
-			"re-enabled and started " + timer + " (is-enabled said 'linked')", false},
+			"re-enabled and started " + timer + " (it was disabled)", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := newBox(t, boxOptions{groups: []string{"docker"}})

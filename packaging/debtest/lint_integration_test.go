@@ -3,11 +3,15 @@
 package debtest
 
 import (
+	"context"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/packaging/unitscore"
 )
 
 // shellScripts lists every shell script this package ships or tests with.
@@ -17,7 +21,7 @@ func shellScripts(t *testing.T) []string {
 	var out []string
 	for _, pattern := range []string{
 		"packaging/install.sh",
-		"packaging/scripts/*.sh",
+		"packaging/scripts/*/*.sh",
 		"scripts/packaging-*.sh",
 		"scripts/build-bao.sh", "scripts/build-ziti.sh", // with scripts/lib/gotool.sh, which they source
 		"packaging/debtest/testdata/standins/*",
@@ -78,6 +82,7 @@ func unitRoot(t *testing.T) string {
 	a := build(t)
 	root := t.TempDir()
 	mustRun(t, "", nil, need(t, "dpkg-deb"), "-x", a.deb, root)
+	mustRun(t, "", nil, "dpkg-deb", "-x", a.fleetDeb, root)
 	hostUnits := ""
 	for _, d := range []string{"/usr/lib/systemd/system", "/lib/systemd/system"} {
 		if st, err := os.Stat(filepath.Join(d, "sysinit.target")); err == nil && st.Mode().IsRegular() {
@@ -161,7 +166,8 @@ func TestUnitContents(t *testing.T) {
 		}
 		return kv
 	}
-	svc, tmr, prx := read("monky-deployd.service"), read("monky-deployd.timer"), read("monky-deployd-proxy.service")
+	svc, tmr, prx, exp := read("monky-deployd.service"), read("monky-deployd.timer"), read("monky-deployd-proxy.service"),
+		read("fleetctl-exporter.service")
 	for _, c := range []struct {
 		unit map[string][]string
 		name string
@@ -184,6 +190,21 @@ func TestUnitContents(t *testing.T) {
 		{prx, "proxy", "ExecStart", "/usr/bin/monky-deployd proxy"},
 		{prx, "proxy", "User", "monky-deployd"},
 		{prx, "proxy", "Restart", "always"},
+		// No privilege at all, for all three: an empty bounding set.
+		{svc, "service", "CapabilityBoundingSet", ""},
+		{prx, "proxy", "CapabilityBoundingSet", ""},
+		{exp, "exporter", "CapabilityBoundingSet", ""},
+		// The docker socket is a unix socket; the proxy and the exporter need none.
+		{svc, "service", "RestrictAddressFamilies", "AF_UNIX AF_INET AF_INET6"},
+		{prx, "proxy", "RestrictAddressFamilies", "AF_INET AF_INET6"},
+		{exp, "exporter", "RestrictAddressFamilies", "AF_INET AF_INET6"},
+		// The docker and ziti groups must stay mapped for the agent and the proxy.
+		{svc, "service", "PrivateUsers", ""},
+		{prx, "proxy", "PrivateUsers", ""},
+		{exp, "exporter", "DynamicUser", "yes"},
+		// Where the ziti identity's renewal writes (issue 21's certificate renewal).
+		{prx, "proxy", "ReadWritePaths", "-/opt/openziti/etc/identities"},
+		{svc, "service", "ReadWritePaths", "-/etc/monky-deployd,-/var/lib/prometheus/node-exporter,-/opt/openziti/etc/identities"},
 	} {
 		if got := strings.Join(c.unit[c.key], ","); got != c.want {
 			t.Errorf("%s %s=%q, want %q", c.name, c.key, got, c.want)
@@ -196,5 +217,69 @@ func TestUnitContents(t *testing.T) {
 	}
 	if _, ok := svc["WantedBy"]; ok {
 		t.Error("the service can be enabled on its own; only the timer should be")
+	}
+}
+
+// TestUnitExposure: every unit stays under its systemd-analyze security limit (the agent's tick
+// 3.5, the proxy and the exporter 2.5); and the check can fail: the agent's unit without its
+// hardening block scores over its limit.
+func TestUnitExposure(t *testing.T) {
+	sa := need(t, "systemd-analyze")
+	root := unitRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	results, err := unitscore.Check(ctx, sa, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(results) != len(unitscore.Limits) {
+		t.Fatalf("%d units scored, want %d", len(results), len(unitscore.Limits))
+	}
+	for _, r := range results {
+		t.Log(r)
+		if r.Over() {
+			t.Errorf("%s", r)
+		}
+	}
+
+	unitDir := filepath.Join(root, "usr/lib/systemd/system")
+	data, err := os.ReadFile(filepath.Join(unitDir, "monky-deployd.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hardening := strings.Index(string(data), "CapabilityBoundingSet=")
+	if hardening < 0 {
+		t.Fatal("the agent's unit has no CapabilityBoundingSet=")
+	}
+	if err := os.WriteFile(filepath.Join(unitDir, "monky-deployd.service"), data[:hardening], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	results, err = unitscore.Check(ctx, sa, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range results {
+		if r.Unit == "monky-deployd.service" && !r.Over() {
+			t.Errorf("the agent's unit without its hardening block is within its limit: %s", r)
+		}
+	}
+}
+
+// TestLintian: lintian, failing on any error or warning, passes both packages (what
+// `make deb-check` and CI run); and it does fail: the Python-era stand-in package (no
+// copyright, no changelog, systemctl in its scripts) is refused.
+func TestLintian(t *testing.T) {
+	lintian := need(t, "lintian")
+	a := build(t)
+	lint := func(debs ...string) (string, error) {
+		return run(t, "", append(os.Environ(), "LC_ALL=C.UTF-8"), lintian,
+			append([]string{"--fail-on", "error,warning", "--tag-display-limit", "0", "--allow-root"}, debs...)...)
+	}
+	if out, err := lint(a.deb, a.fleetDeb); err != nil {
+		t.Errorf("lintian: %v\n%s", err, out)
+	}
+	out, err := lint(a.old018Deb)
+	if err == nil || !strings.Contains(out, "no-copyright-file") {
+		t.Errorf("lintian passed a package without a copyright file: %v\n%s", err, out)
 	}
 }

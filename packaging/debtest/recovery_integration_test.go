@@ -95,12 +95,12 @@ func TestUnpackFailureFrom018ReEnablesTheTimer(t *testing.T) {
 			b.dpkg("-i", a.old018Deb)
 			b.configure(tc.transport)
 			b.mustSh(tc.prepare)
-			other := otherPackage(t, "other-fleetctl", func(dir string, info *nfpm.Info) {
-				src := filepath.Join(dir, "fleetctl")
+			other := otherPackage(t, "other-deployd", func(dir string, info *nfpm.Info) {
+				src := filepath.Join(dir, "monky-deployd")
 				if err := os.WriteFile(src, []byte("#!/bin/sh\n"), 0o755); err != nil {
 					t.Fatal(err)
 				}
-				info.Contents = append(info.Contents, &files.Content{Source: src, Destination: debpkg.FleetctlPath, Type: files.TypeFile,
+				info.Contents = append(info.Contents, &files.Content{Source: src, Destination: debpkg.DeploydPath, Type: files.TypeFile,
 					FileInfo: &files.ContentFileInfo{Owner: "root", Group: "root", Mode: 0o755}})
 			})
 			b.dpkg("-i", other)
@@ -163,7 +163,7 @@ func TestRemovalRolledBackRestoresTheUnits(t *testing.T) {
 				t.Fatalf("the successor installed although its preinst fails:\n%s", out)
 			}
 			calls := b.calls("systemctl")
-			if !contains(calls, "disable --now "+timer) {
+			if !contains(calls, "stop "+timer+" "+proxy) {
 				t.Fatalf("our prerm remove did not run (%q): the test proves nothing\n%s", calls, out)
 			}
 			if got := b.packageStatus("monky-deployd"); got != "ii "+a.version {
@@ -255,7 +255,8 @@ func TestHealWithoutRunningSystemd(t *testing.T) {
 	out := b.dpkg("-i", a.deb)
 	calls := b.calls("systemctl")
 	for _, u := range []string{timer, proxy} {
-		if !contains(calls, "enable "+u) || !b.enabled(u) {
+		// deb-systemd-helper enables a unit it never recorded through systemctl preset.
+		if !contains(calls, "--root=/ --system --preset-mode=enable-only preset "+u) || !b.enabled(u) {
 			t.Errorf("%s not enabled (enabled=%v); calls %q\n%s", u, b.enabled(u), calls, out)
 		}
 		if b.active(u) {

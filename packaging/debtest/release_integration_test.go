@@ -19,7 +19,8 @@ func TestUploadDryRun(t *testing.T) {
 		wantOK      bool
 		want        []string
 	}{
-		{"gitlab", "v" + a.version, true, []string{"PUT ", "/packages/generic/monky-deployd/" + a.version + "/monky-deployd_" + a.version + "_amd64.deb", "/install.sh", "/SHA256SUMS", "POST ", "/releases"}},
+		{"gitlab", "v" + a.version, true, []string{"PUT ", "/packages/generic/monky-deployd/" + a.version + "/monky-deployd_" + a.version + "_amd64.deb",
+			"/packages/generic/monky-deployd/" + a.version + "/monky-fleetctl_" + a.version + "_amd64.deb", "/install.sh", "/SHA256SUMS", "POST ", "/releases"}},
 		{"gitea", "v" + a.version, true, []string{"GET ", "/releases/tags/v" + a.version, "?name=install.sh", "?name=SHA256SUMS"}},
 		{"gitlab", "v0.0.1", false, []string{"does not match VERSION"}},
 	} {
@@ -41,39 +42,47 @@ func TestUploadDryRun(t *testing.T) {
 	}
 }
 
-// TestMakeDebOutput: make deb leaves the package, the stamped installer and their checksums.
+// TestMakeDebOutput: make deb leaves both packages, the stamped installer and their checksums.
 func TestMakeDebOutput(t *testing.T) {
 	a := build(t)
-	for bin := range a.standIn {
-		t.Logf("NOTE: %s was packaged as a stand-in; see the build log above", bin)
-	}
 	info := mustRun(t, "", nil, need(t, "dpkg-deb"), "--field", a.deb, "Package", "Version", "Architecture", "Depends")
 	for _, want := range []string{"Package: monky-deployd", "Version: " + a.version, "Architecture: amd64", "Depends: passwd"} {
 		if !strings.Contains(info, want) {
 			t.Errorf("control lacks %q:\n%s", want, info)
 		}
 	}
-	contents := mustRun(t, "", nil, "dpkg-deb", "--contents", a.deb)
-	for _, want := range []string{"./usr/bin/monky-deployd", "./usr/bin/fleetctl", "./usr/lib/systemd/system/monky-deployd.timer",
-		"./usr/share/doc/monky-deployd/config.example.yaml"} {
-		if !strings.Contains(contents, want) {
-			t.Errorf("the package lacks %s", want)
+	for deb, c := range map[string]struct{ want, not []string }{
+		a.deb: {[]string{"./usr/bin/monky-deployd", "./usr/lib/systemd/system/monky-deployd.timer",
+			"./usr/share/doc/monky-deployd/config.example.yaml", "./usr/share/man/man8/monky-deployd-tick.8.gz"},
+			[]string{"./usr/bin/fleetctl", "fleetctl-exporter.service"}},
+		a.fleetDeb: {[]string{"./usr/bin/fleetctl", "./usr/lib/systemd/system/fleetctl-exporter.service",
+			"./usr/share/monky-fleetctl/prometheus/monky-deployd.rules.yml", "./usr/share/man/man1/fleetctl-status.1.gz"},
+			[]string{"./usr/bin/monky-deployd"}},
+	} {
+		contents := mustRun(t, "", nil, "dpkg-deb", "--contents", deb)
+		for _, want := range c.want {
+			if !strings.Contains(contents, want) {
+				t.Errorf("%s lacks %s", deb, want)
+			}
 		}
-	}
-	if strings.Contains(contents, "./etc/") {
-		t.Errorf("the package ships files under /etc:\n%s", contents)
+		for _, not := range c.not {
+			if strings.Contains(contents, not) {
+				t.Errorf("%s holds %s", deb, not)
+			}
+		}
+		if strings.Contains(contents, "./etc/") {
+			t.Errorf("%s ships files under /etc:\n%s", deb, contents)
+		}
 	}
 	if !strings.Contains(readAll(t, a.installSh), "\nDEFAULT_VERSION=\""+a.version+"\"\n") {
 		t.Error("dist/install.sh is not stamped with the version")
 	}
 	sums := mustRun(t, a.dist, nil, "sha256sum", "-c", "SHA256SUMS")
-	if strings.Count(sums, ": OK") != 2 {
+	if strings.Count(sums, ": OK") != 3 {
 		t.Errorf("sha256sum -c:\n%s", sums)
 	}
-	if !a.standIn["monky-deployd"] {
-		out := mustRun(t, "", nil, a.dist+"/bin/monky-deployd", "version")
-		if !strings.Contains(out, a.version) || strings.Contains(out, "-dev") {
-			t.Errorf("monky-deployd version says %q, want %s embedded by ldflags", out, a.version)
-		}
+	out := mustRun(t, "", nil, a.dist+"/bin/monky-deployd", "version")
+	if !strings.Contains(out, a.version) || strings.Contains(out, "-dev") {
+		t.Errorf("monky-deployd version says %q, want %s embedded by ldflags", out, a.version)
 	}
 }

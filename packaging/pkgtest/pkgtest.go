@@ -84,7 +84,7 @@ func OldPackage(root, dir, version string) (string, error) {
 		return File{Source: filepath.Join(td, src), Dest: dst, Mode: mode}
 	}
 	return Standin{
-		Name: debpkg.Name, Version: version, Description: "stand-in for the Python agent package " + version,
+		Name: debpkg.AgentName, Version: version, Description: "stand-in for the Python agent package " + version,
 		Files: []File{
 			f("monky-deployd.py", "/opt/monky-deployd/venv/bin/monky-deployd", 0o755),
 			f("monky-deployd.service", "/lib/systemd/system/monky-deployd.service", 0o644),

@@ -28,6 +28,8 @@ const (
 	defaultGiteaURL   = "https://gitea.cbs.tikali.net"
 	defaultGiteaRepo  = "tikali/monky-deployd"
 	packageName       = "monky-deployd"
+	// fleetPackage is the operator's package, published beside the agent's under packageName.
+	fleetPackage = "monky-fleetctl"
 )
 
 // asset is one file of a release, checked against SHA256SUMS before anything is sent.
@@ -131,7 +133,9 @@ func assets(o options) ([]asset, error) {
 	if err != nil {
 		return nil, fmt.Errorf("assets: %s: %w", sumsPath, err)
 	}
-	names := []string{fmt.Sprintf("%s_%s_amd64.deb", packageName, o.version), "install.sh"}
+	// The .deb files carry Debian's form of a pre-release (0.3.0-rc1 → 0.3.0~rc1), as nfpm names them.
+	debVersion := strings.Replace(o.version, "-", "~", 1)
+	names := []string{fmt.Sprintf("%s_%s_amd64.deb", packageName, debVersion), fmt.Sprintf("%s_%s_amd64.deb", fleetPackage, debVersion), "install.sh"}
 	var out []asset
 	for _, n := range names {
 		a, err := hashFile(o.dist, n)
@@ -300,7 +304,7 @@ func publishGitLab(ctx context.Context, c *client, o options, files []asset) err
 	rel := map[string]any{
 		"name":        fmt.Sprintf("%s %s", packageName, o.version),
 		"tag_name":    o.tag,
-		"description": fmt.Sprintf("monky-deployd %s. Install with install.sh (see its header); the .deb is in the generic package registry.", o.version),
+		"description": fmt.Sprintf("monky-deployd %s. Boxes: install.sh (see its header) installs monky-deployd; the operator's host: monky-fleetctl (fleetctl, its exporter, the alert rules). Both .debs are in the generic package registry.", o.version),
 		"assets":      map[string]any{"links": links},
 	}
 	code, _, err := c.do(ctx, request{method: http.MethodPost, url: fmt.Sprintf("%s/projects/%s/releases", o.gitlabAPI, proj),

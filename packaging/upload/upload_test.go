@@ -29,11 +29,12 @@ func makeDist(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
 	files := map[string]string{
-		"monky-deployd_" + testVersion + "_amd64.deb": "!<arch>\nstand-in deb\n",
+		"monky-deployd_" + testVersion + "_amd64.deb":  "!<arch>\nstand-in deb\n",
+		"monky-fleetctl_" + testVersion + "_amd64.deb": "!<arch>\nstand-in fleetctl deb\n",
 		"install.sh": "#!/usr/bin/env bash\nDEFAULT_VERSION=\"" + testVersion + "\"\n",
 	}
 	var sums strings.Builder
-	for _, n := range []string{"monky-deployd_" + testVersion + "_amd64.deb", "install.sh"} {
+	for _, n := range []string{"monky-deployd_" + testVersion + "_amd64.deb", "monky-fleetctl_" + testVersion + "_amd64.deb", "install.sh"} {
 		if err := os.WriteFile(filepath.Join(dir, n), []byte(files[n]), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -116,6 +117,7 @@ func TestGitLabPublish(t *testing.T) {
 	assertNoToken(t, out.String(), errOut.String())
 	want := []string{
 		"PUT /api/v4/projects/42/packages/generic/monky-deployd/0.2.0/monky-deployd_0.2.0_amd64.deb",
+		"PUT /api/v4/projects/42/packages/generic/monky-deployd/0.2.0/monky-fleetctl_0.2.0_amd64.deb",
 		"PUT /api/v4/projects/42/packages/generic/monky-deployd/0.2.0/install.sh",
 		"PUT /api/v4/projects/42/packages/generic/monky-deployd/0.2.0/SHA256SUMS",
 		"POST /api/v4/projects/42/releases",
@@ -138,11 +140,12 @@ func TestGitLabPublish(t *testing.T) {
 			Links []struct{ Name, URL string } `json:"links"`
 		} `json:"assets"`
 	}
-	if err := json.Unmarshal(rec.reqs[3].body, &rel); err != nil {
+	if err := json.Unmarshal(rec.reqs[4].body, &rel); err != nil {
 		t.Fatal(err)
 	}
-	if rel.TagName != "v0.2.0" || len(rel.Assets.Links) != 3 || !strings.HasSuffix(rel.Assets.Links[1].URL, "/0.2.0/install.sh") {
-		t.Errorf("release body %s", rec.reqs[3].body)
+	if rel.TagName != "v0.2.0" || len(rel.Assets.Links) != 4 || !strings.HasSuffix(rel.Assets.Links[1].URL, "/0.2.0/monky-fleetctl_0.2.0_amd64.deb") ||
+		!strings.HasSuffix(rel.Assets.Links[2].URL, "/0.2.0/install.sh") {
+		t.Errorf("release body %s", rec.reqs[4].body)
 	}
 }
 
@@ -196,6 +199,7 @@ func TestGiteaPublishReplacesAssets(t *testing.T) {
 		"POST " + base,
 		"GET " + base + "/7/assets",
 		"POST " + base + "/7/assets?name=monky-deployd_0.2.0_amd64.deb",
+		"POST " + base + "/7/assets?name=monky-fleetctl_0.2.0_amd64.deb",
 		"DELETE " + base + "/7/assets/3",
 		"POST " + base + "/7/assets?name=install.sh",
 		"POST " + base + "/7/assets?name=SHA256SUMS",

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -73,10 +74,16 @@ func TestMissingConfigFile(t *testing.T) {
 	}
 }
 
+// version and --version print the same line, with the commit and the build date (issue 20).
 func TestVersion(t *testing.T) {
 	code, stdout, _ := runCLI(t, nil, "version")
-	if code != 0 || !strings.HasPrefix(stdout, "monky-deployd "+version.Version+" ") {
-		t.Errorf("exit %d stdout %q", code, stdout)
+	line := regexp.MustCompile(`^monky-deployd ` + regexp.QuoteMeta(version.Version) + ` \(commit ([0-9a-f]{1,12}|unknown), built [^,]+, go1\.[0-9.]+, [a-z0-9]+/[a-z0-9]+\)\n$`)
+	if code != 0 || !line.MatchString(stdout) {
+		t.Errorf("version: exit %d stdout %q", code, stdout)
+	}
+	code, flag, stderr := runCLI(t, nil, "--version")
+	if code != 0 || flag != stdout || stderr != "" {
+		t.Errorf("--version: exit %d stdout %q (want %q) stderr %q", code, flag, stdout, stderr)
 	}
 }
 
@@ -187,5 +194,60 @@ func TestTickWhileAnotherHoldsTheLockDoesNothingEvenWithABrokenIdentity(t *testi
 	code, _, stderr = runCLI(t, nil, "--config", path, "tick")
 	if code == 0 || !strings.Contains(stderr, "missing-identity.json") {
 		t.Errorf("without the lock held: exit %d stderr %q, want the identity named", code, stderr)
+	}
+}
+
+// `status` shows the last failure until it no longer matters, and the last tick's exit code.
+func TestStatusShowsTheLastFailure(t *testing.T) {
+	dir := t.TempDir()
+	os.MkdirAll(dir+"/state", 0o700)
+	os.WriteFile(dir+"/state/state.json", []byte(`{"env_id":"env-qa-02","applied_sha":"7a10aa","last_result":"healthy","last_exit_code":1,
+		"last_failure":{"sha":"9f3e21d07a1b2c3d","code":"PULL_FAILED","detail":"compose pull: pull access denied for x/api","at":"2026-12-02T09:58:00Z","attempts":2}}`), 0o600)
+	path := writeConfig(t, "env_id: env-qa-02\nsite: cbs\nstate_dir: "+dir+"/state\n")
+	code, stdout, stderr := runCLI(t, nil, "--config", path, "status")
+	if code != 0 || !strings.Contains(stdout, "last failure:    9f3e21d07a1b PULL_FAILED at 2026-12-02T09:58:00Z, 2 attempts: compose pull: pull access denied for x/api\n") ||
+		!strings.Contains(stdout, "last tick exit:  1\n") {
+		t.Errorf("status exit %d:\n%s%s", code, stdout, stderr)
+	}
+	code, stdout, _ = runCLI(t, nil, "--config", path, "status", "--json")
+	var doc struct {
+		LastFailure *struct {
+			Sha, Code, Detail, At string
+			Attempts              int
+		} `json:"last_failure"`
+		LastExitCode *int `json:"last_exit_code"`
+	}
+	if code != 0 || json.Unmarshal([]byte(stdout), &doc) != nil || doc.LastFailure == nil || doc.LastFailure.Code != "PULL_FAILED" ||
+		doc.LastFailure.Attempts != 2 || doc.LastFailure.At != "2026-12-02T09:58:00Z" || doc.LastExitCode == nil || *doc.LastExitCode != 1 {
+		t.Errorf("status --json exit %d: %s", code, stdout)
+	}
+}
+
+// `status --json` always prints a document: without a config (or a readable state) it says why,
+// and exits as the text form does.
+func TestStatusJSONWithoutConfig(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "nope.yaml")
+	textCode, textOut, textErr := runCLI(t, nil, "--config", missing, "status")
+	code, stdout, stderr := runCLI(t, nil, "--config", missing, "status", "--json")
+	var doc struct {
+		Schema int    `json:"schema"`
+		Config string `json:"config"`
+		Error  string `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &doc); err != nil {
+		t.Fatalf("status --json without a config printed %q: %v", stdout, err)
+	}
+	if doc.Schema != 1 || doc.Config != missing || !strings.Contains(doc.Error, "nope.yaml") {
+		t.Errorf("document %+v", doc)
+	}
+	if code != textCode || code != 78 || stderr != textErr || textOut != "" {
+		t.Errorf("--json: exit %d stderr %q; text: exit %d stdout %q stderr %q", code, stderr, textCode, textOut, textErr)
+	}
+	dir := t.TempDir()
+	os.WriteFile(dir+"/state.json", []byte(`{"applied_sha": 5}`), 0o600)
+	path := writeConfig(t, "env_id: env-qa-02\nstate_dir: "+dir+"\n")
+	code, stdout, _ = runCLI(t, nil, "--config", path, "status", "--json")
+	if code != 1 || json.Unmarshal([]byte(stdout), &doc) != nil || !strings.Contains(doc.Error, "state.json") {
+		t.Errorf("an unreadable state: exit %d, %q", code, stdout)
 	}
 }

@@ -148,7 +148,7 @@ func runHold(ctx context.Context, opts holdOptions, g *cliDeps, now time.Time) e
 	if opts.by == "" {
 		args = append(append([]string{}, g.args...), "--by", by)
 	}
-	if err := asStateOwner(g.proc, cfg, log, args, "hold --reason …"); err != nil {
+	if err := asStateOwner(g.proc, cfg, log, args, "hold --reason …", ""); err != nil {
 		return err
 	}
 	return withStateLock(ctx, cfg, g, func(st *state.State) (bool, error) {
@@ -175,7 +175,7 @@ func runUnhold(ctx context.Context, g *cliDeps, now time.Time) error {
 		return err
 	}
 	log := slog.New(journal.New(g.stderr, cfg.SlogLevel())).With("env", cfg.EnvID)
-	if err := asStateOwner(g.proc, cfg, log, g.args, "unhold"); err != nil {
+	if err := asStateOwner(g.proc, cfg, log, g.args, "unhold", ""); err != nil {
 		return err
 	}
 	return withStateLock(ctx, cfg, g, func(st *state.State) (bool, error) {

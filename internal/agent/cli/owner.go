@@ -52,8 +52,8 @@ var realProcess = process{
 
 // asStateOwner re-executes a root tick (or hold, unhold) as state_dir's owner, with its groups
 // (root's 0600 files once stopped every later tick); when it cannot, an exit-78 error with the
-// command to run, cmd in it.
-func asStateOwner(p process, cfg *config.Config, log *slog.Logger, args []string, cmd string) error {
+// command to run, cmd in it. A tick's re-run carries tickID (TickIDEnv): one tick, one id.
+func asStateOwner(p process, cfg *config.Config, log *slog.Logger, args []string, cmd, tickID string) error {
 	if p.euid() != 0 {
 		return nil
 	}
@@ -74,6 +74,9 @@ func asStateOwner(p process, cfg *config.Config, log *slog.Logger, args []string
 	}
 	log.Info("running as root: re-running as the owner of state_dir, with its groups", "user", a.name, "uid", a.uid, "groups", strings.Join(names, ","), "state_dir", cfg.StateDir)
 	env := withAccountEnv(p.environ(), a)
+	if tickID != "" {
+		env = append(env, TickIDEnv+"="+tickID) // the re-run is the same tick
+	}
 	err = p.become(a, append([]string{"monky-deployd"}, args...), env)
 	return ownerError(cfg, fmt.Sprintf("could not re-run as %s, the owner of state_dir %s: %v", a.name, cfg.StateDir, err), a.name, cmd)
 }

@@ -42,7 +42,8 @@ func (f *fakeProcess) process() process {
 		},
 		environ: func() []string {
 			return []string{"HOME=/root", "PATH=/usr/bin", "USER=root", "MONKY_DEPLOYD_CONFIG=/etc/x.yaml", "LC_ALL=C.UTF-8",
-				"DOCKER_HOST=tcp://elsewhere:2375", "BAO_TOKEN=s.root-token", "AWS_SECRET_ACCESS_KEY=root-secret", "SUDO_USER=alice"}
+				"DOCKER_HOST=tcp://elsewhere:2375", "BAO_TOKEN=s.root-token", "AWS_SECRET_ACCESS_KEY=root-secret", "SUDO_USER=alice",
+				"MONKY_DEPLOYD_TICK_ID=000000000000"} // an inherited id is replaced by the tick's own
 		},
 	}
 }
@@ -69,7 +70,7 @@ func TestAsStateOwner(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var logs bytes.Buffer
-			err := asStateOwner(tc.proc.process(), cfg, slog.New(journal.New(&logs, slog.LevelInfo)), args, "tick")
+			err := asStateOwner(tc.proc.process(), cfg, slog.New(journal.New(&logs, slog.LevelInfo)), args, "tick", "3f9a0c1d2e4b")
 			if tc.wantCode == 0 {
 				if err != nil {
 					t.Fatalf("asStateOwner = %v, want nil", err)
@@ -93,9 +94,9 @@ func TestAsStateOwner(t *testing.T) {
 			if !slices.Equal(p.argv, append([]string{"monky-deployd"}, args...)) {
 				t.Errorf("argv %q, want the same command line", p.argv)
 			}
-			want := []string{"PATH=/usr/bin", "MONKY_DEPLOYD_CONFIG=/etc/x.yaml", "LC_ALL=C.UTF-8", "HOME=/var/lib/monky-deployd", "USER=monky-deployd", "LOGNAME=monky-deployd"}
+			want := []string{"PATH=/usr/bin", "MONKY_DEPLOYD_CONFIG=/etc/x.yaml", "LC_ALL=C.UTF-8", "HOME=/var/lib/monky-deployd", "USER=monky-deployd", "LOGNAME=monky-deployd", "MONKY_DEPLOYD_TICK_ID=3f9a0c1d2e4b"}
 			if !slices.Equal(p.env, want) {
-				t.Errorf("env %q\nwant %q: only a path, the locale and the config's location pass, with the account's HOME, USER and LOGNAME", p.env, want)
+				t.Errorf("env %q\nwant %q: only a path, the locale and the config's location pass, with the account's HOME, USER and LOGNAME, and the tick's id (the re-run is the same tick)", p.env, want)
 			}
 			if !strings.Contains(logs.String(), "re-running as the owner of state_dir") {
 				t.Errorf("journal %q does not say the tick re-ran", logs.String())

@@ -61,7 +61,7 @@ func (w *stateWrites) drain(t *testing.T) (replaced, tempsWritten int) {
 
 // A converged tick writes state.json once (its check-in time and success stamp in one write), a
 // second converged tick once again (the times moved), and a tick that changes nothing — tenancy
-// gone, exit 75 — not at all. Before issue 24 a converged tick wrote it three times.
+// gone, exit 75, the second time (the first records its exit code) — not at all. Before issue 24 a converged tick wrote it three times.
 func TestConvergedTickWritesStateOnce(t *testing.T) {
 	dir := t.TempDir()
 	agentBin, dockerBin := buildBinaries(t, dir)
@@ -81,21 +81,30 @@ func TestConvergedTickWritesStateOnce(t *testing.T) {
 			t.Errorf("converged tick %d: state.json replaced %d times from %d temp files, want 1 write", i, replaced, temps)
 		}
 	}
+	ts.Close() // nothing answers: the check-in fails
+	failing := func() {
+		t.Helper()
+		cmd := exec.Command(agentBin, "--config", cfgPath, "tick")
+		out, _ := cmd.CombinedOutput()
+		if code := cmd.ProcessState.ExitCode(); code != 75 {
+			t.Fatalf("tick without tenancy: exit %d, want 75\n%s", code, out)
+		}
+	}
+	// The first failing tick records what changed (its exit code, the next check-in's
+	// last_exit_code, issue 20) in one write; a second one changes nothing and writes nothing.
+	failing()
+	if replaced, temps := w.drain(t); replaced > 1 || temps > 1 {
+		t.Errorf("the first failing tick replaced state.json %d times (%d temp files), want at most 1 write", replaced, temps)
+	}
 	stBefore, err := os.ReadFile(filepath.Join(stateDir, "state.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-
-	ts.Close() // nothing answers: the check-in fails, nothing changes
-	cmd := exec.Command(agentBin, "--config", cfgPath, "tick")
-	out, _ := cmd.CombinedOutput()
-	if code := cmd.ProcessState.ExitCode(); code != 75 {
-		t.Fatalf("tick without tenancy: exit %d, want 75\n%s", code, out)
-	}
+	failing()
 	if replaced, temps := w.drain(t); replaced != 0 || temps != 0 {
 		t.Errorf("a tick that changed nothing replaced state.json %d times (%d temp files), want none", replaced, temps)
 	}
 	if after, _ := os.ReadFile(filepath.Join(stateDir, "state.json")); !bytes.Equal(after, stBefore) {
-		t.Error("state.json changed although the tick changed nothing")
+		t.Errorf("state.json changed although the tick changed nothing:\n%s\n%s", stBefore, after)
 	}
 }

@@ -32,6 +32,8 @@ type cliDeps struct {
 type exitError struct {
 	code int
 	err  error
+	// tickID, when set, ends the printed line as it ends every journal line of the tick.
+	tickID string
 }
 
 func (e *exitError) Error() string { return e.err.Error() }
@@ -55,7 +57,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.err != nil && ee.code != 0 {
-			fmt.Fprintf(stderr, "monky-deployd: %v\n", ee.err)
+			if ee.tickID != "" {
+				fmt.Fprintf(stderr, "monky-deployd: %v tick_id=%s\n", ee.err, ee.tickID)
+			} else {
+				fmt.Fprintf(stderr, "monky-deployd: %v\n", ee.err)
+			}
 		}
 		return ee.code
 	}
@@ -71,7 +77,9 @@ func newRootCommand(g *cliDeps) *cobra.Command {
 		Long:          "monky-deployd checks in with monky-tenancy over the OpenZiti mesh, applies the desired bundle\nwith secrets from OpenBao through docker compose, and reports. A systemd timer runs `tick`.",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       versionLine(),
 	}
+	root.SetVersionTemplate("{{.Version}}\n")
 	def := g.getenv("MONKY_DEPLOYD_CONFIG")
 	if def == "" {
 		def = DefaultConfigPath
@@ -83,6 +91,8 @@ func newRootCommand(g *cliDeps) *cobra.Command {
 		newVersionCommand(g),
 		newProxyCommand(g),
 		newDoctorCommand(g),
+		newReownCommand(g),
+		newConfigCommand(g),
 		newHoldCommand(g),
 		newUnholdCommand(g),
 	)

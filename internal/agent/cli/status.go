@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -53,11 +54,24 @@ type statusDoc struct {
 	// SupersededToken is the token tenancy refused, kept aside; null when there is none.
 	SupersededToken *supersededToken `json:"superseded_token"`
 
+	// LastFailure is the last failed or refused deploy, until a success makes it moot; null: none.
+	LastFailure *state.Failure `json:"last_failure"`
+	// LastExitCode is the exit code of the last tick that ran; null until one was recorded.
+	LastExitCode *int `json:"last_exit_code"`
 	// Issue 22: the hold while it runs, a change waiting for its apply window, drift correction.
 	Hold             *state.Hold        `json:"hold"`
 	Deferred         *state.Deferral    `json:"deferred"`
 	Drift            *state.DriftMemory `json:"drift"`
 	DriftCorrections int64              `json:"drift_corrections"`
+}
+
+// statusError is `status --json` when the config or state cannot be read: a document still,
+// saying why, so that a script reading it is not left with nothing.
+type statusError struct {
+	Schema       int    `json:"schema"`
+	AgentVersion string `json:"agent_version"`
+	Config       string `json:"config"`
+	Error        string `json:"error"`
 }
 
 type supersededToken struct {
@@ -79,7 +93,15 @@ func newStatusCommand(g *cliDeps) *cobra.Command {
 	return cmd
 }
 
-func runStatus(ctx context.Context, opts statusOptions, g *cliDeps, run runner.Runner, now time.Time) error {
+func runStatus(ctx context.Context, opts statusOptions, g *cliDeps, run runner.Runner, now time.Time) (err error) {
+	if opts.json {
+		defer func() {
+			if err != nil {
+				// The exit code and the stderr line stay the text form's; stdout says the same.
+				_ = writeJSON(g.stdout, statusError{Schema: 1, AgentVersion: version.Version, Config: g.configPath, Error: err.Error()})
+			}
+		}()
+	}
 	cfg, err := config.Load(g.configPath)
 	if err != nil {
 		return err
@@ -105,6 +127,8 @@ func runStatus(ctx context.Context, opts statusOptions, g *cliDeps, run runner.R
 		LastApplyAt:   st.LastApplyAt,
 		History:       st.History,
 		Timer:         systemd.TimerState(ctx, run, systemd.TimerUnit, now),
+		LastFailure:   st.LastFailure,
+		LastExitCode:  st.LastExitCode,
 	}
 	if st.Backoff != nil {
 		doc.Backoff = st.Backoff
@@ -132,11 +156,34 @@ func runStatus(ctx context.Context, opts statusOptions, g *cliDeps, run runner.R
 	}
 	doc.Deferred, doc.Drift, doc.DriftCorrections = st.Deferred, st.Drift, st.Counters.DriftCorrections
 	if opts.json {
-		enc := json.NewEncoder(g.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(doc)
+		return writeJSON(g.stdout, doc)
 	}
 	return printStatus(g.stdout, doc)
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// failureLine is a last failure for `status`: `9f3e21d07a1b PULL_FAILED at …, 2 attempts: detail`.
+func failureLine(f *state.Failure) string {
+	if f == nil {
+		return "-"
+	}
+	n := "1 attempt"
+	if f.Attempts != 1 {
+		n = fmt.Sprintf("%d attempts", f.Attempts)
+	}
+	return fmt.Sprintf("%s %s at %s, %s: %s", protocol.ShortSha(f.Sha), f.Code, f.At.UTC().Format(time.RFC3339), n, f.Detail)
+}
+
+func exitText(c *int) string {
+	if c == nil {
+		return "-"
+	}
+	return strconv.Itoa(*c)
 }
 
 func holdText(h *state.Hold) string {
@@ -218,10 +265,12 @@ func printStatus(w io.Writer, d statusDoc) error {
 		{"last result", orDash(d.LastResult)},
 		{"last detail", orDash(d.LastDetail)},
 		{"backoff", orDash(d.BackoffNote)},
+		{"last failure", failureLine(d.LastFailure)},
 		{"last check-in", when(d.LastCheckinAt)},
 		{"last apply", when(d.LastApplyAt)},
 		{"token", orDash(d.TokenSource) + ", ttl " + ttl},
 		{"timer", timer},
+		{"last tick exit", exitText(d.LastExitCode)},
 		{"hold", holdText(d.Hold)},
 		{"deferred", deferredText(d.Deferred)},
 		{"drift", driftText(d.Drift, d.DriftCorrections)},

@@ -2,6 +2,9 @@ package cli
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -23,24 +26,56 @@ func newTickCommand(g *cliDeps) *cobra.Command {
 		Short: "Check in once and converge (what the systemd timer runs)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return exit(runTick(cmd.Context(), opts, g))
+			id := tickID(g.getenv)
+			return withTick(exit(runTick(cmd.Context(), opts, g, id)), id)
 		},
 	}
 	cmd.Flags().BoolVar(&opts.prune, "prune", false, "after a successful apply, also prune dangling images (old releases go after every successful apply)")
 	return cmd
 }
 
+// TickIDEnv carries a root tick's id into its re-run as state_dir's owner: one tick, one id.
+const TickIDEnv = "MONKY_DEPLOYD_TICK_ID"
+
+// tickID is the id a re-run inherited (TickIDEnv), else a new one: 12 hex digits, short enough
+// for a table and a grep, random enough that two ticks of one box never share one.
+func tickID(getenv func(string) string) string {
+	if id := getenv(TickIDEnv); validTickID(id) {
+		return id
+	}
+	var b [6]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand, Go 1.24)
+	return hex.EncodeToString(b[:])
+}
+
+func validTickID(id string) bool {
+	if len(id) != 12 {
+		return false
+	}
+	_, err := hex.DecodeString(id)
+	return err == nil
+}
+
+// withTick makes the tick's last line (`monky-deployd: …`) end in its tick id, like every other.
+func withTick(err error, id string) error {
+	var ee *exitError
+	if errors.As(err, &ee) {
+		ee.tickID = id
+	}
+	return err
+}
+
 // runTick runs one tick and, whatever came of it, writes the metrics textfile: a tick that
-// cannot work is still seen.
-func runTick(ctx context.Context, opts tickOptions, g *cliDeps) (err error) {
+// cannot work is still seen. Every journal line it writes ends in tick_id=<id>.
+func runTick(ctx context.Context, opts tickOptions, g *cliDeps, id string) (err error) {
 	start := time.Now()
 	cfg, err := config.Load(g.configPath)
 	if err != nil {
-		log := slog.New(journal.New(g.stderr, slog.LevelInfo))
+		log := slog.New(journal.New(g.stderr, slog.LevelInfo).WithTick(id))
 		writeTickMetrics(log, tickRecord{start: start, err: err})
 		return err
 	}
-	log := slog.New(journal.New(g.stderr, cfg.SlogLevel()))
+	log := slog.New(journal.New(g.stderr, cfg.SlogLevel()).WithTick(id))
 	rec := tickRecord{cfg: cfg, start: start}
 	defer func() {
 		rec.err = err
@@ -49,7 +84,7 @@ func runTick(ctx context.Context, opts tickOptions, g *cliDeps) (err error) {
 			writeTickMetrics(log.With("env", cfg.EnvID), rec)
 		}
 	}()
-	if err := asStateOwner(g.proc, cfg, log, g.args, "tick"); err != nil {
+	if err := asStateOwner(g.proc, cfg, log, g.args, "tick", id); err != nil {
 		return err
 	}
 	if f, err := foreignFiles(g.proc, cfg); err != nil {
@@ -61,7 +96,7 @@ func runTick(ctx context.Context, opts tickOptions, g *cliDeps) (err error) {
 			return err
 		}
 		defer closeFn()
-		return tick.New(cfg, deps, tick.Options{}).RunForeign(ctx, f)
+		return tick.New(cfg, deps, tick.Options{TickID: id}).RunForeign(ctx, f)
 	}
 	// The lock first: a tick finding another running does nothing, not even load the identity.
 	return tick.WithLock(cfg, log.With("env", cfg.EnvID), func() (err error) {
@@ -77,7 +112,7 @@ func runTick(ctx context.Context, opts tickOptions, g *cliDeps) (err error) {
 		}
 		defer closeFn()
 		rec.disk = deps.Disk
-		rec.agent = tick.New(cfg, deps, tick.Options{Prune: opts.prune})
+		rec.agent = tick.New(cfg, deps, tick.Options{Prune: opts.prune, TickID: id})
 		return rec.agent.Run(ctx)
 	})
 }

@@ -42,7 +42,7 @@ func writeTickMetrics(log *slog.Logger, rec tickRecord) {
 		if cfg.TextfileDir != config.DefaultTextfileDir {
 			dir = cfg.TextfileDir
 		}
-		t.State = tickState(rec)
+		t.State = tickState(log, rec, end)
 	}
 	if rec.agent != nil {
 		obs := rec.agent.Observed()
@@ -72,10 +72,31 @@ func writeTickMetrics(log *slog.Logger, rec tickRecord) {
 }
 
 // tickState is what the textfile shows: the state the tick left (an exit-0 tick stamped its
-// success in its last write, see tick's saveFinal), else state.json as it is.
-func tickState(rec tickRecord) *state.State {
+// success and its exit code in its last write, see tick's saveFinal, so a converged tick writes
+// state.json once), else state.json as it is. A failed tick saved what it meant to keep; only
+// its exit code (the next check-in's last_exit_code) is added to that.
+func tickState(log *slog.Logger, rec tickRecord, end time.Time) *state.State {
 	if rec.agent != nil && rec.agent.State() != nil {
-		return rec.agent.State()
+		st := rec.agent.State()
+		code := tick.ExitCode(rec.err)
+		if rec.err == nil {
+			if st.LastExitCode == nil || *st.LastExitCode != 0 || st.LastTickOKAt == nil {
+				// The tick's last write did not carry its success (it failed): try once more.
+				at := end.UTC()
+				st.LastExitCode, st.LastTickOKAt = &code, &at
+				if err := state.Save(rec.cfg.StatePath(), st); err != nil {
+					log.Warn("state not saved", "error", err.Error())
+				}
+			}
+			return st
+		}
+		if disk, err := state.Load(rec.cfg.StatePath()); err == nil {
+			disk.LastExitCode = &code
+			if err := state.Save(rec.cfg.StatePath(), disk); err != nil {
+				log.Warn("state not saved", "error", err.Error())
+			}
+		}
+		return st
 	}
 	st, err := state.Load(rec.cfg.StatePath())
 	if err != nil {

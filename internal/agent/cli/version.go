@@ -9,13 +9,18 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/version"
 )
 
+// versionLine is what `monky-deployd version` and `monky-deployd --version` print, the same line.
+func versionLine() string {
+	return "monky-deployd " + version.Line(runtime.Version(), runtime.GOOS+"/"+runtime.GOARCH)
+}
+
 func newVersionCommand(g *cliDeps) *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
-		Short: "Print the agent's version",
+		Short: "Print the agent's version, commit and build date",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, err := fmt.Fprintf(g.stdout, "monky-deployd %s (%s, %s/%s)\n", version.Version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			_, err := fmt.Fprintln(g.stdout, versionLine())
 			return err
 		},
 	}

@@ -372,10 +372,21 @@ func TestBadTypes(t *testing.T) {
 			expectError(t, tc.yaml, tc.key, tc.want)
 		})
 	}
-	// Quoted numbers and YAML's other boolean spellings are unambiguous, and accepted.
-	c := mustParse(t, "env_id: e\ntenancy:\n  port: \"8443\"\nlaptop_mode: yes\nprod: \"off\"\ndisk:\n  factor: 2\n")
+	// YAML 1.1's other boolean spellings (the Python agent's PyYAML read them) are accepted;
+	// a quoted number or boolean is a string, refused naming the key (issue 20).
+	c := mustParse(t, "env_id: e\ntenancy:\n  port: 8443\nlaptop_mode: yes\nprod: off\ndisk:\n  factor: 2\n")
 	if c.Tenancy.Port != 8443 || !c.LaptopMode || c.IsProd() || c.Disk.Factor != 2 {
 		t.Errorf("lenient scalars: %+v", c)
+	}
+	for _, tc := range []struct{ yaml, key, want string }{
+		{"env_id: e\ninterval_s: \"300\"\n", "interval_s", `want an integer, got the string "300": write the value without quotes (line 2)`},
+		{"env_id: e\nlaptop_mode: \"false\"\n", "laptop_mode", `want true or false, got the string "false"`},
+		{"env_id: e\ntenancy:\n  port: '8443'\n", "tenancy.port", "want an integer, got the string"},
+		{"env_id: e\ndisk:\n  factor: \"1.5\"\n", "disk.factor", "want a number, got the string"},
+		{"env_id: e\nauto_revert: !!str true\n", "auto_revert", "want true or false, got the string"},
+		{"env_id: e\nprod: 'off'\n", "prod", "got the string"},
+	} {
+		expectError(t, tc.yaml, tc.key, tc.want)
 	}
 }
 

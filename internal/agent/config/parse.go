@@ -190,6 +190,11 @@ func (d *decoder) value(n *yaml.Node, v reflect.Value, key string) error {
 		return d.errf(key, n, "want %s, got %s", want(v.Type()), describe(n))
 	}
 	s := n.Value
+	if v.Kind() != reflect.String && (n.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) != 0 || n.Style&yaml.TaggedStyle != 0 && n.ShortTag() == "!!str") {
+		// A quoted "300" or "false" is a string: taking it for a number hides a template that
+		// quoted what it should not, and a wrong type must stop the agent (README).
+		return d.errf(key, n, "want %s, got the string %s: write the value without quotes", want(v.Type()), describe(n))
+	}
 	switch v.Kind() {
 	case reflect.String:
 		if s == "" {

@@ -71,9 +71,15 @@ func (c *checker) pluginDirs() []string {
 	return DefaultPluginDirs
 }
 
+// ComposeFix is where a Debian box gets compose v2, system-wide (install.sh and the ansible role
+// say the same): bookworm's own docker-compose is v1, which the agent does not drive.
+const ComposeFix = "install compose v2 system-wide: docker-compose-plugin from Docker's apt repository (download.docker.com/linux/debian, as docs.docker.com/engine/install/debian sets it up), " +
+	"or Debian's own docker-compose on releases that ship v2 (Debian 13 trixie and later; bookworm's is v1); either lands in /usr/libexec/docker/cli-plugins. " +
+	"A plugin under ~/.docker/cli-plugins is hidden from the agent by DOCKER_CONFIG"
+
 // compose: `docker compose` must work with the agent's DOCKER_CONFIG, be v2+, in a system plugin dir.
 func (c *checker) compose(ctx context.Context) Result {
-	installFix := "install the compose plugin system-wide: apt install docker-compose-plugin (it lands in /usr/libexec/docker/cli-plugins); a plugin under ~/.docker/cli-plugins is hidden from the agent by DOCKER_CONFIG"
+	installFix := ComposeFix
 	var found string
 	for _, d := range c.pluginDirs() {
 		p := filepath.Join(d, "docker-compose")

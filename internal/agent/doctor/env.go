@@ -109,6 +109,9 @@ type Env struct {
 	// DockerHost is doctor's own DOCKER_HOST; checks run docker as a tick does, without it, and the
 	// docker line says when it was set aside.
 	DockerHost string
+	// ShellDocker runs docker with the caller's DOCKER_HOST and DOCKER_CONTEXT instead of a unit's
+	// (none): `make demo`'s preflight, whose agents inherit the caller's environment.
+	ShellDocker bool
 
 	// Tenancy, TenancyHTTP and Bao go through the tick's transport; TransportErr and BaoErr say why
 	// that transport or the OpenBao client could not be built.
@@ -126,7 +129,7 @@ type Env struct {
 
 // Checks returns env's checks in print order; the config check alone when the config fails to load.
 func Checks(env *Env) []Check {
-	if env.Runner != nil {
+	if env.Runner != nil && !env.ShellDocker {
 		// Every docker call runs as a tick's would (tickEnv); env itself is left as given.
 		e := *env
 		e.Runner = tickRunner{env.Runner}
@@ -152,6 +155,17 @@ func Checks(env *Env) []Check {
 		c.wrap(Check{Name: "refused-token", Run: c.refusedToken}),
 		c.wrap(Check{Name: "hold", Run: c.hold}),
 	}
+}
+
+// Only keeps the checks named (doctor's names: docker, compose, …), in their order.
+func Only(checks []Check, names ...string) []Check {
+	var out []Check
+	for _, c := range checks {
+		if slices.Contains(names, c.Name) {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // checker holds what several checks share, each fetched once.

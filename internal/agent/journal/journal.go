@@ -19,6 +19,8 @@ type Handler struct {
 	level slog.Leveler
 	attrs []slog.Attr
 	group string
+	// tail ends every line: ` tick_id=…`, so that all lines of one tick are found by one grep.
+	tail string
 }
 
 // New returns a Handler writing to w at or above level.
@@ -40,6 +42,7 @@ func (h *Handler) Handle(_ context.Context, r slog.Record) error {
 		writeAttr(&b, h.group, a)
 		return true
 	})
+	b.WriteString(h.tail)
 	b.WriteByte('\n')
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -60,6 +63,20 @@ func writeAttr(b *strings.Builder, group string, a slog.Attr) {
 	b.WriteString(a.Key)
 	b.WriteByte('=')
 	b.WriteString(quote(a.Value.String()))
+}
+
+// TickKey is the field every line of a tick ends in.
+const TickKey = "tick_id"
+
+// WithTick returns a Handler whose every line ends in `tick_id=<id>`, whatever group or fields
+// are added later: one grep finds a whole tick, and fleetctl shows the id of a box's last tick.
+func (h *Handler) WithTick(id string) *Handler {
+	c := *h
+	c.tail = ""
+	if id != "" {
+		c.tail = " " + TickKey + "=" + quote(id)
+	}
+	return &c
 }
 
 // WithAttrs returns a Handler that adds attrs to every line, under the current group.

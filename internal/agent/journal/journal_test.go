@@ -22,3 +22,18 @@ func TestLines(t *testing.T) {
 		t.Errorf("journal:\n%s\nwant:\n%s", b.String(), want)
 	}
 }
+
+// Every line of a tick ends in its tick id, after any field and under any group.
+func TestTickIDEndsEveryLine(t *testing.T) {
+	var b bytes.Buffer
+	log := slog.New(New(&b, slog.LevelInfo).WithTick("3f9a0c1d2e4b")).With("env", "env-qa-02")
+	log.Info("checkin: action=none")
+	log.WithGroup("g").Warn("x", "k", "v")
+	slog.New(New(&b, slog.LevelInfo).WithTick("")).Info("no tick")
+	want := "INFO checkin: action=none env=env-qa-02 tick_id=3f9a0c1d2e4b\n" +
+		"WARN x env=env-qa-02 g.k=v tick_id=3f9a0c1d2e4b\n" +
+		"INFO no tick\n"
+	if b.String() != want {
+		t.Errorf("journal:\n%s\nwant:\n%s", b.String(), want)
+	}
+}

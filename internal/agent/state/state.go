@@ -76,6 +76,12 @@ type State struct {
 	// them, not ./data). Nil from an older agent: read the whole release directory strictly.
 	AppliedFiles *ReleaseFiles `json:"applied_files,omitempty"`
 
+	// Operator truth (issue 20): what the next check-ins tell tenancy, and fleetctl the operator.
+	// LastFailure is the last failed or refused deploy, kept until it no longer matters (see
+	// ClearFailure's callers): the reason a deploy failed must outlive the tick that failed.
+	LastFailure *Failure `json:"last_failure,omitempty"`
+	// LastExitCode is the exit code of the last tick that ran (nil until one was recorded).
+	LastExitCode *int `json:"last_exit_code,omitempty"`
 	// Issue 22: a human's hold, a change waiting for its apply window, what drift correction knows.
 	// Hold is `monky-deployd hold`: until it ends (unhold, or Until passes) ticks check in and report
 	// but apply, retire, revert and correct nothing.
@@ -243,6 +249,42 @@ func checkReleaseFiles(f *ReleaseFiles) error {
 		seen[p] = true
 	}
 	return nil
+}
+
+// Failure is a deploy that failed or was refused (the check-in's last_failure).
+type Failure struct {
+	Sha string `json:"sha"`
+	// Code is the refusal code or the step that failed (protocol.Fail*).
+	Code string `json:"code"`
+	// Detail is the reported detail: redacted, at most protocol.MaxDetail bytes.
+	Detail   string    `json:"detail"`
+	At       time.Time `json:"at"`
+	Attempts int       `json:"attempts"`
+}
+
+// checkFailure rejects a last_failure no agent writes, naming the field.
+func checkFailure(f *Failure) error {
+	switch {
+	case f.Sha == "":
+		return errors.New("last_failure: sha: empty")
+	case f.Code == "":
+		return errors.New("last_failure: code: empty")
+	case f.Attempts < 1:
+		return errors.New("last_failure: attempts: want at least 1")
+	case f.At.IsZero():
+		return errors.New("last_failure: at: missing")
+	}
+	return nil
+}
+
+// NoteFailure records a failure of sha; attempts counts it as one more of the same sha and code.
+func (s *State) NoteFailure(sha, code, detail string, at time.Time) *Failure {
+	n := 1
+	if p := s.LastFailure; p != nil && p.Sha == sha && p.Code == code {
+		n = p.Attempts + min(1, math.MaxInt-p.Attempts)
+	}
+	s.LastFailure = &Failure{Sha: sha, Code: code, Detail: detail, At: at.UTC(), Attempts: n}
+	return s.LastFailure
 }
 
 // LeaseBackoff is a hold on new leases until Until, after OpenBao refused a lease login.
@@ -469,7 +511,7 @@ var stateKeys = []string{
 	"agent_version", "pending_upgrade_from", "last_checkin_at", "last_apply_at",
 	"docker_root_dir", "docker_version", "docker_info_at", "pending_lease", "previous_token",
 	"lease_backoff", "docker_info_failed_at", "deploy_backoff", "applying", "counters", "last_tick_ok_at", "refused_sha",
-	"applied_files",
+	"applied_files", "last_failure", "last_exit_code",
 	"hold", "deferred", "drift",
 }
 
@@ -556,6 +598,22 @@ func (s *State) UnmarshalJSON(data []byte) error {
 		if err := checkReleaseFiles(n.AppliedFiles); err != nil {
 			return err
 		}
+	}
+	if v, ok := raw["last_failure"]; ok && !isNull(v) {
+		n.LastFailure = &Failure{}
+		if err := json.Unmarshal(v, n.LastFailure); err != nil {
+			return fmt.Errorf("last_failure: %w", err)
+		}
+		if err := checkFailure(n.LastFailure); err != nil {
+			return err
+		}
+	}
+	if v, ok := raw["last_exit_code"]; ok && !isNull(v) {
+		var c int
+		if err := json.Unmarshal(v, &c); err != nil || c < 0 || c > 255 {
+			return errors.New("last_exit_code: want an exit code, 0 to 255")
+		}
+		n.LastExitCode = &c
 	}
 	if err := decodeIssue22(raw, &n); err != nil {
 		return err

@@ -332,6 +332,7 @@ func FuzzDecode(f *testing.F) {
 		`{"counters":{"applies":2,"leases":1},"last_tick_ok_at":"2026-01-01T00:00:00Z"}`, `{"counters":{"failures":-1}}`, `{"counters":[]}`,
 		`{"applying":{"sha":"9f3e","started_at":"2026-12-02T10:00:00Z","auto_revert":false}}`,
 		`{"hold":{"reason":"r","by":"bob","since":"2026-12-02T10:00:00Z","until":"2026-12-02T14:00:00Z"},"deferred":{"action":"down","since":"2026-12-02T10:00:00Z","until":"2026-12-03T02:00:00Z"}}`,
+		`{"last_failure":{"sha":"9f3e","code":"PULL_FAILED","detail":"denied","at":"2026-12-02T09:58:00Z","attempts":2},"last_exit_code":78}`,
 		`{"drift":{"sha":"9f3e","services":{"api":{"config_hash":"626a9bcfe94badb776855e66c87f0daf3065d98ac87795582be6ce8127e77160","containers":1}},"attempts":2}}`} {
 		f.Add([]byte(s))
 	}

@@ -15,6 +15,8 @@ type Telemetry struct {
 	Now      time.Time
 	Hostname string
 	Timer    *protocol.Timer
+	// TickID names the tick (journal lines end in tick_id=…); "" for doctor's check-in.
+	TickID string
 	// Disk measures the image storage; nil leaves disk_free_bytes null.
 	Disk interface {
 		Tightest(paths []string) (int64, []diskspace.Measure, error)
@@ -42,6 +44,17 @@ func CheckinRequest(cfg *config.Config, st *state.State, t Telemetry) protocol.C
 		req.FailedSha, req.Attempts = bo.Sha, bo.Attempts
 		req.NextAttemptAt = bo.NextAttemptAt.UTC().Format(time.RFC3339)
 		req.RevertedTo, req.RevertHealthy = bo.RevertedTo, bo.RevertHealthy
+	}
+	// What fleetctl decides a silent box's next step from, and why the last deploy failed.
+	req.TickID, req.ApplyTimeoutS = t.TickID, protocol.TickTimeoutS
+	if c := st.LastExitCode; c != nil {
+		v := *c
+		req.LastExitCode = &v
+	}
+	if f := st.LastFailure; f != nil {
+		req.LastFailure = &protocol.Failure{Sha: f.Sha, Code: f.Code, Detail: f.Detail,
+			At: f.At.UTC().Format(time.RFC3339), Attempts: f.Attempts}
+
 	}
 	if h := st.Hold; h.Active(t.Now) {
 		req.Hold = &protocol.Hold{Reason: h.Reason, By: h.By, Since: h.Since.UTC().Format(time.RFC3339), Until: h.Until.UTC().Format(time.RFC3339)}

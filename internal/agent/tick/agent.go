@@ -75,6 +75,8 @@ type Deps struct {
 // Options are the flags of one tick.
 type Options struct {
 	Prune bool
+	// TickID names the tick in its check-in and report (the journal lines end in it too).
+	TickID string
 }
 
 // Agent runs ticks for one config.
@@ -350,14 +352,14 @@ func (a *Agent) saveState() error {
 }
 
 // saveFinal is the last write of a tick that ends with exit 0: it carries the success stamp
-// (last_tick_ok_at, the textfile's last success) with everything else, so a converged tick writes
+// (last_tick_ok_at, the textfile's last success) and last_exit_code 0 with everything else, so a converged tick writes
 // state.json once. A failed write leaves the stamp as it was: that tick did not succeed.
 func (a *Agent) saveFinal() error {
-	prev := a.st.LastTickOKAt
-	at := a.deps.Now().UTC()
-	a.st.LastTickOKAt = &at
+	prev, prevCode := a.st.LastTickOKAt, a.st.LastExitCode
+	at, code := a.deps.Now().UTC(), 0
+	a.st.LastTickOKAt, a.st.LastExitCode = &at, &code // the next check-in's last_exit_code
 	if err := a.saveState(); err != nil {
-		a.st.LastTickOKAt = prev
+		a.st.LastTickOKAt, a.st.LastExitCode = prev, prevCode
 		return err
 	}
 	a.finalSaved = true

@@ -88,7 +88,7 @@ func (a *Agent) apply(ctx context.Context, resp *protocol.CheckinResponse) error
 			"dir", release.Dir(a.cfg.EnvDir(), sha), "why", distrusted.Error())
 	}
 	if err != nil {
-		return a.fail(ctx, sha, err.Error(), "")
+		return a.fail(ctx, sha, protocol.FailStage, err.Error(), "")
 	}
 	if err := a.step("stage"); err != nil {
 		return err
@@ -101,7 +101,7 @@ func (a *Agent) apply(ctx context.Context, resp *protocol.CheckinResponse) error
 	}
 	at.promoted = true // a failed rename may still have swapped the link
 	if err := release.Promote(a.cfg.EnvDir(), sha); err != nil {
-		return a.fail(ctx, sha, err.Error(), "")
+		return a.fail(ctx, sha, protocol.FailStage, err.Error(), "")
 	}
 	log.Info("promoted release " + protocol.ShortSha(sha) + " → " + dir)
 	if err := a.step("promote"); err != nil {
@@ -296,7 +296,7 @@ func (a *Agent) runCompose(ctx context.Context, b *bundle.Bundle, dir string) er
 	d := a.deps.Docker
 	a.log.Info("compose pull", "policy", b.Meta.Pull)
 	if err := d.Pull(ctx, dir, file, b.Meta.Pull); err != nil {
-		return a.fail(ctx, sha, "compose pull: "+err.Error(), outputOf(err))
+		return a.fail(ctx, sha, protocol.FailPull, "compose pull: "+err.Error(), outputOf(err))
 	}
 	if err := a.step("pull"); err != nil {
 		return err
@@ -309,7 +309,7 @@ func (a *Agent) runCompose(ctx context.Context, b *bundle.Bundle, dir string) er
 	}
 	a.log.Info("compose up -d --remove-orphans")
 	if err := d.Up(ctx, dir, file); err != nil {
-		return a.fail(ctx, sha, "compose up: "+err.Error(), a.logsTail(ctx, dir, file))
+		return a.fail(ctx, sha, protocol.FailUp, "compose up: "+err.Error(), a.logsTail(ctx, dir, file))
 	}
 	if err := a.step("up"); err != nil {
 		return err
@@ -320,11 +320,11 @@ func (a *Agent) runCompose(ctx context.Context, b *bundle.Bundle, dir string) er
 	}
 	ok, cs, err := d.WaitHealthy(ctx, dir, file, timeout, a.deps.Sleep)
 	if err != nil && !ok {
-		return a.fail(ctx, sha, "waiting for health: "+err.Error(), a.logsTail(ctx, dir, file))
+		return a.fail(ctx, sha, protocol.FailHealthWait, "waiting for health: "+err.Error(), a.logsTail(ctx, dir, file))
 	}
 	if !ok {
 		detail := fmt.Sprintf("not healthy after %s: %s", timeout, strings.Join(compose.Unready(cs), ", "))
-		return a.failWith(ctx, sha, detail, a.logsTail(ctx, dir, file), cs)
+		return a.failWith(ctx, sha, protocol.FailUnhealthy, detail, a.logsTail(ctx, dir, file), cs)
 	}
 	if err := a.step("healthy"); err != nil {
 		return err
@@ -339,6 +339,7 @@ func (a *Agent) runCompose(ctx context.Context, b *bundle.Bundle, dir string) er
 	a.st.LastResult = protocol.ResultApplied
 	a.st.LastDetail = ""
 	a.st.Backoff = nil // the sha that was failing (this one or another) no longer is
+	a.clearFailure(protocol.ShortSha(sha) + " applied")
 	now := a.deps.Now().UTC()
 	a.st.LastApplyAt = &now
 	a.st.CountOutcome(protocol.ResultApplied)

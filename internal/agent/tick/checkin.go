@@ -102,7 +102,7 @@ func (a *Agent) checkinRequest(ctx context.Context) protocol.CheckinRequest {
 	if a.deps.Timer != nil {
 		timer = a.deps.Timer(ctx)
 	}
-	req := tenancy.CheckinRequest(a.cfg, a.st, tenancy.Telemetry{Now: a.deps.Now(), Hostname: a.deps.Hostname, Timer: timer, Disk: a.deps.Disk})
+	req := tenancy.CheckinRequest(a.cfg, a.st, tenancy.Telemetry{Now: a.deps.Now(), Hostname: a.deps.Hostname, Timer: timer, Disk: a.deps.Disk, TickID: a.opt.TickID})
 	if h := req.Hold; h != nil {
 		// Operator text: it leaves the box through the redactor, as every line does.
 		h.Reason, h.By = a.redact.Redact(h.Reason), a.redact.Redact(h.By)

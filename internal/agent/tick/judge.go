@@ -21,6 +21,9 @@ func (a *Agent) repeatRefusal(ctx context.Context, r *state.RefusedSha) error {
 		why = "free space unchanged, not fetched again"
 	}
 	a.log.Error("refused: " + r.Detail + " (judged " + r.At.UTC().Format("2006-01-02T15:04:05Z") + "; " + why + ")")
+	if f := a.st.LastFailure; f == nil || f.Sha != r.Sha {
+		a.noteFailure(r.Sha, r.Code, r.Detail) // a repeat is no new attempt
+	}
 	a.record(r.Sha, protocol.ResultRefused, r.Detail)
 	a.report(ctx, protocol.Report{Sha: r.Sha, Result: protocol.ResultRefused, Detail: r.Detail})
 	return fmt.Errorf("%w: %s", ErrRefused, r.Detail)

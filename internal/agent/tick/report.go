@@ -22,6 +22,7 @@ import (
 func (a *Agent) report(ctx context.Context, r protocol.Report) {
 	r.EnvID = a.cfg.EnvID
 	r.AgentVersion = version.Version
+	r.TickID = a.opt.TickID
 	// A detail keeps its start (a refusal's CODE and findings), a log tail its end. An unsaved
 	// state.json is said at the end with room kept: tenancy must learn this box's memory is behind.
 	if a.stateErr != nil {
@@ -55,30 +56,33 @@ func (a *Agent) refuseOrFail(ctx context.Context, sha string, err error) error {
 	case errors.Is(err, ErrTemporary), errors.Is(err, ErrEnvMismatch), errors.Is(err, ErrNeedsKit), errors.As(err, &stop):
 		return err
 	case errors.As(err, &r) && r.Code == protocol.CodeLeaseShape:
-		return a.fail(ctx, sha, r.Error(), "")
+		return a.fail(ctx, sha, protocol.CodeLeaseShape, r.Error(), "")
 	case errors.As(err, &r):
 		detail := a.redact.Redact(r.Error())
 		a.log.Error("refused: " + detail)
+		a.noteFailure(sha, r.Code, detail)
 		a.record(sha, protocol.ResultRefused, detail)
 		a.report(ctx, protocol.Report{Sha: sha, Result: protocol.ResultRefused, Detail: detail})
 		return fmt.Errorf("%w: %s", ErrRefused, detail)
 	default:
-		return a.fail(ctx, sha, err.Error(), "")
+		return a.fail(ctx, sha, protocol.FailOther, err.Error(), "")
 	}
 }
 
-// fail reports `failed`. The running release, if any, keeps running: nothing here stops it.
-func (a *Agent) fail(ctx context.Context, sha, detail, logTail string) error {
-	return a.failWith(ctx, sha, detail, logTail, nil)
+// fail reports `failed`, code naming the step (protocol.Fail*). The running release, if any,
+// keeps running: nothing here stops it.
+func (a *Agent) fail(ctx context.Context, sha, code, detail, logTail string) error {
+	return a.failWith(ctx, sha, code, detail, logTail, nil)
 }
 
 // failWith reports `failed`; a failure of the apply under way also backs off and reverts (failApply).
-func (a *Agent) failWith(ctx context.Context, sha, detail, logTail string, cs []protocol.Container) error {
+func (a *Agent) failWith(ctx context.Context, sha, code, detail, logTail string, cs []protocol.Container) error {
 	detail = a.redact.Redact(detail)
 	a.log.Error("failed: " + detail)
 	if at := a.attempt; at != nil && at.sha == sha {
-		return a.failApply(ctx, at, detail, logTail, cs)
+		return a.failApply(ctx, at, code, detail, logTail, cs)
 	}
+	a.noteFailure(sha, code, detail)
 	a.record(sha, protocol.ResultFailed, detail)
 	a.report(ctx, protocol.Report{Sha: sha, Result: protocol.ResultFailed, Detail: detail, LogTail: logTail, Containers: cs})
 	return fmt.Errorf("%w: %s", ErrFailed, detail)
@@ -91,6 +95,24 @@ func (a *Agent) record(sha, result, detail string) {
 	a.st.LastDetail = a.cutDetail(detail)
 	a.st.CountOutcome(result)
 	a.saveOrWarn()
+}
+
+// noteFailure keeps a failed or refused deploy in state for the next check-ins (last_failure);
+// the attempts of a sha that backs off are the backoff's.
+func (a *Agent) noteFailure(sha, code, detail string) {
+	f := a.st.NoteFailure(sha, code, a.cutDetail(detail), a.deps.Now())
+	if bo := a.st.Backoff; bo != nil && bo.Sha == sha {
+		f.Attempts = bo.Attempts
+	}
+}
+
+// clearFailure forgets the last failure once it no longer matters: an apply or a retire succeeded,
+// or tenancy wants a release that runs healthy and is not the one that failed.
+func (a *Agent) clearFailure(why string) {
+	if f := a.st.LastFailure; f != nil {
+		a.log.Info(fmt.Sprintf("last failure of %s (%s) cleared: %s", protocol.ShortSha(f.Sha), f.Code, why))
+		a.st.LastFailure = nil
+	}
 }
 
 // cutDetail redacts and cuts a detail to protocol.MaxDetail, so `status` and tenancy agree.
@@ -177,6 +199,9 @@ func (a *Agent) heartbeat(ctx context.Context, resp *protocol.CheckinResponse, n
 		_ = save()
 		a.report(ctx, protocol.Report{Sha: a.st.AppliedSha, Result: protocol.ResultUnhealthy, Detail: detail, Containers: cs})
 		return nil
+	}
+	if f := a.st.LastFailure; f != nil && f.Sha != resp.DesiredSha && (resp.DesiredSha == "" || resp.DesiredSha == a.st.AppliedSha) {
+		a.clearFailure("tenancy now wants " + protocol.ShortSha(resp.DesiredSha) + ", which runs healthy")
 	}
 	a.st.LastResult = protocol.ResultHealthy
 	a.st.LastDetail = a.cutDetail(note)
@@ -271,8 +296,9 @@ func (a *Agent) down(ctx context.Context, resp *protocol.CheckinResponse) error 
 		file = composeFileOf(dir)
 	}
 	if err := a.deps.Docker.Down(ctx, dir, file, volumes); err != nil {
-		return a.fail(ctx, resp.DesiredSha, "compose down: "+err.Error(), outputOf(err))
+		return a.fail(ctx, resp.DesiredSha, protocol.FailDown, "compose down: "+err.Error(), outputOf(err))
 	}
+	a.clearFailure("the env is retired")
 	a.st.LastResult = protocol.ResultDown
 	a.st.LastDetail = ""
 	a.st.AppliedSha = ""

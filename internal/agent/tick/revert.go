@@ -112,7 +112,7 @@ func healthWord(ok bool) string {
 
 // failApply enters the backoff, reverts when the failure came after the promote, and reports
 // `failed`. The revert target is saved first so a killed tick's successor finishes it.
-func (a *Agent) failApply(ctx context.Context, at *applyAttempt, detail, logTail string, cs []protocol.Container) error {
+func (a *Agent) failApply(ctx context.Context, at *applyAttempt, code, detail, logTail string, cs []protocol.Container) error {
 	a.attempt = nil // what fails from here on is the revert, not another attempt
 	a.failedThisTick = true
 	a.st.Applying = nil
@@ -122,6 +122,7 @@ func (a *Agent) failApply(ctx context.Context, at *applyAttempt, detail, logTail
 		bo.RevertPending = bo.RevertedTo != ""
 	}
 	a.st.LastSha, a.st.LastResult, a.st.LastDetail = at.sha, protocol.ResultFailed, a.cutDetail(detail)
+	a.noteFailure(at.sha, code, detail)
 	a.st.CountOutcome(protocol.ResultFailed)
 	a.saveOrWarn()
 	if err := a.step("failed"); err != nil {
@@ -430,7 +431,7 @@ func (a *Agent) finishKilledApply(ctx context.Context) error {
 	a.log.Error("failed: " + protocol.ShortSha(ap.Sha) + ": " + detail)
 	a.attempt = &applyAttempt{sha: ap.Sha, promoted: true, autoRevert: ap.AutoRevert}
 	defer func() { a.attempt = nil }()
-	return a.failApply(ctx, a.attempt, detail, "", nil)
+	return a.failApply(ctx, a.attempt, protocol.FailKilled, detail, "", nil)
 }
 
 // finishRevert completes a revert a killed tick left pending and sends the failure report it owed.

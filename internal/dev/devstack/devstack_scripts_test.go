@@ -101,3 +101,37 @@ MONKY_DEMO_ZITI=bogus; . "$T/sel.sh"; echo unreachable`)
 		}
 	}
 }
+
+// `make demo` on a machine whose docker has no compose v2 (a PATH whose docker lacks the plugin)
+// stops after its preflight, before it builds the agent, with the fix in doctor's words.
+func TestDemoScriptStopsWithoutComposeV2(t *testing.T) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := t.TempDir()
+	fake := "#!/bin/sh\ncase \"$*\" in\n" +
+		"  \"info --format {{json .}}\") echo '{\"ServerVersion\": \"29.0.1\", \"DockerRootDir\": \"/var/lib/docker\"}' ;;\n" +
+		"  \"context inspect --format {{.Endpoints.docker.Host}}\") echo tcp://127.0.0.1:2375 ;;\n" +
+		"  compose*) echo \"docker: 'compose' is not a docker command.\" >&2; exit 1 ;;\n" +
+		"  *) exit 1 ;;\nesac\n"
+	if err := os.WriteFile(filepath.Join(bin, "docker"), []byte(fake), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("bash", filepath.Join("..", "..", "..", "scripts", "demo.sh"))
+	cmd.Env = append(os.Environ(), "PATH="+bin+":/usr/local/bin:/usr/bin:/bin", "GO="+goBin, "DOCKER_HOST=")
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("demo.sh: %v, want exit 1\n%s", err, out)
+	}
+	for _, want := range []string{"demo: preflight", "FAIL compose", "docker compose v2 does not", "docker-compose-plugin from Docker's apt repository",
+		"Debian's own docker-compose on releases that ship v2"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("demo.sh output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(string(out), "building bin/monky-deployd") {
+		t.Errorf("demo.sh built the agent before its preflight:\n%s", out)
+	}
+}

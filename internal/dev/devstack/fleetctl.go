@@ -69,12 +69,13 @@ func (f *Fleetctl) Run(ctx context.Context, args ...string) (Result, error) {
 	return r, nil
 }
 
-// Onboard runs `fleetctl onboard ENV --site SITE --transport TRANSPORT --out KITS [--reissue]`
-// and fails unless it exits 0. The kit lands in KITS/ENV/ (bootstrap.jwt among it).
+// Onboard runs `fleetctl onboard ENV --site SITE --transport TRANSPORT --out KITS` and fails
+// unless it exits 0. The kit lands in KITS/ENV/ (bootstrap.jwt among it). reissue re-issues the
+// kit of a box that may be running (--reissue --replace-live): its grant is superseded.
 func (f *Fleetctl) Onboard(ctx context.Context, env, site, kits string, reissue bool) (Result, error) {
 	args := []string{"onboard", env, "--site", site, "--transport", f.Transport, "--out", kits}
 	if reissue {
-		args = append(args, "--reissue")
+		args = append(args, "--reissue", "--replace-live")
 	}
 	r, err := f.Run(ctx, args...)
 	if err == nil && r.Exit != 0 {

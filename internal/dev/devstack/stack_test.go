@@ -160,7 +160,7 @@ func TestStackJoinsTenancyAdminAndMesh(t *testing.T) {
 	})
 
 	t.Run("a reissue supersedes the running agent's grant", func(t *testing.T) {
-		if code, _, errOut := fleetctl(t, s, "onboard", "env-a", "--site", "dev", "--transport", "system", "--out", kits, "--reissue"); code != 0 {
+		if code, _, errOut := fleetctl(t, s, "onboard", "env-a", "--site", "dev", "--transport", "system", "--out", kits, "--reissue", "--replace-live"); code != 0 {
 			t.Fatalf("reissue exit %d: %s", code, errOut)
 		}
 		if code := agentCall(t, s, "/v1/agent/checkin", tok, protocol.CheckinRequest{EnvID: "env-a"}); code != 401 {

@@ -67,11 +67,17 @@ func ParseAgentsPage(b []byte) (*protocol.AdminAgentsPage, time.Time, error) {
 		if a.Attempts < 0 {
 			return nil, time.Time{}, fmt.Errorf("%s.attempts: %d is negative", where, a.Attempts)
 		}
+		if err := checkTruth(where, a); err != nil {
+			return nil, time.Time{}, err
+		}
 		if err := checkHoldAndDeferral(where, a); err != nil {
 			return nil, time.Time{}, err
 		}
 		times := []timeField{{"last_checkin_at", a.LastCheckinAt}, {"desired_at", a.DesiredAt}, {"last_result_at", a.LastResultAt},
 			{"next_attempt_at", a.NextAttemptAt}, {"deferred_until", a.DeferredUntil}}
+		if f := a.LastFailure; f != nil {
+			times = append(times, timeField{"last_failure.at", &f.At})
+		}
 		if a.Timer != nil {
 			times = append(times, timeField{"timer.next_elapse", a.Timer.NextElapse}, timeField{"timer.observed_at", a.Timer.ObservedAt})
 		}
@@ -85,6 +91,41 @@ func ParseAgentsPage(b []byte) (*protocol.AdminAgentsPage, time.Time, error) {
 		}
 	}
 	return &p, now, nil
+}
+
+// tickIDRE and failureCodeRE: a tick id ends up in a journalctl command fleetctl suggests, a
+// failure code in a Prometheus label; both are the agent's own making.
+var (
+	tickIDRE      = regexp.MustCompile(`^[0-9A-Za-z]{1,32}$`)
+	failureCodeRE = regexp.MustCompile(`^[A-Z][A-Z0-9_]{0,63}$`)
+)
+
+// checkTruth checks the fields of issue 20 (the next step's evidence, the last failure).
+func checkTruth(where string, a *protocol.AdminAgent) error {
+	for _, t := range []struct{ field, v string }{{"checkin_tick_id", a.CheckinTickID}, {"result_tick_id", a.ResultTickID}} {
+		if t.v != "" && !tickIDRE.MatchString(t.v) {
+			return fmt.Errorf("%s.%s: %q is not a tick id (letters and digits, at most 32)", where, t.field, clip.Head(t.v, 40))
+		}
+	}
+	if c := a.LastExitCode; c != nil && (*c < 0 || *c > 255) {
+		return fmt.Errorf("%s.last_exit_code: %d is not an exit code (0-255)", where, *c)
+	}
+	if a.ApplyTimeoutS < 0 {
+		return fmt.Errorf("%s.apply_timeout_s: %d is negative", where, a.ApplyTimeoutS)
+	}
+	if f := a.LastFailure; f != nil {
+		switch {
+		case f.Sha == "":
+			return fmt.Errorf("%s.last_failure.sha: empty", where)
+		case !failureCodeRE.MatchString(f.Code):
+			return fmt.Errorf("%s.last_failure.code: %q is not a code (upper-case letters, digits, '_')", where, clip.Head(f.Code, 40))
+		case f.Attempts < 0:
+			return fmt.Errorf("%s.last_failure.attempts: %d is negative", where, f.Attempts)
+		case f.At == "":
+			return fmt.Errorf("%s.last_failure.at: missing", where)
+		}
+	}
+	return nil
 }
 
 // maxHoldText bounds a hold's reason and by as fleetctl shows them: the agent writes at most 200

@@ -52,6 +52,15 @@ func TestParseAgentsPage(t *testing.T) {
 		{"hold reason a number", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"env-x","hold":{"reason":5}}]}`, `field "agents.hold.reason"`},
 		{"bad deferred_until", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"env-x","deferred_until":"tonight"}]}`, `agents[0] (env-x).deferred_until`},
 		{"empty cursor", `{"now":"2026-12-02T10:00:00Z","agents":[],"next":""}`, `empty cursor`},
+		{"evidence and last failure", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"a","last_action":"apply","checkin_tick_id":"3f9a0c1d2e4b","result_tick_id":"0c1d2e4b3f9a",` +
+			`"last_exit_code":78,"apply_timeout_s":3600,"last_failure":{"sha":"9f3e","code":"PULL_FAILED","detail":"compose pull: denied","at":"2026-12-02T09:58:00Z","attempts":2}}]}`, ""},
+		{"shell in a tick id", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"env-x","checkin_tick_id":"x; rm -rf /"}]}`, `agents[0] (env-x).checkin_tick_id`},
+		{"exit code out of range", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"env-x","last_exit_code":256}]}`, `agents[0] (env-x).last_exit_code: 256`},
+		{"negative apply timeout", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"env-x","apply_timeout_s":-1}]}`, `apply_timeout_s: -1`},
+		{"failure without a sha", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"env-x","last_failure":{"code":"FAILED","at":"2026-12-02T09:58:00Z","attempts":1}}]}`, `last_failure.sha`},
+		{"failure code as a label", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"env-x","last_failure":{"sha":"9f","code":"pull failed\"}","at":"2026-12-02T09:58:00Z","attempts":1}}]}`, `last_failure.code`},
+		{"failure time", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"env-x","last_failure":{"sha":"9f","code":"FAILED","at":"yesterday","attempts":1}}]}`, `agents[0] (env-x).last_failure.at`},
+		{"failure attempts", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"env-x","last_failure":{"sha":"9f","code":"FAILED","at":"2026-12-02T09:58:00Z","attempts":-1}}]}`, `last_failure.attempts: -1`},
 		{"trailing", `{"now":"2026-12-02T10:00:00Z","agents":[]} {}`, `trailing data`},
 		{"applied_sha given twice", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"a","applied_sha":"7a10","applied_sha":"0bad"}]}`, `field "agents.applied_sha": given twice`},
 		{"ENV_ID in capitals only", `{"now":"2026-12-02T10:00:00Z","agents":[{"ENV_ID":"a"}]}`, `agents[0].env_id`},
@@ -123,6 +132,8 @@ func FuzzParseAgentsPage(f *testing.F) {
 	f.Add([]byte(`{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"a","failed_sha":"9f","attempts":2,"next_attempt_at":"2026-12-02T10:08:00Z","revert_healthy":false}]}`))
 	f.Add([]byte(`{"now":1}`))
 	f.Add([]byte(`[]`))
+	f.Add([]byte(`{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"a","last_action":"apply","checkin_tick_id":"3f9a0c1d2e4b","last_exit_code":78,"apply_timeout_s":3600,` +
+		`"last_failure":{"sha":"9f","code":"PULL_FAILED","detail":"d","at":"2026-12-02T09:58:00Z","attempts":2}}]}`))
 	f.Add([]byte(`{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"a","hold":{"reason":"r","by":"b","since":"2026-12-02T09:00:00Z","until":"2026-12-02T13:00:00Z"},"deferred_until":"2026-12-03T01:00:00Z"}]}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		p, now, err := ParseAgentsPage(b)

@@ -70,7 +70,7 @@ func exitCode(err error, started bool) int {
 	switch {
 	case err == nil:
 		return ExitOK
-	case errors.Is(err, ErrUsage), errors.Is(err, config.ErrInvalid), errors.Is(err, kit.ErrExists), !started:
+	case errors.Is(err, ErrUsage), errors.Is(err, config.ErrInvalid), errors.Is(err, kit.ErrExists), errors.Is(err, errLive), !started:
 		return ExitUsage
 	case errors.As(err, &se):
 		return ExitSource
@@ -133,11 +133,15 @@ func run(ctx context.Context, args []string, deps Deps) int {
 	code := exitCode(err, g.started)
 	switch {
 	case err == nil, errors.Is(err, ErrNotOK):
+	case code == ExitUsage && errors.Is(err, errLive):
+		fmt.Fprintf(g.stderr, "fleetctl: %s\n", g.redact(err.Error())) // a refusal, not a mistyped command
 	case code == ExitUsage:
 		fmt.Fprintf(g.stderr, "fleetctl: %s\n", g.redact(trimUsage(err)))
 		fmt.Fprintf(g.stderr, "Run 'fleetctl --help' for usage.\n")
 	case code == ExitSource:
-		fmt.Fprintf(g.stderr, "fleetctl: %s\n", g.redact(err.Error()))
+		for _, line := range strings.Split(g.redact(err.Error()), "\n") { // one line per source that failed
+			fmt.Fprintf(g.stderr, "fleetctl: %s\n", line)
+		}
 		fmt.Fprintf(g.stderr, "fleetctl: nothing was judged: a verdict needs every source.\n")
 	default:
 		fmt.Fprintf(g.stderr, "fleetctl: %s\n", g.redact(err.Error()))
@@ -243,7 +247,10 @@ Exit codes: 0 all OK, 1 something is not OK, 2 usage or configuration error,
 			return g.setup(cmd)
 		},
 	}
+	// `fleetctl completion bash|zsh|fish` is ours (completion.go), not cobra's default.
 	root.CompletionOptions.DisableDefaultCmd = true
+	root.Version = versionLine()
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetOut(g.stdout)
 	root.SetErr(g.stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usagef("%v", err) })
@@ -264,11 +271,13 @@ Exit codes: 0 all OK, 1 something is not OK, 2 usage or configuration error,
 
 	root.AddCommand(
 		newStatusCommand(g),
+		newDescribeCommand(g),
 		newGateCommand(g),
 		newOnboardCommand(g),
 		newRepairAttrsCommand(g),
 		newExporterCommand(g),
 		newVersionCommand(g),
+		newCompletionCommand(g),
 	)
 	return root
 }
@@ -305,7 +314,13 @@ func (g *globalOptions) setup(cmd *cobra.Command) error {
 
 func (g *globalOptions) printer() render.Printer {
 	f, _ := render.ParseFormat(g.output) // validated in setup
-	return render.Printer{Format: f}
+	return render.Printer{Format: f, Color: g.color()}
+}
+
+// color: only a terminal is painted, and never one whose user set NO_COLOR (no-color.org) or
+// whose terminal is dumb; a pipe, a file and CI logs get plain text.
+func (g *globalOptions) color() bool {
+	return g.deps.IsTerminal(g.deps.Stdout) && g.deps.Getenv("NO_COLOR") == "" && g.deps.Getenv("TERM") != "dumb"
 }
 
 // settings layers env and flags over the config file; its secrets are registered with the

@@ -229,7 +229,7 @@ func TestProgressOnlyOnATerminal(t *testing.T) {
 		t.Fatalf("exit %d", code)
 	}
 	errOut := h.stderr.String()
-	for _, want := range []string{"ziti: 1/1 pages", "tenancy: 3 pages, 12 agents", "\r\x1b[K"} {
+	for _, want := range []string{"ziti: 1/1 pages", "tenancy: 3 pages, 13 agents", "\r\x1b[K"} {
 		if !strings.Contains(errOut, want) {
 			t.Errorf("progress lacks %q: %q", want, errOut)
 		}
@@ -482,15 +482,13 @@ func TestZitiURLFromTheIdentityFile(t *testing.T) {
 					t.Errorf("-v lacks %q:\n%s", want, h.stderr.String())
 				}
 			}
-			if !strings.Contains(h.stdout.String(), "4 envs: 2 OK, 2 SILENT") {
+			if !strings.Contains(h.stdout.String(), "5 envs: 2 OK, 3 SILENT") {
 				t.Errorf("stdout:\n%s", h.stdout.String())
 			}
 		})
 	}
 }
 
-// A box backing off a failed release is no laggard, and no wait clears it: the gate says so while
-// it waits and when it closes.
 // A held box and a deferred one block the gate, named as such and counted apart from failures;
 // the wait says no wait clears them.
 func TestGateNamesHeldAndDeferredBoxes(t *testing.T) {
@@ -538,8 +536,14 @@ func TestGateNamesHeldAndDeferredBoxes(t *testing.T) {
 	if !strings.Contains(h.stderr.String(), "held=1") || !strings.Contains(h.stderr.String(), "deferred=1") {
 		t.Errorf("the wait did not count them: %q", h.stderr.String())
 	}
+	// Piped (a CI log), the wait line names them too, and whom it waits for.
+	if !strings.Contains(h.stderr.String(), "(1 more held by a human, 1 more deferred to an apply window: they block whatever the wait): waiting for ") {
+		t.Errorf("the piped wait line did not name them: %q", h.stderr.String())
+	}
 }
 
+// A box backing off a failed release is no laggard, and no wait clears it: the gate says so while
+// it waits and when it closes.
 func TestGateSaysWhenABoxIsBackingOff(t *testing.T) {
 	h := newHarness(t)
 	a := h.f.a
@@ -573,5 +577,40 @@ func TestGateSaysWhenABoxIsBackingOff(t *testing.T) {
 	}
 	if len(h.sleeps) > 2 {
 		t.Errorf("the gate waited on after the laggards caught up: sleeps %v", h.sleeps)
+	}
+}
+
+// Colour on a terminal only, and never when NO_COLOR is set (to anything) or the terminal is
+// dumb; JSON is never painted.
+func TestColourOnlyOnATerminal(t *testing.T) {
+	h := newHarness(t)
+	painted := func(args ...string) bool {
+		t.Helper()
+		if code := h.run(context.Background(), args...); code != 1 {
+			t.Fatalf("%v: exit %d\n%s", args, code, h.stderr.String())
+		}
+		return strings.Contains(h.stdout.String(), "\x1b[")
+	}
+	if painted("status") {
+		t.Error("colour on a pipe")
+	}
+	h.ttyStdout = true
+	if !painted("status") || !strings.Contains(h.stdout.String(), "\x1b[31mSILENT\x1b[0m") {
+		t.Errorf("no colour on a terminal:\n%s", h.stdout.String())
+	}
+	if !painted("gate") {
+		t.Error("gate not coloured on a terminal")
+	}
+	if painted("status", "-o", "json") {
+		t.Error("colour in JSON")
+	}
+	h.env["NO_COLOR"] = "1"
+	if painted("status") {
+		t.Error("colour with NO_COLOR set")
+	}
+	delete(h.env, "NO_COLOR")
+	h.env["TERM"] = "dumb"
+	if painted("status") {
+		t.Error("colour on a dumb terminal")
 	}
 }

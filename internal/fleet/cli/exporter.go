@@ -85,7 +85,7 @@ func runExporter(ctx context.Context, opts exporterOptions, g *globalOptions, di
 	}
 	ex := exporter.New(exporter.Options{
 		Read:    func(ctx context.Context) (*report.Document, error) { return r.document(ctx, opts.site, ro) },
-		Source:  sourceOf,
+		Source:  sourcesOf,
 		Sources: []string{sourceZiti, sourceTenancy},
 		Refresh: opts.refresh,
 		Timeout: g.timeout,
@@ -135,10 +135,24 @@ func checkListen(hp string) error {
 	return nil
 }
 
-func sourceOf(err error) string {
-	var se *SourceError
-	if errors.As(err, &se) {
-		return se.Source
+// sourcesOf names every source whose failure err carries (a reading reports each one).
+func sourcesOf(err error) []string {
+	var out []string
+	var walk func(error)
+	walk = func(e error) {
+		var se *SourceError
+		switch x := e.(type) {
+		case nil:
+		case interface{ Unwrap() []error }:
+			for _, c := range x.Unwrap() {
+				walk(c)
+			}
+		default:
+			if errors.As(e, &se) {
+				out = append(out, se.Source)
+			}
+		}
 	}
-	return ""
+	walk(err)
+	return out
 }

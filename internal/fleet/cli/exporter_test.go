@@ -118,3 +118,74 @@ func TestExporterListenSettings(t *testing.T) {
 		t.Errorf("a bad port from the env: exit %d, stderr %q", code, h.stderr.String())
 	}
 }
+
+// A source that dies: the next reading fails, and source_up says so for that source — the
+// controller is still read fine — while the last good view stays served (view_fresh 0).
+func TestExporterSourceUpWhenASourceDies(t *testing.T) {
+	for _, tc := range []struct {
+		dead, alive string
+		kill        func(f *fakes)
+	}{
+		{sourceTenancy, sourceZiti, func(f *fakes) { f.a.Close() }},
+		{sourceZiti, sourceTenancy, func(f *fakes) { f.z.Close() }},
+		// Both die: each is down, not only the one whose failure came first.
+		{sourceZiti + "," + sourceTenancy, "", func(f *fakes) { f.z.Close(); f.a.Close() }},
+	} {
+		t.Run(tc.dead, func(t *testing.T) {
+			h := newHarness(t)
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := h.deps()
+			w.Listen = func(string, string) (net.Listener, error) { return ln, nil }
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan int, 1)
+			go func() { done <- run(ctx, []string{"exporter", "--refresh", "1s", "--timeout", "20s"}, w) }()
+			waitFor := func(want ...string) string {
+				t.Helper()
+				var page string
+				deadline := time.Now().Add(60 * time.Second)
+				for {
+					page = scrape(t, ln.Addr().String())
+					ok := true
+					for _, s := range want {
+						ok = ok && strings.Contains(page, s+"\n")
+					}
+					if ok {
+						return page
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("after 60s the page lacks %q:\n%s\nstderr: %s", want, page, h.stderr.String())
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+			}
+			up := func(v string) []string {
+				var out []string
+				for _, d := range strings.Split(tc.dead, ",") {
+					out = append(out, `monky_fleet_exporter_source_up{source="`+d+`"} `+v)
+				}
+				return out
+			}
+			waitFor(append(up("1"), `monky_fleet_exporter_view_fresh 1`)...)
+			tc.kill(h.f)
+			// The first reading that fails already tells the truth of every source.
+			page := waitFor(`monky_fleet_exporter_view_fresh 0`)
+			for _, want := range up("0") {
+				if !strings.Contains(page, want+"\n") {
+					t.Errorf("the first failed reading does not say %s:\n%s", want, page)
+				}
+			}
+			if tc.alive != "" && !strings.Contains(page, `monky_fleet_exporter_source_up{source="`+tc.alive+`"} 1`+"\n") {
+				t.Errorf("the source that still answers is not up:\n%s", page)
+			}
+			if !strings.Contains(page, `monky_fleet_env_verdict{env="env-dev-01",site="cbs",verdict="SILENT"} 1`) {
+				t.Errorf("the last good view is no longer served")
+			}
+			cancel()
+			<-done
+		})
+	}
+}

@@ -79,7 +79,7 @@ func runGate(ctx context.Context, opts gateOptions, g *globalOptions, w io.Write
 
 	deadline := g.deps.Now().Add(opts.wait)
 	var started time.Time
-	waitLine := false
+	waitLine, lastLine := false, ""
 	defer func() {
 		if waitLine {
 			fmt.Fprint(g.stderr, "\r\x1b[K")
@@ -103,6 +103,7 @@ func runGate(ctx context.Context, opts gateOptions, g *globalOptions, w io.Write
 		}
 		gate := report.NewGate(doc, report.GateOptions{
 			Allow: opts.allow, MinVersion: opts.minVersion, ExpectVersion: opts.expectVersion, StartedAt: started,
+			Matched: opts.matched(),
 		})
 		lagging := gate.Lagging()
 		remaining := deadline.Sub(g.deps.Now())
@@ -121,23 +122,28 @@ func runGate(ctx context.Context, opts gateOptions, g *globalOptions, w io.Write
 		// verdict (a human, a new bundle or the window does), so say so.
 		backingOff, held, deferred := gate.BackingOff(), gate.Held(), gate.Deferred()
 		g.log.Info("gate: waiting", "lagging", lagging, "backing_off", backingOff, "held", held, "deferred", deferred, "expect", opts.expectVersion, "left", remaining.Round(time.Second))
+		var more []string
+		if backingOff > 0 {
+			more = append(more, fmt.Sprintf("%d more backing off a failed release", backingOff))
+		}
+		if held > 0 {
+			more = append(more, fmt.Sprintf("%d more held by a human", held))
+		}
+		if deferred > 0 {
+			more = append(more, fmt.Sprintf("%d more deferred to an apply window", deferred))
+		}
+		extra := ""
+		if len(more) > 0 {
+			extra = " (" + strings.Join(more, ", ") + ": they block whatever the wait)"
+		}
+		base := fmt.Sprintf("gate: %d envs not yet on %s%s", lagging, opts.expectVersion, extra)
 		if g.deps.IsTerminal(g.deps.Stderr) {
-			var more []string
-			if backingOff > 0 {
-				more = append(more, fmt.Sprintf("%d more backing off a failed release", backingOff))
-			}
-			if held > 0 {
-				more = append(more, fmt.Sprintf("%d more held by a human", held))
-			}
-			if deferred > 0 {
-				more = append(more, fmt.Sprintf("%d more deferred to an apply window", deferred))
-			}
-			extra := ""
-			if len(more) > 0 {
-				extra = " (" + strings.Join(more, ", ") + ": they block whatever the wait)"
-			}
-			fmt.Fprintf(g.stderr, "\r\x1b[Kgate: %d envs not yet on %s%s, %s left", lagging, opts.expectVersion, extra, remaining.Round(time.Second))
+			fmt.Fprintf(g.stderr, "\r\x1b[K%s, %s left", base, remaining.Round(time.Second))
 			waitLine = true
+		} else if line := base + ": waiting for " + laggards(gate); line != lastLine {
+			// A CI log gets a line whenever who it waits for changes, naming them.
+			fmt.Fprintln(g.stderr, line)
+			lastLine = line
 		}
 		if err := g.deps.Sleep(ctx, min(opts.poll, remaining)); err != nil {
 			return fmt.Errorf("gate: interrupted while %d envs were not yet on %s", lagging, opts.expectVersion)
@@ -146,3 +152,30 @@ func runGate(ctx context.Context, opts gateOptions, g *globalOptions, w io.Write
 }
 
 func isGlob(s string) bool { return strings.ContainsAny(s, "*?[") }
+
+// matched says what selected the envs, for a gate that found none: `--env "env-prod-*" --site osg`.
+func (f *filterOptions) matched() string {
+	var parts []string
+	if f.env != "" {
+		parts = append(parts, fmt.Sprintf("--env %q", f.env))
+	}
+	if f.site != "" {
+		parts = append(parts, fmt.Sprintf("--site %q", f.site))
+	}
+	return strings.Join(parts, " ")
+}
+
+// laggards names the envs a gate waits for (at most five) for a log's wait line, which is printed
+// again only when it changes (the time left would change it every poll).
+func laggards(gate *report.Gate) string {
+	var names []string
+	for _, b := range gate.Blockers {
+		if b.Lagging {
+			names = append(names, b.EnvID)
+		}
+	}
+	if len(names) > 5 {
+		names = append(names[:5], fmt.Sprintf("and %d more", len(names)-5))
+	}
+	return strings.Join(names, ", ")
+}

@@ -77,6 +77,8 @@ type fakes struct {
 
 	mu      sync.Mutex
 	churned int // identities ziti-churn created
+	// markA and markZ are how many requests each fake had at the last fakes-mark.
+	markA, markZ int
 }
 
 // startFakes starts both fakes with the credentials above; the caller closes them.
@@ -299,6 +301,54 @@ var scriptCmds = map[string]func(ts *testscript.TestScript, neg bool, args []str
 				id.Type, id.IsAdmin, id.EnrollmentJWT != "")
 		}
 	},
+	// tenancy-hold ENV BY SINCE UNTIL REASON…: ENV's last check-in carried a hold (SINCE and UNTIL
+	// are offsets from the fakes' clock, -26h, 2h), and a desired release it has not applied.
+	"tenancy-hold": func(ts *testscript.TestScript, neg bool, args []string) {
+		if len(args) < 5 {
+			ts.Fatalf("usage: tenancy-hold ENV BY SINCE UNTIL REASON...")
+		}
+		h := &protocol.Hold{By: args[1], Since: offset(ts, args[2]), Until: offset(ts, args[3]), Reason: strings.Join(args[4:], " ")}
+		if !fakesOf(ts).a.UpdateAgent(args[0], func(ag *protocol.AdminAgent) { ag.Hold, ag.DesiredSha = h, strings.Repeat("9f3e", 16) }) {
+			ts.Fatalf("tenancy lists no %s", args[0])
+		}
+	},
+	// tenancy-defer ENV UNTIL: ENV's desired release waits for its apply window until UNTIL (an
+	// offset from the fakes' clock).
+	"tenancy-defer": func(ts *testscript.TestScript, neg bool, args []string) {
+		if len(args) != 2 {
+			ts.Fatalf("usage: tenancy-defer ENV UNTIL")
+		}
+		u := offset(ts, args[1])
+		if !fakesOf(ts).a.UpdateAgent(args[0], func(ag *protocol.AdminAgent) { ag.DeferredUntil, ag.DesiredSha = &u, strings.Repeat("9f3e", 16) }) {
+			ts.Fatalf("tenancy lists no %s", args[0])
+		}
+	},
+	// fakes-mark: from now on, fakes-writes and fakes-reads report only later requests.
+	"fakes-mark": func(ts *testscript.TestScript, neg bool, args []string) {
+		f := fakesOf(ts)
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.markA, f.markZ = len(f.a.Requests()), len(f.z.Requests())
+	},
+	// fakes-writes: print every request since fakes-mark that could change something in either
+	// fake — anything but a GET, and the controller's authentication — as SOURCE METHOD PATH.
+	"fakes-writes": func(ts *testscript.TestScript, neg bool, args []string) {
+		out := ts.Stdout() // even when there is nothing to print: stdout is this command's
+		for _, r := range fakeRequests(ts) {
+			if r.method != "GET" && !strings.HasSuffix(r.path, "/authenticate") {
+				fmt.Fprintf(out, "%s %s %s\n", r.source, r.method, r.path)
+			}
+		}
+	},
+	// fakes-reads: print every GET since fakes-mark, as SOURCE GET PATH [FILTER].
+	"fakes-reads": func(ts *testscript.TestScript, neg bool, args []string) {
+		out := ts.Stdout()
+		for _, r := range fakeRequests(ts) {
+			if r.method == "GET" {
+				fmt.Fprintln(out, strings.TrimSpace(fmt.Sprintf("%s GET %s %s", r.source, r.path, r.filter)))
+			}
+		}
+	},
 	// ziti-patches: print the PATCHes received.
 	"ziti-patches": func(ts *testscript.TestScript, neg bool, args []string) {
 		out := ts.Stdout()
@@ -340,6 +390,25 @@ var scriptCmds = map[string]func(ts *testscript.TestScript, neg bool, args []str
 	},
 }
 
+// fakeRequest is a request either fake received.
+type fakeRequest struct{ source, method, path, filter string }
+
+// fakeRequests lists the requests both fakes received since the last fakes-mark.
+func fakeRequests(ts *testscript.TestScript) []fakeRequest {
+	f := fakesOf(ts)
+	f.mu.Lock()
+	ma, mz := f.markA, f.markZ
+	f.mu.Unlock()
+	var out []fakeRequest
+	for _, r := range f.a.Requests()[ma:] {
+		out = append(out, fakeRequest{"tenancy", r.Method, r.Path, ""})
+	}
+	for _, r := range f.z.Requests()[mz:] {
+		out = append(out, fakeRequest{"ziti", r.Method, r.Path, r.Query.Get("filter")})
+	}
+	return out
+}
+
 type failureSpec struct {
 	after     int
 	delay     time.Duration
@@ -366,4 +435,11 @@ func failure(ts *testscript.TestScript, args []string) failureSpec {
 		f.after = n
 	}
 	return f
+}
+
+// offset is fleettest.Now moved by a Go duration ("-26h", "2h"), as RFC 3339.
+func offset(ts *testscript.TestScript, d string) string {
+	v, err := time.ParseDuration(d)
+	ts.Check(err)
+	return fleettest.Now.Add(v).UTC().Format(time.RFC3339)
 }

@@ -12,9 +12,11 @@ import (
 	"github.com/spf13/cobra"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/admin"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/config"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/kit"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/render"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/report"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/verdict"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/ziti"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/protocol"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/version"
@@ -26,6 +28,10 @@ type onboardOptions struct {
 	transport string
 	out       string
 	reissue   bool
+	// replaceLive onboards an env whose agent checks in (its grant is superseded); dryRun
+	// reads both sources and says what onboard would do, changing nothing.
+	replaceLive bool
+	dryRun      bool
 }
 
 func newOnboardCommand(g *globalOptions) *cobra.Command {
@@ -38,8 +44,13 @@ monky-host.ENV exists and carries #monky-deploy-agent and #openbao-client (creat
 repairing it), fetches its enrolment token, and writes DIR/ENV/: bootstrap.jwt (0600),
 monky-host.ENV.jwt (0600), install.sh.cmd, host_vars.yml and README.txt.
 
-Every reveal supersedes the backend's earlier bootstrap grants. An existing kit is never
-overwritten without --reissue.`,
+Every reveal supersedes the backend's earlier bootstrap grants, and with them the token of an
+agent that runs: its next call is refused (AGENT_UNAUTHENTICATED) until this kit is installed
+on the box. So before anything is revealed or changed, onboard reads the env from tenancy and
+the controller, and refuses an env whose agent checked in within its stale window (exit 2),
+saying when and what re-onboarding would do; --replace-live onboards it anyway. --dry-run
+shows what onboard would do and changes nothing. An existing kit is never overwritten without
+--reissue.`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return usagef("onboard takes exactly one ENV, got %d arguments", len(args))
@@ -56,6 +67,8 @@ overwritten without --reissue.`,
 	fl.StringVar(&opts.transport, "transport", "sdk", "how the agent reaches the mesh: sdk, proxy or system")
 	fl.StringVar(&opts.out, "out", ".", "directory the kit directory ENV/ is written in")
 	fl.BoolVar(&opts.reissue, "reissue", false, "replace an existing kit (its grant is superseded)")
+	fl.BoolVar(&opts.replaceLive, "replace-live", false, "onboard an env whose agent still checks in (its running agent is locked out until the new kit is installed)")
+	fl.BoolVar(&opts.dryRun, "dry-run", false, "read both sources and say what onboard would do; reveal, create and write nothing")
 	return cmd
 }
 
@@ -146,6 +159,9 @@ func runOnboard(ctx context.Context, opts onboardOptions, g *globalOptions, w io
 		return err
 	}
 
+	if opts.dryRun {
+		return dryRunOnboard(ctx, opts, g, s, ac, zs, w)
+	}
 	// Staged BEFORE the reveal: a reveal supersedes the box's grant, so not when no kit can be written.
 	stage, err := kit.Prepare(opts.out, opts.env, opts.reissue)
 	if err != nil {
@@ -162,6 +178,18 @@ func runOnboard(ctx context.Context, opts onboardOptions, g *globalOptions, w io
 	zc, err := g.dialZiti(ctx, zs)
 	if err != nil {
 		return err
+	}
+	// Read first: a reveal would lock a running agent out (issue 20), so a live env is refused.
+	facts, err := g.lookupEnv(ctx, s, ac, zc, opts.env)
+	if err != nil {
+		return err
+	}
+	if live := liveness(facts); live != nil {
+		if !opts.replaceLive {
+			return &liveError{env: opts.env, live: live}
+		}
+		g.log.Warn("onboard: the env is live; --replace-live: its agent is locked out until this kit is installed", "env", opts.env,
+			"last_checkin", live.at.Format(time.RFC3339))
 	}
 
 	resp, err := ac.RevealKit(ctx, opts.env, protocol.KitRequest{Site: opts.site, Transport: opts.transport})
@@ -239,4 +267,176 @@ func ensureIdentity(ctx context.Context, zc *ziti.Client, env string) (identityO
 		return identityOp{}, nil, err
 	}
 	return identityOp{Name: name, ID: id.ID, Action: "repaired", Added: missing}, id, nil
+}
+
+// live is an env whose agent checked in within its stale window, on tenancy's clock.
+type live struct {
+	at         time.Time
+	age, stale time.Duration
+	version    string
+	host       string
+	online     *bool
+}
+
+// liveness is nil unless tenancy lists the env and its agent checked in no longer ago than its
+// stale window (verdict.StaleAfter of its interval).
+func liveness(f *envFacts) *live {
+	a := f.Agent
+	if a == nil || a.LastCheckinAt == nil {
+		return nil
+	}
+	at, err := time.Parse(time.RFC3339, *a.LastCheckinAt) // checked by the listing's parser
+	if err != nil {
+		return nil
+	}
+	l := &live{at: at.UTC(), age: max(f.Agents.Now.Sub(at), 0), version: a.AgentVersion, host: a.Hostname,
+		stale: verdict.StaleAfter(time.Duration(a.CheckinIntervalS) * time.Second)}
+	if f.Identity != nil {
+		l.online = f.Identity.Online
+	}
+	if l.age > l.stale {
+		return nil
+	}
+	return l
+}
+
+// errLive: onboard refused an env whose agent checks in (exit 2, as a kit that exists).
+var errLive = errors.New("the env is live")
+
+// liveError says when the agent last checked in and what re-onboarding would do to it.
+type liveError struct {
+	env  string
+	live *live
+}
+
+// fact: `env-dev-02 is live: its agent 0.2.0 on dev-02 checked in 20s ago (…)`.
+func (e *liveError) fact() string {
+	l := e.live
+	who := "its agent"
+	if l.version != "" {
+		who += " " + l.version
+	}
+	if l.host != "" {
+		who += " on " + l.host
+	}
+	mesh := ""
+	if l.online != nil && *l.online {
+		mesh = ", online on the mesh"
+	}
+	return fmt.Sprintf("%s is live: %s checked in %s ago (%s on tenancy's clock, within its stale window of %s%s)",
+		e.env, who, verdict.Human(l.age), l.at.Format(time.RFC3339), verdict.Human(l.stale), mesh)
+}
+
+func (e *liveError) Error() string {
+	return e.fact() + ". Onboarding it reveals a new kit, which supersedes every earlier bootstrap grant: the running agent's next call is refused " +
+		"(AGENT_UNAUTHENTICATED) and the box stops deploying until the new kit is installed on it. Nothing was revealed or changed. " +
+		"To repair the identity's attributes: fleetctl repair-attrs " + e.env + "; to see the plan: --dry-run; to replace the box anyway: --replace-live"
+}
+
+// plan is the refusal as the dry run states it.
+func (e *liveError) plan() string {
+	return e.fact() + ": a reveal would lock its running agent out (AGENT_UNAUTHENTICATED) until the new kit is installed on the box; --replace-live onboards it anyway"
+}
+
+func (e *liveError) Unwrap() error { return errLive }
+
+// onboardPlan is `onboard --dry-run`: what onboard would do, from both sources; nothing changed.
+type onboardPlan struct {
+	Schema int    `json:"schema"`
+	DryRun bool   `json:"dry_run"`
+	EnvID  string `json:"env_id"`
+	Site   string `json:"site"`
+	// Listed: tenancy lists the env; LastCheckinAt and Live say whether its agent checks in.
+	Listed        bool    `json:"listed"`
+	LastCheckinAt *string `json:"last_checkin_at"`
+	AgentVersion  string  `json:"agent_version"`
+	Live          bool    `json:"live"`
+	// Identity: what onboard would do to monky-host.ENV: create, repair (Add), or nothing (ok).
+	Identity       string   `json:"identity"`
+	IdentityAction string   `json:"identity_action"`
+	Add            []string `json:"add_attributes"`
+	MeshOnline     *bool    `json:"mesh_online"`
+	Kit            string   `json:"kit_dir"`
+	KitExists      bool     `json:"kit_exists"`
+	// Proceed says whether onboard would go ahead; Refusal why not.
+	Proceed bool   `json:"proceed"`
+	Refusal string `json:"refusal"`
+}
+
+func (p *onboardPlan) Table(bool) render.Table {
+	lines := []string{"dry run: nothing was revealed, created or written"}
+	switch {
+	case !p.Listed:
+		lines = append(lines, fmt.Sprintf("%s: tenancy lists no agent for it (a new backend, or one tenancy does not know: the reveal says which)", p.EnvID))
+	case p.LastCheckinAt == nil:
+		lines = append(lines, fmt.Sprintf("%s: tenancy lists it, never checked in", p.EnvID))
+	default:
+		state := "stale"
+		if p.Live {
+			state = "live"
+		}
+		lines = append(lines, fmt.Sprintf("%s: last check-in %s, running %s: %s", p.EnvID, *p.LastCheckinAt, orDash(p.AgentVersion), state))
+	}
+	switch p.IdentityAction {
+	case "create":
+		lines = append(lines, fmt.Sprintf("identity %s: absent; the broker or onboard creates it with #%s", p.Identity, strings.Join(p.Add, " #")))
+	case "repair":
+		lines = append(lines, fmt.Sprintf("identity %s: would gain #%s", p.Identity, strings.Join(p.Add, " #")))
+	default:
+		lines = append(lines, fmt.Sprintf("identity %s: carries both attributes, left as it is", p.Identity))
+	}
+	kitLine := fmt.Sprintf("kit: written to %s", p.Kit)
+	if p.KitExists {
+		kitLine = fmt.Sprintf("kit: %s exists and would be replaced (--reissue)", p.Kit)
+	}
+	lines = append(lines, kitLine, "reveal: supersedes every earlier bootstrap grant of "+p.EnvID)
+	if p.Proceed {
+		lines = append(lines, "onboard would go ahead")
+	} else {
+		lines = append(lines, "onboard would be refused: "+p.Refusal)
+	}
+	return render.Table{Lines: lines}
+}
+
+// dryRunOnboard reads both sources as onboard does and prints the plan; exit 1 when onboard
+// would be refused, 0 when it would go ahead.
+func dryRunOnboard(ctx context.Context, opts onboardOptions, g *globalOptions, s *config.Settings, ac *admin.Client, zs *zitiSetup, w io.Writer) error {
+	p := &onboardPlan{Schema: report.Schema, DryRun: true, EnvID: opts.env, Site: opts.site, Identity: ziti.IdentityName(opts.env),
+		Kit: filepath.Join(opts.out, opts.env), Add: []string{}, Proceed: true}
+	exists, kerr := kit.Check(opts.out, opts.env, opts.reissue)
+	p.KitExists = exists
+	if kerr != nil {
+		p.Proceed, p.Refusal = false, kerr.Error()
+	}
+	ctx, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
+	zc, err := g.dialZiti(ctx, zs)
+	if err != nil {
+		return err
+	}
+	facts, err := g.lookupEnv(ctx, s, ac, zc, opts.env)
+	if err != nil {
+		return err
+	}
+	if a := facts.Agent; a != nil {
+		p.Listed, p.LastCheckinAt, p.AgentVersion = true, a.LastCheckinAt, a.AgentVersion
+	}
+	if l := liveness(facts); l != nil {
+		p.Live = true
+		if !opts.replaceLive && p.Proceed {
+			p.Proceed, p.Refusal = false, (&liveError{env: opts.env, live: l}).plan()
+		}
+	}
+	switch id := facts.Identity; {
+	case id == nil:
+		p.IdentityAction, p.Add = "create", ziti.RequiredAttributes()
+	case len(ziti.MissingAttributes(id.RoleAttributes)) > 0:
+		p.IdentityAction, p.Add, p.MeshOnline = "repair", ziti.MissingAttributes(id.RoleAttributes), id.Online
+	default:
+		p.IdentityAction, p.MeshOnline = "ok", id.Online
+	}
+	if err := g.printer().Print(w, p); err != nil {
+		return err
+	}
+	return notOK(!p.Proceed)
 }

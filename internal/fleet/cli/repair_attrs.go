@@ -30,9 +30,11 @@ func newRepairAttrsCommand(g *globalOptions) *cobra.Command {
 		Use:   "repair-attrs ENV… | --all",
 		Short: "Add the missing role attributes to host identities (dry run unless --apply)",
 		Long: `repair-attrs adds #monky-deploy-agent and #openbao-client to the identities of the given
-envs (or of every monky-host.* identity with --all) that lack them, keeping every other
-attribute: the controller replaces the whole list on a PATCH, so the existing ones are sent
-back with the new.
+envs (or of every monky-host.* identity of an env tenancy knows, with --all) that lack them,
+keeping every other attribute: the controller replaces the whole list on a PATCH, so the
+existing ones are sent back with the new. With --all, an identity tenancy has no backend for
+(ORPHAN_IDENTITY) is listed as skipped and never changed: the attributes would open the mesh's
+deploy services to a host nobody deploys to.
 
 Without --apply it only says what it would do, and exits 1 when something needs doing.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -57,7 +59,8 @@ type repairItem struct {
 	ID       string   `json:"id,omitempty"`
 	Has      []string `json:"role_attributes"`
 	Missing  []string `json:"missing_attributes"`
-	// Action: "none" (carries both), "would add", "added", "no identity", "failed".
+	// Action: "none" (carries both), "would add", "added", "no identity", "failed", or
+	// "skipped: orphan" (--all: tenancy has no backend for it).
 	Action string `json:"action"`
 	Error  string `json:"error,omitempty"`
 }
@@ -95,6 +98,9 @@ func (p *repairPlan) Table(bool) render.Table {
 	if n := p.count("no identity"); n > 0 {
 		t.Lines = append(t.Lines, fmt.Sprintf("%d envs have no identity: fleetctl onboard creates it", n))
 	}
+	if n := p.count(actionOrphan); n > 0 {
+		t.Lines = append(t.Lines, fmt.Sprintf("%d orphan identities skipped: tenancy has no backend for them (onboard the env, or delete the identity)", n))
+	}
 	if n := p.count("failed"); n > 0 {
 		t.Lines = append(t.Lines, fmt.Sprintf("%d repairs failed", n))
 	}
@@ -121,6 +127,13 @@ func runRepairAttrs(ctx context.Context, opts repairOptions, g *globalOptions, w
 	if err != nil {
 		return err
 	}
+	var ac *admin.Client
+	if opts.all {
+		// Which identities are orphans is tenancy's to say.
+		if ac, err = g.adminClient(s); err != nil {
+			return err
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
 	zc, err := g.dialZiti(ctx, zs)
@@ -131,6 +144,14 @@ func runRepairAttrs(ctx context.Context, opts repairOptions, g *globalOptions, w
 
 	plan := &repairPlan{Schema: report.Schema, Apply: opts.apply, Items: []repairItem{}}
 	if opts.all {
+		agents, err := ac.ListAgents(ctx, "", nil)
+		if err != nil {
+			return &SourceError{Source: sourceTenancy, Addr: s.TenancyURL, Err: err}
+		}
+		known := make(map[string]bool, len(agents.Agents))
+		for _, a := range agents.Agents {
+			known[report.IdentityOf(a)] = true
+		}
 		prog := g.newProgress()
 		ids, err := zc.ListHostIdentities(ctx, prog.ziti)
 		prog.done()
@@ -139,7 +160,11 @@ func runRepairAttrs(ctx context.Context, opts repairOptions, g *globalOptions, w
 		}
 		for _, id := range ids {
 			env, _ := ziti.EnvOf(id.Name)
-			plan.Items = append(plan.Items, itemFor(env, &id))
+			it := itemFor(env, &id)
+			if !known[id.Name] {
+				it.Action = actionOrphan
+			}
+			plan.Items = append(plan.Items, it)
 		}
 	} else {
 		for _, env := range opts.envs {
@@ -171,6 +196,9 @@ func runRepairAttrs(ctx context.Context, opts repairOptions, g *globalOptions, w
 	}
 	return nil
 }
+
+// actionOrphan: --all leaves an identity tenancy has no backend for as it is.
+const actionOrphan = "skipped: orphan"
 
 func itemFor(env string, id *ziti.Identity) repairItem {
 	it := repairItem{EnvID: env, Identity: id.Name, ID: id.ID, Has: append([]string{}, id.RoleAttributes...),

@@ -201,30 +201,34 @@ func (r *reader) read(ctx context.Context, site, envGlob string) (*sources, erro
 	prog := g.newProgress()
 	defer prog.done()
 
+	// Both readings run to their end, a failure of one not cancelling the other: what each
+	// source did is reported (the exporter's source_up), not only the first failure.
 	out := &sources{}
-	eg, ectx := errgroup.WithContext(ctx)
-	eg.Go(func() error {
+	var zerr, terr error
+	var wg sync.WaitGroup
+	wg.Go(func() {
 		start := g.deps.Now()
-		ids, err := r.identities(ectx, prog.ziti)
+		ids, err := r.identities(ctx, prog.ziti)
 		if err != nil {
-			return err
+			zerr = err
+			return
 		}
 		out.identities = ids
 		g.log.Debug("ziti: listed host identities", "count", len(ids), "took", g.deps.Now().Sub(start).Round(time.Millisecond))
-		return nil
 	})
-	eg.Go(func() error {
+	wg.Go(func() {
 		start := g.deps.Now()
-		agents, err := r.ac.ListAgents(ectx, site, prog.tenancy)
+		agents, err := r.ac.ListAgents(ctx, site, prog.tenancy)
 		if err != nil {
-			return &SourceError{Source: sourceTenancy, Addr: r.s.TenancyURL, Err: err}
+			terr = &SourceError{Source: sourceTenancy, Addr: r.s.TenancyURL, Err: err}
+			return
 		}
 		out.agents = agents
 		g.log.Debug("tenancy: listed agents", "count", len(agents.Agents), "pages", agents.Pages,
 			"now", agents.Now.Format(time.RFC3339), "took", g.deps.Now().Sub(start).Round(time.Millisecond))
-		return nil
 	})
-	if err := eg.Wait(); err != nil {
+	wg.Wait()
+	if err := errors.Join(zerr, terr); err != nil {
 		return nil, err
 	}
 	ids, err := r.confirmMissing(ctx, out, envGlob)

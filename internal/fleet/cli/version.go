@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"fmt"
 	"io"
 	"runtime"
 
@@ -17,10 +16,18 @@ type versionInfo struct {
 	Version  string `json:"version"`
 	Go       string `json:"go"`
 	Platform string `json:"platform"`
+	// Commit and Date are the build's ("unknown" when neither the link nor Go's stamp says).
+	Commit string `json:"commit"`
+	Date   string `json:"date"`
 }
 
 func (v versionInfo) Table(bool) render.Table {
-	return render.Table{Lines: []string{fmt.Sprintf("fleetctl %s (%s, %s)", v.Version, v.Go, v.Platform)}}
+	return render.Table{Lines: []string{versionLine()}}
+}
+
+// versionLine is what `fleetctl version` and `fleetctl --version` print, the same line.
+func versionLine() string {
+	return "fleetctl " + version.Line(runtime.Version(), runtime.GOOS+"/"+runtime.GOARCH)
 }
 
 func newVersionCommand(g *globalOptions) *cobra.Command {
@@ -35,7 +42,9 @@ func newVersionCommand(g *globalOptions) *cobra.Command {
 }
 
 func runVersion(g *globalOptions, w io.Writer) error {
+	commit, date := version.Build()
 	return g.printer().Print(w, versionInfo{
 		Schema: report.Schema, Version: version.Version, Go: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH,
+		Commit: commit, Date: date,
 	})
 }

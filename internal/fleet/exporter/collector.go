@@ -50,6 +50,12 @@ var (
 	descAttempts = newDesc("env_deploy_attempts", "Failed applies of the env's desired sha while it backs off (absent: not backing off).", envLabels...)
 	descNextTry  = newDesc("env_deploy_next_attempt_timestamp_seconds", "When the env's agent tries its backing-off desired sha next (Unix time; absent: not backing off or unknown).", envLabels...)
 	descEnvs     = newDesc("envs", "Envs in the view, by verdict.", "verdict")
+
+	// Operator truth (issue 20): why a stale env is stale, and why its deploy failed. An alert
+	// cannot compute the next step; these carry the evidence, and fleetctl describe ENV the step.
+	descCause   = newDesc("env_stale_cause", "1 for the evidence behind a SILENT or OFFLINE env's next step (cause: "+strings.Join(verdict.Causes(), ", ")+"); absent when the env is not stale.", "env", "site", "cause")
+	descFailure = newDesc("env_last_failure_info", "The last failed or refused deploy the env's agent reported, until a success makes it moot: its sha and code (refusal code or failed step); the value is its attempts.", "env", "site", "sha", "code")
+	descFailAt  = newDesc("env_last_failure_timestamp_seconds", "When that deploy failed (Unix time; absent: none).", envLabels...)
 	// Issue 22: a human's hold and an apply-window deferral, as the env's agent last checked in.
 	descHoldSince = newDesc("env_hold_since_timestamp_seconds", "When the hold on the env's box (monky-deployd hold) began (Unix time; absent: not held).", envLabels...)
 	descHoldUntil = newDesc("env_hold_until_timestamp_seconds", "When the hold on the env's box ends by itself (Unix time; absent: not held).", envLabels...)
@@ -74,7 +80,8 @@ func NewView(doc *report.Document) (View, error) {
 
 // envDescs are the per-env families, in the order they are written.
 var envDescs = []*prometheus.Desc{descVerdict, descAge, descStale, descInterval, descOnline, descMissing,
-	descEnabled, descActive, descAgent, descResult, descDrift, descTTL, descAttempts, descNextTry, descHoldSince, descHoldUntil, descDeferred, descEnvs}
+	descEnabled, descActive, descAgent, descResult, descDrift, descTTL, descAttempts, descNextTry, descHoldSince, descHoldUntil, descDeferred, descEnvs,
+	descCause, descFailure, descFailAt}
 
 // envCollector emits one family's per-env series of envs [from, to) of a view: gathering all
 // at once held every series of 10,000 envs in memory, several times the page's size, and one
@@ -152,6 +159,15 @@ func (c envCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		if e.TokenTTLS != nil {
 			g(descTTL, float64(*e.TokenTTLS))
+		}
+		if e.StaleCause != "" {
+			g(descCause, 1, label(e.StaleCause))
+		}
+		if f := e.LastFailure; f != nil {
+			g(descFailure, float64(f.Attempts), label(verdict.Short(f.Sha)), label(f.Code))
+			if at, err := time.Parse(time.RFC3339, f.At); err == nil {
+				g(descFailAt, float64(at.UnixNano())/1e9)
+			}
 		}
 		holdSeries(e, g)
 		if e.BackingOff() {

@@ -1,7 +1,6 @@
 package exporter
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -18,8 +17,9 @@ import (
 // Reader reads both sources once; a failure names its Source, for the error count.
 type Reader func(ctx context.Context) (*report.Document, error)
 
-// Source names the source of a Reader's error ("ziti controller", "tenancy"), "" when unknown.
-type Source func(err error) string
+// Source names the sources a Reader's error says failed ("ziti controller", "tenancy"); none
+// when it cannot tell. A source of Sources it does not name was read to the end: it is up.
+type Source func(err error) []string
 
 // Options configure an Exporter.
 type Options struct {
@@ -107,14 +107,29 @@ func (e *Exporter) Refresh(ctx context.Context) {
 			s.up, s.lastSuccess = true, end
 		}
 	} else {
-		name := cmp.Or(e.o.Source(err), "unknown")
-		s := h.sources[name]
-		if s == nil {
-			s = &sourceHealth{}
-			h.sources[name] = s
+		failed := e.o.Source(err)
+		if len(failed) == 0 {
+			failed = []string{"unknown"}
 		}
-		s.up = false
-		s.errors++
+		down := map[string]bool{}
+		for _, name := range failed {
+			s := h.sources[name]
+			if s == nil {
+				s = &sourceHealth{}
+				h.sources[name] = s
+			}
+			s.up = false
+			s.errors++
+			down[name] = true
+		}
+		if !down["unknown"] {
+			// Every source is read to its end whatever the others do: one not named answered.
+			for name, s := range h.sources {
+				if !down[name] && name != "unknown" {
+					s.up, s.lastSuccess = true, end
+				}
+			}
+		}
 	}
 	e.mu.Unlock()
 	if err != nil {

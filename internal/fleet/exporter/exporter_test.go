@@ -39,13 +39,15 @@ func doc() *report.Document {
 		AgentVersion: "0.2.0", MeshOnline: ptr(true), IdentityID: ptr("z1"), MissingAttributes: []string{},
 		Timer:      &protocol.AdminTimer{Enabled: ptr(false), Active: ptr(false)},
 		LastResult: "healthy", AppliedSha: "aaaa", DesiredSha: "bbbb", DesiredAt: ptr(now.Add(-time.Hour).Format(time.RFC3339)),
-		NextStep: "agent stopped on a live host: systemctl enable --now monky-deployd.timer", LastDetail: "secret-ish detail"})
+		NextStep: "agent stopped on a live host: systemctl enable --now monky-deployd.timer", LastDetail: "secret-ish detail",
+		StaleCause: verdict.CauseTimerDisabled})
 	add(report.Env{EnvID: "env-b", Site: "cbs", Verdict: "OK", CheckinAgeS: ptr(int64(20)), StaleAfterS: 180, CheckinIntervalS: 60,
 		AgentVersion: "0.2.0", MeshOnline: ptr(true), IdentityID: ptr("z2"), MissingAttributes: []string{},
 		Timer: &protocol.AdminTimer{Enabled: ptr(true), Active: ptr(true)}, LastResult: "strange-new-result", TokenTTLS: ptr(int64(7200))})
 	add(report.Env{EnvID: "env-c", Site: "cbs", Verdict: "BACKOFF", CheckinAgeS: ptr(int64(30)), StaleAfterS: 180, CheckinIntervalS: 60,
 		LastResult: "failed", AppliedSha: "aaaa", DesiredSha: "cccc", FailedSha: ptr("cccc"), Attempts: 3,
-		NextAttemptAt: ptr(now.Add(8 * time.Minute).Format(time.RFC3339))})
+		NextAttemptAt: ptr(now.Add(8 * time.Minute).Format(time.RFC3339)),
+		LastFailure:   &protocol.Failure{Sha: "cccc0123456789ab", Code: "UNHEALTHY", Detail: "secret-ish: api unhealthy", At: now.Add(-5 * time.Minute).Format(time.RFC3339), Attempts: 3}})
 	add(report.Env{EnvID: "env-d", Site: "osg", Verdict: "HELD", Reasons: []string{"HELD", "DRIFT"}, CheckinAgeS: ptr(int64(20)), StaleAfterS: 180,
 		Hold: &protocol.Hold{Reason: "db migration, secret-ish", By: "alice", Since: now.Add(-26 * time.Hour).Format(time.RFC3339), Until: now.Add(2 * time.Hour).Format(time.RFC3339)}})
 	add(report.Env{EnvID: "env-e", Site: "osg", Verdict: "DEFERRED", Reasons: []string{"DEFERRED"}, CheckinAgeS: ptr(int64(20)), StaleAfterS: 180,
@@ -91,32 +93,35 @@ func TestEncode(t *testing.T) {
 	}
 	got := parse(t, page)
 	for series, want := range map[string]string{
-		"monky_fleet_env_verdict{env=env-a,site=cbs,verdict=SILENT}":                    "1",
-		"monky_fleet_env_verdict{env=env-a,site=cbs,verdict=OK}":                        "0",
-		"monky_fleet_env_verdict{env=env-b,site=cbs,verdict=OK}":                        "1",
-		"monky_fleet_env_verdict{env=env-old,site=,verdict=ORPHAN_IDENTITY}":            "1",
-		"monky_fleet_env_checkin_age_seconds{env=env-a,site=cbs}":                       "600",
-		"monky_fleet_env_stale_after_seconds{env=env-a,site=cbs}":                       "180",
-		"monky_fleet_env_mesh_online{env=env-a,site=cbs}":                               "1",
-		"monky_fleet_env_mesh_online{env=env-old,site=}":                                "0",
-		"monky_fleet_env_timer_enabled{env=env-a,site=cbs}":                             "0",
-		"monky_fleet_env_timer_active{env=env-b,site=cbs}":                              "1",
-		"monky_fleet_env_agent_info{env=env-a,site=cbs,version=0.2.0}":                  "1",
-		"monky_fleet_env_drift_seconds{env=env-a,site=cbs}":                             "3600",
-		"monky_fleet_env_drift_seconds{env=env-b,site=cbs}":                             "0",
-		"monky_fleet_env_last_result{env=env-a,result=healthy,site=cbs}":                "1",
-		"monky_fleet_env_last_result{env=env-b,result=other,site=cbs}":                  "1",
-		"monky_fleet_env_token_ttl_seconds{env=env-b,site=cbs}":                         "7200",
-		"monky_fleet_env_identity_missing_attributes{env=env-a,site=cbs}":               "0",
-		"monky_fleet_env_deploy_attempts{env=env-c,site=cbs}":                           "3",
-		"monky_fleet_env_deploy_next_attempt_timestamp_seconds{env=env-c,site=cbs}":     strconv.FormatInt(now.Add(8*time.Minute).Unix(), 10),
-		"monky_fleet_env_hold_since_timestamp_seconds{env=env-d,site=osg}":              strconv.FormatInt(now.Add(-26*time.Hour).Unix(), 10),
-		"monky_fleet_env_hold_until_timestamp_seconds{env=env-d,site=osg}":              strconv.FormatInt(now.Add(2*time.Hour).Unix(), 10),
-		"monky_fleet_env_deferred_until_timestamp_seconds{env=env-e,site=osg}":          strconv.FormatInt(now.Add(15*time.Hour).Unix(), 10),
-		"monky_fleet_envs{verdict=HELD}":                                                "1",
-		"monky_fleet_envs{verdict=ORPHAN_IDENTITY}":                                     "2",
-		"monky_fleet_envs{verdict=SILENT}":                                              "1",
-		"monky_fleet_envs{verdict=" + string(verdict.All()[len(verdict.All())-1]) + "}": "2",
+		"monky_fleet_env_verdict{env=env-a,site=cbs,verdict=SILENT}":                        "1",
+		"monky_fleet_env_verdict{env=env-a,site=cbs,verdict=OK}":                            "0",
+		"monky_fleet_env_verdict{env=env-b,site=cbs,verdict=OK}":                            "1",
+		"monky_fleet_env_verdict{env=env-old,site=,verdict=ORPHAN_IDENTITY}":                "1",
+		"monky_fleet_env_checkin_age_seconds{env=env-a,site=cbs}":                           "600",
+		"monky_fleet_env_stale_after_seconds{env=env-a,site=cbs}":                           "180",
+		"monky_fleet_env_mesh_online{env=env-a,site=cbs}":                                   "1",
+		"monky_fleet_env_mesh_online{env=env-old,site=}":                                    "0",
+		"monky_fleet_env_timer_enabled{env=env-a,site=cbs}":                                 "0",
+		"monky_fleet_env_timer_active{env=env-b,site=cbs}":                                  "1",
+		"monky_fleet_env_agent_info{env=env-a,site=cbs,version=0.2.0}":                      "1",
+		"monky_fleet_env_drift_seconds{env=env-a,site=cbs}":                                 "3600",
+		"monky_fleet_env_drift_seconds{env=env-b,site=cbs}":                                 "0",
+		"monky_fleet_env_last_result{env=env-a,result=healthy,site=cbs}":                    "1",
+		"monky_fleet_env_last_result{env=env-b,result=other,site=cbs}":                      "1",
+		"monky_fleet_env_token_ttl_seconds{env=env-b,site=cbs}":                             "7200",
+		"monky_fleet_env_identity_missing_attributes{env=env-a,site=cbs}":                   "0",
+		"monky_fleet_env_deploy_attempts{env=env-c,site=cbs}":                               "3",
+		"monky_fleet_env_deploy_next_attempt_timestamp_seconds{env=env-c,site=cbs}":         strconv.FormatInt(now.Add(8*time.Minute).Unix(), 10),
+		"monky_fleet_envs{verdict=ORPHAN_IDENTITY}":                                         "2",
+		"monky_fleet_env_stale_cause{cause=timer_disabled,env=env-a,site=cbs}":              "1",
+		"monky_fleet_env_last_failure_info{code=UNHEALTHY,env=env-c,sha=cccc0123,site=cbs}": "3",
+		"monky_fleet_env_last_failure_timestamp_seconds{env=env-c,site=cbs}":                strconv.FormatInt(now.Add(-5*time.Minute).Unix(), 10),
+		"monky_fleet_envs{verdict=SILENT}":                                                  "1",
+		"monky_fleet_envs{verdict=" + string(verdict.All()[len(verdict.All())-1]) + "}":     "2",
+		"monky_fleet_env_hold_since_timestamp_seconds{env=env-d,site=osg}":                  strconv.FormatInt(now.Add(-26*time.Hour).Unix(), 10),
+		"monky_fleet_env_hold_until_timestamp_seconds{env=env-d,site=osg}":                  strconv.FormatInt(now.Add(2*time.Hour).Unix(), 10),
+		"monky_fleet_env_deferred_until_timestamp_seconds{env=env-e,site=osg}":              strconv.FormatInt(now.Add(15*time.Hour).Unix(), 10),
+		"monky_fleet_envs{verdict=HELD}":                                                    "1",
 	} {
 		g, ok := got[series]
 		if !ok {
@@ -138,6 +143,7 @@ func TestEncode(t *testing.T) {
 		t.Errorf("env-a has %d verdict series, want %d", n, len(verdict.All()))
 	}
 	for _, absent := range []string{"monky_fleet_env_deploy_attempts{env=env-a,site=cbs}", "monky_fleet_env_deploy_next_attempt_timestamp_seconds{env=env-b,site=cbs}",
+		"monky_fleet_env_stale_cause{cause=timer_disabled,env=env-b,site=cbs}", "monky_fleet_env_last_failure_timestamp_seconds{env=env-a,site=cbs}",
 		"monky_fleet_env_hold_since_timestamp_seconds{env=env-f,site=osg}", "monky_fleet_env_hold_until_timestamp_seconds{env=env-f,site=osg}",
 		"monky_fleet_env_deferred_until_timestamp_seconds{env=env-f,site=osg}", "monky_fleet_env_hold_since_timestamp_seconds{env=env-e,site=osg}"} {
 		if _, ok := got[absent]; ok {
@@ -184,12 +190,12 @@ func newTestExporter(src *fakeSource) *Exporter {
 	clock := now
 	return New(Options{
 		Read: src.read,
-		Source: func(err error) string {
+		Source: func(err error) []string {
 			var se sourceErr
 			if errors.As(err, &se) {
-				return se.name
+				return []string{se.name}
 			}
-			return ""
+			return nil
 		},
 		Sources: []string{"ziti controller", "tenancy"},
 		Refresh: time.Hour, Timeout: time.Minute,

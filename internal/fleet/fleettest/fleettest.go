@@ -1,10 +1,12 @@
 // Package fleettest is a demo fleet — one env for every verdict, including the 0.1.8 upgrade
-// that silently disabled env-dev-01's and env-dev-08's timers — and the code to seed it into the
-// fake controller and the fake tenancy. Tests, the dev stack and the README example use it.
+// that silently disabled env-dev-01's and env-dev-08's timers, and a silent box whose timer runs
+// ticks that exit 78 — and the code to seed it into the fake controller and the fake tenancy.
+// Tests, the dev stack and the README example use it.
 package fleettest
 
 import (
 	"fmt"
+	"hash/fnv"
 	"time"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/admin/admintest"
@@ -38,6 +40,7 @@ func i64(v int64) *int64 { return &v }
 
 // agent is a healthy agent that last checked in `ago` before now.
 func agent(now time.Time, env, site, version string, ago time.Duration) protocol.AdminAgent {
+	tick := tickID(env)
 	return protocol.AdminAgent{
 		EnvID: env, Site: site, Identity: ziti.IdentityName(env), AgentVersion: version, Transport: "sdk",
 		Hostname: env[len("env-"):], LastCheckinAt: at(now, ago), CheckinIntervalS: 60,
@@ -45,7 +48,17 @@ func agent(now time.Time, env, site, version string, ago time.Duration) protocol
 		LastResult: protocol.ResultHealthy, LastResultAt: at(now, ago),
 		Timer:       &protocol.AdminTimer{Enabled: b(true), Active: b(true), NextElapse: at(now, ago-time.Minute), ObservedAt: at(now, ago)},
 		TokenTTLSec: i64(80000), DiskFreeBytes: i64(93_000_000_000),
+		LastAction: protocol.ActionNone, CheckinTickID: tick, ResultTickID: tick, LastExitCode: exit(0), ApplyTimeoutS: protocol.TickTimeoutS,
 	}
+}
+
+func exit(c int) *int { return &c }
+
+// tickID is a fixed tick id per env, as an agent's journal would end its lines with.
+func tickID(env string) string {
+	h := fnv.New64a()
+	h.Write([]byte(env))
+	return fmt.Sprintf("%012x", h.Sum64()&0xffffffffffff)
 }
 
 func identity(env string, online bool, sdk string) zititest.Identity {
@@ -55,7 +68,7 @@ func identity(env string, online bool, sdk string) zititest.Identity {
 	}
 }
 
-// Demo returns the demo fleet at now: 13 rows, every verdict at least once.
+// Demo returns the demo fleet at now: 14 rows, every verdict at least once.
 func Demo(now time.Time) Fleet {
 	f := Fleet{Now: now}
 	add := func(a protocol.AdminAgent, id *zititest.Identity) {
@@ -75,11 +88,19 @@ func Demo(now time.Time) Fleet {
 	add(silent("env-dev-01", 47*time.Minute), withID("env-dev-01", true))
 	add(agent(now, "env-dev-02", "cbs", "0.2.0", 20*time.Second), withID("env-dev-02", true))
 	add(agent(now, "env-dev-03", "cbs", "0.2.0", 41*time.Second), withID("env-dev-03", true))
+	// Silent with its timer enabled and active: its ticks run and exit 78 (a config edited by
+	// hand) before they reach tenancy. Enabling the timer would not help.
+	ticking := agent(now, "env-dev-04", "cbs", "0.2.0", 25*time.Minute)
+	ticking.LastExitCode = exit(78)
+	add(ticking, withID("env-dev-04", true))
 	add(silent("env-dev-08", 29*time.Minute), withID("env-dev-08", true))
 
 	refused := agent(now, "env-qa-01", "cbs", "0.2.0", 35*time.Second)
 	refused.LastResult = protocol.ResultRefused
 	refused.LastDetail = "DISK_INSUFFICIENT: image storage (/var/lib/containerd) has 812 MiB free, 4.1 GiB required"
+	refused.LastExitCode = exit(1)
+	refused.LastFailure = &protocol.Failure{Sha: shaA, Code: protocol.CodeDisk, Detail: refused.LastDetail,
+		At: *at(now, 3*time.Minute), Attempts: 1}
 	add(refused, withID("env-qa-01", true))
 
 	// Registered before the broker added both attributes; one was added by hand, one forgotten.

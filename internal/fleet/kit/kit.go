@@ -214,16 +214,28 @@ type Staging struct {
 	existed    bool
 }
 
+// Check says whether dir/env exists, touching nothing (onboard --dry-run); ErrExists when it does
+// and reissue is false.
+func Check(dir, env string, reissue bool) (exists bool, err error) {
+	final := filepath.Join(dir, env)
+	_, err = os.Lstat(final)
+	switch {
+	case err == nil && !reissue:
+		return true, fmt.Errorf("kit: %s: %w (--reissue reveals a new kit and supersedes the old grant)", final, ErrExists)
+	case err == nil:
+		return true, nil
+	case !errors.Is(err, fs.ErrNotExist):
+		return false, fmt.Errorf("kit: %w", err)
+	}
+	return false, nil
+}
+
 // Prepare makes the staging directory; ErrExists when dir/env exists and reissue is false.
 func Prepare(dir, env string, reissue bool) (*Staging, error) {
 	final := filepath.Join(dir, env)
-	_, err := os.Lstat(final)
-	existed := err == nil
-	switch {
-	case existed && !reissue:
-		return nil, fmt.Errorf("kit: %s: %w (--reissue reveals a new kit and supersedes the old grant)", final, ErrExists)
-	case err != nil && !errors.Is(err, fs.ErrNotExist):
-		return nil, fmt.Errorf("kit: %w", err)
+	existed, err := Check(dir, env, reissue)
+	if err != nil {
+		return nil, err
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("kit: %w", err)

@@ -41,7 +41,13 @@ type Table struct {
 	Header []string
 	Rows   [][]string
 	Lines  []string
+	// Colour gives, by column, the SGR colour of a cell ("31": red; "" none); used only by a
+	// Printer with Color set.
+	Colour map[int]func(cell string) string
 }
+
+// ColumnGap is the blanks between two columns of a table.
+const ColumnGap = 3
 
 // Printable is a result; its JSON (-o json) must carry a "schema" number.
 type Printable interface {
@@ -56,6 +62,8 @@ type JSONWriter interface {
 // Printer writes results in one format.
 type Printer struct {
 	Format Format
+	// Color paints table cells (a terminal that did not set NO_COLOR); never JSON.
+	Color bool
 }
 
 // Render returns v as the bytes Print would write.
@@ -68,6 +76,9 @@ func (p Printer) Render(v Printable) ([]byte, error) {
 		return buf.Bytes(), nil
 	}
 	t := v.Table(p.Format == FormatWide)
+	if !p.Color {
+		t.Colour = nil
+	}
 	if len(t.Rows) > 0 {
 		if err := writeTable(&buf, t); err != nil {
 			return nil, err
@@ -111,7 +122,7 @@ func (p Printer) Print(w io.Writer, v Printable) error {
 // writeTable draws a borderless, left-aligned table as kubectl and nomad do: easy to grep and cut.
 func writeTable(w io.Writer, t Table) error {
 	var buf bytes.Buffer
-	pad := tw.CellPadding{Global: tw.Padding{Left: "", Right: "   ", Overwrite: true}}
+	pad := tw.CellPadding{Global: tw.Padding{Left: "", Right: strings.Repeat(" ", ColumnGap), Overwrite: true}}
 	tbl := tablewriter.NewTable(&buf,
 		tablewriter.WithRenderer(renderer.NewBlueprint(tw.Rendition{
 			Borders: tw.BorderNone,
@@ -144,6 +155,11 @@ func writeTable(w io.Writer, t Table) error {
 		for i, c := range r {
 			if c == "" {
 				c = "-" // an empty cell would shift what cut and awk see
+			}
+			if paint := t.Colour[i]; paint != nil {
+				if sgr := paint(c); sgr != "" {
+					c = "\x1b[" + sgr + "m" + c + "\x1b[0m"
+				}
 			}
 			cells[i] = c
 		}

@@ -25,10 +25,12 @@ type Gate struct {
 	MinVersion    string `json:"min_version,omitempty"`
 	ExpectVersion string `json:"expect_version,omitempty"`
 	// StartedAt is tenancy's clock at the first listing, what --expect-version counts from.
-	StartedAt string    `json:"started_at,omitempty"`
-	TimedOut  bool      `json:"timed_out"`
-	Allowed   []string  `json:"allowed"`
-	Blockers  []Blocker `json:"blockers"`
+	StartedAt string `json:"started_at,omitempty"`
+	// Matched says what selected the envs (`--env 'env-prod-*' --site osg`), for a gate that judged none.
+	Matched  string    `json:"matched,omitempty"`
+	TimedOut bool      `json:"timed_out"`
+	Allowed  []string  `json:"allowed"`
+	Blockers []Blocker `json:"blockers"`
 }
 
 // Blocker is one env that fails the gate.
@@ -47,6 +49,9 @@ type Blocker struct {
 	// BackingOff: the desired sha failed and waits for its next try; no gate wait unblocks it.
 	BackingOff    bool    `json:"backing_off"`
 	NextAttemptAt *string `json:"next_attempt_at"`
+
+	// short is Why as the 120-column table shows it.
+	short string
 	// Held: a human asked the box to wait (hold says who, why, until when); Deferred: the desired
 	// sha waits for the box's apply window until DeferredUntil. Neither is a failure.
 	Held          bool           `json:"held"`
@@ -64,6 +69,8 @@ type GateOptions struct {
 	// StartedAt is the tenancy clock of the gate's first listing; needed with ExpectVersion.
 	StartedAt time.Time
 	TimedOut  bool
+	// Matched says what selected the envs, for the line of a gate that judged none.
+	Matched string
 }
 
 // Allowed reports whether env is exempted by one of the patterns.
@@ -100,8 +107,8 @@ func LagReason(e Env, expect string, start time.Time) string {
 // NewGate picks the blockers out of a status document.
 func NewGate(doc *Document, o GateOptions) *Gate {
 	g := &Gate{Schema: Schema, Now: doc.Now, MinVersion: o.MinVersion, ExpectVersion: o.ExpectVersion,
-		TimedOut: o.TimedOut, Allowed: []string{}, Blockers: []Blocker{}}
-	if o.ExpectVersion != "" {
+		TimedOut: o.TimedOut, Matched: o.Matched, Allowed: []string{}, Blockers: []Blocker{}}
+	if o.ExpectVersion != "" && !o.StartedAt.IsZero() {
 		g.StartedAt = o.StartedAt.UTC().Format(time.RFC3339)
 	}
 	for _, e := range doc.Envs {
@@ -118,7 +125,8 @@ func NewGate(doc *Document, o GateOptions) *Gate {
 			continue
 		}
 		b := Blocker{EnvID: e.EnvID, Site: e.Site, Verdict: e.Verdict, Reasons: append([]string{}, e.Reasons...),
-			Lagging: lag != "", AgentVersion: e.AgentVersion, LastCheckinAt: e.LastCheckinAt, CheckinAgeS: e.CheckinAgeS, Why: e.NextStep}
+			Lagging: lag != "", AgentVersion: e.AgentVersion, LastCheckinAt: e.LastCheckinAt, CheckinAgeS: e.CheckinAgeS, Why: e.NextStep,
+			short: e.short}
 		if e.BackingOff() {
 			b.BackingOff, b.NextAttemptAt = true, e.NextAttemptAt
 		}
@@ -131,12 +139,13 @@ func NewGate(doc *Document, o GateOptions) *Gate {
 		if lag != "" {
 			b.Reasons = append(b.Reasons, Laggard)
 			if e.Verdict == string(verdict.OK) {
-				b.Verdict, b.Why = Laggard, lag
+				b.Verdict, b.Why, b.short = Laggard, lag, ""
 			}
 		}
 		g.Blockers = append(g.Blockers, b)
 	}
-	g.Pass = len(g.Blockers) == 0
+	// A gate that judged nothing (a glob or site matching no env) is closed: it proved nothing.
+	g.Pass = len(g.Blockers) == 0 && g.Envs > 0
 	return g
 }
 
@@ -146,6 +155,7 @@ func (g *Gate) Table(wide bool) render.Table {
 	if wide {
 		t.Header = []string{"ENV", "SITE", "BLOCKER", "REASONS", "AGENT", "LAST CHECK-IN", "WHY"}
 	}
+	shortened := false
 	for _, b := range g.Blockers {
 		age := "never"
 		if b.CheckinAgeS != nil {
@@ -154,13 +164,26 @@ func (g *Gate) Table(wide bool) render.Table {
 		if b.Verdict == string(verdict.OrphanIdentity) {
 			age = ""
 		}
-		row := []string{b.EnvID, b.Site, b.Verdict, b.AgentVersion, age, b.Why}
+		why := oneLine(b.Why)
+		row := []string{b.EnvID, b.Site, b.Verdict, b.AgentVersion, age, cmp.Or(b.short, why)}
 		if wide {
-			row = []string{b.EnvID, b.Site, b.Verdict, strings.Join(b.Reasons, ","), b.AgentVersion, age, b.Why}
+			row = []string{b.EnvID, b.Site, b.Verdict, strings.Join(b.Reasons, ","), b.AgentVersion, age, why}
+		}
+		if b.short != "" && b.short != why {
+			shortened = true
 		}
 		t.Rows = append(t.Rows, row)
 	}
 	t.Lines = []string{g.line()}
+	t.Colour = map[int]func(string) string{2: func(v string) string {
+		if v == Laggard {
+			return "33"
+		}
+		return VerdictColour(v)
+	}}
+	if !wide && (fitLastColumn(&t, TableWidth) || shortened) {
+		t.Lines = append(t.Lines, "WHY in short: fleetctl describe ENV, or -o wide, gives it whole")
+	}
 	return t
 }
 
@@ -169,10 +192,16 @@ func (g *Gate) line() string {
 	if len(g.Allowed) > 0 {
 		allowed = fmt.Sprintf(" (%d allowed)", len(g.Allowed))
 	}
+	if g.Envs == 0 {
+		return fmt.Sprintf("gate: FAIL — no env matched %s%s: a gate that judged nothing passes nothing", cmp.Or(g.Matched, "(tenancy lists none)"), allowed)
+	}
 	if g.Pass {
 		s := fmt.Sprintf("gate: PASS — %d envs OK%s", g.Envs, allowed)
-		if g.ExpectVersion != "" {
+		switch {
+		case g.ExpectVersion != "" && g.StartedAt != "":
 			s = fmt.Sprintf("gate: PASS — %d envs OK, all running %s since %s%s", g.Envs, g.ExpectVersion, g.StartedAt, allowed)
+		case g.ExpectVersion != "":
+			s = fmt.Sprintf("gate: PASS — %d envs OK, all running %s%s", g.Envs, g.ExpectVersion, allowed)
 		}
 		return s
 	}

@@ -68,6 +68,22 @@ type Env struct {
 	NextAttemptAt *string `json:"next_attempt_at"`
 	RevertedTo    *string `json:"reverted_to"`
 	RevertHealthy *bool   `json:"revert_healthy"`
+
+	// Operator truth (issue 20): what a stale env's next step was decided from, the last failure,
+	// and the tick ids that lead to the box's journal (null and "" when the agent did not say).
+	// StaleCause names the evidence behind a SILENT or OFFLINE env's next step (verdict.Causes).
+	StaleCause    string            `json:"stale_cause"`
+	LastAction    string            `json:"last_action"`
+	CheckinTickID string            `json:"checkin_tick_id"`
+	ResultTickID  string            `json:"result_tick_id"`
+	LastExitCode  *int              `json:"last_exit_code"`
+	ApplyTimeoutS int               `json:"apply_timeout_s"`
+	LastFailure   *protocol.Failure `json:"last_failure"`
+	// EnrollmentPending: the identity's one-time enrolment token is unused (the kit was not run).
+	EnrollmentPending *bool `json:"enrollment_pending"`
+
+	// short is the next step as the 120-column table shows it; the JSON carries NextStep whole.
+	short string
 	// Issue 22: a human's hold and the apply-window deferral, as last checked in (null when none).
 	Hold          *protocol.Hold `json:"hold"`
 	DeferredUntil *string        `json:"deferred_until"`
@@ -79,6 +95,8 @@ type Options struct {
 	// Orphans lists identities tenancy does not know; off when the listing was filtered by site.
 	Orphans    bool
 	Thresholds verdict.Thresholds
+	// Verdicts, when not empty, keeps only envs with one of these verdicts (status --verdict).
+	Verdicts map[verdict.Verdict]bool
 }
 
 // Keeps reports whether glob ("" for all, else path.Match) keeps env; a bad glob keeps nothing.
@@ -139,11 +157,13 @@ func Build(agents *admin.Agents, identities []ziti.Identity, opts Options) (*Doc
 			LastResult: a.LastResult, LastResultAt: a.LastResultAt, LastDetail: a.LastDetail,
 			Timer: a.Timer, TokenTTLS: a.TokenTTLSec, DiskFreeBytes: a.DiskFreeBytes, UpgradedFrom: a.UpgradedFrom,
 			FailedSha: a.FailedSha, Attempts: a.Attempts, NextAttemptAt: a.NextAttemptAt, RevertedTo: a.RevertedTo, RevertHealthy: a.RevertHealthy,
+			LastAction: a.LastAction, CheckinTickID: a.CheckinTickID, ResultTickID: a.ResultTickID, LastExitCode: a.LastExitCode,
+			ApplyTimeoutS: a.ApplyTimeoutS, LastFailure: a.LastFailure,
 			Hold: a.Hold, DeferredUntil: a.DeferredUntil,
 		}
 		setMesh(&e, id)
 		setResult(&e, res)
-		doc.add(e)
+		doc.add(e, opts)
 	}
 	if opts.Orphans {
 		for i := range identities {
@@ -156,10 +176,17 @@ func Build(agents *admin.Agents, identities []ziti.Identity, opts Options) (*Doc
 			e := Env{EnvID: env, Identity: id.Name}
 			setMesh(&e, id)
 			setResult(&e, res)
-			doc.add(e)
+			doc.add(e, opts)
 		}
 	}
-	sort.SliceStable(doc.Envs, func(i, j int) bool { return doc.Envs[i].EnvID < doc.Envs[j].EnvID })
+	// The worst first: the verdict order is the severity order, then env ids.
+	sort.SliceStable(doc.Envs, func(i, j int) bool {
+		a, b := &doc.Envs[i], &doc.Envs[j]
+		if ra, rb := verdict.Rank(verdict.Verdict(a.Verdict)), verdict.Rank(verdict.Verdict(b.Verdict)); ra != rb {
+			return ra < rb
+		}
+		return a.EnvID < b.EnvID
+	})
 	return doc, nil
 }
 
@@ -174,7 +201,11 @@ func (e Env) Held() bool { return e.Verdict == string(verdict.Held) }
 // Deferred reports whether the env's verdict is DEFERRED: its desired sha waits for a window.
 func (e Env) Deferred() bool { return e.Verdict == string(verdict.Deferred) }
 
-func (d *Document) add(e Env) {
+// add keeps e when --verdict does; the summary counts what is listed.
+func (d *Document) add(e Env, opts Options) {
+	if len(opts.Verdicts) > 0 && !opts.Verdicts[verdict.Verdict(e.Verdict)] {
+		return
+	}
 	d.Envs = append(d.Envs, e)
 	d.Summary[e.Verdict]++
 }
@@ -201,6 +232,8 @@ func setMesh(e *Env, id *ziti.Identity) {
 	e.MissingAttributes = ziti.MissingAttributes(id.RoleAttributes)
 	e.MeshHostname = id.Hostname
 	e.SDKVersion = id.SDKVersion
+	pending := id.EnrollmentPending
+	e.EnrollmentPending = &pending
 }
 
 func setResult(e *Env, r verdict.Result) {
@@ -215,6 +248,8 @@ func setResult(e *Env, r verdict.Result) {
 		e.CheckinAgeS = &s
 	}
 	e.StaleAfterS = int64(r.StaleAfter.Seconds())
+	e.StaleCause = r.Cause
+	e.short = r.Short
 }
 
 func agentInput(a protocol.AdminAgent) (*verdict.Agent, error) {
@@ -223,8 +258,20 @@ func agentInput(a protocol.AdminAgent) (*verdict.Agent, error) {
 		Interval:   time.Duration(a.CheckinIntervalS) * time.Second,
 		DesiredSha: a.DesiredSha, AppliedSha: a.AppliedSha,
 		LastResult: a.LastResult, LastDetail: a.LastDetail,
+		LastAction: a.LastAction, ApplyTimeout: time.Duration(a.ApplyTimeoutS) * time.Second, LastExitCode: a.LastExitCode,
+		Transport: a.Transport,
 	}
 	var err error
+	if va.LastResultAt, err = optTime(a.EnvID, "last_result_at", a.LastResultAt); err != nil {
+		return nil, err
+	}
+	if f := a.LastFailure; f != nil {
+		vf := &verdict.Failure{Sha: f.Sha, Code: f.Code, Detail: f.Detail, Attempts: f.Attempts}
+		if vf.At, err = optTime(a.EnvID, "last_failure.at", &f.At); err != nil {
+			return nil, err
+		}
+		va.LastFailure = vf
+	}
 	if va.LastCheckin, err = optTime(a.EnvID, "last_checkin_at", a.LastCheckinAt); err != nil {
 		return nil, err
 	}
@@ -232,7 +279,7 @@ func agentInput(a protocol.AdminAgent) (*verdict.Agent, error) {
 		return nil, err
 	}
 	if a.Timer != nil {
-		va.TimerEnabled = a.Timer.Enabled
+		va.TimerEnabled, va.TimerActive = a.Timer.Enabled, a.Timer.Active
 	}
 	if a.FailedSha != nil && *a.FailedSha != "" {
 		bo := &verdict.Backoff{FailedSha: *a.FailedSha, Attempts: a.Attempts, RevertHealthy: a.RevertHealthy}

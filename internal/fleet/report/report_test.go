@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/olekukonko/tablewriter/pkg/twwidth"
+
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/admin"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/fleettest"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/render"
@@ -99,7 +101,7 @@ func TestDemoFleetVerdicts(t *testing.T) {
 		got[e.EnvID] = e.Verdict
 	}
 	want := map[string]string{
-		"env-dev-01": "SILENT", "env-dev-02": "OK", "env-dev-03": "OK", "env-dev-08": "SILENT",
+		"env-dev-01": "SILENT", "env-dev-02": "OK", "env-dev-03": "OK", "env-dev-04": "SILENT", "env-dev-08": "SILENT",
 		"env-qa-01": "FAILING", "env-qa-02": "ATTRS_MISSING", "env-qa-03": "DRIFT",
 		"env-stg-01": "OFFLINE", "env-stg-02": "NEVER_CHECKED_IN", "env-stg-03": "NO_IDENTITY",
 		"env-prod-01": "OK", "env-prod-02": "OUTDATED", "env-old-07": "ORPHAN_IDENTITY",
@@ -118,7 +120,7 @@ func TestDemoFleetVerdicts(t *testing.T) {
 			t.Errorf("summary lacks %s", v)
 		}
 	}
-	if line := doc.SummaryLine(); line != "13 envs: 3 OK, 1 NO_IDENTITY, 1 ATTRS_MISSING, 1 NEVER_CHECKED_IN, 2 SILENT, 1 OFFLINE, 1 FAILING, 1 DRIFT, 1 OUTDATED, 1 ORPHAN_IDENTITY" {
+	if line := doc.SummaryLine(); line != "14 envs: 3 OK, 1 NO_IDENTITY, 1 ATTRS_MISSING, 1 NEVER_CHECKED_IN, 3 SILENT, 1 OFFLINE, 1 FAILING, 1 DRIFT, 1 OUTDATED, 1 ORPHAN_IDENTITY" {
 		t.Errorf("summary line %q", line)
 	}
 }
@@ -152,7 +154,10 @@ func TestOptions(t *testing.T) {
 		opts Options
 		want []string
 	}{
-		{"glob", Options{EnvGlob: "env-qa-*", Orphans: true}, []string{"env-qa-01", "env-qa-02", "env-qa-03"}},
+		// The worst first, then by env id.
+		{"glob", Options{EnvGlob: "env-qa-*", Orphans: true}, []string{"env-qa-02", "env-qa-01", "env-qa-03"}},
+		{"verdicts", Options{Orphans: true, Verdicts: map[verdict.Verdict]bool{verdict.Silent: true, verdict.OrphanIdentity: true}},
+			[]string{"env-dev-01", "env-dev-04", "env-dev-08", "env-old-07"}},
 		{"glob applies to orphans", Options{EnvGlob: "env-old-*", Orphans: true}, []string{"env-old-07"}},
 		{"no orphans when filtered by site", Options{EnvGlob: "env-old-*"}, nil},
 	} {
@@ -225,12 +230,13 @@ func TestJSONShape(t *testing.T) {
 	if err := json.Unmarshal(b, &raw); err != nil {
 		t.Fatal(err)
 	}
-	if raw.Schema != 1 || raw.Now == "" || len(raw.Envs) != 13 {
+	if raw.Schema != 1 || raw.Now == "" || len(raw.Envs) != 14 {
 		t.Fatalf("doc %+v", raw)
 	}
 	for _, e := range raw.Envs {
 		for _, k := range []string{"env_id", "site", "verdict", "reasons", "next_step", "last_checkin_at", "checkin_age_s",
-			"agent_version", "mesh_online", "role_attributes", "applied_sha", "desired_sha", "last_result", "timer"} {
+			"agent_version", "mesh_online", "role_attributes", "applied_sha", "desired_sha", "last_result", "timer",
+			"stale_cause", "last_action", "checkin_tick_id", "result_tick_id", "last_exit_code", "apply_timeout_s", "last_failure", "enrollment_pending"} {
 			if _, ok := e[k]; !ok {
 				t.Errorf("env %s lacks %q", e["env_id"], k)
 			}
@@ -347,6 +353,104 @@ func TestBackoffRow(t *testing.T) {
 
 func ptrTo[T any](v T) *T { return &v }
 
+// The table fits 120 columns, the worst rows first, each next step the short action; the wide
+// table and the JSON carry the whole step, never cut.
+func TestTableFitsAndJSONIsWhole(t *testing.T) {
+	agents, ids := sources(fleettest.Demo(fleettest.Now))
+	long := strings.Repeat("layer sha256:0123456789abcdef ", 20) + "the end"
+	for i := range agents.Agents {
+		if a := &agents.Agents[i]; a.EnvID == "env-qa-01" {
+			a.LastDetail = "PULL_FAILED: " + long
+		}
+	}
+	doc, err := Build(agents, ids, Options{Orphans: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb, _ := render.Printer{Format: render.FormatTable}.Render(doc)
+	for _, l := range strings.Split(strings.TrimRight(string(tb), "\n"), "\n") {
+		if n := twwidth.Width(l); n > TableWidth {
+			t.Errorf("a line of %d columns: %q", n, l)
+		}
+	}
+	wide, _ := render.Printer{Format: render.FormatWide}.Render(doc)
+	js, _ := render.Printer{Format: render.FormatJSON}.Render(doc)
+	for name, b := range map[string][]byte{"wide": wide, "json": js} {
+		if !strings.Contains(string(b), "the end") || strings.Contains(string(b), "…") {
+			t.Errorf("%s does not carry the whole step", name)
+		}
+	}
+	var ranks []int
+	for _, e := range doc.Envs {
+		ranks = append(ranks, verdict.Rank(verdict.Verdict(e.Verdict)))
+	}
+	if !slices.IsSorted(ranks) {
+		t.Errorf("rows not sorted by severity: %v", ranks)
+	}
+}
+
+// ShortenWords never splits a word, a path or a command, and marks the cut.
+func TestShortenWords(t *testing.T) {
+	for _, tc := range []struct {
+		s     string
+		width int
+		want  string
+	}{
+		{"short enough", 20, "short enough"},
+		{"systemctl enable --now monky-deployd.timer", 30, "systemctl enable --now…"},
+		{"refused: DISK_INSUFFICIENT: image storage", 25, "refused…"},
+		{"averyveryverylongwordwithoutspaces", 10, "averyvery…"},
+	} {
+		if got := ShortenWords(tc.s, tc.width); got != tc.want || twwidth.Width(got) > tc.width {
+			t.Errorf("ShortenWords(%q, %d) = %q, want %q", tc.s, tc.width, got, tc.want)
+		}
+	}
+}
+
+// On a terminal the verdict is coloured by severity; plain output (a pipe) has no escape code.
+func TestVerdictColours(t *testing.T) {
+	agents, ids := sources(fleettest.Demo(fleettest.Now))
+	doc, err := Build(agents, ids, Options{Orphans: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, _ := render.Printer{Format: render.FormatTable}.Render(doc)
+	if strings.Contains(string(plain), "\x1b[") {
+		t.Error("an escape code without Color")
+	}
+	colour, _ := render.Printer{Format: render.FormatTable, Color: true}.Render(doc)
+	for _, want := range []string{"\x1b[31mSILENT\x1b[0m", "\x1b[32mOK\x1b[0m", "\x1b[33mDRIFT\x1b[0m", "\x1b[35mORPHAN_IDENTITY\x1b[0m"} {
+		if !strings.Contains(string(colour), want) {
+			t.Errorf("coloured table lacks %q", want)
+		}
+	}
+	js, _ := render.Printer{Format: render.FormatJSON, Color: true}.Render(doc)
+	if strings.Contains(string(js), "\x1b[") {
+		t.Error("an escape code in JSON")
+	}
+}
+
+// A gate that judged nothing is closed, naming what matched nothing; --expect-version without a
+// wait names no start time it never had.
+func TestGateOfNothingFails(t *testing.T) {
+	agents, ids := sources(fleettest.Demo(fleettest.Now))
+	none, err := Build(agents, ids, Options{EnvGlob: "env-nope-*"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := NewGate(none, GateOptions{Matched: `--env "env-nope-*"`, ExpectVersion: "0.3.0"})
+	tb, _ := render.Printer{Format: render.FormatTable}.Render(g)
+	if g.Pass || string(tb) != "gate: FAIL — no env matched --env \"env-nope-*\": a gate that judged nothing passes nothing\n" {
+		t.Errorf("pass %v:\n%s", g.Pass, tb)
+	}
+	prod, _ := Build(agents, ids, Options{EnvGlob: "env-prod-01"})
+	g = NewGate(prod, GateOptions{ExpectVersion: "0.2.0"})
+	tb, _ = render.Printer{Format: render.FormatTable}.Render(g)
+	if !g.Pass || string(tb) != "gate: PASS — 1 envs OK, all running 0.2.0\n" || strings.Contains(string(tb), "0001") {
+		t.Errorf("pass %v:\n%s", g.Pass, tb)
+	}
+}
+
 // A held box and a deferred one: their rows, JSON fields, and the gate naming both as blockers,
 // counted apart from failures.
 func TestHeldAndDeferredRowsAndGate(t *testing.T) {
@@ -372,7 +476,11 @@ func TestHeldAndDeferredRowsAndGate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, d := doc.Envs[0], doc.Envs[1]
+	// Rows sort by severity: the failure first, then the hold, then the deferral.
+	h, d := doc.Envs[1], doc.Envs[2]
+	if doc.Envs[0].Verdict != "FAILING" {
+		t.Errorf("first row = %s, want FAILING", doc.Envs[0].Verdict)
+	}
 	if h.Verdict != "HELD" || !slices.Equal(h.Reasons, []string{"HELD", "DRIFT"}) ||
 		h.NextStep != "held by alice until 2026-12-02T12:00Z (in 2h): db migration by hand, OPS-4411; monky-deployd unhold on the box ends it" {
 		t.Errorf("held row = %s %v %q", h.Verdict, h.Reasons, h.NextStep)
@@ -395,14 +503,21 @@ func TestHeldAndDeferredRowsAndGate(t *testing.T) {
 	if g.Pass || len(g.Blockers) != 3 || g.Held() != 1 || g.Deferred() != 1 || g.BackingOff() != 0 {
 		t.Fatalf("gate = %+v", g)
 	}
-	if b := g.Blockers[0]; !b.Held || b.Hold == nil || b.Hold.By != "alice" || b.Deferred {
+	if b := g.Blockers[1]; !b.Held || b.Hold == nil || b.Hold.By != "alice" || b.Deferred {
 		t.Errorf("held blocker = %+v", b)
 	}
-	if b := g.Blockers[1]; !b.Deferred || b.DeferredUntil == nil || *b.DeferredUntil != "2026-12-03T01:00:00Z" || b.Held {
+	if b := g.Blockers[2]; !b.Deferred || b.DeferredUntil == nil || *b.DeferredUntil != "2026-12-03T01:00:00Z" || b.Held {
 		t.Errorf("deferred blocker = %+v", b)
 	}
-	if b := g.Blockers[2]; b.Held || b.Deferred || b.Verdict != "FAILING" {
+	if b := g.Blockers[0]; b.Held || b.Deferred || b.Verdict != "FAILING" {
 		t.Errorf("failing blocker = %+v", b)
+	}
+	// The 120-column tables give the hold and the deferral their own short step.
+	tb, _ := render.Printer{Format: render.FormatTable}.Render(doc)
+	for _, want := range []string{"held by alice until 12-02 12:00Z: monky-deployd unhold ends it", "9f3e21d0 waits for its apply window until 12-03 01:00Z"} {
+		if !strings.Contains(string(tb), want) {
+			t.Errorf("table lacks %q:\n%s", want, tb)
+		}
 	}
 	line := g.line()
 	if line != "gate: FAIL — 3 of 3 envs block; 1 held by a human (not a failure: monky-deployd unhold ends it); 1 deferred to an apply window (not a failure)" {

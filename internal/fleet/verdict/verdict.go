@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/clip"
 )
 
 // Verdict is the state of one env.
@@ -40,13 +38,22 @@ func All() []Verdict {
 	return []Verdict{NoIdentity, AttrsMissing, NeverCheckedIn, Silent, Offline, Failing, BackingOff, Held, Deferred, Drift, Outdated, OK, OrphanIdentity}
 }
 
+// Rank is v's severity, the worst 0: its place in All(), the order `status` lists envs in.
+// A verdict All() does not know sorts after every one it knows.
+func Rank(v Verdict) int {
+	for i, w := range All() {
+		if w == v {
+			return i
+		}
+	}
+	return len(All())
+}
+
 // Defaults of Thresholds.
 const (
 	DefaultDrift    = 15 * time.Minute
 	minStale        = 3 * time.Minute
 	defaultInterval = 60 * time.Second
-	// detailWidth is a failure detail's share of NEXT STEP; the JSON carries it whole.
-	detailWidth = 80
 )
 
 // Agent is what tenancy knows of an env's agent, times already parsed.
@@ -66,10 +73,33 @@ type Agent struct {
 	TimerEnabled *bool
 	// Backoff is what the agent's last check-in said of a failing desired sha; nil when none.
 	Backoff *Backoff
+
+	// The evidence a stale env's next step is decided from (stale.go), and the last failure.
+	// TimerActive is nil when the agent could not tell.
+	TimerActive *bool
+	// LastResultAt is when the last report arrived (nil: none).
+	LastResultAt *time.Time
+	// LastAction is what tenancy answered the last check-in with ("" when it did not say).
+	LastAction string
+	// ApplyTimeout is how long an apply the last check-in started may run (0: the unit's hour).
+	ApplyTimeout time.Duration
+	// LastExitCode is the exit code of the tick before the last check-in (nil: unknown).
+	LastExitCode *int
+	// Transport is how the box reaches the mesh (sdk, proxy, system; "" unknown).
+	Transport string
+	// LastFailure is the last failed or refused deploy the agent reported; nil when none.
+	LastFailure *Failure
 	// Hold and DeferredUntil are what the agent's last check-in said of a human's hold and of a
 	// desired sha waiting for its apply window; nil when none.
 	Hold          *Hold
 	DeferredUntil *time.Time
+}
+
+// Failure is the last failed or refused deploy of an env, as its agent last checked in.
+type Failure struct {
+	Sha, Code, Detail string
+	At                *time.Time
+	Attempts          int
 }
 
 // Hold is a human's "wait" on a box.
@@ -125,6 +155,10 @@ type Result struct {
 	// StaleAfter is the age threshold that applied to this env.
 	StaleAfter time.Duration
 	Stale      bool
+	// Cause names the evidence behind a SILENT or OFFLINE env's next step (stale.go); "" otherwise.
+	Cause string
+	// Short is the next step as the 120-column table shows it (short.go); "" when none.
+	Short string
 }
 
 // StaleAfter is the default staleness threshold for an agent checking in every interval.
@@ -143,11 +177,13 @@ func Evaluate(in Input, now time.Time, th Thresholds) Result {
 		if in.Mesh != nil {
 			name = in.Mesh.Name
 		}
-		return Result{
+		r := Result{
 			Verdict:  OrphanIdentity,
 			Reasons:  []Verdict{OrphanIdentity},
 			NextStep: fmt.Sprintf("tenancy has no backend for identity %s: onboard the env, or delete the identity", name),
 		}
+		r.Short = shortStep(in, r, now)
+		return r
 	}
 	a := in.Agent
 	drift := th.Drift
@@ -178,15 +214,14 @@ func Evaluate(in Input, now time.Time, th Thresholds) Result {
 	if a.LastCheckin == nil {
 		add(NeverCheckedIn, "never checked in: install kit not run, or the first tick is failing (journalctl -u monky-deployd)")
 	}
-	if r.Stale && online {
-		why := "last ran " + cmp.Or(a.Version, "an unknown version")
-		if a.TimerEnabled != nil && !*a.TimerEnabled {
-			why = "timer reported disabled; " + why
+	if r.Stale {
+		cause, step := staleStep(a, online, *r.Age)
+		r.Cause = cause
+		if online {
+			add(Silent, step)
+		} else {
+			add(Offline, step)
 		}
-		add(Silent, fmt.Sprintf("agent stopped on a live host: systemctl enable --now monky-deployd.timer (%s)", why))
-	}
-	if r.Stale && !online {
-		add(Offline, fmt.Sprintf("host or tunneller down: mesh offline, last check-in %s ago", Human(*r.Age)))
 	}
 	bo := a.Backoff
 	if bo != nil && (bo.FailedSha == "" || bo.FailedSha != a.DesiredSha) {
@@ -202,23 +237,28 @@ func Evaluate(in Input, now time.Time, th Thresholds) Result {
 		if d == "" {
 			d = "(no detail)"
 		}
-		step := a.LastResult + ": " + clip.Runes(d, detailWidth)
+		// Whole: the table fits it to its column, the JSON and describe carry all of it.
+		step := a.LastResult + ": " + d
 		if bo != nil {
-			step += "; " + backoffPhrase(bo, now)
+			step += "; " + backoffPhrase(a, bo, now)
 		}
 		add(Failing, step)
 	} else if bo != nil && !servesPrevious(a, bo) {
 		// Backing off with no release of its own serving (a first deploy that failed).
 		failing = true
-		add(Failing, "no release serves: "+backoffPhrase(bo, now))
+		add(Failing, "no release serves: "+backoffPhrase(a, bo, now))
 	}
 	if bo != nil && !failing {
-		add(BackingOff, backoffPhrase(bo, now)+": the box serves the previous release; fix the failed one and publish a new bundle (a kit re-run retries at once)")
+		add(BackingOff, backoffPhrase(a, bo, now)+": the box serves the previous release; fix the failed one and publish a new bundle (a kit re-run retries at once)")
 	}
 	holdAndDeferral(a, now, add)
 	if a.DesiredSha != "" && a.DesiredSha != a.AppliedSha && a.DesiredAt != nil && now.Sub(*a.DesiredAt) > drift {
-		add(Drift, fmt.Sprintf("desired %s not applied for %s: look at the last result and the agent's journal",
-			Short(a.DesiredSha), Human(now.Sub(*a.DesiredAt))))
+		step := fmt.Sprintf("desired %s not applied for %s: look at the last result and the agent's journal",
+			Short(a.DesiredSha), Human(now.Sub(*a.DesiredAt)))
+		if f := a.LastFailure; f != nil && f.Sha == a.DesiredSha {
+			step = fmt.Sprintf("desired %s not applied for %s: it failed %s", Short(a.DesiredSha), Human(now.Sub(*a.DesiredAt)), failureWords(f))
+		}
+		add(Drift, step)
 	}
 	if th.MinVersion != nil {
 		v, err := ParseVersion(a.Version)
@@ -235,6 +275,7 @@ func Evaluate(in Input, now time.Time, th Thresholds) Result {
 	}
 	r.Verdict = r.Reasons[0]
 	r.NextStep = steps[r.Verdict]
+	r.Short = shortStep(in, r, now)
 	return r
 }
 
@@ -243,7 +284,7 @@ func Evaluate(in Input, now time.Time, th Thresholds) Result {
 func holdAndDeferral(a *Agent, now time.Time, add func(Verdict, string)) {
 	if h := a.Hold; h != nil && h.Until.After(now) {
 		add(Held, fmt.Sprintf("held by %s until %s (in %s): %s; monky-deployd unhold on the box ends it",
-			h.By, h.Until.UTC().Format("2006-01-02T15:04Z"), Human(h.Until.Sub(now)), clip.Runes(oneLine(h.Reason), detailWidth)))
+			h.By, h.Until.UTC().Format("2006-01-02T15:04Z"), Human(h.Until.Sub(now)), oneLine(h.Reason)))
 	}
 	if d := a.DeferredUntil; d != nil && d.After(now) && a.DesiredSha != "" && a.DesiredSha != a.AppliedSha {
 		add(Deferred, fmt.Sprintf("desired %s waits for the box's apply window until %s (in %s); a check-in answer with ignore_window applies it at once",
@@ -265,9 +306,13 @@ func servesPrevious(a *Agent, bo *Backoff) bool {
 	return false
 }
 
-// backoffPhrase: `9f3e21d0 failed 3×, reverted to 7a10c4e2 (healthy), next try in 8m`.
-func backoffPhrase(bo *Backoff, now time.Time) string {
+// backoffPhrase: `9f3e21d0 failed 3× (UNHEALTHY: not healthy after 5m0s: api: exited), reverted
+// to 7a10c4e2 (healthy), next try in 8m`; the reason is the agent's last failure of that sha.
+func backoffPhrase(a *Agent, bo *Backoff, now time.Time) string {
 	s := fmt.Sprintf("%s failed %d×", Short(bo.FailedSha), bo.Attempts)
+	if f := a.LastFailure; f != nil && f.Sha == bo.FailedSha {
+		s += " (" + f.Code + ": " + cmp.Or(oneLine(f.Detail), "no detail") + ")"
+	}
 	switch {
 	case bo.RevertedTo != "" && bo.RevertHealthy != nil && *bo.RevertHealthy:
 		s += ", reverted to " + Short(bo.RevertedTo) + " (healthy)"

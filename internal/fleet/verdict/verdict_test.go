@@ -48,6 +48,7 @@ func TestEvaluate(t *testing.T) {
 		wantReasons []Verdict
 		stepHas     []string
 		stepLacks   []string
+		cause       string // checked when set
 	}{
 		{name: "ok", edit: func(*Input) {}, want: OK},
 		{name: "held", edit: func(in *Input) { held(in, 3*time.Hour) },
@@ -97,11 +98,44 @@ func TestEvaluate(t *testing.T) {
 			in.Agent.TimerEnabled = ptr(false)
 		}, want: Silent, stepHas: []string{"systemctl enable --now monky-deployd.timer", "timer reported disabled", "last ran 0.1.8"}},
 		{name: "silent, timer said enabled", edit: func(in *Input) { in.Agent.LastCheckin = ago(10 * time.Minute) },
-			want: Silent, stepHas: []string{"agent stopped on a live host", "last ran 0.2.0"}, stepLacks: []string{"timer reported disabled"}},
+			want: Silent, cause: CauseTicksNotLanded, stepHas: []string{"the timer ran at its last check-in, but no tick has reached tenancy since", "journalctl -u monky-deployd -n 30 and monky-deployd doctor", "last ran 0.2.0"},
+			stepLacks: []string{"timer reported disabled", "exited"}},
+		{name: "silent, timer enabled and active, its ticks failing", edit: func(in *Input) {
+			in.Agent.LastCheckin, in.Agent.TimerActive, in.Agent.LastExitCode = ago(10*time.Minute), ptr(true), ptr(78)
+		}, want: Silent, cause: CauseTicksNotLanded, stepHas: []string{"no tick has reached tenancy", "exited 78 (config rejected"}},
+		{name: "silent, timer enabled but inactive", edit: func(in *Input) {
+			in.Agent.LastCheckin, in.Agent.TimerActive = ago(10*time.Minute), ptr(false)
+		}, want: Silent, cause: CauseTimerInactive, stepHas: []string{"systemctl start monky-deployd.timer"}, stepLacks: []string{"enable --now"}},
 		{name: "silent, timer state unknown", edit: func(in *Input) { in.Agent.LastCheckin = ago(10 * time.Minute); in.Agent.TimerEnabled = nil },
-			want: Silent, stepLacks: []string{"timer reported disabled"}},
+			want: Silent, cause: CauseTimerUnknown, stepHas: []string{"timer state never reported", "systemctl status monky-deployd.timer", "systemctl enable --now monky-deployd.timer"}, stepLacks: []string{"timer reported disabled"}},
+		{name: "silent during an apply within its timeout", edit: func(in *Input) {
+			in.Agent.DesiredSha, in.Agent.DesiredAt = "9f3e21d07a1b", ago(20*time.Minute)
+			in.Agent.LastCheckin, in.Agent.LastAction, in.Agent.LastResultAt = ago(12*time.Minute), "apply", ago(13*time.Minute)
+			in.Agent.ApplyTimeout = time.Hour
+		}, want: Silent, cause: CauseApplying, stepHas: []string{"applying 9f3e21d0 since its last check-in 12m ago (a tick may run 1h): wait", "journalctl -u monky-deployd -f"},
+			stepLacks: []string{"systemctl enable"}},
+		{name: "silent after an apply that outlived its timeout", edit: func(in *Input) {
+			in.Agent.DesiredSha, in.Agent.DesiredAt = "9f3e21d07a1b", ago(2*time.Hour)
+			in.Agent.LastCheckin, in.Agent.LastAction = ago(70*time.Minute), "apply"
+		}, want: Silent, cause: CauseApplyOverdue, stepHas: []string{"an apply of 9f3e21d0 started 1h10m ago, past the tick's 1h timeout", "systemctl status monky-deployd.service"}},
+		{name: "silent, the apply reported: not applying", edit: func(in *Input) {
+			in.Agent.LastCheckin, in.Agent.LastAction, in.Agent.LastResultAt = ago(12*time.Minute), "apply", ago(11*time.Minute)
+			in.Agent.TimerEnabled = ptr(false)
+		}, want: Silent, cause: CauseTimerDisabled, stepHas: []string{"systemctl enable --now monky-deployd.timer"}},
 		{name: "offline", edit: func(in *Input) { in.Agent.LastCheckin = ago(2 * time.Hour); in.Mesh.Online = ptr(false) },
-			want: Offline, stepHas: []string{"host or tunneller down", "2h ago"}},
+			want: Offline, cause: CauseHostDown, stepHas: []string{"host or tunneller down", "2h ago"}},
+		{name: "offline, transport proxy", edit: func(in *Input) {
+			in.Agent.LastCheckin, in.Mesh.Online, in.Agent.Transport = ago(2*time.Hour), ptr(false), "proxy"
+		}, want: Offline, stepHas: []string{"host or proxy down: mesh offline, last check-in 2h ago", "systemctl status monky-deployd-proxy"}},
+		{name: "offline, transport system", edit: func(in *Input) {
+			in.Agent.LastCheckin, in.Mesh.Online, in.Agent.Transport = ago(2*time.Hour), ptr(false), "system"
+		}, want: Offline, stepHas: []string{"systemctl status ziti-edge-tunnel"}},
+		{name: "offline, transport sdk", edit: func(in *Input) {
+			in.Agent.LastCheckin, in.Mesh.Online, in.Agent.Transport = ago(2*time.Hour), ptr(false), "sdk"
+		}, want: Offline, stepHas: []string{"only a running tick is on the mesh", "journalctl -u monky-deployd"}},
+		{name: "offline during an apply", edit: func(in *Input) {
+			in.Agent.LastCheckin, in.Mesh.Online, in.Agent.LastAction = ago(20*time.Minute), ptr(false), "apply"
+		}, want: Offline, cause: CauseApplying, stepHas: []string{"wait"}},
 		{name: "stale, mesh state unknown, is offline", edit: func(in *Input) { in.Agent.LastCheckin = ago(time.Hour); in.Mesh.Online = nil },
 			want: Offline},
 		{name: "offline but fresh is not offline", edit: func(in *Input) { in.Mesh.Online = ptr(false) }, want: OK},
@@ -109,10 +143,22 @@ func TestEvaluate(t *testing.T) {
 			in.Agent.LastResult = "failed"
 			in.Agent.LastDetail = "pull: harbor.tikali.net/monky/api:1.4\nunauthorized: authentication required"
 		}, want: Failing, stepHas: []string{"failed: pull: harbor.tikali.net/monky/api:1.4 unauthorized"}},
-		{name: "failing: refused", edit: func(in *Input) {
+		{name: "failing: refused, the detail whole", edit: func(in *Input) {
 			in.Agent.LastResult = "refused"
-			in.Agent.LastDetail = "DISK_INSUFFICIENT: " + strings.Repeat("x", 200)
-		}, want: Failing, stepHas: []string{"refused: DISK_INSUFFICIENT: xxx", "…"}},
+			in.Agent.LastDetail = "DISK_INSUFFICIENT: " + strings.Repeat("x", 200) + " end"
+		}, want: Failing, stepHas: []string{"refused: DISK_INSUFFICIENT: xxx", "x end"}, stepLacks: []string{"…"}},
+		{name: "backoff names the reason of the last failure", edit: func(in *Input) {
+			backingOff(in, ptr(true))
+			in.Agent.LastFailure = &Failure{Sha: in.Agent.DesiredSha, Code: "UNHEALTHY", Detail: "not healthy after 5m0s:\napi: exited", Attempts: 3}
+		}, want: BackingOff, stepHas: []string{"9f3e21d0 failed 3× (UNHEALTHY: not healthy after 5m0s: api: exited), reverted to 7a10b2c3 (healthy)"}},
+		{name: "a last failure of another sha is not this backoff's reason", edit: func(in *Input) {
+			backingOff(in, ptr(true))
+			in.Agent.LastFailure = &Failure{Sha: "0000", Code: "PULL_FAILED", Attempts: 1}
+		}, want: BackingOff, stepLacks: []string{"PULL_FAILED"}},
+		{name: "drift names the desired sha's failure", edit: func(in *Input) {
+			in.Agent.DesiredSha, in.Agent.DesiredAt = "9f8e7d6c5b4a", ago(42*time.Minute)
+			in.Agent.LastFailure = &Failure{Sha: "9f8e7d6c5b4a", Code: "PRIVILEGED_REFUSED", Detail: "x: privileged", Attempts: 1}
+		}, want: Drift, stepHas: []string{"desired 9f8e7d6c not applied for 42m: it failed (PRIVILEGED_REFUSED: x: privileged)"}},
 		{name: "failing: unhealthy", edit: func(in *Input) { in.Agent.LastResult = "unhealthy" }, want: Failing, stepHas: []string{"unhealthy: (no detail)"}},
 		{name: "backoff: serving the previous release", edit: func(in *Input) {
 			backingOff(in, ptr(true))
@@ -188,6 +234,12 @@ func TestEvaluate(t *testing.T) {
 			got := Evaluate(in, now, tc.th)
 			if got.Verdict != tc.want {
 				t.Fatalf("verdict %s (reasons %v, step %q), want %s", got.Verdict, got.Reasons, got.NextStep, tc.want)
+			}
+			if tc.cause != "" && got.Cause != tc.cause {
+				t.Errorf("cause %q, want %q", got.Cause, tc.cause)
+			}
+			if (got.Verdict == Silent || got.Verdict == Offline) != (got.Cause != "") && got.Verdict != NoIdentity && got.Verdict != AttrsMissing {
+				t.Errorf("verdict %s with cause %q", got.Verdict, got.Cause)
 			}
 			if tc.wantReasons != nil && !slices.Equal(got.Reasons, tc.wantReasons) {
 				t.Errorf("reasons %v, want %v", got.Reasons, tc.wantReasons)

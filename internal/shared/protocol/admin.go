@@ -34,6 +34,19 @@ type AdminAgent struct {
 	NextAttemptAt *string `json:"next_attempt_at,omitempty"`
 	RevertedTo    *string `json:"reverted_to,omitempty"`
 	RevertHealthy *bool   `json:"revert_healthy,omitempty"`
+
+	// Operator truth (issue 20), from the last check-in and report; absent from older tenancies.
+	// LastAction is the action tenancy answered the last check-in with (apply, none, down).
+	LastAction string `json:"last_action,omitempty"`
+	// CheckinTickID and ResultTickID name the ticks of the last check-in and of the last report.
+	CheckinTickID string `json:"checkin_tick_id,omitempty"`
+	ResultTickID  string `json:"result_tick_id,omitempty"`
+	// LastExitCode is the previous tick's exit code, as the last check-in said.
+	LastExitCode *int `json:"last_exit_code,omitempty"`
+	// ApplyTimeoutS is how long an apply the last check-in started may run (0: unknown).
+	ApplyTimeoutS int `json:"apply_timeout_s,omitempty"`
+	// LastFailure is the last failed or refused deploy the last check-in carried.
+	LastFailure *Failure `json:"last_failure,omitempty"`
 	// Issue 22: the hold and the apply-window deferral of the last check-in; null when none.
 	Hold          *Hold   `json:"hold,omitempty"`
 	DeferredUntil *string `json:"deferred_until,omitempty"`

@@ -93,6 +93,16 @@ type CheckinRequest struct {
 	RevertedTo    string `json:"reverted_to,omitempty"`
 	RevertHealthy *bool  `json:"revert_healthy,omitempty"`
 
+	// Operator truth (issue 20): what a SILENT box's next step is decided from, and why a deploy
+	// failed, kept past the tick that failed.
+	// TickID names this tick; every journal line of it ends in tick_id=<TickID>.
+	TickID string `json:"tick_id,omitempty"`
+	// LastExitCode is the exit code of the tick before this one (absent: none recorded yet).
+	LastExitCode *int `json:"last_exit_code,omitempty"`
+	// ApplyTimeoutS is how long an apply this tick starts may run before the unit stops it.
+	ApplyTimeoutS int `json:"apply_timeout_s,omitempty"`
+	// LastFailure is the last failed or refused deploy, until a later success makes it moot.
+	LastFailure *Failure `json:"last_failure,omitempty"`
 	// Issue 22: a human's hold while it runs, and until when a change waits for its apply window.
 	Hold          *Hold  `json:"hold,omitempty"`
 	DeferredUntil string `json:"deferred_until,omitempty"`
@@ -105,6 +115,36 @@ type Hold struct {
 	Since  string `json:"since"`
 	Until  string `json:"until"`
 }
+
+// TickTimeoutS is the unit's TimeoutStartSec (monky-deployd.service): a tick, an apply and its
+// health wait included, is killed after an hour, and the next tick counts its apply as failed.
+const TickTimeoutS = 3600
+
+// Failure is a deploy that failed or was refused: the last one, as the agent keeps it in
+// state.json and sends it in its check-ins until it no longer matters (PROTOCOL.md, section 5).
+type Failure struct {
+	Sha string `json:"sha"`
+	// Code is the refusal code (PRIVILEGED_REFUSED, …) or the step that failed (PULL_FAILED, …).
+	Code string `json:"code"`
+	// Detail is the report's detail: redacted, at most MaxDetail bytes.
+	Detail string `json:"detail"`
+	// At is when it failed (RFC 3339, UTC).
+	At string `json:"at"`
+	// Attempts counts the failed applies of Sha in a row (1 for a refusal).
+	Attempts int `json:"attempts"`
+}
+
+// Failure codes of a failed apply, by the step that failed (a refusal carries its own code).
+const (
+	FailStage      = "STAGE_FAILED"  // the release could not be staged or promoted
+	FailPull       = "PULL_FAILED"   // compose pull
+	FailUp         = "UP_FAILED"     // compose up
+	FailHealthWait = "HEALTH_FAILED" // the wait for health itself failed
+	FailUnhealthy  = "UNHEALTHY"     // not healthy within healthy_timeout_s
+	FailKilled     = "APPLY_KILLED"  // the tick was killed during up or the health wait
+	FailDown       = "DOWN_FAILED"   // compose down of a retire
+	FailOther      = "FAILED"        // anything else (a local fault, an unusable answer)
+)
 
 // Vault is the OpenBao coordinates tenancy hands out with a check-in.
 type Vault struct {
@@ -179,6 +219,8 @@ type Report struct {
 	// RevertedTo is set on a `failed` report that brought the previous release back.
 	RevertedTo    string `json:"reverted_to,omitempty"`
 	RevertHealthy *bool  `json:"revert_healthy,omitempty"`
+	// TickID names the tick that reports (issue 20): its journal lines end in tick_id=<TickID>.
+	TickID string `json:"tick_id,omitempty"`
 	// DriftCorrected names what a drift correction brought back (`api: exited`); issue 22.
 	DriftCorrected []string `json:"drift_corrected,omitempty"`
 }

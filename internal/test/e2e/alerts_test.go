@@ -110,7 +110,7 @@ func TestAlertsFromARealPrometheus(t *testing.T) {
 		t.Fatalf("%v\nexporter log:\n%s", err, ex.LogTail())
 	}
 	t.Logf("MonkyAgentSilent fired %s after the box stopped: %s", time.Since(start).Round(time.Second), alert.Annotations["summary"])
-	if want := silent + ": agent stopped on a live host: systemctl enable --now monky-deployd.timer"; alert.Annotations["summary"] != want {
+	if want := silent + ": agent silent on a live host: fleetctl describe " + silent + " gives the next step from its last check-in (timer, last exit code, a running apply)"; alert.Annotations["summary"] != want {
 		t.Errorf("summary %q, want %q", alert.Annotations["summary"], want)
 	}
 	alerts, err := prom.Alerts(ctx)

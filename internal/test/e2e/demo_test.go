@@ -72,14 +72,15 @@ func TestDemo(t *testing.T) {
 		`OpenBao dev server \(pid \d+\)`,
 		`registry 127\.0\.0\.1:\d+ \(password required\)`,
 		`(?m)^5 envs: 5 OK$`, `\(exit 0: every env OK\)`,
-		`(?m)^env-demo-03 .* SILENT .* online .*systemctl enable --now monky-deployd\.timer`,
+		`(?m)^env-demo-03 .* SILENT .*systemctl status monky-deployd\.timer on the box`,
+		`env-demo-03  SILENT: mesh online, .*systemctl enable --now monky-deployd\.timer`,
 		`(?m)^env-demo-04 .* FAILING .*PRIVILEGED_REFUSED`,
 		`(?m)^5 envs: 3 OK, 1 SILENT, 1 FAILING$`, `\(exit 1: something is not OK\)`,
 		`the release it ran before is still up: .*healthy.*healthy`,
 		`fleetctl exporter --stale \S+: the same verdicts as Prometheus series, http://127\.0\.0\.1:\d+/metrics`,
 		`monky_fleet_envs\{verdict="[A-Z_]+"\} \d`,
 		`ALERT MonkyAgentSilent firing \(pending since \S+\)  env=env-demo-03 site=\S+ severity=critical`,
-		`summary: env-demo-03: agent stopped on a live host: systemctl enable --now monky-deployd\.timer`,
+		`summary: env-demo-03: agent silent on a live host: fleetctl describe env-demo-03 gives the next step`,
 		`nothing left running`)
 	checkNothingLeft(t, "", "monky-env-demo-")
 }
@@ -278,7 +279,8 @@ func TestDemoWithoutDocker(t *testing.T) {
 		`in-process OpenBao fake`,
 		`env-demo-01  failed .*Cannot connect to the Docker daemon`,
 		`(?m)^5 envs: 5 FAILING$`,
-		`(?m)^env-demo-03 .* SILENT .* online`,
+		`(?m)^env-demo-03 .* SILENT `,
+		`env-demo-03  SILENT: mesh online`,
 		`(?m)^env-demo-04 .* FAILING .*PRIVILEGED_REFUSED`,
 		`without a docker engine every apply failed`,
 		`nothing left running`)

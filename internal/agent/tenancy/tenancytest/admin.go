@@ -34,6 +34,7 @@ func (s *Server) rememberCheckinLocked(st *envState, req protocol.CheckinRequest
 
 func (s *Server) rememberReportLocked(st *envState, rep protocol.Report) {
 	st.lastResult, st.lastDetail, st.resultAt = rep.Result, rep.Detail, s.now()
+	st.resultTickID = rep.TickID
 	if rep.Result == protocol.ResultApplied && rep.Sha != "" {
 		st.applied = rep.Sha
 	}
@@ -81,6 +82,7 @@ func (s *Server) adminLocked(env string, st *envState) protocol.AdminAgent {
 		EnvID: env, Site: st.site, Identity: IdentityName(env), CheckinIntervalS: st.interval,
 		DesiredSha: st.desired, DesiredAt: stamp(st.desiredAt), AppliedSha: st.applied,
 		LastResult: st.lastResult, LastResultAt: stamp(st.resultAt), LastDetail: st.lastDetail,
+		LastAction: st.lastAction, ResultTickID: st.resultTickID,
 	}
 	if st.upgradedFrom != "" {
 		v := st.upgradedFrom
@@ -103,6 +105,17 @@ func (s *Server) adminLocked(env string, st *envState) protocol.AdminAgent {
 			a.RevertedTo = copyString(&c.RevertedTo)
 		}
 		a.RevertHealthy = copyBool(c.RevertHealthy)
+	}
+	// What the check-in said for fleetctl's next step and the last failure, as tenancy keeps it.
+	a.CheckinTickID, a.ApplyTimeoutS = c.TickID, c.ApplyTimeoutS
+	if c.LastExitCode != nil {
+		v := *c.LastExitCode
+		a.LastExitCode = &v
+	}
+	if f := c.LastFailure; f != nil {
+		v := *f
+		a.LastFailure = &v
+
 	}
 	if h := c.Hold; h != nil {
 		// The hold and the deferral are the agent's word in its latest check-in, as tenancy keeps them.

@@ -55,7 +55,9 @@ func TestAdminViewFollowsAcceptedCalls(t *testing.T) {
 	ttl, disk := int64(80000), int64(9e9)
 	req := protocol.CheckinRequest{EnvID: "env-a", AgentVersion: "0.2.0", Transport: "system", Hostname: "qa-02",
 		LastResult: "healthy", TokenTTLSec: &ttl, DiskFreeBytes: &disk, UpgradedFrom: "0.1.9",
-		Timer: &protocol.Timer{Enabled: ptr(false), Active: ptr(false)}}
+		Timer:  &protocol.Timer{Enabled: ptr(false), Active: ptr(false)},
+		TickID: "3f9a0c1d2e4b", LastExitCode: ptr(1), ApplyTimeoutS: 3600,
+		LastFailure: &protocol.Failure{Sha: "9f3e", Code: "PULL_FAILED", Detail: "compose pull: denied", At: "2026-12-02T08:59:00Z", Attempts: 2}}
 
 	t.Run("an accepted check-in, visible before the agent has its answer", func(t *testing.T) {
 		before := updates("env-a")
@@ -72,23 +74,26 @@ func TestAdminViewFollowsAcceptedCalls(t *testing.T) {
 			Transport: "system", Hostname: "qa-02", LastCheckinAt: &at, CheckinIntervalS: 5,
 			DesiredSha: sha, DesiredAt: ptr(desiredAt.Format(time.RFC3339)), LastResult: "healthy", LastResultAt: &at,
 			Timer:       &protocol.AdminTimer{Enabled: ptr(false), Active: ptr(false), ObservedAt: &at},
-			TokenTTLSec: ptr(ttl), DiskFreeBytes: ptr(disk), UpgradedFrom: ptr("0.1.9")}
+			TokenTTLSec: ptr(ttl), DiskFreeBytes: ptr(disk), UpgradedFrom: ptr("0.1.9"),
+			LastAction: "apply", CheckinTickID: "3f9a0c1d2e4b", LastExitCode: ptr(1), ApplyTimeoutS: 3600,
+			LastFailure: &protocol.Failure{Sha: "9f3e", Code: "PULL_FAILED", Detail: "compose pull: denied", At: "2026-12-02T08:59:00Z", Attempts: 2}}
 		if !reflect.DeepEqual(a, want) {
 			t.Fatalf("AdminAgent =\n%+v\nwant\n%+v", a, want)
 		}
-		*a.TokenTTLSec = 1 // the record is a copy
-		if b, _ := s.AdminAgent("env-a"); *b.TokenTTLSec != ttl {
+		*a.TokenTTLSec, *a.LastExitCode, a.LastFailure.Code = 1, 2, "X" // the record is a copy
+		if b, _ := s.AdminAgent("env-a"); *b.TokenTTLSec != ttl || *b.LastExitCode != 1 || b.LastFailure.Code != "PULL_FAILED" {
 			t.Fatal("the record aliases the fake's state")
 		}
 	})
 
 	t.Run("a report sets result, detail and applied sha", func(t *testing.T) {
 		clk.Advance(10 * time.Second)
-		if resp, _ := post(t, s.URL+"/v1/agent/report", "tok-a", protocol.Report{EnvID: "env-a", Sha: sha, Result: "applied", Detail: "2 containers"}); resp.StatusCode != 200 {
+		if resp, _ := post(t, s.URL+"/v1/agent/report", "tok-a", protocol.Report{EnvID: "env-a", Sha: sha, Result: "applied", Detail: "2 containers", TickID: "3f9a0c1d2e4b"}); resp.StatusCode != 200 {
 			t.Fatalf("report: %d", resp.StatusCode)
 		}
 		a, _ := s.AdminAgent("env-a")
-		if a.AppliedSha != sha || a.LastResult != "applied" || a.LastDetail != "2 containers" || *a.LastResultAt != clk.Now().Format(time.RFC3339) {
+		if a.AppliedSha != sha || a.LastResult != "applied" || a.LastDetail != "2 containers" || *a.LastResultAt != clk.Now().Format(time.RFC3339) ||
+			a.ResultTickID != "3f9a0c1d2e4b" {
 			t.Fatalf("after the report: %+v", a)
 		}
 	})

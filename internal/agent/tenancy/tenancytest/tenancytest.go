@@ -159,6 +159,10 @@ type envState struct {
 	lastDetail   string
 	resultAt     time.Time
 	upgradedFrom string
+	// Operator truth (issue 20): the action the last check-in was answered with, and the tick
+	// of the last report.
+	lastAction   string
+	resultTickID string
 
 	// Issue 22: apply windows the check-in answers carry (nil: none sent), and ignore_window.
 	windows      *[]string
@@ -792,6 +796,7 @@ func (s *Server) checkin(w http.ResponseWriter, r *http.Request) {
 		out.BundleURL = "/v1/agent/bundle/" + req.EnvID + "/" + st.desired
 	}
 	s.rememberCheckinLocked(st, req)
+	st.lastAction = out.Action
 	s.mu.Unlock()
 	resp, rc.status = &out, http.StatusOK
 	s.notify(req.EnvID)

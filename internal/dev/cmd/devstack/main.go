@@ -23,16 +23,18 @@ func main() {
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }
 
-const usage = `usage: devstack demo|serve [flags]
+const usage = `usage: devstack demo|serve|preflight [flags]
 
-  demo    five agents deploy, one goes silent, one is refused; fleetctl status catches both
-  serve   the control plane and N agents, until Ctrl-C
+  demo       five agents deploy, one goes silent, one is refused; fleetctl status catches both
+  serve      the control plane and N agents, until Ctrl-C
+  preflight  monky-deployd doctor's docker and compose checks, as the demo's agents run docker:
+             exit 1 with the fix when an engine answers without compose v2
 
 flags:
 `
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || (args[0] != "demo" && args[0] != "serve") {
+	if len(args) == 0 || (args[0] != "demo" && args[0] != "serve" && args[0] != "preflight") {
 		fmt.Fprint(stderr, usage)
 		return 2
 	}
@@ -55,6 +57,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	fs.IntVar(&o.Boxes, "boxes", boxes, "number of agents")
 	fs.DurationVar(&o.Interval, "interval", 5*time.Second, "check-in interval and tick period")
+	fs.BoolVar(&o.SkipPreflight, "no-preflight", false, "skip the docker and compose preflight (scripts/demo.sh ran it already)")
 	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
@@ -65,9 +68,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	o.Stdout = stdout
 	var err error
-	if cmd == "demo" {
+	switch cmd {
+	case "demo":
 		err = demo.Run(ctx, o)
-	} else {
+	case "preflight":
+		_, err = demo.Preflight(ctx, o.Dir, stdout)
+	default:
 		err = demo.Serve(ctx, o)
 	}
 	switch {

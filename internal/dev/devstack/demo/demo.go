@@ -42,6 +42,8 @@ type Options struct {
 	// exporter's series and no alert.
 	RulesFile, PrometheusBin string
 	Stdout                   io.Writer
+	// SkipPreflight: the caller ran Preflight already (scripts/demo.sh does, before it builds).
+	SkipPreflight bool
 }
 
 // A demo step failed to happen (not the breakage it stages, which is the point).
@@ -64,6 +66,12 @@ func Run(ctx context.Context, o Options) (err error) {
 	p := &printer{w: o.Stdout}
 	started := time.Now()
 	p.line("monky-deployd demo: %d agents, one control plane, fleetctl watching — all on this machine, on loopback", o.Boxes)
+	if !o.SkipPreflight {
+		p.line("preflight: monky-deployd doctor's docker and compose checks, as the agents will run docker")
+		if _, err := Preflight(ctx, o.Dir, o.Stdout); err != nil {
+			return err
+		}
+	}
 
 	w, err := devstack.NewWorld(ctx, o.world())
 	if err != nil {

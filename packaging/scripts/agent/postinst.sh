@@ -10,6 +10,10 @@
 #   rpm: 1 (install) / >= 2 (upgrade): user and directories only. Built as a .deb only; see prerm.
 # It never enables the timer on a fresh install: install.sh / the ansible role do that once
 # /etc/monky-deployd/config.yaml exists. It never disables anything.
+#
+# Units are enabled with deb-systemd-helper and started with deb-systemd-invoke, Debian's
+# convention (they work where systemd is not running, and honour policy-rc.d); systemctl only
+# reloads systemd.
 set -e
 
 AGENT=monky-deployd
@@ -95,21 +99,16 @@ ensure_dirs() {
 }
 
 # A tick run by hand as root by an agent before 0.2.0 left root's state.json, releases and
-# docker/config.json in $STATE: every later tick of the agent failed on them. Give root's files
-# there back to the agent; files of any other owner stay as they are (a container running as
-# uid 999 owns what it wrote into a bind mount inside a release). find never follows a symlink
-# (-P is its default) and chown -h re-owns a planted symlink itself, never its target. A regular
-# file with a second name may be a hard link to a file elsewhere (where fs.protected_hardlinks
-# is off): it keeps its owner and is named instead. upgraded-from is root's by design. A failure
-# is a warning: it must not stop the timer repair.
+# docker/config.json in $STATE: every later tick of the agent failed on them. The agent gives
+# root's files there back to its account (`monky-deployd reown`): it opens every entry without
+# following a symlink and changes the owner of what it opened, so nothing can be swapped in
+# between (a shell's find -exec chown cannot promise that); a file with a second name (a hard
+# link to a file elsewhere) keeps its owner and is named; other owners' files (a container's in a
+# bind mount) and upgraded-from (root's by design) stay as they are. A failure is a warning: it
+# must not stop the timer repair.
 reown_state() {
-  find "$STATE" ! -path "$UPGRADED_FROM" -user root \( -type d -o -type l -o -links 1 \) \
-    -exec chown -h "$AGENT:$AGENT" {} + ||
+  monky-deployd reown --dir "$STATE" ||
     record "warning: could not give everything under $STATE back to $AGENT; see: monky-deployd doctor (state-owner)"
-  linked=$(find "$STATE" ! -path "$UPGRADED_FROM" -user root -type f -links +1 2>/dev/null || true)
-  if [ -n "$linked" ]; then
-    record "warning: not re-owned (a file with more than one name): $(echo "$linked" | tr '\n' ' ')— if it is the agent's: chown $AGENT: <file>"
-  fi
 }
 
 # record_upgraded_from OLD: leave the old version where the agent reads it (see UPGRADED_FROM).
@@ -138,10 +137,17 @@ record_upgraded_from() {
 systemd_running() { [ -d /run/systemd/system ]; }
 have_systemctl() { command -v systemctl >/dev/null 2>&1; }
 
-# enable_unit UNIT: enable and start it; where systemd is not running (a chroot, an image
-# build) only enable it, so the next boot starts it.
+# enable_unit UNIT: enable it and, where systemd runs, start it (elsewhere — a chroot, an image
+# build — the next boot starts it). deb-systemd-helper enables a unit it has no record of yet
+# (every box before 0.3.0: nothing recorded the units with it) through `systemctl preset`; a
+# leftover link from a unit file that moved is removed first, or it would count as enabled.
 enable_unit() {
-  if systemd_running; then systemctl enable --now "$1"; else systemctl enable "$1"; fi
+  for l in /etc/systemd/system/*.wants/"$1"; do
+    if [ -L "$l" ] && [ ! -e "$l" ]; then rm -f "$l"; fi
+  done
+  deb-systemd-helper enable "$1" || return 1
+  [ "$(unit_state "$1")" = enabled ] || return 1
+  if systemd_running; then deb-systemd-invoke start "$1"; fi
 }
 enabled_how() {
   if systemd_running; then echo "re-enabled and started"; else echo "re-enabled (systemd is not running here: it starts at the next boot)"; fi
@@ -155,29 +161,41 @@ repair_dangling_enablement() {
   for link in /etc/systemd/system/timers.target.wants/$TIMER /etc/systemd/system/multi-user.target.wants/$PROXY; do
     if [ -L "$link" ] && [ ! -e "$link" ]; then
       unit=${link##*/}
-      if systemctl reenable "$unit"; then
+      rm -f "$link"
+      if deb-systemd-helper enable "$unit" && [ -e "$link" ]; then
         record "re-linked $unit: its enablement pointed at a unit file the upgrade removed"
       elif [ "$unit" = "$TIMER" ]; then
-        record "error: could not re-link $unit (systemctl reenable $unit); run: dpkg --configure -a"
+        record "error: could not re-link $unit (deb-systemd-helper enable $unit); run: systemctl enable $unit, then: dpkg --configure -a"
         return 1
       else
-        record "warning: could not re-link $unit; run: systemctl reenable $unit"
+        record "warning: could not re-link $unit; run: systemctl enable $unit"
       fi
     fi
   done
 }
 
-# unit_state UNIT: what `systemctl is-enabled` says ("enabled", "disabled", "masked", ...).
+# unit_state UNIT: "masked" or "masked-runtime" (a link to /dev/null where systemd looks first,
+# the operator's explicit "never"), "enabled" (every link its [Install] asks for is in /etc, as
+# deb-systemd-helper judges it) or "disabled" — which covers a runtime-only enablement, gone at
+# the next reboot. Read from the files, as deb-systemd-helper reads them, so it means the same
+# where systemd does not run.
 unit_state() {
-  systemctl is-enabled "$1" 2>/dev/null || true
+  if [ "$(readlink "/etc/systemd/system/$1" 2>/dev/null)" = /dev/null ]; then
+    echo masked
+  elif [ "$(readlink "/run/systemd/system/$1" 2>/dev/null)" = /dev/null ]; then
+    echo masked-runtime
+  elif deb-systemd-helper --quiet is-enabled "$1" 2>/dev/null; then
+    echo enabled
+  else
+    echo disabled
+  fi
 }
 
-# needs_enabling STATE: whether a unit in this `is-enabled` state must be enabled to run at boot.
-# enabled-runtime (gone at the next reboot), linked, disabled, "" and anything unknown do;
-# masked is the operator's explicit "never" and is handled by the caller.
+# needs_enabling STATE: whether a unit in this state must be enabled to run at boot; masked is
+# the operator's explicit "never" and is handled by the caller.
 needs_enabling() {
   case "$1" in
-    enabled | static | indirect | generated | alias | masked | masked-runtime) return 1 ;;
+    enabled | masked | masked-runtime) return 1 ;;
     *) return 0 ;;
   esac
 }
@@ -223,10 +241,10 @@ heal_broken_prerm() {
   esac
   if needs_enabling "$state"; then
     if ! enable_unit "$TIMER"; then
-      record "error: upgrade from $old ($why): could not re-enable $TIMER (systemctl enable failed, is-enabled said '${state:-nothing}'); the agent stays off; fix it, then run: dpkg --configure -a"
+      record "error: upgrade from $old ($why): could not re-enable $TIMER (enabling or starting it failed, it was ${state:-disabled}); the agent stays off; fix it, then run: dpkg --configure -a"
       exit 1
     fi
-    loud "upgrade from $old ($why): $(enabled_how) $TIMER (is-enabled said '${state:-nothing}'). If this box is switched off ON PURPOSE, switch it off again: systemctl disable --now $TIMER && touch $OPT_OUT — upgrades, install.sh and the ansible role then leave it off"
+    loud "upgrade from $old ($why): $(enabled_how) $TIMER (it was ${state:-disabled}). If this box is switched off ON PURPOSE, switch it off again: systemctl disable --now $TIMER && touch $OPT_OUT — upgrades, install.sh and the ansible role then leave it off"
   fi
   # Those prerms disabled the proxy unit as well; a proxy-transport box needs it for every tick.
   # (A grep, not a YAML parser: install.sh and the ansible role write this key at top level.)
@@ -242,18 +260,44 @@ heal_broken_prerm() {
 }
 
 # abort-remove: prerm `remove` disabled the units after recording which were enabled; the
-# removal was rolled back and the package stays installed, so they go back on.
+# removal was rolled back and the package stays installed, so they go back on. deb-systemd-helper
+# enable leaves alone a unit it recorded and that is off (it takes that for the operator's
+# choice); reenable puts its links back.
 restore_after_aborted_remove() {
   [ -f "$REMOVE_RECORD" ] || return 0
   while read -r unit; do
     case "$unit" in "$TIMER" | "$PROXY") ;; *) continue ;; esac
-    if enable_unit "$unit"; then
+    if deb-systemd-helper reenable "$unit" && { ! systemd_running || deb-systemd-invoke start "$unit"; }; then
       record "removal rolled back: $(enabled_how) $unit"
     else
       record "error: removal rolled back but $unit could not be re-enabled; run: systemctl enable --now $unit"
     fi
   done <"$REMOVE_RECORD"
   rm -f "$REMOVE_RECORD"
+}
+
+# Up to 0.2.0 this package shipped fleetctl and its exporter unit; they are monky-fleetctl's now,
+# which an upgrade of this package alone does not install. A host that ran the exporter hears it
+# here (the unit and binary are gone once this upgrade is done; a running exporter runs on until
+# it stops).
+warn_exporter_moved() {
+  if [ -L /etc/systemd/system/multi-user.target.wants/fleetctl-exporter.service ] && [ ! -e /usr/bin/fleetctl ]; then
+    loud "fleetctl and fleetctl-exporter.service moved to the package monky-fleetctl, and the exporter is enabled on this host: install it (apt-get install monky-fleetctl, or dpkg -i monky-fleetctl_<version>_amd64.deb) to keep the exporter"
+  fi
+}
+
+# record_units: debhelper's snippet for units a package ships disabled (dh_installsystemd
+# --no-enable): units the operator switched on keep every link, and deb-systemd-helper's record
+# of them is brought up to date. Never a failure: it is bookkeeping.
+record_units() {
+  for unit in "$TIMER" "$PROXY"; do
+    if deb-systemd-helper debian-installed "$unit"; then
+      if deb-systemd-helper --quiet was-enabled "$unit"; then
+        deb-systemd-helper enable "$unit" >/dev/null || true
+      fi
+    fi
+    deb-systemd-helper update-state "$unit" >/dev/null || true
+  done
 }
 
 case "$1" in
@@ -266,7 +310,7 @@ case "$1" in
     ensure_user
     ensure_dirs
     if systemd_running; then
-      systemctl daemon-reload || say "warning: systemctl daemon-reload failed"
+      systemctl --system daemon-reload || say "warning: systemctl daemon-reload failed"
     fi
     if [ -n "$old" ]; then
       if have_systemctl; then repair_dangling_enablement; fi
@@ -275,13 +319,18 @@ case "$1" in
       record_upgraded_from "$old"
       heal_broken_prerm "$old"
     fi
+    if [ -n "$old" ]; then warn_exporter_moved; fi
+    # After the repair (its enable must still find the units unrecorded): deb-systemd-helper
+    # records the units' links, so that a purge removes them whoever made them, and creates the
+    # links a changed [Install] adds to units that are on. It enables nothing that is off.
+    record_units
     # The marker goes only once the repair is done: a configure that failed before this point
     # is re-run by `dpkg --configure -a`, which must still know that this was an upgrade.
     rm -f "$UPGRADE_MARKER" "$LEGACY_MARKER" "$REMOVE_RECORD"
     if [ -n "$old" ]; then
       if systemd_running; then
         # The proxy is long-lived: restart it onto the new binary. No-op when it is not running.
-        systemctl try-restart "$PROXY" || say "warning: $PROXY did not restart; see: journalctl -u $PROXY"
+        deb-systemd-invoke try-restart "$PROXY" || say "warning: $PROXY did not restart; see: journalctl -u $PROXY"
       fi
     fi
     ;;
@@ -304,7 +353,7 @@ case "$1" in
     # rpm: no old version is passed, so no repair (there never was a Python-era rpm).
     ensure_user
     ensure_dirs
-    if systemd_running; then systemctl daemon-reload || say "warning: systemctl daemon-reload failed"; fi
+    if systemd_running; then systemctl --system daemon-reload || say "warning: systemctl daemon-reload failed"; fi
     ;;
   *)
     echo "postinst called with unknown argument '$1'" >&2

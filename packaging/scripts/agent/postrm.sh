@@ -6,6 +6,8 @@
 # purge deletes the agent's configuration and state. It does NOT stop the application's
 # containers (`docker compose -p monky-<env> down` does that) and keeps the system user, whose
 # uid may still own files elsewhere.
+# Units are enabled with deb-systemd-helper and started with deb-systemd-invoke (Debian's
+# convention); systemctl only reloads systemd.
 set -e
 
 ETC=/etc/monky-deployd
@@ -24,18 +26,33 @@ record() {
   if command -v logger >/dev/null 2>&1; then logger -t monky-deployd-postrm -p daemon.warning -- "$*" || true; fi
 }
 systemd_running() { [ -d /run/systemd/system ]; }
-unit_state() { systemctl is-enabled "$1" 2>/dev/null || true; }
+# unit_state UNIT: masked, masked-runtime, enabled or disabled, read as postinst reads it.
+unit_state() {
+  if [ "$(readlink "/etc/systemd/system/$1" 2>/dev/null)" = /dev/null ]; then
+    echo masked
+  elif [ "$(readlink "/run/systemd/system/$1" 2>/dev/null)" = /dev/null ]; then
+    echo masked-runtime
+  elif deb-systemd-helper --quiet is-enabled "$1" 2>/dev/null; then
+    echo enabled
+  else
+    echo disabled
+  fi
+}
 # is_on UNIT: enabled in a way that survives a reboot, or masked (then left alone).
 is_on() {
   case "$(unit_state "$1")" in
-    enabled | static | indirect | generated | alias | masked | masked-runtime) return 0 ;;
+    enabled | masked | masked-runtime) return 0 ;;
   esac
   return 1
 }
 
-# enable_unit UNIT: enable, and start when systemd runs (else it starts at the next boot).
+# enable_unit UNIT: enable, and start when systemd runs (else it starts at the next boot). The
+# old package's units were never recorded with deb-systemd-helper, so its enable goes through
+# `systemctl preset`, which switches them on.
 enable_unit() {
-  if systemd_running; then systemctl enable --now "$1"; else systemctl enable "$1"; fi
+  deb-systemd-helper enable "$1" || return 1
+  [ "$(unit_state "$1")" = enabled ] || return 1
+  if systemd_running; then deb-systemd-invoke start "$1"; fi
 }
 how() {
   if systemd_running; then echo "re-enabled and started"; else echo "re-enabled (systemd is not running: it starts at the next boot)"; fi
@@ -58,8 +75,8 @@ abort_upgrade() {
     record "failed upgrade from $old rolled back: $TIMER left as it is ($OPT_OUT exists)"
     return 0
   fi
-  if ! command -v systemctl >/dev/null 2>&1; then
-    record "warning: failed upgrade from $old rolled back: no systemctl here, $TIMER not checked"
+  if ! command -v deb-systemd-helper >/dev/null 2>&1; then
+    record "warning: failed upgrade from $old rolled back: no deb-systemd-helper here, $TIMER not checked"
     return 0
   fi
   if ! is_on "$TIMER"; then
@@ -80,13 +97,17 @@ abort_upgrade() {
 
 case "${1:-}" in
   purge)
+    # deb-systemd-helper forgets the units and removes any link still recorded for them.
+    if command -v deb-systemd-helper >/dev/null; then
+      deb-systemd-helper purge "$TIMER" "$PROXY" >/dev/null || true
+    fi
     rm -rf /var/lib/monky-deployd "$ETC" "$PKG_STATE" "$RUN_STATE"
-    if systemd_running; then systemctl daemon-reload || true; fi
+    if systemd_running; then systemctl --system daemon-reload || true; fi
     ;;
   remove | 0)
     # The removal went through: prerm's record of the enabled units is no longer needed.
     rm -rf "$RUN_STATE"
-    if systemd_running; then systemctl daemon-reload || true; fi
+    if systemd_running; then systemctl --system daemon-reload || true; fi
     ;;
   abort-upgrade)
     abort_upgrade "${2:-}"

@@ -12,6 +12,8 @@
 # then fails: dpkg runs our `postinst abort-remove`). So before disabling, the units that were
 # enabled are recorded in a root-owned runtime directory; postinst abort-remove re-enables them
 # and postrm remove clears the record.
+# Units are stopped with deb-systemd-invoke and disabled with deb-systemd-helper (Debian's
+# convention); postinst recorded their links with it, whoever enabled them.
 set -e
 
 RUN_STATE=/run/monky-deployd-package
@@ -24,7 +26,7 @@ record_enabled_units() {
   chmod 0755 "$RUN_STATE"
   tmp=$(mktemp "$RUN_STATE/.enabled-before-remove.XXXXXX")
   for u in "$TIMER" "$PROXY"; do
-    if systemctl is-enabled "$u" >/dev/null 2>&1; then echo "$u" >>"$tmp"; fi
+    if deb-systemd-helper --quiet is-enabled "$u"; then echo "$u" >>"$tmp"; fi
   done
   chmod 0644 "$tmp"
   mv -f "$tmp" "$REMOVE_RECORD"
@@ -35,12 +37,14 @@ case "${1:-}" in
     exit 0
     ;;
   remove | 0)
+    record_enabled_units || echo "monky-deployd: warning: could not record the enabled units; a rolled-back removal leaves them off" >&2
     if [ -d /run/systemd/system ]; then
-      record_enabled_units || echo "monky-deployd: warning: could not record the enabled units; a rolled-back removal leaves them off" >&2
       # A tick already running is left to finish: killing it mid-apply helps nobody.
-      systemctl disable --now "$TIMER" || true
-      systemctl disable --now "$PROXY" || true
+      deb-systemd-invoke stop "$TIMER" "$PROXY" || true
     fi
+    # The record is brought up to date first: disable removes the links it lists.
+    deb-systemd-helper update-state "$TIMER" "$PROXY" || true
+    deb-systemd-helper disable "$TIMER" "$PROXY" || true
     ;;
   *)
     echo "prerm called with unknown argument '${1:-}'" >&2
