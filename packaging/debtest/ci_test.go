@@ -42,6 +42,10 @@ type ciJob struct {
 	Artifacts struct {
 		Paths []string `yaml:"paths"`
 	} `yaml:"artifacts"`
+	// The runner a job asks for; loadCI fills them from the hidden jobs it extends.
+	Extends   yaml.Node         `yaml:"extends"`
+	Tags      []string          `yaml:"tags"`
+	Variables map[string]string `yaml:"variables"`
 }
 
 // loadCI parses .gitlab-ci.yml: the top-level keywords, and every other key as a job.
@@ -58,6 +62,7 @@ func loadCI(t *testing.T) ([]string, map[string]ciJob) {
 	keywords := map[string]bool{"stages": true, "default": true, "variables": true, "cache": true, "workflow": true, "include": true}
 	var stages []string
 	jobs := map[string]ciJob{}
+	hidden := map[string]ciJob{}
 	for name, node := range doc {
 		if name == "stages" {
 			if err := node.Decode(&stages); err != nil {
@@ -65,12 +70,47 @@ func loadCI(t *testing.T) ([]string, map[string]ciJob) {
 			}
 			continue
 		}
-		if keywords[name] || strings.HasPrefix(name, ".") {
+		if keywords[name] {
 			continue
 		}
 		var j ciJob
 		if err := node.Decode(&j); err != nil {
 			t.Fatalf("job %s: %v", name, err)
+		}
+		if strings.HasPrefix(name, ".") {
+			hidden[name] = j
+			continue
+		}
+		jobs[name] = j
+	}
+	// extends, one level deep as this file uses it: the job's own tags and variables win.
+	for name, j := range jobs {
+		var bases []string
+		switch j.Extends.Kind {
+		case 0:
+		case yaml.ScalarNode:
+			bases = []string{j.Extends.Value}
+		default:
+			if err := j.Extends.Decode(&bases); err != nil {
+				t.Fatalf("job %s: extends: %v", name, err)
+			}
+		}
+		for _, b := range bases {
+			base, ok := hidden[b]
+			if !ok {
+				t.Fatalf("job %s extends %s, which is not a hidden job of the file", name, b)
+			}
+			if j.Tags == nil {
+				j.Tags = base.Tags
+			}
+			for k, v := range base.Variables {
+				if _, set := j.Variables[k]; !set {
+					if j.Variables == nil {
+						j.Variables = map[string]string{}
+					}
+					j.Variables[k] = v
+				}
+			}
 		}
 		jobs[name] = j
 	}
@@ -82,7 +122,8 @@ func TestGitLabCIShape(t *testing.T) {
 	if strings.Join(stages, ",") != "test,package,release" {
 		t.Errorf("stages %q", stages)
 	}
-	for name, stage := range map[string]string{"test": "test", "test:packaging": "test", "package": "package", "release": "release", "release:gitea": "release"} {
+	for name, stage := range map[string]string{"test": "test", "test:fuzz": "test", "test:integration": "test", "test:packaging": "test",
+		"package": "package", "release": "release", "release:gitea": "release"} {
 		j, ok := jobs[name]
 		if !ok {
 			t.Errorf("no job %s", name)
@@ -133,9 +174,131 @@ func TestGitLabCIShape(t *testing.T) {
 	if !strings.Contains(strings.Join(pkg.Script, "\n"), "make deb-check") {
 		t.Errorf("package does not run make deb-check: %q", pkg.Script)
 	}
-	if !strings.Contains(strings.Join(jobs["test:packaging"].Script, "\n"), "-tags integration") {
-		t.Error("test:packaging does not run the integration-tagged tests")
+	if !strings.Contains(strings.Join(jobs["test:packaging"].Script, "\n"), "make test-integration MODULES=packaging") {
+		t.Error("test:packaging does not run packaging/'s integration-tagged tests (make test-integration MODULES=packaging)")
 	}
+}
+
+// realPartsTag is the runner tag of the jobs that need the real parts (.gitlab-ci.yml's top).
+const realPartsTag = "monky-real-parts"
+
+// TestReleaseNeedsTheWholeSuite: a tag ships only what every test passed. The release needs
+// every job of the test stage and the package, and those jobs run every step of .ci/run
+// (CI's definition of the whole suite), each where it can: what needs the real parts on the
+// real-parts runner, with CI set so that a missing part fails.
+func TestReleaseNeedsTheWholeSuite(t *testing.T) {
+	_, jobs := loadCI(t)
+	needed := map[string]bool{}
+	var need func(string)
+	need = func(name string) {
+		for _, n := range jobs[name].Needs {
+			if !needed[n.Job] {
+				needed[n.Job] = true
+				need(n.Job)
+			}
+		}
+	}
+	need("release")
+	for name, j := range jobs {
+		if (j.Stage == "test" || j.Stage == "package") && !needed[name] {
+			t.Errorf("release does not need %s (stage %s): a tag could ship what it did not pass; add it to release's needs", name, j.Stage)
+		}
+	}
+	var steps []string
+	for name := range needed {
+		steps = append(steps, jobs[name].Script...)
+	}
+	// A script a make target runs (through its prerequisites too) is run by the job that runs
+	// the target: make test-integration runs integration-setup.sh.
+	mk := readAll(t, filepath.Join(moduleRoot(t), "Makefile"))
+	for _, l := range steps {
+		for _, m := range makeRef.FindAllStringSubmatch(l, -1) {
+			steps = append(steps, makeRecipe(mk, m[1], map[string]bool{})...)
+		}
+	}
+	all := strings.Join(steps, "\n")
+
+	run := readAll(t, filepath.Join(moduleRoot(t), ".ci", "run"))
+	var cmds []string
+	for _, l := range strings.Split(run, "\n") {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") && !strings.HasPrefix(l, "echo ") {
+			cmds = append(cmds, l)
+		}
+	}
+	targets, scripts := 0, 0
+	for _, l := range cmds {
+		for _, m := range makeRef.FindAllStringSubmatch(l, -1) {
+			targets++
+			if !regexp.MustCompile(`(?m)(^|\s)make\s+` + regexp.QuoteMeta(m[1]) + `(\s|$)`).MatchString(all) {
+				t.Errorf(".ci/run runs `make %s`, which no job the release needs runs", m[1])
+			}
+		}
+		for _, m := range scriptRef.FindAllStringSubmatch(l, -1) {
+			scripts++
+			if !strings.Contains(all, m[1]) {
+				t.Errorf(".ci/run runs %s, which no job the release needs runs", m[1])
+			}
+		}
+	}
+	if targets < 5 || scripts < 3 {
+		t.Fatalf(".ci/run read as %d make targets and %d scripts: %q", targets, scripts, cmds)
+	}
+
+	for name := range needed {
+		j := jobs[name]
+		script := strings.Join(j.Script, "\n")
+		real := strings.Contains(script, "-tags integration") || strings.Contains(script, "test-integration") ||
+			strings.Contains(script, "integration-setup") || strings.Contains(script, "test-rules")
+		if !real {
+			continue
+		}
+		if !contains(j.Tags, realPartsTag) {
+			t.Errorf("job %s needs the real parts but does not ask for the %s runner: tags %q", name, realPartsTag, j.Tags)
+		}
+		if j.Variables["CI"] != "true" && !strings.Contains(script, "CI=true") {
+			t.Errorf("job %s does not set CI=true: a missing part would skip instead of failing", name)
+		}
+	}
+	// No test skips in CI: the integration run goes through make test-integration, whose go test
+	// -json stream noskip reads, failing the run on a skipped test.
+	for name := range needed {
+		if script := strings.Join(jobs[name].Script, "\n"); strings.Contains(script, "-tags integration") {
+			t.Errorf("job %s runs go test -tags integration itself: run make test-integration, which fails on a skipped test", name)
+		}
+	}
+	if r := strings.Join(makeRecipe(mk, "test-integration", map[string]bool{}), "\n"); !regexp.MustCompile(`test -json .*-tags integration .*\| bin/noskip`).MatchString(r) {
+		t.Errorf("make test-integration does not pipe go test -json through bin/noskip:\n%s", r)
+	}
+	if fuzz := strings.Join(jobs["test:fuzz"].Script, "\n"); !regexp.MustCompile(`make fuzz FUZZTIME=[0-9]+x`).MatchString(fuzz) {
+		t.Errorf("test:fuzz runs %q, want make fuzz with a count (a duration can end in the baseline run on a loaded runner)", fuzz)
+	}
+}
+
+// makeRecipe is target's recipe in the Makefile mk, its prerequisites' first (seen: done).
+func makeRecipe(mk, target string, seen map[string]bool) []string {
+	if seen[target] {
+		return nil
+	}
+	seen[target] = true
+	var out []string
+	lines := strings.Split(mk, "\n")
+	for i, l := range lines {
+		rest, ok := strings.CutPrefix(l, target+":")
+		if !ok || strings.HasPrefix(rest, "=") {
+			continue
+		}
+		prereqs, _, _ := strings.Cut(rest, "##")
+		for _, p := range strings.Fields(prereqs) {
+			out = append(out, makeRecipe(mk, p, seen)...)
+		}
+		for _, r := range lines[i+1:] {
+			if !strings.HasPrefix(r, "\t") {
+				break
+			}
+			out = append(out, strings.TrimSpace(r))
+		}
+	}
+	return out
 }
 
 var (

@@ -122,11 +122,14 @@ func TestInstallScriptReplacesPlantedSymlinks(t *testing.T) {
 	if st, err := os.Lstat(b.path("/etc/monky-deployd/config.yaml.prev")); err != nil || st.Mode()&os.ModeSymlink == 0 {
 		t.Errorf("the backup of a symlinked config is not the symlink itself: %v", err)
 	}
-	if left, _ := os.ReadDir(b.path("/etc")); true {
-		for _, e := range left {
-			if strings.HasPrefix(e.Name(), ".monky-deployd-install.") {
-				t.Errorf("install.sh left its staging directory /etc/%s", e.Name())
-			}
+	// install.sh stages in /etc/.monky-deployd-install.XXXXXX and removes it on exit.
+	left, err := os.ReadDir(b.path("/etc"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range left {
+		if strings.HasPrefix(e.Name(), ".monky-deployd-install.") {
+			t.Errorf("install.sh left its staging directory /etc/%s", e.Name())
 		}
 	}
 }

@@ -60,7 +60,19 @@ func rendered(t testing.TB, file, content, template string, extra map[string]str
 // for privilege is refused for privilege again.
 func TestPostRenderJudgementWithRealCompose(t *testing.T) {
 	itest.Require(t, itest.PartCompose)
-	for _, c := range bundletest.BypassClasses() {
+	// The classes compose itself will not render, a file or volume that is not there. Every
+	// other class must reach the agent's post-render judgement: a compose that refused them all
+	// (broken, or run in the wrong directory) would otherwise pass this test having judged nothing.
+	composeRefuses := map[string]bool{
+		"bind from a secret variable":    true, // names a volume that is not declared
+		"label_file outside the release": true,
+		"env_file outside the release":   true,
+		"include":                        true,
+		"extends.file":                   true,
+	}
+	classes := bundletest.BypassClasses()
+	judged := 0
+	for _, c := range classes {
 		t.Run(c.Name, func(t *testing.T) {
 			file := c.File
 			if file == "" {
@@ -79,9 +91,16 @@ func TestPostRenderJudgementWithRealCompose(t *testing.T) {
 				if strings.Contains(red.Redact(err.Error()), itSecret) {
 					t.Errorf("the redacted error carries the secret: %v", err)
 				}
+				if !composeRefuses[c.Name] {
+					t.Fatalf("compose refused a class the post-render judgement must see: %v", red.Redact(err.Error()))
+				}
 				t.Logf("compose itself refuses it: %v", err)
 				return
 			}
+			if composeRefuses[c.Name] {
+				t.Errorf("compose renders a class this test lists as refused by compose: judged below, update the list")
+			}
+			judged++
 			err = bundle.JudgeRendered(out, file, dir, itProject, false)
 			var r *protocol.Refusal
 			if !errors.As(err, &r) {
@@ -95,6 +114,9 @@ func TestPostRenderJudgementWithRealCompose(t *testing.T) {
 				t.Errorf("code = %s, want %s: %s", r.Code, c.Code, r.Detail)
 			}
 		})
+	}
+	if want := len(classes) - len(composeRefuses); judged < want {
+		t.Errorf("%d of %d classes reached the post-render judgement, want at least %d", judged, len(classes), want)
 	}
 }
 

@@ -31,13 +31,9 @@ import (
 
 func needRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() == 0 {
-		return
+	if os.Geteuid() != 0 {
+		itest.Unavailable(t, "these tests need root (users, owners, mounts)")
 	}
-	if itest.InCI(os.Getenv("CI")) {
-		t.Fatal("these tests need root (users, owners, mounts), and CI is set")
-	}
-	t.Skip("needs root (users, owners, mounts)")
 }
 
 // openDirs makes dir and its parents up to the temp root traversable by any user: t.TempDir
@@ -79,6 +75,23 @@ func throwawayAccount(t *testing.T) (u *user.User, extraGID uint32) {
 	}
 	gid, _ := strconv.ParseUint(g.Gid, 10, 32)
 	return u, uint32(gid)
+}
+
+// freeUID returns a uid no account of this machine has, from 4242 up.
+func freeUID(t *testing.T) int {
+	t.Helper()
+	for uid := 4242; uid < 60000; uid++ {
+		_, err := user.LookupId(strconv.Itoa(uid))
+		var unknown user.UnknownUserIdError
+		if errors.As(err, &unknown) {
+			return uid
+		}
+		if err != nil {
+			t.Fatalf("looking up uid %d: %v", uid, err)
+		}
+	}
+	t.Fatal("no free uid between 4242 and 60000")
+	return 0
 }
 
 func chownTree(t *testing.T, dir string, uid, gid int) {
@@ -201,21 +214,18 @@ func TestSudoTickRunsAsTheOwnerOfStateDir(t *testing.T) {
 	})
 
 	t.Run("an owner without an account is refused", func(t *testing.T) {
-		const stray = 4242
-		if _, err := user.LookupId(strconv.Itoa(stray)); err == nil {
-			t.Skipf("uid %d has an account on this machine", stray)
-		}
+		stray := freeUID(t)
 		chownTree(t, stateDir, stray, stray)
 		defer chownTree(t, stateDir, uid, gid)
 		sp := filepath.Join(stateDir, "state.json")
 		before, _ := os.ReadFile(sp)
 		code, stderr := runAs(t, nil, agentBin, "--config", cfgPath, "tick")
-		want := "sudo -u '#4242' monky-deployd --config " + cfgPath + " tick"
+		want := fmt.Sprintf("sudo -u '#%d' monky-deployd --config %s tick", stray, cfgPath)
 		if code != 78 || !strings.Contains(stderr, want) {
 			t.Errorf("exit %d, stderr:\n%s\nwant 78 and %q", code, stderr, want)
 		}
 		after, _ := os.ReadFile(sp)
-		if !bytes.Equal(before, after) || ownerOf(t, sp) != stray {
+		if !bytes.Equal(before, after) || ownerOf(t, sp) != uint32(stray) {
 			t.Error("a refused tick changed state.json")
 		}
 	})
@@ -325,10 +335,7 @@ func TestTickWithoutTheDockerGroupChecksInAndReports(t *testing.T) {
 	needRoot(t)
 	dockerCLI, err := exec.LookPath("docker")
 	if err != nil {
-		if itest.InCI(os.Getenv("CI")) {
-			t.Fatal("no docker CLI, and CI is set")
-		}
-		t.Skip("no docker CLI")
+		itest.Unavailable(t, "no docker CLI")
 	}
 	u, _ := throwawayAccount(t)
 	uid, _ := strconv.Atoi(u.Uid)

@@ -94,7 +94,7 @@ func (c *checker) compose(ctx context.Context) Result {
 	case err != nil && errors.As(err, &ce) && strings.Contains(ce.Output, "is not a docker command"):
 		return fail(fmt.Sprintf("`docker compose` does not exist with DOCKER_CONFIG=%s", c.cfg().DockerConfigDir()), installFix)
 	case err != nil && errors.Is(err, runner.ErrNotFound):
-		return fail("cannot run docker (see docker)", "")
+		return fail("cannot run docker (see docker)", firstFix("docker"))
 	case err != nil:
 		return fail(err.Error(), installFix)
 	}
@@ -116,7 +116,7 @@ func (c *checker) dockerConfig(context.Context) Result {
 	dir := cfg.DockerConfigDir()
 	a := c.env.Agent
 	if a == nil {
-		return fail("cannot judge without the agent's user (see user)", "")
+		return fail("cannot judge without the agent's user (see user)", firstFix("user"))
 	}
 	fi, err := c.env.Stat(dir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -126,7 +126,7 @@ func (c *checker) dockerConfig(context.Context) Result {
 			return fail(fmt.Sprintf("neither %s nor state_dir %s exists", dir, cfg.StateDir),
 				fmt.Sprintf("install -d -m 0700 -o %s -g %s %s", a.Name, a.Name, cfg.StateDir))
 		case perr != nil:
-			return fail(fmt.Sprintf("cannot look at %s: %v", cfg.StateDir, perr), "")
+			return fail(fmt.Sprintf("cannot look at %s: %v", cfg.StateDir, perr), lookFix(cfg.StateDir))
 		case !modeAllows(*a, pfi, permW|permX):
 			return fail(fmt.Sprintf("%s does not exist and %s cannot create it in %s (%s)", dir, a.Name, cfg.StateDir, c.describe(pfi)),
 				fmt.Sprintf("chown %s:%s %s && chmod 0700 %s", a.Name, a.Name, cfg.StateDir, cfg.StateDir))
@@ -134,7 +134,7 @@ func (c *checker) dockerConfig(context.Context) Result {
 		return ok("%s does not exist yet; %s creates it 0700 with the first registry credential", dir, a.Name)
 	}
 	if err != nil {
-		return fail(fmt.Sprintf("cannot look at %s: %v", dir, err), "")
+		return fail(fmt.Sprintf("cannot look at %s: %v", dir, err), lookFix(dir))
 	}
 	if !fi.Mode.IsDir() {
 		return fail(dir+" is not a directory", fmt.Sprintf("rm %s (the agent recreates it 0700)", dir))
@@ -196,7 +196,7 @@ func (c *checker) disk(ctx context.Context) Result {
 	}
 	_, measures, err := c.env.Meter.Tightest(images)
 	if err != nil {
-		return fail("cannot measure free space: "+err.Error(), "")
+		return fail("cannot measure free space: "+err.Error(), lookFix(strings.Join(images, " ")))
 	}
 	if len(images) > 1 && len(measures) < 2 {
 		notes = append(notes, fmt.Sprintf("containerd_root %s does not exist (not used by this engine)", cfg.ContainerdRoot))
@@ -205,7 +205,7 @@ func (c *checker) disk(ctx context.Context) Result {
 	// state_dir through its nearest existing parent: the agent creates it at its first tick.
 	_, sm, err := c.env.Meter.Tightest([]string{cfg.StateDir})
 	if err != nil {
-		return fail("cannot measure free space: "+err.Error(), "")
+		return fail("cannot measure free space: "+err.Error(), lookFix(cfg.StateDir))
 	}
 	measures = append(measures, sm...)
 	what = append(what, "state_dir")

@@ -308,3 +308,16 @@ func skip(format string, args ...any) Result {
 }
 
 func fail(detail, fix string) Result { return Result{Status: Fail, Detail: detail, Fix: fix} }
+
+// Every failure carries a fix. These two are for the failures that have no fix of their own:
+// one that depends on another check, and a path that cannot even be looked at.
+
+// firstFix is the fix of a check that cannot judge until the named one passes.
+func firstFix(check string) string {
+	return "fix what the " + check + " check says first; this one is judged after it"
+}
+
+// lookFix is the fix when stat or statfs itself failed (EIO, ELOOP, a stale mount).
+func lookFix(path string) string {
+	return "look at " + path + " as root (ls -ld, df -h); an input/output error is the disk's (dmesg)"
+}

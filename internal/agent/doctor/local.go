@@ -82,7 +82,7 @@ func (c *checker) identity(ctx context.Context) Result {
 		case errors.Is(err, fs.ErrNotExist):
 			return fail(path+" does not exist", missingFix)
 		case err != nil:
-			return fail(fmt.Sprintf("cannot look at %s: %v", path, err), "")
+			return fail(fmt.Sprintf("cannot look at %s: %v", path, err), lookFix(path))
 		case v.Denied != "":
 			return fail(fmt.Sprintf("%s %s", c.env.Agent.Name, v.Denied), c.groupFix(path))
 		}
@@ -98,7 +98,7 @@ func (c *checker) identity(ctx context.Context) Result {
 	case errors.Is(err, transport.ErrIdentityUnreadable) && errors.Is(err, fs.ErrPermission):
 		return fail(fmt.Sprintf("%s is not readable by %s (uid %d)", path, c.userName(c.env.Self.UID), c.env.Self.UID), c.groupFix(path))
 	case errors.As(err, &ie) && errors.Is(err, transport.ErrIdentityUnreadable):
-		return fail(path+" "+ie.Reason, "")
+		return fail(path+" "+ie.Reason, lookFix(path))
 	case errors.As(err, &ie):
 		// Malformed or unusable material: the SDK would exit or panic, the controller name no file.
 		return fail(path+" "+ie.Reason, reenrol)
@@ -136,14 +136,14 @@ func (c *checker) identityGroup(context.Context) Result {
 	path := cfg.Identity
 	a := c.env.Agent
 	if a == nil {
-		return fail("cannot judge without the agent's user (see user)", "")
+		return fail("cannot judge without the agent's user (see user)", firstFix("user"))
 	}
 	fi, err := c.env.Stat(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return fail(fmt.Sprintf("cannot check: %s does not exist (see identity)", path), "")
+		return fail(fmt.Sprintf("cannot check: %s does not exist (see identity)", path), firstFix("identity"))
 	case err != nil:
-		return fail(fmt.Sprintf("cannot look at %s: %v", path, err), "")
+		return fail(fmt.Sprintf("cannot look at %s: %v", path, err), lookFix(path))
 	}
 	desc := c.describe(fi)
 	group := c.groupName(fi.GID)

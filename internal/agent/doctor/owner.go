@@ -14,7 +14,7 @@ import (
 func (c *checker) stateOwner(context.Context) Result {
 	a := c.env.Agent
 	if a == nil {
-		return fail("cannot judge without the agent's user (see user)", "")
+		return fail("cannot judge without the agent's user (see user)", firstFix("user"))
 	}
 	dir := c.cfg().StateDir
 	list := c.env.ForeignFiles

@@ -18,7 +18,7 @@ func (c *checker) refusedToken(context.Context) Result {
 	case errors.Is(err, fs.ErrNotExist):
 		return ok("no token was refused by tenancy")
 	case err != nil:
-		return fail(fmt.Sprintf("cannot look at %s: %v", p, err), "")
+		return fail(fmt.Sprintf("cannot look at %s: %v", p, err), lookFix(p))
 	case fi.Mode.Perm()&0o077 != 0:
 		return fail(fmt.Sprintf("%s (a token tenancy refused, kept aside) is readable by others (%s)", p, c.describe(fi)),
 			fmt.Sprintf("chmod 0600 %s, or delete it once looked at", p))

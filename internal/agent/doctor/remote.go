@@ -61,7 +61,8 @@ func (c *checker) tokenProblem() *Result {
 	if err == nil {
 		return nil
 	}
-	r := fail(err.Error(), "")
+	p := c.cfg().TokenPath()
+	r := fail(err.Error(), fmt.Sprintf("%s; a damaged token file: move it aside and %s", lookFix(p), c.needsKitFix()))
 	if errors.Is(err, fs.ErrPermission) {
 		r.Fix = fmt.Sprintf("run doctor as root or as %s: the token is %s's alone (0600)", c.agentName(), c.agentName())
 	}
@@ -152,7 +153,7 @@ func (c *checker) tenancy(ctx context.Context) Result {
 		return fail("tenancy is reachable but failing: "+err.Error(), "a fault on tenancy's side: the timer retries; nothing to fix on this box")
 	}
 	if errors.As(err, &ae) && ae.Status != 0 {
-		return fail("tenancy answered: "+err.Error(), "")
+		return fail("tenancy answered: "+err.Error(), "tenancy's code and message say why; compare tenancy's version with the agent's (PROTOCOL.md)")
 	}
 	return fail(fmt.Sprintf("tenancy at %s is unreachable: %v", url, err), c.unreachableFix(err, cfg.Tenancy.Service, hostPort))
 }
@@ -258,7 +259,7 @@ func (c *checker) openbao(ctx context.Context) Result {
 	if errors.Is(err, bao.ErrTemporary) || errors.As(err, &re) {
 		return fail(fmt.Sprintf("OpenBao at %s is unreachable: %v", addr, err), c.unreachableFix(err, cfg.Bao.Service, hostPort))
 	}
-	return fail(fmt.Sprintf("OpenBao at %s: %v", addr, err), "")
+	return fail(fmt.Sprintf("OpenBao at %s: %v", addr, err), fmt.Sprintf("check bao.addr and bao.ca_file in %s against the OpenBao that error comes from", cfg.Path))
 }
 
 // caFix is the fix for a certificate OpenBao presents that bao.ca_file does not verify.

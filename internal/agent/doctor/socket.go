@@ -169,7 +169,7 @@ func (c *checker) dockerSocket(ctx context.Context) (notes []string, failed *Res
 			"systemctl enable --now docker.socket docker (the engine's socket is "+DefaultDockerHost+")")
 		return nil, &r
 	case err != nil:
-		r := fail(fmt.Sprintf("cannot look at the docker socket %s: %v", sock, err), "")
+		r := fail(fmt.Sprintf("cannot look at the docker socket %s: %v", sock, err), lookFix(sock))
 		return nil, &r
 	case fi.Mode.Type() != fs.ModeSocket:
 		r := fail(fmt.Sprintf("%s is not a socket (%s %s)", sock, fileType(fi.Mode), c.describe(fi)),
@@ -178,7 +178,7 @@ func (c *checker) dockerSocket(ctx context.Context) (notes []string, failed *Res
 	}
 	v, err := c.judgePath(ctx, a, sock, "-w") // connect(2) needs write on the socket, nothing else
 	if err != nil {
-		r := fail(fmt.Sprintf("cannot look at the docker socket %s: %v", sock, err), "")
+		r := fail(fmt.Sprintf("cannot look at the docker socket %s: %v", sock, err), lookFix(sock))
 		return nil, &r
 	}
 	if v.Denied != "" {

@@ -11,20 +11,22 @@ import (
 	"testing"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/runner"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/test/itest"
 )
 
 // TestJudgePathAsAnotherUser runs the real setpriv as root on the real filesystem: the verdicts
 // the unit tests take from the runner fake are the kernel's here.
 func TestJudgePathAsAnotherUser(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("needs root: doctor only tries access as another user when it runs as root")
+		itest.Unavailable(t, "needs root: doctor only tries access as another user when it runs as root")
 	}
 	if _, err := exec.LookPath("setpriv"); err != nil {
-		t.Skip("setpriv (util-linux) is not installed")
+		itest.Unavailable(t, "setpriv (util-linux) is not installed")
 	}
+	// Every Debian has nobody (base-passwd): a machine without it is broken, not unequipped.
 	nobody, err := LookupAccount("nobody")
 	if err != nil {
-		t.Skipf("no user nobody: %v", err)
+		t.Fatalf("no user nobody: %v", err)
 	}
 	dir, err := os.MkdirTemp("", "doctor-tryas-")
 	if err != nil {

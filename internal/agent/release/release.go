@@ -36,6 +36,9 @@ var ErrDangling = errors.New("release: current points to a missing release")
 // steps and to inject a failure there; in production it does nothing.
 var hook = func(step string) error { return nil }
 
+// syncDir makes a directory's entries durable; tests record which directories a release synced.
+var syncDir = atomicfile.SyncDir
+
 // exchange atomically swaps two directories (renameat2 RENAME_EXCHANGE). It is a variable so
 // tests can exercise the fallback for filesystems that do not support it.
 var exchange = func(a, b string) error {
@@ -232,7 +235,7 @@ func stageFresh(envDir, sha string, paths []string, files map[string]string, env
 		return "", err
 	}
 	for _, d := range dirs {
-		if err := atomicfile.SyncDir(d); err != nil {
+		if err := syncDir(d); err != nil {
 			return "", fmt.Errorf("release: stage %s: %w", sha, err)
 		}
 	}
@@ -245,7 +248,7 @@ func stageFresh(envDir, sha string, paths []string, files map[string]string, env
 		return "", fmt.Errorf("release: stage %s: %w", sha, err)
 	}
 	done = true
-	if err := atomicfile.SyncDir(releases); err != nil {
+	if err := syncDir(releases); err != nil {
 		return final, fmt.Errorf("release: stage %s: %w", sha, err)
 	}
 	return final, nil
@@ -317,7 +320,7 @@ func Promote(envDir, sha string) error {
 	if err := hook("link-swapped"); err != nil {
 		return err
 	}
-	if err := atomicfile.SyncDir(envDir); err != nil {
+	if err := syncDir(envDir); err != nil {
 		return fmt.Errorf("release: promote %s: %w", sha, err)
 	}
 	return nil

@@ -910,3 +910,54 @@ func FuzzCheckPath(f *testing.F) {
 		}
 	})
 }
+
+// A staged release is durable before it is renamed into place: the staging directory and every
+// directory under it are synced (a crash after the rename must not find config/deep empty), then
+// releases/ for the rename itself.
+func TestStageSyncsEveryDirectoryBeforeTheRename(t *testing.T) {
+	env := t.TempDir()
+	var synced []string
+	renamed := false
+	old := syncDir
+	syncDir = func(d string) error {
+		rel, err := filepath.Rel(filepath.Join(env, ReleasesDir), d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if renamed {
+			rel = "after the rename: " + rel
+		} else if first, rest, _ := strings.Cut(filepath.ToSlash(rel), "/"); strings.HasPrefix(first, "."+shaA+".tmp-") {
+			rel = "staging/" + rest
+		}
+		synced = append(synced, rel)
+		return old(d)
+	}
+	t.Cleanup(func() { syncDir = old })
+	setHook(t, func(step string) error {
+		renamed = renamed || step == "renamed"
+		return nil
+	})
+	if _, _, err := Stage(env, shaA, bundle("v1"), "API_KEY=k1\n"); err != nil {
+		t.Fatalf("Stage: %v", err)
+	}
+	slices.Sort(synced)
+	want := []string{"after the rename: .", "staging/", "staging/config", "staging/config/deep"}
+	if !slices.Equal(synced, want) {
+		t.Errorf("synced %q, want %q", synced, want)
+	}
+}
+
+// checkSha's edges: every hex digit, 1 and 64 digits in; none, 65, upper case and what is no
+// hex digit out (a bound off by one refused the 9s and fs of real shas, or let `g` in).
+func TestCheckSha(t *testing.T) {
+	for _, ok := range []string{"0123456789abcdef", "9", "f", "a", "0", strings.Repeat("f", 64)} {
+		if err := checkSha(ok); err != nil {
+			t.Errorf("checkSha(%q) = %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", strings.Repeat("a", 65), "A", "g", "/", ":", "`", ".", "..", "a/b"} {
+		if err := checkSha(bad); err == nil {
+			t.Errorf("checkSha(%q) accepted", bad)
+		}
+	}
+}

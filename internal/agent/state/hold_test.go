@@ -92,7 +92,9 @@ func TestDriftBackingOff(t *testing.T) {
 		{&DriftMemory{Sha: "x"}, false},
 		{&DriftMemory{Sha: "x", NextAttemptAt: at(time.Minute)}, true},
 		{&DriftMemory{Sha: "x", NextAttemptAt: at(0)}, false},
-		{&DriftMemory{Sha: "x", NextAttemptAt: at(2 * time.Hour)}, false}, // a clock set back: due now
+		{&DriftMemory{Sha: "x", NextAttemptAt: at(MaxBackoff)}, true},                // the longest backoff, just set, waits
+		{&DriftMemory{Sha: "x", NextAttemptAt: at(MaxBackoff + time.Second)}, false}, // a clock set back: due now
+		{&DriftMemory{Sha: "x", NextAttemptAt: at(2 * time.Hour)}, false},
 	} {
 		if got := c.m.BackingOff(now); got != c.want {
 			t.Errorf("BackingOff(%+v) = %v, want %v", c.m, got, c.want)

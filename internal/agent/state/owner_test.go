@@ -6,17 +6,19 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/test/itest"
 )
 
 // The files a root tick leaves in the agent's state_dir are named, the package's upgraded-from
 // is not, and symlinks are not followed. Needs root to own files as someone else.
 func TestForeignFiles(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("needs root to give files to another uid")
+		itest.Unavailable(t, "needs root to give files to another uid")
 	}
 	const agent, other = 4711, 0
 	dir := filepath.Join(t.TempDir(), "state")
-	for _, d := range []string{"", "docker", "env-qa-02/releases/aa01", "env-qa-02/releases/bb02", "outside"} {
+	for _, d := range []string{"", "docker", "docker/buildx", "env-qa-02/releases/aa01", "env-qa-02/releases/bb02", "outside"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
 			t.Fatal(err)
 		}
@@ -29,6 +31,7 @@ func TestForeignFiles(t *testing.T) {
 		"env-qa-02/releases/aa01/.env":      agent,
 		"env-qa-02/releases/bb02/.env":      other,
 		"outside/victim":                    other,
+		"docker/buildx/cache":               other, // two levels down, not <env>/releases: not walked
 		"env-qa-02/releases/aa01/bundle.js": agent,
 	}
 	for name := range files {

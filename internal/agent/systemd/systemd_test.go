@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -298,14 +299,32 @@ func FuzzParseShow(f *testing.F) {
 	f.Add([]byte(show("enabled", "active", "Wed 2026-12-02 10:01:00 UTC", "1d 2h 3min 4.500000s")))
 	f.Add([]byte("=\n"))
 	f.Add([]byte("A=B\r\nC"))
+	f.Add([]byte("Id=a.timer\nUnitFileState= enabled \r\n\nId=b.timer\nX=a=b\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		props, err := ParseShow(b)
 		if err != nil {
 			return
 		}
+		// Each property is the last line naming it, its value trimmed; every line names one.
+		last := map[string]string{}
+		for _, line := range strings.Split(string(b), "\n") {
+			if i := strings.IndexByte(line, '='); i >= 0 {
+				last[line[:i]] = strings.TrimSpace(strings.TrimSuffix(line[i+1:], "\r"))
+			} else if strings.TrimSpace(line) != "" {
+				t.Fatalf("accepted a line without '=': %q", line)
+			}
+		}
+		if len(last) != len(props) {
+			t.Fatalf("%d properties from %d named lines: %q", len(props), len(last), b)
+		}
+		for k, v := range last {
+			if got, ok := props[k]; !ok || got != v {
+				t.Fatalf("%s = %q (present %v), the output's last line says %q", k, got, ok, v)
+			}
+		}
 		for k, v := range props {
-			if k == "" {
-				t.Errorf("accepted an empty key")
+			if k == "" || strings.ContainsAny(k, " \t") {
+				t.Errorf("accepted key %q", k)
 			}
 			_, _ = ParseTimestamp(v)
 			if d, ok, err := ParseTimespan(v); err == nil && ok && d <= 0 {

@@ -1,7 +1,9 @@
 package tenancy
 
 import (
+	"encoding/json"
 	"errors"
+	"net/url"
 	"strings"
 	"testing"
 	"unicode"
@@ -16,7 +18,8 @@ func FuzzDecodeCheckin(f *testing.F) {
 		`{"env_id": "env-a", "desired_sha": "` + strings.Repeat("a", 64) + `", "action": "apply", "purge_volumes": false,
 		  "bundle_url": "/v1/agent/bundle/env-a/x", "checkin_interval_s": 60,
 		  "vault": {"addr": "https://bao.cbs.tikali.net:8200", "mount": "monky", "prefix": "env-a/see"}}`,
-		`{"action": "none"}`, `{"action": "down", "purge_volumes": true}`, `{"action": 1}`, `[]`, `null`, ``, `{"vault": []}`,
+		`{"action": "none"}`, `{"action": "none", "checkin_interval_s": -1}`, `{"action": "none", "vault": {"addr": "bao:8200"}}`,
+		`{"action": "down", "purge_volumes": true}`, `{"action": 1}`, `[]`, `null`, ``, `{"vault": []}`,
 		`{"action": "none", "apply_windows": ["Mon-Fri 02:00-05:00", "Sat,Sun 00:00-24:00"], "apply_windows_tz": "Europe/Berlin", "ignore_window": true}`,
 		`{"action": "none", "apply_windows": ["Mon 25:00-26:00"]}`, `{"action": "none", "apply_windows_tz": ""}`,
 	} {
@@ -42,6 +45,17 @@ func FuzzDecodeCheckin(f *testing.F) {
 		}
 		if r.EnvID != "" && r.EnvID != "env-a" {
 			t.Fatalf("env %q accepted", r.EnvID)
+		}
+		if r.DesiredSha != "" && !hexSha.MatchString(r.DesiredSha) {
+			t.Fatalf("desired_sha %q accepted", r.DesiredSha)
+		}
+		if r.CheckinIntervalS < 0 {
+			t.Fatalf("checkin_interval_s %d accepted", r.CheckinIntervalS)
+		}
+		if a := r.Vault.Addr; a != "" {
+			if u, err := url.Parse(a); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				t.Fatalf("vault.addr %q accepted", a)
+			}
 		}
 		if _, err := Windows(r, []string{"Mon 02:00-05:00"}, "Europe/Berlin"); err != nil {
 			t.Fatalf("accepted apply windows that do not parse: %v", err)
@@ -84,7 +98,8 @@ func FuzzDecodeLease(f *testing.F) {
 }
 
 func FuzzDecodeBundle(f *testing.F) {
-	for _, s := range []string{`{"files": {"bundle.json": "{}"}}`, `{"files": {"a": 1}}`, `{"files": null}`, `{}`, `x`} {
+	for _, s := range []string{`{"files": {"bundle.json": "{}"}}`, `{"files": {"a": 1}}`, `{"files": null}`, `{}`, `x`,
+		`{"files": {"docker-compose.yml": "services: {}\n", "a/b.conf": "x=\u00e9"}, "sha": "ab"}`, `{"files": {}, "Files": {"a": "b"}}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
@@ -98,6 +113,20 @@ func FuzzDecodeBundle(f *testing.F) {
 		}
 		if files == nil {
 			t.Fatal("nil files accepted")
+		}
+		// What is accepted is exactly the body's top-level "files" object, every value a string.
+		var doc map[string]any
+		if err := json.Unmarshal(body, &doc); err != nil {
+			t.Fatalf("accepted a body encoding/json refuses (%v): %q", err, body)
+		}
+		want, _ := doc["files"].(map[string]any)
+		if len(files) != len(want) {
+			t.Fatalf("accepted %d files of the body's %d: %q", len(files), len(want), body)
+		}
+		for name, v := range want {
+			if s, ok := v.(string); !ok || files[name] != s {
+				t.Fatalf("files[%q] = %q, the body says %#v", name, files[name], v)
+			}
 		}
 	})
 }

@@ -654,6 +654,7 @@ func TestMalformedCheckinIsAProtocolError(t *testing.T) {
 		{"apply without desired_sha", `{"action": "apply", "bundle_url": "/x"}`, "desired_sha"},
 		{"answer for another env", `{"action": "none", "env_id": "env-b"}`, "env_id"},
 		{"negative interval", `{"action": "none", "checkin_interval_s": -5}`, "checkin_interval_s"},
+		{"interval of -1", `{"action": "none", "checkin_interval_s": -1}`, "checkin_interval_s"},
 		// encoding/json would keep the last of two keys, and fold case: tenancy writes neither.
 		{"action given twice", `{"action": "none", "action": "down"}`, "action"},
 		{"vault.addr given twice", `{"action": "none", "vault": {"addr": "https://a:1", "addr": "https://b:1"}}`, "vault.addr"},
@@ -682,6 +683,12 @@ func TestMalformedCheckinIsAProtocolError(t *testing.T) {
 		s.ten.MalformNext(tenancytest.Checkin, `{"action": "none", "PURGE_VOLUMES": true, "Desired_Sha": "x"}`, 1)
 		r, err := s.c.Checkin(context.Background(), tok, protocol.CheckinRequest{EnvID: "env-a"})
 		if err != nil || r.PurgeVolumes || r.DesiredSha != "" {
+			t.Fatalf("%+v, %v", r, err)
+		}
+	})
+	t.Run("an interval of 0 is no interval, not an error", func(t *testing.T) {
+		s.ten.MalformNext(tenancytest.Checkin, `{"action": "none", "checkin_interval_s": 0}`, 1)
+		if r, err := s.c.Checkin(context.Background(), tok, protocol.CheckinRequest{EnvID: "env-a"}); err != nil || r.CheckinIntervalS != 0 {
 			t.Fatalf("%+v, %v", r, err)
 		}
 	})

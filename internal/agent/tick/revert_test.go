@@ -1,6 +1,7 @@
 package tick_test
 
 import (
+	"context"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/state"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/tick"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/secret"
 )
 
 const (
@@ -379,6 +381,50 @@ func TestATickKilledDuringARevertIsRecoveredByTheNext(t *testing.T) {
 }
 
 // A revert needs the previous release on disk; one removed by hand is not guessed at.
+// redeployTenancy answers `apply` for the running release (a redeploy): the protocol lets tenancy
+// send an apply whatever the box reported applied.
+type redeployTenancy struct{ tick.Tenancy }
+
+func (r redeployTenancy) Checkin(ctx context.Context, tok secret.Value, req protocol.CheckinRequest) (*protocol.CheckinResponse, error) {
+	resp, err := r.Tenancy.Checkin(ctx, tok, req)
+	if err == nil && resp.Action == protocol.ActionNone && resp.DesiredSha != "" {
+		resp.Action = protocol.ActionApply
+	}
+	return resp, err
+}
+
+// The running release, applied again and failing, has nothing before it to go back to: the
+// failed project is left as it is and the report says why, never a "revert" to itself.
+func TestNoRevertWhenTheFailedReleaseIsTheOneThatRanBefore(t *testing.T) {
+	h := newHarness(t)
+	v1 := h.desire(bundleSpec{})
+	h.expectExit(tick.ExitOK)
+	h.wrap = func(d *tick.Deps) { d.Tenancy = redeployTenancy{d.Tenancy} }
+	// What ran healthy is not any more (a dead database): api exited, and up starts it unhealthy.
+	h.docker.ImageHealth[goodAPI] = "unhealthy"
+	h.docker.Stop("api")
+	ups := h.docker.Count("compose up")
+	h.expectExit(tick.ExitFailed)
+
+	r := h.lastReport()
+	if r.Result != "failed" || r.Sha != v1 || r.RevertedTo != "" || r.RevertHealthy != nil ||
+		!strings.Contains(r.Detail, "; not reverted: the failed release is the one that ran before") {
+		t.Errorf("report = %+v", r)
+	}
+	if n := h.docker.Count("compose up") - ups; n != 1 {
+		t.Errorf("%d compose up in the failing tick, want 1 (the redeploy, no revert): %q", n, h.docker.Subcommands())
+	}
+	st := h.state()
+	if bo := st.Backoff; bo == nil || bo.Sha != v1 || bo.RevertedTo != "" || bo.RevertPending ||
+		bo.NoRevert != "the failed release is the one that ran before" {
+		t.Errorf("backoff = %+v", bo)
+	}
+	if st.AppliedSha != v1 {
+		t.Errorf("applied %.12s, want %.12s kept", st.AppliedSha, v1)
+	}
+	h.expectLog("not reverted: the failed release is the one that ran before")
+}
+
 func TestNoRevertWhenThePreviousReleaseIsGone(t *testing.T) {
 	h := newHarness(t)
 	v1, _ := failingV2(t, h, nil)

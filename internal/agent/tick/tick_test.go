@@ -387,13 +387,6 @@ func TestLegacyAppRoleLeaseIsRefused(t *testing.T) {
 	}
 }
 
-func TestLegacyNestedVaultAddrInLease(t *testing.T) {
-	h := newHarness(t)
-	h.ten.SetLeaseShape(env, tenancytest.LeaseLegacyVault)
-	h.desire(bundleSpec{})
-	h.expectExit(tick.ExitOK)
-}
-
 func TestComposePullFailureCarriesTheRegistrysWords(t *testing.T) {
 	h := newHarness(t)
 	h.docker.PullFail = "Error response from daemon: Head \"https://harbor.tikali.net/v2/monky/api/manifests/1.4.2\": no basic auth credentials\n"
@@ -417,10 +410,24 @@ func TestUnhealthyAfterUpReportsFailedWithLogs(t *testing.T) {
 	h.docker.Health["api"] = "unhealthy"
 	h.docker.Logs = "api-1 | connecting with password " + dbPassword + "\napi-1 | health check failed\n"
 	h.desire(bundleSpec{template: defaultTemplate + "V=2\n", agent: map[string]any{"healthy_timeout_s": 30}})
+	var upAt, failedAt time.Time
+	h.step = func(name string) error {
+		switch name {
+		case "up":
+			upAt = h.clock.Now()
+		case "failed":
+			failedAt = h.clock.Now()
+		}
+		return nil
+	}
 	h.expectExit(tick.ExitFailed)
 	r := h.lastReport()
 	if r.Result != "failed" || !strings.Contains(r.Detail, "not healthy after 30s: api: running/unhealthy") {
 		t.Errorf("report = %+v", r)
+	}
+	// The bundle's 30 s is what was waited, on the agent's clock, not the config's 60 s.
+	if waited := failedAt.Sub(upAt); waited < 30*time.Second || waited >= 60*time.Second {
+		t.Errorf("the failing tick waited %s for health, want the bundle's 30 s", waited)
 	}
 	if !strings.Contains(r.LogTail, "health check failed") || strings.Contains(r.LogTail, dbPassword) || !strings.Contains(r.LogTail, "***") {
 		t.Errorf("log tail not the redacted compose logs: %q", r.LogTail)

@@ -48,7 +48,8 @@ type Tick struct {
 	// Vault is the tick's OpenBao coordinates, which the check-in may change.
 	Vault  *protocol.Vault
 	NewBao func(addr string) (Bao, error)
-	// Lease asks tenancy for a login grant.
+	// Lease asks tenancy for a login grant. Its answer's Addr is the grant's OpenBao, a legacy
+	// nested vault.addr already folded in by the tenancy client's decoder (the one place).
 	Lease func(ctx context.Context, token secret.Value, envID, reason string) (*protocol.LeaseResponse, error)
 	Now   func() time.Time
 	// Step is the tick's crash point after a named step (nil: none); Save writes state.json.
@@ -513,9 +514,6 @@ func (s *Session) newGrant(ctx context.Context, reason string) (Grant, error) {
 	// The bearer after WithAuth: a 401 may have re-bootstrapped on the way.
 	g := Grant{JWT: secret.New(resp.LoginJWT), Addr: resp.Addr, Mount: resp.Mount, Role: resp.Role, Bearer: Accessor(s.St)}
 	s.Redact.Add(g.JWT.Reveal())
-	if g.Addr == "" && resp.Vault != nil {
-		g.Addr = resp.Vault.Addr // the shape before tenancy's AgentLeaseOut
-	}
 	if g.Addr == "" {
 		g.Addr = s.Vault.Addr
 	}

@@ -78,9 +78,10 @@ func BenchmarkProxyOverhead(b *testing.B) {
 }
 
 // BenchmarkProxy200Streams opens 200 streams through the proxy at once, each carrying a round
-// trip so it is live end to end, and reports the process's resident memory while all are open.
-// The figure is an upper bound for the proxy: this process also runs the echo server and the
-// 200 clients.
+// trip so it is live end to end, and reports the process's resident memory while all are open,
+// and the file descriptors each stream holds (what a box's LimitNOFILE must allow: here the
+// client's, the proxy's two ends, the echo server's and the pipe Go's splice copy holds). Both
+// are upper bounds for the proxy: this process also runs the echo server and the 200 clients.
 func BenchmarkProxy200Streams(b *testing.B) {
 	const streams = 200
 	echo := echoServer(b)
@@ -95,8 +96,12 @@ func BenchmarkProxy200Streams(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	baseFDs, err := openFDs()
+	if err != nil {
+		b.Fatal(err)
+	}
 	var peakRSS, peakHeap uint64
-	var peakGoroutines int
+	var peakGoroutines, peakFDs int
 	for b.Loop() {
 		conns := make([]net.Conn, 0, streams)
 		for range streams {
@@ -124,6 +129,11 @@ func BenchmarkProxy200Streams(b *testing.B) {
 		peakRSS = max(peakRSS, rss)
 		peakHeap = max(peakHeap, ms.HeapInuse)
 		peakGoroutines = max(peakGoroutines, runtime.NumGoroutine())
+		fds, err := openFDs()
+		if err != nil {
+			b.Fatal(err)
+		}
+		peakFDs = max(peakFDs, fds)
 		for _, c := range conns {
 			c.Close()
 		}
@@ -132,7 +142,13 @@ func BenchmarkProxy200Streams(b *testing.B) {
 	b.ReportMetric(float64(baseRSS)/(1<<20), "idle-rss-MiB")
 	b.ReportMetric(float64(peakHeap)/(1<<20), "heap-MiB")
 	b.ReportMetric(float64(peakGoroutines), "goroutines")
-	b.ReportMetric(streams, "streams")
+	b.ReportMetric(float64(peakFDs-baseFDs)/streams, "fds/stream")
+}
+
+// openFDs counts this process's open file descriptors.
+func openFDs() (int, error) {
+	fds, err := os.ReadDir("/proc/self/fd")
+	return len(fds), err
 }
 
 // readRSS returns this process's resident set size from /proc/self/status.

@@ -1,14 +1,23 @@
 package transport
 
 import (
+	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/openziti/identity"
+	"github.com/openziti/sdk-golang/ziti"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/test/itest"
 )
 
 const ctrl = "https://ctrl.example.net:1280/edge/client/v1"
@@ -152,15 +161,20 @@ func TestCheckIdentityOnDisk(t *testing.T) {
 			t.Fatalf("got %v", err)
 		}
 	})
+	// The check asks the kernel, never the mode bits: root reads a mode-000 file (as CI runs; for
+	// the refusal TestIdentityUnreadableAsNobody re-runs as uid 65534), any other uid is refused.
 	t.Run("mode 000 as this uid", func(t *testing.T) {
-		if os.Geteuid() == 0 {
-			t.Skip("root reads a mode-000 file; TestIdentityUnreadableAsNobody covers it through setpriv")
-		}
 		locked := filepath.Join(dir, "locked.json")
 		if err := os.WriteFile(locked, validIdentity(t, ctrl), 0o000); err != nil {
 			t.Fatal(err)
 		}
 		err := CheckIdentity(locked, nil)
+		if os.Geteuid() == 0 {
+			if err != nil {
+				t.Fatalf("root was refused a file it can read: %v", err)
+			}
+			return
+		}
 		if !errors.Is(err, ErrIdentityUnreadable) || !strings.Contains(err.Error(), "usually `ziti`") {
 			t.Fatalf("got %v", err)
 		}
@@ -191,7 +205,7 @@ func TestIdentityUnreadableAsNobody(t *testing.T) {
 		return
 	}
 	if os.Geteuid() != 0 {
-		t.Skip("not root: TestCheckIdentityOnDisk covers mode 000 directly")
+		itest.Unavailable(t, "needs root to re-run as uid 65534 (TestCheckIdentityOnDisk covers mode 000 as this uid)")
 	}
 	setpriv, err := exec.LookPath("setpriv")
 	if err != nil {
@@ -243,6 +257,13 @@ func TestIdentityUnreadableAsNobody(t *testing.T) {
 // and never panics.
 func FuzzCheckIdentity(f *testing.F) {
 	f.Add(validIdentity(f, ctrl))
+	f.Add(validIdentity(f, "http://ctrl.example.net:1280"))
+	{ // a key of another certificate
+		p, q := newPKI(f), newPKI(f)
+		cert, _, _ := p.leaf(f)
+		_, key, _ := q.leaf(f)
+		f.Add(identityJSON(f, ctrl, "pem:"+string(cert), "pem:"+string(key), ""))
+	}
 	f.Add([]byte(`{"ztAPI":"https://c:1","id":{"cert":"pem:x","key":"pem:y"}}`))
 	f.Add([]byte(`{"ztAPI":"https://c:1","id":{"cert":"pem:-----BEGIN CERTIFICATE-----\nAA==\n-----END CERTIFICATE-----","key":"pem:-----BEGIN PRIVATE KEY-----\nAA==\n-----END PRIVATE KEY-----"}}`))
 	f.Add([]byte(`{"ztAPIs":["https://c:1"],"id":{"cert":"file:x","key":"engine:z"}}`))
@@ -257,12 +278,42 @@ func FuzzCheckIdentity(f *testing.F) {
 			return nil, &fs.PathError{Op: "open", Path: path, Err: fs.ErrNotExist}
 		}
 		err := CheckIdentity("/id.json", read)
-		if err == nil {
+		if err != nil {
+			var ie *IdentityError
+			if !errors.As(err, &ie) || ie.Kind == nil {
+				t.Fatalf("got %T %v, want *IdentityError with a kind", err, err)
+			}
 			return
 		}
-		var ie *IdentityError
-		if !errors.As(err, &ie) || ie.Kind == nil {
-			t.Fatalf("got %T %v, want *IdentityError with a kind", err, err)
+		// What the pre-flight accepts, the SDK loads: https controllers, and an identity its own
+		// loader takes without an error, a panic or an exit (a hardware-engine key excepted: the
+		// pre-flight leaves it to the SDK, and there is no engine here).
+		var cfg ziti.Config
+		if err := json.Unmarshal(data, &cfg); err != nil {
+			t.Fatalf("accepted an identity ziti.Config refuses: %v", err)
+		}
+		urls := cfg.ZtAPIs
+		if len(urls) == 0 {
+			urls = []string{cfg.ZtAPI}
+		}
+		for _, raw := range urls {
+			if u, err := url.Parse(raw); err != nil || u.Scheme != "https" || u.Host == "" {
+				t.Fatalf("accepted controller URL %q", raw)
+			}
+		}
+		if !strings.HasPrefix(cfg.ID.Key, "pem:") && !strings.HasPrefix(cfg.ID.Key, "file:") {
+			return
+		}
+		certPEM, certInline := strings.CutPrefix(cfg.ID.Cert, "pem:")
+		keyPEM, keyInline := strings.CutPrefix(cfg.ID.Key, "pem:")
+		if certInline && keyInline {
+			if _, err := tls.X509KeyPair([]byte(certPEM), []byte(keyPEM)); err != nil {
+				t.Fatalf("accepted a certificate and key crypto/tls refuses as a pair: %v", err)
+			}
+		}
+		routeSDKLogs(slog.New(slog.DiscardHandler))
+		if err := safeCall("load identity", func() error { _, err := identity.LoadIdentity(cfg.ID); return err }); err != nil {
+			t.Fatalf("accepted an identity the SDK cannot load: %v", err)
 		}
 	})
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/test/itest"
 )
 
 func TestParseAgentsPage(t *testing.T) {
@@ -131,6 +132,7 @@ func FuzzParseAgentsPage(f *testing.F) {
 	f.Add([]byte(`{"now":"2026-12-02T10:00:00Z","agents":null,"next":null}`))
 	f.Add([]byte(`{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"a","failed_sha":"9f","attempts":2,"next_attempt_at":"2026-12-02T10:08:00Z","revert_healthy":false}]}`))
 	f.Add([]byte(`{"now":1}`))
+	f.Add([]byte("{\"now\":\"2026-12-02T10:00:00Z\",\"agents\":[],\"next\":\"\xc0\"}")) // a cursor that is no UTF-8
 	f.Add([]byte(`[]`))
 	f.Add([]byte(`{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"a","last_action":"apply","checkin_tick_id":"3f9a0c1d2e4b","last_exit_code":78,"apply_timeout_s":3600,` +
 		`"last_failure":{"sha":"9f","code":"PULL_FAILED","detail":"d","at":"2026-12-02T09:58:00Z","attempts":2}}]}`))
@@ -233,7 +235,7 @@ func TestParseKitRefusesWhatInstallShRefuses(t *testing.T) {
 func TestParseKitAgreesWithInstallSh(t *testing.T) {
 	bash, err := exec.LookPath("bash")
 	if err != nil {
-		t.Skip("no bash")
+		itest.Unavailable(t, "no bash")
 	}
 	script, err := os.ReadFile(filepath.Join("..", "..", "..", "packaging", "install.sh"))
 	if err != nil {

@@ -3,8 +3,11 @@ package config
 import (
 	"errors"
 	"io/fs"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"go.yaml.in/yaml/v3"
 )
 
 func files(m map[string]string) func(string) ([]byte, error) {
@@ -288,6 +291,9 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("ziti:\n  password: x\n"))
 	f.Add([]byte("- 1\n- 2\n"))
 	f.Add([]byte("ziti: &a\n  url: *a\n"))
+	f.Add([]byte("ziti:\n  url: \"123\"\n  identity: id.json\n  ca_file: /etc/ca.pem\ntenancy:\n  token_file: ../t\nexporter:\n  listen: ~\n"))
+	f.Add([]byte("ziti:\n  url: 123\n"))
+	f.Add([]byte("tenancy:\n  url: ' https://t '\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		cfg, err := Parse(b, "/c/config.yaml")
 		if err != nil {
@@ -298,6 +304,39 @@ func FuzzParse(f *testing.F) {
 		}
 		if cfg == nil {
 			t.Fatal("nil config without error")
+		}
+		// Every value accepted is the file's string under that very key; the file paths are
+		// absolute, relative ones taken from the config's directory; no other key has a value.
+		var doc map[string]map[string]any
+		if err := yaml.Unmarshal(b, &doc); err != nil {
+			t.Fatalf("accepted a file yaml.Unmarshal refuses (%v): %q", err, b)
+		}
+		got := cfg.keys()
+		paths := map[string]bool{"ziti.password_file": true, "ziti.identity": true, "ziti.ca_file": true, "tenancy.token_file": true}
+		for section, kv := range doc {
+			for k, v := range kv {
+				key := section + "." + k
+				dest, ok := got[key]
+				if !ok {
+					t.Fatalf("accepted unknown key %q: %q", key, b)
+				}
+				want, _ := v.(string)
+				if paths[key] && want != "" && !filepath.IsAbs(want) {
+					want = filepath.Join("/c", want)
+				}
+				if *dest != want {
+					t.Fatalf("%s = %q, the file says %#v", key, *dest, v)
+				}
+				delete(got, key)
+			}
+		}
+		for key, dest := range got {
+			if *dest != "" {
+				t.Fatalf("%s = %q, which the file does not set: %q", key, *dest, b)
+			}
+		}
+		if cfg.Path != "/c/config.yaml" {
+			t.Fatalf("path %q", cfg.Path)
 		}
 	})
 }

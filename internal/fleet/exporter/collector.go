@@ -8,13 +8,13 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/report"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/verdict"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/clip"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/protocol"
 )
 
@@ -224,11 +224,7 @@ func label(s string) string {
 	if len(s) <= maxLabel {
 		return s
 	}
-	cut := maxLabel - len("…")
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
+	return clip.Head(s, maxLabel-len("…"))
 }
 
 func b2f(b bool) float64 {

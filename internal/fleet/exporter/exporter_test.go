@@ -13,6 +13,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/common/expfmt"
 
@@ -157,6 +158,52 @@ func TestEncode(t *testing.T) {
 	}
 }
 
+// A label longer than maxLabel is cut on a rune boundary, whatever the width of the runes around
+// the cut, and marked: what remains is the start of what the agent reported, in valid UTF-8.
+func TestLongLabelsAreCutOnARune(t *testing.T) {
+	for _, version := range []string{
+		strings.Repeat("é", 100),         // 2-byte runes
+		"a" + strings.Repeat("€", 60),    // 3-byte runes, cut inside one
+		"ab" + strings.Repeat("😀", 40),   // 4-byte runes
+		strings.Repeat("x", maxLabel),    // fits exactly: kept whole
+		strings.Repeat("x", maxLabel+1),  // one byte over
+		strings.Repeat("x", 125) + "€€€", // the cut falls right after an ASCII run
+	} {
+		d := doc()
+		d.Envs[0].AgentVersion = version
+		page, err := Encode(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p expfmt.TextParser
+		mfs, err := p.TextToMetricFamilies(bytes.NewReader(page))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, found := "", false
+		for _, m := range mfs["monky_fleet_env_agent_info"].GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "version" && len(l.GetValue()) > 8 {
+					got, found = l.GetValue(), true
+				}
+			}
+		}
+		if !found {
+			t.Fatalf("no agent_info series for version %q", version)
+		}
+		if len(version) <= maxLabel {
+			if got != version {
+				t.Errorf("a label that fits was changed: %q → %q", version, got)
+			}
+			continue
+		}
+		kept, cut := strings.CutSuffix(got, "…")
+		if !cut || len(got) > maxLabel || len(got) < maxLabel-len("…")-3 || !utf8.ValidString(got) || !strings.HasPrefix(version, kept) {
+			t.Errorf("label of %d bytes cut to %q (%d bytes)", len(version), got, len(got))
+		}
+	}
+}
+
 func TestEncodeRefusesABadClock(t *testing.T) {
 	d := doc()
 	d.Now = "yesterday"
@@ -295,6 +342,7 @@ func TestOnlyMetricsIsServed(t *testing.T) {
 func FuzzEncode(f *testing.F) {
 	f.Add("env-a", "cbs", "0.2.0", "healthy", now.Format(time.RFC3339))
 	f.Add("\xff", "", strings.Repeat("9", 500), "weird", "not a time")
+	f.Add("env-é", "sité", "a"+strings.Repeat("€", 60), "healthy", "")
 	f.Fuzz(func(t *testing.T, env, site, version, result, desiredAt string) {
 		d := doc()
 		d.Envs[0].EnvID, d.Envs[0].Site, d.Envs[0].AgentVersion, d.Envs[0].LastResult = env, site, version, result
@@ -311,8 +359,8 @@ func FuzzEncode(f *testing.F) {
 		for _, mf := range mfs {
 			for _, m := range mf.GetMetric() {
 				for _, l := range m.GetLabel() {
-					if len(l.GetValue()) > maxLabel {
-						t.Fatalf("label %s is %d bytes", l.GetName(), len(l.GetValue()))
+					if len(l.GetValue()) > maxLabel || !utf8.ValidString(l.GetValue()) {
+						t.Fatalf("label %s is %d bytes: %q", l.GetName(), len(l.GetValue()), l.GetValue())
 					}
 				}
 			}

@@ -2,12 +2,14 @@ package kit
 
 import (
 	"errors"
+	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -270,17 +272,36 @@ func TestAbortLeavesNothing(t *testing.T) {
 	}
 }
 
+// An output directory no kit can be written to is refused before the reveal. A regular file
+// where a directory must be (ENOTDIR) stops root too, which CI is; permission bits stop the rest.
 func TestPrepareUnwritable(t *testing.T) {
-	if os.Geteuid() == 0 {
-		t.Skip("root writes anywhere: permission bits cannot be tested")
-	}
 	dir := t.TempDir()
-	if err := os.Chmod(dir, 0o500); err != nil {
+	file := filepath.Join(dir, "a-file")
+	if err := os.WriteFile(file, []byte("x"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	defer os.Chmod(dir, 0o700)
-	if _, err := Prepare(filepath.Join(dir, "kits"), "env-x", false); err == nil {
-		t.Fatal("an unwritable output directory was accepted before the reveal")
+	for _, out := range []string{file, filepath.Join(file, "kits")} {
+		st, err := Prepare(out, "env-x", false)
+		if err == nil {
+			st.Abort()
+			t.Fatalf("output directory %s (a file on its path) was accepted before the reveal", out)
+		}
+		if !errors.Is(err, syscall.ENOTDIR) || !strings.Contains(err.Error(), out) {
+			t.Errorf("Prepare(%s) = %v, want ENOTDIR naming the path", out, err)
+		}
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("Prepare left %v", entries)
+	}
+	if os.Geteuid() != 0 {
+		ro := filepath.Join(dir, "ro")
+		if err := os.Mkdir(ro, 0o500); err != nil {
+			t.Fatal(err)
+		}
+		defer os.Chmod(ro, 0o700)
+		if _, err := Prepare(filepath.Join(ro, "kits"), "env-x", false); !errors.Is(err, fs.ErrPermission) {
+			t.Errorf("an output directory under a read-only one: %v, want a permission error", err)
+		}
 	}
 }
 

@@ -353,6 +353,134 @@ func TestBackoffRow(t *testing.T) {
 
 func ptrTo[T any](v T) *T { return &v }
 
+// The gate keeps only what blocks: an OK env does not, a backing-off one says so, an allowed
+// one is counted apart; with --expect-version an OK env still running the old version since the
+// start is a LAGGARD, and the start is recorded.
+func TestNewGate(t *testing.T) {
+	now := fleettest.Now
+	start := now.Add(-10 * time.Minute)
+	stamp := func(d time.Duration) *string { s := now.Add(d).Format(time.RFC3339); return &s }
+	failed := "9f3e21d07a1b"
+	doc := &Document{Now: now.Format(time.RFC3339), Envs: []Env{
+		{EnvID: "env-a", Verdict: "OK", AgentVersion: "0.3.0", LastCheckinAt: stamp(-time.Minute)},
+		{EnvID: "env-b", Verdict: "OK", AgentVersion: "0.2.0", LastCheckinAt: stamp(-time.Minute)},
+		{EnvID: "env-c", Verdict: "BACKOFF", Reasons: []string{"BACKOFF"}, AgentVersion: "0.3.0", LastCheckinAt: stamp(-time.Minute),
+			DesiredSha: failed, FailedSha: &failed, NextAttemptAt: stamp(8 * time.Minute), NextStep: "9f3e21d0 failed 3×"},
+		{EnvID: "env-old-1", Verdict: "FAILING"},
+	}}
+	byEnv := func(g *Gate) map[string]Blocker {
+		m := map[string]Blocker{}
+		for _, b := range g.Blockers {
+			m[b.EnvID] = b
+		}
+		return m
+	}
+
+	g := NewGate(doc, GateOptions{Allow: []string{"env-old-*"}})
+	bs := byEnv(g)
+	if g.Pass || g.Envs != 3 || len(bs) != 1 || g.StartedAt != "" || !slices.Equal(g.Allowed, []string{"env-old-1"}) {
+		t.Fatalf("gate without --expect-version = %+v", g)
+	}
+	if c := bs["env-c"]; !c.BackingOff || c.NextAttemptAt == nil || c.Lagging || c.Why != "9f3e21d0 failed 3×" {
+		t.Errorf("backing-off blocker = %+v", c)
+	}
+	if line := g.line(); !strings.Contains(line, "(1 allowed)") {
+		t.Errorf("line %q does not count the allowed env", line)
+	}
+
+	g = NewGate(doc, GateOptions{Allow: []string{"env-old-*"}, ExpectVersion: "0.3.0", StartedAt: start})
+	bs = byEnv(g)
+	if g.StartedAt != start.UTC().Format(time.RFC3339) || len(bs) != 2 {
+		t.Fatalf("gate with --expect-version = %+v", g)
+	}
+	if b := bs["env-b"]; b.Verdict != Laggard || !b.Lagging || !slices.Equal(b.Reasons, []string{Laggard}) || !strings.Contains(b.Why, "running 0.2.0, expected 0.3.0") {
+		t.Errorf("laggard = %+v", b)
+	}
+	if c := bs["env-c"]; c.Lagging || c.Verdict != "BACKOFF" || !slices.Equal(c.Reasons, []string{"BACKOFF"}) {
+		t.Errorf("a blocker that runs the expected version is not lagging: %+v", c)
+	}
+
+	// Nothing allowed: the line names no allowed envs.
+	doc.Envs = doc.Envs[:1]
+	if g := NewGate(doc, GateOptions{}); !g.Pass || g.line() != "gate: PASS — 1 envs OK" {
+		t.Errorf("gate of one OK env: pass %v, line %q", g.Pass, g.line())
+	}
+	// With --expect-version a pass names the version and since when.
+	g = NewGate(doc, GateOptions{ExpectVersion: "0.3.0", StartedAt: start})
+	if want := "gate: PASS — 1 envs OK, all running 0.3.0 since " + start.UTC().Format(time.RFC3339); !g.Pass || g.line() != want {
+		t.Errorf("gate with --expect-version of one OK env: pass %v, line %q, want %q", g.Pass, g.line(), want)
+	}
+}
+
+// BackingOff needs a failed sha, and that sha still desired.
+func TestBackingOff(t *testing.T) {
+	sha, other, empty := "9f3e21d07a1b", "7a10c4e2b9d8", ""
+	for _, tc := range []struct {
+		failed  *string
+		desired string
+		want    bool
+	}{{nil, sha, false}, {&empty, "", false}, {&sha, sha, true}, {&sha, other, false}} {
+		if got := (Env{FailedSha: tc.failed, DesiredSha: tc.desired}).BackingOff(); got != tc.want {
+			t.Errorf("failed %v desired %q: BackingOff = %v", tc.failed, tc.desired, got)
+		}
+	}
+}
+
+// The interval an agent declares sets its staleness: 3 × 5 min, so a check-in 10 min old is fresh.
+func TestDeclaredIntervalSetsStaleness(t *testing.T) {
+	now := fleettest.Now
+	at := now.Add(-10 * time.Minute).Format(time.RFC3339)
+	a := protocol.AdminAgent{EnvID: "env-qa-05", Site: "cbs", AgentVersion: "0.2.0", LastCheckinAt: &at, CheckinIntervalS: 300}
+	online := true
+	ids := []ziti.Identity{{ID: "z1", Name: "monky-host.env-qa-05", RoleAttributes: []string{ziti.AttrDeployAgent, ziti.AttrOpenBaoClient}, Online: &online}}
+	doc, err := Build(&admin.Agents{Now: now, Agents: []protocol.AdminAgent{a}}, ids, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := doc.Envs[0]; e.StaleAfterS != 900 || e.Verdict == "SILENT" {
+		t.Errorf("stale after %d s, verdict %s; want 900 s and not SILENT", e.StaleAfterS, e.Verdict)
+	}
+}
+
+// An orphan identity named like a tenancy env is listed after that env's own row.
+func TestSameEnvIDKeepsTheAgentRowFirst(t *testing.T) {
+	now := fleettest.Now
+	at := now.Add(-time.Minute).Format(time.RFC3339)
+	a := protocol.AdminAgent{EnvID: "env-qa-06", Site: "cbs", AgentVersion: "0.2.0", LastCheckinAt: &at, CheckinIntervalS: 60,
+		Identity: "monky-host.env-qa-06-new"}
+	online := true
+	ids := []ziti.Identity{
+		{ID: "z1", Name: "monky-host.env-qa-06-new", RoleAttributes: []string{ziti.AttrDeployAgent, ziti.AttrOpenBaoClient}, Online: &online},
+		{ID: "z2", Name: "monky-host.env-qa-06", Online: &online},
+	}
+	doc, err := Build(&admin.Agents{Now: now, Agents: []protocol.AdminAgent{a}}, ids, Options{Orphans: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Envs) != 2 || doc.Envs[0].Verdict == "ORPHAN_IDENTITY" || doc.Envs[1].Verdict != "ORPHAN_IDENTITY" {
+		t.Fatalf("rows %+v", doc.Envs)
+	}
+}
+
+// The TIMER column: what the agent's last check-in said of its systemd timer.
+func TestTimerColumn(t *testing.T) {
+	yes, no := true, false
+	for _, tc := range []struct {
+		t    *protocol.AdminTimer
+		want string
+	}{
+		{nil, ""}, {&protocol.AdminTimer{}, ""},
+		{&protocol.AdminTimer{Enabled: &no, Active: &yes}, "disabled"},
+		{&protocol.AdminTimer{Enabled: &yes, Active: &no}, "inactive"},
+		{&protocol.AdminTimer{Enabled: &yes, Active: &yes}, "enabled"},
+		{&protocol.AdminTimer{Enabled: &yes}, "enabled"},
+	} {
+		if got := timer(tc.t); got != tc.want {
+			t.Errorf("timer(%+v) = %q, want %q", tc.t, got, tc.want)
+		}
+	}
+}
+
 // The table fits 120 columns, the worst rows first, each next step the short action; the wide
 // table and the JSON carry the whole step, never cut.
 func TestTableFitsAndJSONIsWhole(t *testing.T) {

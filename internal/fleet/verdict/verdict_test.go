@@ -173,6 +173,19 @@ func TestEvaluate(t *testing.T) {
 			in.Agent.LastResult, in.Agent.LastDetail = "unhealthy", "api: running/unhealthy"
 		}, want: Failing, wantReasons: []Verdict{Failing, Drift},
 			stepHas: []string{"unhealthy: api: running/unhealthy; 9f3e21d0 failed 3×, reverted to 7a10b2c3 (unhealthy), next try in 8m"}},
+		// A deploy that failed and a revert that is unhealthy, or has not ended: nothing is known
+		// to serve, so FAILING, never BACKOFF's "serves the previous release".
+		{name: "failed deploy whose revert is unhealthy is failing", edit: func(in *Input) {
+			backingOff(in, ptr(false))
+			in.Agent.LastResult, in.Agent.LastDetail = "failed", "not healthy after 5m0s: api"
+		}, want: Failing, wantReasons: []Verdict{Failing, Drift},
+			stepHas:   []string{"failed: not healthy after 5m0s: api; 9f3e21d0 failed 3×, reverted to 7a10b2c3 (unhealthy)"},
+			stepLacks: []string{"serves the previous release"}},
+		{name: "failed deploy whose revert has not ended is failing", edit: func(in *Input) {
+			backingOff(in, nil)
+			in.Agent.LastResult, in.Agent.LastDetail = "failed", "not healthy after 5m0s: api"
+		}, want: Failing, wantReasons: []Verdict{Failing, Drift},
+			stepHas: []string{"9f3e21d0 failed 3×, reverting to 7a10b2c3"}, stepLacks: []string{"serves the previous release"}},
 		{name: "backoff without a revert is failing", edit: func(in *Input) {
 			backingOff(in, nil)
 			in.Agent.Backoff.RevertedTo = ""
@@ -196,6 +209,15 @@ func TestEvaluate(t *testing.T) {
 			want: Drift, stepHas: []string{"desired 9f8e7d6c not applied for 42m"}},
 		{name: "recent desired is not drift yet", edit: func(in *Input) { in.Agent.DesiredSha = "9f8e7d6c5b4a"; in.Agent.DesiredAt = ago(5 * time.Minute) },
 			want: OK},
+		// The 15 min default, at its edge: one second short is not drift, one second past is.
+		{name: "drift default: 15 min is not drift yet", edit: func(in *Input) {
+			in.Agent.DesiredSha = "9f8e7d6c5b4a"
+			in.Agent.DesiredAt = ago(15 * time.Minute)
+		}, want: OK},
+		{name: "drift default: 15 min 1 s is drift", edit: func(in *Input) {
+			in.Agent.DesiredSha = "9f8e7d6c5b4a"
+			in.Agent.DesiredAt = ago(15*time.Minute + time.Second)
+		}, want: Drift, stepHas: []string{"not applied for 15m"}},
 		{name: "drift threshold flag", edit: func(in *Input) { in.Agent.DesiredSha = "9f8e7d6c5b4a"; in.Agent.DesiredAt = ago(5 * time.Minute) },
 			th: Thresholds{Drift: 2 * time.Minute}, want: Drift},
 		{name: "never applied is drift", edit: func(in *Input) { in.Agent.AppliedSha = "" }, want: Drift},

@@ -93,6 +93,7 @@ func FuzzRedact(f *testing.F) {
 	f.Add("a**", "aVALUE") // the mask beside "a" spells the value: no leak
 	f.Add(`pa"ss\word`, `{"p": "VALUE"}`)
 	f.Add("p@ss w/rd&", "https://u:VALUE@h/?x=VALUE")
+	f.Add(`d0llar$ign"pw`, "P: VALUE")
 	f.Fuzz(func(t *testing.T, value, text string) {
 		sentinel, ok := absentByte(value)
 		if !ok {
@@ -104,7 +105,9 @@ func FuzzRedact(f *testing.F) {
 		forms := []string{value}
 		if v := strings.TrimSpace(value); len(v) >= minLen && !strings.ContainsAny(value, "\r\n") {
 			js, _ := json.Marshal(v)
-			forms = append(forms, v, string(js[1:len(js)-1]), strconv.Quote(v), strconv.QuoteToASCII(v), url.QueryEscape(v), url.PathEscape(v))
+			forms = append(forms, v, string(js[1:len(js)-1]), strconv.Quote(v), strconv.QuoteToASCII(v), url.QueryEscape(v), url.PathEscape(v),
+				strings.ReplaceAll(v, "$", "$$"),                                // compose's escape
+				strings.NewReplacer(`\`, `\\`, `"`, `\"`, "$", "$$").Replace(v)) // a double-quoted .env value
 			for _, f := range forms[1:] {
 				in += " " + f
 			}
@@ -137,6 +140,14 @@ func TestRedactorMasksEscapedForms(t *testing.T) {
 	r.Add(`pa"ss\w<rd> &x`, "d0llar$ign-pw")
 	if got := r.Redact("x=d0llar$$ign-pw"); got != "x=***" { // compose's $$
 		t.Errorf("Redact = %q", got)
+	}
+	// Compose's `$$` where it differs from the .env form (which also escapes the quote).
+	r.Add(`d0llar$ign"pw`)
+	if got := r.Redact(`environment: {P: 'd0llar$$ign"pw'}`); got != `environment: {P: '***'}` {
+		t.Errorf("Redact = %q: the $$-escaped form survives", got)
+	}
+	if got := r.Redact(`P="d0llar$$ign\"pw"`); got != `P="***"` {
+		t.Errorf("Redact = %q: the .env form survives", got)
 	}
 	for _, in := range []string{
 		`{"k":"pa\"ss\\w\u003crd\u003e \u0026x"}`,           // encoding/json
@@ -208,5 +219,14 @@ func BenchmarkRedactLogTail(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		_ = r.Redact(text)
+	}
+}
+
+// unquote takes off exactly the two quotes, the empty quoted string included.
+func TestUnquote(t *testing.T) {
+	for q, want := range map[string]string{`""`: "", `"a"`: "a", `"pa\"ss"`: `pa\"ss`} {
+		if got := unquote(q); got != want {
+			t.Errorf("unquote(%s) = %q, want %q", q, got, want)
+		}
 	}
 }

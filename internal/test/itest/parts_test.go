@@ -4,38 +4,11 @@ package itest
 
 import (
 	"errors"
-	"fmt"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
 )
-
-// recorder is a testing.TB that records Fatal/Skip instead of acting on the real test; like the
-// real ones, both end the goroutine.
-type recorder struct {
-	testing.TB
-	fatal, skip bool
-	msg         string
-}
-
-func (r *recorder) Helper()                           {}
-func (r *recorder) Fatal(args ...any)                 { r.fatal, r.msg = true, fmt.Sprint(args...); runtime.Goexit() }
-func (r *recorder) Fatalf(format string, args ...any) { r.Fatal(fmt.Sprintf(format, args...)) }
-func (r *recorder) Skip(args ...any)                  { r.skip, r.msg = true, fmt.Sprint(args...); runtime.Goexit() }
-func (r *recorder) Skipf(format string, args ...any)  { r.Skip(fmt.Sprintf(format, args...)) }
-
-func runRecorded(t *testing.T, f func(tb testing.TB)) *recorder {
-	r := &recorder{TB: t}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		f(r)
-	}()
-	<-done
-	return r
-}
 
 func TestRequireNeverSkipsSilentlyInCI(t *testing.T) {
 	probeMu.Lock()
@@ -70,17 +43,6 @@ func TestRequireNeverSkipsSilentlyInCI(t *testing.T) {
 				t.Fatalf("message %q does not name the part %q", r.msg, tt.part)
 			}
 		})
-	}
-}
-
-func TestInCI(t *testing.T) {
-	for v, want := range map[string]bool{
-		"": false, "false": false, "0": false, "FALSE": false, " false ": false,
-		"true": true, "1": true, "yes": true, "TRUE": true, "woodpecker": true,
-	} {
-		if got := InCI(v); got != want {
-			t.Errorf("InCI(%q) = %v, want %v", v, got, want)
-		}
 	}
 }
 

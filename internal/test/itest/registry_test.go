@@ -5,8 +5,10 @@ package itest
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,6 +19,9 @@ import (
 // logged-in DOCKER_CONFIG succeeds, and the password shows up nowhere it should not.
 func TestRegistryDemandsCredentials(t *testing.T) {
 	Require(t, PartDocker, PartRegistry, PartGo)
+	// Every docker command of this test, the helpers' `docker login` included, is recorded as it
+	// starts: a password in argv is seen while the process exists, not looked for after it exited.
+	argvLog := recordDockerArgv(t)
 	reg := StartRegistry(t)
 	im := BuildImages(t, reg, "v1")[0]
 	im.RemoveLocal(t)
@@ -81,13 +86,32 @@ func TestRegistryDemandsCredentials(t *testing.T) {
 		if s := strings.Join([]string{reg.Password.String(), reg.User, reg.Addr}, " "); strings.Contains(s, pw) {
 			t.Fatalf("password printed: %q", s)
 		}
-		// Every process on the machine: neither the registry nor docker login saw it in argv.
-		procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-		for _, p := range procs {
-			b, err := os.ReadFile(p)
-			if err == nil && strings.Contains(string(b), pw) {
-				t.Fatalf("password in the argv of %s", p)
+		// The registry, still running, has it in neither argv nor environment.
+		for _, f := range []string{"cmdline", "environ"} {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", reg.Server().Pid(), f))
+			if err != nil || len(b) == 0 || strings.Contains(string(b), pw) {
+				t.Fatalf("the registry's /proc %s: %v; holds the password: %v", f, err, strings.Contains(string(b), pw))
 			}
+		}
+		// Every docker command run so far, as it started: the login took the password on stdin.
+		log, err := os.ReadFile(argvLog)
+		if err != nil {
+			t.Fatal(err)
+		}
+		logins := 0
+		for _, argv := range strings.Split(strings.TrimSpace(string(log)), "\n") {
+			if strings.Contains(argv, pw) {
+				t.Fatalf("password (masked here) in the argv of `docker %s`", strings.ReplaceAll(strings.ReplaceAll(argv, pw, "***"), "\x1f", " "))
+			}
+			if strings.HasPrefix(argv, "login\x1f") {
+				logins++
+				if !strings.Contains(argv, "\x1f--password-stdin\x1f") {
+					t.Errorf("docker login without --password-stdin: %q", argv)
+				}
+			}
+		}
+		if logins == 0 {
+			t.Fatalf("no docker login recorded, so none was checked:\n%s", log)
 		}
 		// The htpasswd file holds a bcrypt hash, not the password.
 		b, err := os.ReadFile(filepath.Join(reg.Server().Dir(), "htpasswd"))
@@ -96,3 +120,24 @@ func TestRegistryDemandsCredentials(t *testing.T) {
 		}
 	})
 }
+
+// recordDockerArgv puts a docker in front of the real one on PATH for this test: it appends its
+// arguments (separated by \x1f, one command a line) to the returned file, then runs the real
+// docker with them.
+func recordDockerArgv(t *testing.T) string {
+	t.Helper()
+	real, err := exec.LookPath("docker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	log := filepath.Join(dir, "argv.log")
+	script := "#!/bin/sh\nfor a in \"$@\"; do printf '%s\\037' \"$a\" >> " + shellQuote(log) + "; done\necho >> " + shellQuote(log) + "\nexec " + shellQuote(real) + " \"$@\"\n"
+	if err := os.WriteFile(filepath.Join(dir, "docker"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	return log
+}
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }

@@ -88,6 +88,9 @@ func BypassClasses() []BypassClass {
 	}
 	add("volumes_from a container outside, a service named container", P, "api: volumes_from[0]",
 		Svc("    volumes_from: [\"container:other\"]\n")+"  container:\n    image: x\n")
+	// `container:db` is the host's container named db, never the service db beside it.
+	add("volumes_from container: naming a service of this project", P, "api: volumes_from[0]",
+		Svc("    volumes_from: [\"container:db\"]\n")+"  db:\n    image: x\n")
 	// The host's namespaces, and another container's.
 	for _, ns := range []string{"network_mode", "pid", "ipc", "userns_mode", "uts", "cgroup"} {
 		add(ns+" host", P, "api: "+ns, Svc("    "+ns+": host\n"))

@@ -1,0 +1,129 @@
+// Command noskip reads `go test -json` on stdin and fails the run when a test skipped: CI
+// promised the machine every test needs, so a skip there is a test that did not run and passed
+// green. It prints what plain `go test` would (a failed or skipped test's output, each package's
+// result), then every skip with its reason, and exits 1 on a skip, a failure or no test at all.
+//
+// A fuzz target that skips one of its inputs (t.Skip inside f.Fuzz) skipped no test: the
+// target ran and filtered that input, so subtests of a Fuzz* target are not counted.
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strings"
+)
+
+func main() {
+	os.Exit(run(os.Stdin, os.Stdout, os.Stderr))
+}
+
+// event is one line of test2json (go doc test2json).
+type event struct {
+	Action  string `json:"Action"`
+	Package string `json:"Package"`
+	Test    string `json:"Test"`
+	Output  string `json:"Output"`
+}
+
+// skip is one skipped test and the lines it logged (t.Skip's reason among them).
+type skip struct {
+	pkg, test string
+	lines     []string
+}
+
+// chatter is what -json's implied -v adds to plain `go test` output (and its bare PASS line).
+var chatter = regexp.MustCompile(`^\s*(=== (RUN|PAUSE|CONT|NAME)\s|--- (PASS|SKIP): )`)
+
+func run(in io.Reader, out, errw io.Writer) int {
+	held := map[string][]string{} // package + test → its output until it ends
+	var skips []skip
+	failed, tests, lines := false, 0, 0
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
+	for sc.Scan() {
+		lines++
+		var e event
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil || e.Action == "" {
+			// go test writes a build failure's compiler output outside the JSON stream
+			// before Go 1.24, and so does a crash of go itself: pass it through.
+			fmt.Fprintln(out, sc.Text())
+			continue
+		}
+		key := e.Package + "\x00" + e.Test
+		switch e.Action {
+		case "output", "build-output":
+			if e.Test == "" {
+				if !chatter.MatchString(e.Output) && e.Output != "PASS\n" {
+					fmt.Fprint(out, e.Output)
+				}
+				continue
+			}
+			held[key] = append(held[key], e.Output)
+		case "pass":
+			if e.Test != "" {
+				tests++
+			}
+			delete(held, key)
+		case "fail":
+			failed = true
+			if e.Test != "" {
+				tests++
+			}
+			for _, l := range held[key] {
+				fmt.Fprint(out, l)
+			}
+			delete(held, key)
+		case "skip":
+			if e.Test == "" { // a package without tests
+				continue
+			}
+			if fuzzInput(e.Test) {
+				delete(held, key)
+				continue
+			}
+			tests++
+			var why []string
+			for _, l := range held[key] {
+				if !chatter.MatchString(l) {
+					why = append(why, strings.TrimRight(l, "\n"))
+				}
+			}
+			skips = append(skips, skip{e.Package, e.Test, why})
+			delete(held, key)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		fmt.Fprintln(errw, "noskip: reading go test -json:", err)
+		return 1
+	}
+	for _, s := range skips {
+		fmt.Fprintf(out, "--- SKIP: %s %s\n", s.pkg, s.test)
+		for _, l := range s.lines {
+			fmt.Fprintln(out, l)
+		}
+	}
+	switch {
+	case len(skips) > 0:
+		fmt.Fprintf(errw, "noskip: %d test(s) skipped where every test must run (CI set): each one above; "+
+			"give the machine what it needs, or stop the test through itest.Unavailable so it fails here\n", len(skips))
+		return 1
+	case failed:
+		fmt.Fprintln(errw, "noskip: tests failed")
+		return 1
+	case tests == 0:
+		fmt.Fprintf(errw, "noskip: no test ran (%d lines read): was this `go test -json`?\n", lines)
+		return 1
+	}
+	fmt.Fprintf(out, "noskip: %d tests ran, none skipped\n", tests)
+	return 0
+}
+
+// fuzzInput: a subtest of a fuzz target is one of its inputs (seed#N or a corpus file).
+func fuzzInput(test string) bool {
+	top, _, sub := strings.Cut(test, "/")
+	return sub && strings.HasPrefix(top, "Fuzz")
+}

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// goTestJSON runs the real `go test -json` over a module of the given test file: what noskip
+// reads in CI, not a hand-written imitation of it.
+func goTestJSON(t *testing.T, testFile string) []byte {
+	t.Helper()
+	dir := t.TempDir()
+	for name, body := range map[string]string{
+		"go.mod":     "module example.com/m\n\ngo 1.24\n",
+		"m.go":       "package m\n",
+		"m_test.go":  testFile,
+		"sub/doc.go": "package sub\n", // a package without tests: its skip event is no skipped test
+	} {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command("go", "test", "-json", "-count=1", "./...")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOFLAGS=-buildvcs=false")
+	out, _ := cmd.Output() // a failing test exits 1: the stream is what counts
+	if !bytes.Contains(out, []byte(`"Action":`)) {
+		t.Fatalf("go test -json wrote no events:\n%s", out)
+	}
+	return out
+}
+
+func TestNoskip(t *testing.T) {
+	const header = "package m\n\nimport \"testing\"\n\n"
+	for _, tc := range []struct {
+		name, tests string
+		code        int
+		want, not   []string // in stdout+stderr, and not
+	}{
+		{"all pass, a fuzz target skips one input", header +
+			"func TestA(t *testing.T) { t.Log(\"chatter of a passing test\") }\n" +
+			"func TestB(t *testing.T) { t.Run(\"sub\", func(t *testing.T) {}) }\n" +
+			"func FuzzF(f *testing.F) { f.Add(0); f.Add(1); f.Fuzz(func(t *testing.T, n int) { if n == 1 { t.Skip(\"odd input\") } }) }\n",
+			0, []string{"noskip: 5 tests ran, none skipped", "ok  \texample.com/m"},
+			[]string{"chatter of a passing test", "=== RUN", "--- PASS", "SKIP", "PASS\n"}},
+		{"a skipped test fails the run, naming it and its reason", header +
+			"func TestA(t *testing.T) {}\n" +
+			"func TestRoot(t *testing.T) { t.Skip(\"needs root\") }\n",
+			1, []string{"--- SKIP: example.com/m TestRoot", "needs root", "noskip: 1 test(s) skipped"},
+			[]string{"none skipped"}},
+		{"a skipped subtest too", header +
+			"func TestA(t *testing.T) { t.Run(\"needs docker\", func(t *testing.T) { t.Skipf(\"no %s\", \"docker\") }) }\n",
+			1, []string{"--- SKIP: example.com/m TestA/needs_docker", "no docker"}, nil},
+		{"a failure shows its output and fails the run", header +
+			"func TestA(t *testing.T) { t.Log(\"what went wrong\"); t.Fail() }\n" +
+			"func TestB(t *testing.T) { t.Log(\"quiet\") }\n",
+			1, []string{"what went wrong", "--- FAIL: TestA", "noskip: tests failed"}, []string{"quiet"}},
+		{"a build failure fails the run", header + "func TestA(t *testing.T) { undefined() }\n",
+			1, []string{"undefined: undefined"}, []string{"none skipped"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errw bytes.Buffer
+			code := run(bytes.NewReader(goTestJSON(t, tc.tests)), &out, &errw)
+			all := out.String() + errw.String()
+			if code != tc.code {
+				t.Errorf("exit %d, want %d:\n%s", code, tc.code, all)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(all, w) {
+					t.Errorf("output lacks %q:\n%s", w, all)
+				}
+			}
+			for _, n := range tc.not {
+				if strings.Contains(all, n) {
+					t.Errorf("output has %q:\n%s", n, all)
+				}
+			}
+		})
+	}
+}
+
+// What is not a test stream, or an empty one, is no passing run.
+func TestNoskipWithoutTests(t *testing.T) {
+	for _, in := range []string{"", "not json\n", `{"Action":"skip","Package":"example.com/m/sub"}` + "\n"} {
+		var out, errw bytes.Buffer
+		if code := run(strings.NewReader(in), &out, &errw); code != 1 || !strings.Contains(errw.String(), "no test ran") {
+			t.Errorf("%q: exit %d, stderr %q", in, code, errw.String())
+		}
+	}
+}
+
+func TestFuzzInput(t *testing.T) {
+	for test, want := range map[string]bool{"FuzzF/seed#1": true, "FuzzF/771e938e4458e983": true, "FuzzF": false,
+		"TestFuzzy/x": false, "TestA/FuzzF": false} {
+		if got := fuzzInput(test); got != want {
+			t.Errorf("fuzzInput(%q) = %v", test, got)
+		}
+	}
+}
