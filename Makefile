@@ -92,7 +92,8 @@ prometheus-deps: ## apt-install Debian's prometheus (promtool) and prometheus-no
 test-rules: ## promtool check rules and promtool test rules on the shipped alert rules
 	cd packaging/prometheus && promtool check rules monky-deployd.rules.yml && promtool test rules monky-deployd.rules.test.yml
 
-lint: ## go vet and staticcheck
+lint: ## gofmt, go vet and staticcheck
+	@unformatted=$$("$$($(GO) env GOROOT)/bin/gofmt" -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "not gofmt-formatted:"; echo "$$unformatted"; exit 1; fi
 	set -e; for m in $(MODULES); do $(GO) -C $$m vet ./...; done
 	set -e; for m in $(MODULES); do $(GO) -C $$m run $(STATICCHECK) ./...; done
 

@@ -50,6 +50,8 @@ var protocolDefaults = map[string]string{
 	"drift_correction":    "true",
 	"apply_windows":       "[]",
 	"apply_windows_tz":    "UTC",
+	"agent_user":          "monky-deployd",
+	"intercept_range":     "100.64.0.0/10",
 }
 
 // flatten turns a decoded YAML map into dotted keys with their scalar values.

@@ -486,6 +486,10 @@ func hasDotSegment(p string) bool {
 
 var occurred = regexp.MustCompile(`^\d+ errors? occurred:\s*`)
 
+// MaxServerMessage cuts OpenBao's words in an error, once the call's own secrets are masked; the
+// tick's redactor masks any other secret they held, a part cut at the edge too (secret.Redactor).
+const MaxServerMessage = 300
+
 // serverMessage is OpenBao's error text on one line, the given secrets masked.
 func serverMessage(re *api.ResponseError, secrets ...string) string {
 	msg := strings.Join(strings.Fields(strings.Join(re.Errors, "; ")), " ")
@@ -493,8 +497,8 @@ func serverMessage(re *api.ResponseError, secrets ...string) string {
 	msg = strings.TrimPrefix(msg, "* ")
 	msg = strings.ReplaceAll(msg, "; * ", "; ")
 	msg = secret.Mask(msg, secrets...)
-	if len(msg) > 300 {
-		msg = msg[:300] + "…"
+	if len(msg) > MaxServerMessage {
+		msg = msg[:MaxServerMessage] + "…"
 	}
 	if msg == "" {
 		msg = http.StatusText(re.StatusCode)

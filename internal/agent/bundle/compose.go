@@ -2,6 +2,7 @@ package bundle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -17,13 +18,13 @@ import (
 // MaxFindingsDetail caps one refusal's list: the first findings that fit and a count of the rest.
 const MaxFindingsDetail = 4 << 10
 
-// maxLoadError bounds the loader's own words in a refusal: they may quote a whole value.
-const maxLoadError = 1 << 10
+// MaxLoadError bounds the loader's own words in a refusal: they may quote a whole value.
+const MaxLoadError = 1 << 10
 
 // Check is the pre-lease judgement of the compose file as staged in releaseDir under `project`:
 // BUNDLE_INVALID for the never-allowed or unloadable, then PRIVILEGED_REFUSED for host reach
 // unless agent.allow_privileged. Loaded as docker compose loads it, with the secret-free env.
-func (b *Bundle) Check(releaseDir, project string) error {
+func (b *Bundle) Check(releaseDir, project string, host Host) error {
 	if !filepath.IsAbs(releaseDir) {
 		// the caller's mistake, not the bundle's: not a refusal
 		return fmt.Errorf("bundle: check: release directory %q is not an absolute path", releaseDir)
@@ -40,14 +41,19 @@ func (b *Bundle) Check(releaseDir, project string) error {
 		Env:        known,
 		WithValues: true,
 		Staged:     sortedNames(b.Files),
+		Host:       host,
 	}
 	return j.Verdict(b.Meta.Agent.AllowPrivileged)
 }
 
 // JudgeRendered judges `docker compose config --format json` of the rendered release by Check's
-// policy; details name keys, never values, prefixed `rendered:`.
-func JudgeRendered(config []byte, composeFile, releaseDir, project string, allowPrivileged bool) error {
-	j := Judgement{Compose: config, File: composeFile, ReleaseDir: releaseDir, Project: project, Stage: "rendered: ", rendered: true}
+// policy; details name keys, never values, prefixed `rendered:`. The loader's own words may quote
+// a rendered value: red, holding every secret read, masks them before they are cut.
+func JudgeRendered(config []byte, composeFile, releaseDir, project string, allowPrivileged bool, host Host, red *secret.Redactor) error {
+	if red == nil {
+		return errors.New("bundle: judge rendered: no redactor: the rendered file holds secrets")
+	}
+	j := Judgement{Compose: config, File: composeFile, ReleaseDir: releaseDir, Project: project, Stage: "rendered: ", rendered: true, Redact: red, Host: host}
 	return j.Verdict(allowPrivileged)
 }
 
@@ -96,6 +102,11 @@ type Judgement struct {
 	Staged []string
 	// rendered: Compose is compose's own JSON, defaults spelled out; caps scale by renderedScale.
 	rendered bool
+	// Redact masks the secrets a rendered file holds in the loader's words before they are cut
+	// (nil: a file judged before any secret was read).
+	Redact *secret.Redactor
+	// Host is the box judged for: its intercept range, its time zone files.
+	Host Host
 }
 
 // renderedScale is how much larger `docker compose config` may make a file by writing defaults.
@@ -105,11 +116,9 @@ const renderedScale = 4
 func (j Judgement) Verdict(allowPrivileged bool) error {
 	findings, err := j.Findings()
 	if err != nil {
-		msg := err.Error()
-		if len(msg) > maxLoadError {
-			msg = msg[:maxLoadError] + "…"
-		}
-		return invalid("%s%s %s", j.Stage, j.File, strings.ToValidUTF8(msg, "?"))
+		// Redacted, then cut: a cut through a quoted secret would leave a part no redactor knows.
+		msg := j.Redact.TruncateHead(strings.ToValidUTF8(err.Error(), "?"), MaxLoadError)
+		return invalid("%s%s %s", j.Stage, j.File, msg)
 	}
 	var inv, priv []Finding
 	for _, f := range findings {
@@ -174,7 +183,7 @@ func (j Judgement) Findings() ([]Finding, error) {
 	if err != nil {
 		return nil, err
 	}
-	return append(raw, judgeProject(p, j.ReleaseDir, j.Project, j.staged())...), nil
+	return append(raw, judgeProject(p, j.Host, j.ReleaseDir, j.Project, j.staged())...), nil
 }
 
 // staged is every release-relative path the agent writes into the release.

@@ -3,12 +3,14 @@ package bundle
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"strings"
 	"testing"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/bundle/bundletest"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/secret"
 )
 
 const (
@@ -38,7 +40,7 @@ func TestJudgeRefusesEveryBypassClass(t *testing.T) {
 	for _, c := range bundletest.BypassClasses() {
 		t.Run(c.Name, func(t *testing.T) {
 			b := composeBundle(c.File, c.Compose, false, c.Template)
-			assertRefusal(t, b.Check(rel, project), c.Code, c.Want)
+			assertRefusal(t, b.Check(rel, project, Host{}), c.Code, c.Want)
 		})
 	}
 }
@@ -46,7 +48,7 @@ func TestJudgeRefusesEveryBypassClass(t *testing.T) {
 func TestJudgeAllowPrivileged(t *testing.T) {
 	for _, c := range bundletest.BypassClasses() {
 		t.Run(c.Name, func(t *testing.T) {
-			err := composeBundle(c.File, c.Compose, true, c.Template).Check(rel, project)
+			err := composeBundle(c.File, c.Compose, true, c.Template).Check(rel, project, Host{})
 			if c.Code == protocol.CodePrivileged {
 				if err != nil {
 					t.Fatalf("allow_privileged: %v", err)
@@ -62,7 +64,7 @@ func TestJudgeAllowPrivileged(t *testing.T) {
 // the release's own files rewrites what a revert runs again.
 func TestWritableBindOfReleaseRootIsRefused(t *testing.T) {
 	for _, src := range []string{".", "./"} {
-		err := composeBundle("", svc("    volumes:\n      - "+src+":/rel\n"), false, "").Check(rel, project)
+		err := composeBundle("", svc("    volumes:\n      - "+src+":/rel\n"), false, "").Check(rel, project, Host{})
 		if err == nil {
 			t.Fatalf("%s:/rel (writable) accepted", src)
 		}
@@ -88,20 +90,61 @@ func TestJudgeAcceptsHarmlessNeighbours(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			b := composeBundle("", svc(c.body), false, "")
 			b.Files["conf/app.yml"] = "a: 1\n"
-			if err := b.Check(rel, project); err != nil {
+			if err := b.Check(rel, project, Host{}); err != nil {
 				t.Fatalf("refused: %v", err)
 			}
 		})
 	}
 	b := composeBundle("", svc("    volumes: [\"./conf:/etc/app\"]\n"), false, "")
 	b.Files["conf/app.yml"] = "a: 1\n"
-	assertRefusal(t, b.Check(rel, project), protocol.CodePrivileged, "api: volumes[0]: writable bind holding the release's own conf/app.yml")
+	assertRefusal(t, b.Check(rel, project, Host{}), protocol.CodePrivileged, "api: volumes[0]: writable bind holding the release's own conf/app.yml")
+}
+
+// The host's time zone files may be bound read-only, no more, and only where they are files: a
+// missing one docker would create as a directory in the host's /etc.
+func TestJudgeTimezoneBinds(t *testing.T) {
+	files := map[string]bool{"/etc/localtime": true}
+	host := Host{IsFile: func(p string) bool { return files[p] }}
+	for _, v := range []string{`"/etc/localtime:/etc/localtime:ro"`, `"/etc/localtime:/x/tz:ro"`, "{type: bind, source: /etc/localtime, target: /etc/localtime, read_only: true}"} {
+		if err := composeBundle("", svc("    volumes: ["+v+"]\n"), false, "").Check(rel, project, host); err != nil {
+			t.Errorf("%s refused: %v", v, err)
+		}
+	}
+	err := composeBundle("", svc("    volumes: [\"/etc/timezone:/etc/timezone:ro\"]\n"), false, "").Check(rel, project, host)
+	assertRefusal(t, err, protocol.CodePrivileged, "api: volumes[0]: not a file on this host: docker would create a directory in the host's /etc for it")
+}
+
+// A network's address management: the default driver, and addresses the host need not keep. The
+// intercept range is the config's: a tunneller moved to another range moves the refusal with it.
+func TestJudgeIPAM(t *testing.T) {
+	network := func(ipam string) *Bundle {
+		return composeBundle("", svc("    networks: [lan]\n")+"networks:\n  lan:\n    ipam:\n"+ipam, false, "")
+	}
+	for _, ipam := range []string{
+		"      driver: default\n",
+		"      config: [{subnet: 10.20.0.0/16, ip_range: 10.20.1.0/24, gateway: 10.20.1.1, aux_addresses: {a: 10.20.0.5}}]\n",
+		"      config: [{subnet: 100.128.0.0/16}, {subnet: 100.63.255.0/24}]\n", // either side of 100.64.0.0/10
+		"      config: [{subnet: \"fd12:3456:789a::/64\"}, {subnet: \"2001:db8::/64\"}]\n",
+	} {
+		if err := network(ipam).Check(rel, project, Host{}); err != nil {
+			t.Errorf("%q refused: %v", ipam, err)
+		}
+	}
+	moved := Host{InterceptRange: netip.MustParsePrefix("10.200.0.0/16")}
+	if err := network("      config: [{subnet: 100.64.0.0/16}]\n").Check(rel, project, moved); err != nil {
+		t.Errorf("with the tunneller on 10.200.0.0/16, 100.64.0.0/16 refused: %v", err)
+	}
+	assertRefusal(t, network("      config: [{subnet: 10.200.128.0/17}]\n").Check(rel, project, moved), protocol.CodePrivileged,
+		"network lan: ipam.config[0].subnet: overlaps the tunneller's intercept range (10.200.0.0/16)")
+	for _, bad := range []string{"      config: [{subnet: 10.20.0.0/16, gateway: 10.20.0.300}]\n", "      config: [{subnet: 10.20.0.0/16, aux_addresses: {a: host}}]\n"} {
+		assertRefusal(t, network(bad).Check(rel, project, Host{}), protocol.CodeBundleInvalid, "network lan: ipam.config[0].")
+	}
 }
 
 func TestJudgeAcceptsRealWorldFiles(t *testing.T) {
 	bundletest.RealWorldFiles(t, "testdata/compose", func(t *testing.T, compose string) {
 		b := composeBundle("", compose, false, "DB_PASSWORD=${DB_PASSWORD}\nMYSQL_ROOT_PASSWORD=${DB_PASSWORD}\nMINIO_ROOT_PASSWORD=${DB_PASSWORD}\nTAG=1.2\n")
-		if err := b.Check(rel, project); err != nil {
+		if err := b.Check(rel, project, Host{}); err != nil {
 			t.Fatalf("refused: %v", err)
 		}
 	})
@@ -109,7 +152,7 @@ func TestJudgeAcceptsRealWorldFiles(t *testing.T) {
 
 func TestJudgeDetails(t *testing.T) {
 	t.Run("every finding listed, invalid before privileged", func(t *testing.T) {
-		err := composeBundle("", svc("    privileged: true\n    build: .\n    env_file: /e\n"), false, "").Check(rel, project)
+		err := composeBundle("", svc("    privileged: true\n    build: .\n    env_file: /e\n"), false, "").Check(rel, project, Host{})
 		assertRefusal(t, err, protocol.CodeBundleInvalid, "docker-compose.yml: 2 finding(s): api: build: the box builds nothing")
 		if strings.Contains(err.Error(), "privileged") {
 			t.Errorf("detail %q lists privileged findings with invalid ones", err)
@@ -121,7 +164,7 @@ func TestJudgeDetails(t *testing.T) {
 		for i := range 2000 {
 			fmt.Fprintf(&b, "  s%d: {image: x, privileged: true}\n", i)
 		}
-		err := composeBundle("", b.String(), false, "").Check(rel, project)
+		err := composeBundle("", b.String(), false, "").Check(rel, project, Host{})
 		assertRefusal(t, err, protocol.CodePrivileged, "2000 finding(s)")
 		if len(err.Error()) > MaxFindingsDetail {
 			t.Errorf("detail is %d bytes", len(err.Error()))
@@ -131,7 +174,7 @@ func TestJudgeDetails(t *testing.T) {
 		}
 	})
 	t.Run("a file compose does not load names where", func(t *testing.T) {
-		err := composeBundle("", svc("    volumes: [7]\n"), false, "").Check(rel, project)
+		err := composeBundle("", svc("    volumes: [7]\n"), false, "").Check(rel, project, Host{})
 		assertRefusal(t, err, protocol.CodeBundleInvalid, "docker-compose.yml does not load as compose loads it")
 	})
 	t.Run("post-render details name keys, never values", func(t *testing.T) {
@@ -142,8 +185,32 @@ func TestJudgeDetails(t *testing.T) {
 			t.Errorf("detail %q carries a value", err)
 		}
 	})
+	t.Run("the loader's words are redacted before they are cut", func(t *testing.T) {
+		// compose-go quotes an invalid port whole; the secret ends off bytes past the 1 KiB cut.
+		const pw = "Q7ZK9W4PV2MJ8H"
+		red := &secret.Redactor{}
+		red.Add(pw)
+		prefix := "docker-compose.yml does not load as compose loads it: Invalid containerPort: "
+		for off := -2; off <= len(pw)+2; off++ {
+			pad := MaxLoadError - len("…") - len(prefix) + len("docker-compose.yml ") - len(pw) + off
+			port := strings.Repeat("a", pad) + pw + strings.Repeat("b", 64)
+			rendered := fmt.Sprintf(`{"services":{"api":{"image":"x","ports":[%q]}}}`, port)
+			err := JudgeRendered([]byte(rendered), "docker-compose.yml", rel, project, false, Host{}, red)
+			assertRefusal(t, err, protocol.CodeBundleInvalid, prefix)
+			for k := 2; k <= len(pw); k++ {
+				for i := 0; i+k <= len(pw); i++ {
+					if strings.Contains(err.Error(), pw[i:i+k]) {
+						t.Fatalf("offset %d: %q of the secret survives: …%s", off, pw[i:i+k], err.Error()[len(err.Error())-40:])
+					}
+				}
+			}
+		}
+		if err := JudgeRendered([]byte(svc("")), "dc.yml", rel, project, false, Host{}, nil); err == nil || strings.Contains(err.Error(), "REFUSED") {
+			t.Errorf("JudgeRendered without a redactor = %v, want the caller's error", err)
+		}
+	})
 	t.Run("relative release directory is the caller's error", func(t *testing.T) {
-		err := composeBundle("", svc(""), false, "").Check("releases/x", project)
+		err := composeBundle("", svc(""), false, "").Check("releases/x", project, Host{})
 		var r *protocol.Refusal
 		if err == nil || errors.As(err, &r) {
 			t.Errorf("Check = %v, want a plain error", err)
@@ -154,7 +221,7 @@ func TestJudgeDetails(t *testing.T) {
 func TestJudgeBoundedCost(t *testing.T) {
 	t.Run("past 1 MiB refused before decoding", func(t *testing.T) {
 		big := svc("") + "x-pad: \"" + strings.Repeat("a", MaxComposeBytes) + "\"\n"
-		assertRefusal(t, composeBundle("", big, false, "").Check(rel, project), protocol.CodeBundleInvalid, "the limit is 1048576 (1 MiB)")
+		assertRefusal(t, composeBundle("", big, false, "").Check(rel, project, Host{}), protocol.CodeBundleInvalid, "the limit is 1048576 (1 MiB)")
 	})
 	t.Run("one mapping of many keys refused before the quadratic key check", func(t *testing.T) {
 		var b strings.Builder
@@ -162,11 +229,11 @@ func TestJudgeBoundedCost(t *testing.T) {
 		for i := 0; b.Len() < MaxComposeBytes-20; i++ {
 			fmt.Fprintf(&b, "  k%d: 1\n", i)
 		}
-		assertRefusal(t, composeBundle("", b.String(), false, "").Check(rel, project), protocol.CodeBundleInvalid, "mappings of too many keys")
+		assertRefusal(t, composeBundle("", b.String(), false, "").Check(rel, project, Host{}), protocol.CodeBundleInvalid, "mappings of too many keys")
 	})
 	t.Run("a 1 MiB file of many services is judged", func(t *testing.T) {
 		data := manyServices(MaxComposeBytes)
-		if err := composeBundle("", data, false, "").Check(rel, project); err != nil {
+		if err := composeBundle("", data, false, "").Check(rel, project, Host{}); err != nil {
 			t.Fatalf("refused: %.300v", err)
 		}
 	})
@@ -176,13 +243,34 @@ func TestJudgeBoundedCost(t *testing.T) {
 		for range maxComposeNodes {
 			b.WriteString("      - x\n")
 		}
-		assertRefusal(t, composeBundle("", b.String(), false, "").Check(rel, project), protocol.CodeBundleInvalid, "has more than 30000 YAML nodes")
+		assertRefusal(t, composeBundle("", b.String(), false, "").Check(rel, project, Host{}), protocol.CodeBundleInvalid, "has more than 30000 YAML nodes")
+	})
+	t.Run("18 KB of lists nested 9,000 deep refused before the loader", func(t *testing.T) {
+		deep := svc("") + "x-deep: " + strings.Repeat("[", 9000) + strings.Repeat("]", 9000) + "\n"
+		assertRefusal(t, composeBundle("", deep, false, "").Check(rel, project, Host{}), protocol.CodeBundleInvalid, "nests deeper than 64 levels")
+	})
+	t.Run("mappings nested deep through aliases", func(t *testing.T) {
+		var b strings.Builder
+		b.WriteString("x-m0: &m0 {k: v}\n")
+		for i := 1; i <= 100; i++ {
+			fmt.Fprintf(&b, "x-m%d: &m%d {k: *m%d}\n", i, i, i-1)
+		}
+		assertRefusal(t, composeBundle("", b.String()+svc(""), false, "").Check(rel, project, Host{}), protocol.CodeBundleInvalid, "nests deeper than 64 levels (aliases expanded)")
+	})
+	t.Run("nesting at the bound is judged", func(t *testing.T) {
+		// services, api, labels and x-: 61 lists more make the deepest scalar level 64
+		ok := svc("") + "x-deep: " + strings.Repeat("[", 62) + "x" + strings.Repeat("]", 62) + "\n"
+		if err := composeBundle("", ok, false, "").Check(rel, project, Host{}); err != nil {
+			t.Fatalf("refused: %v", err)
+		}
+		over := svc("") + "x-deep: " + strings.Repeat("[", 63) + "x" + strings.Repeat("]", 63) + "\n"
+		assertRefusal(t, composeBundle("", over, false, "").Check(rel, project, Host{}), protocol.CodeBundleInvalid, "nests deeper than 64 levels")
 	})
 	t.Run("aliases of aliases are bounded", func(t *testing.T) {
 		doc := "a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\nc: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\n" +
 			"d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]\ne: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d]\nf: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e]\n" +
 			"services:\n  api:\n    image: x\n    command: *f\n"
-		assertRefusal(t, composeBundle("", doc, false, "").Check(rel, project), protocol.CodeBundleInvalid, "")
+		assertRefusal(t, composeBundle("", doc, false, "").Check(rel, project, Host{}), protocol.CodeBundleInvalid, "")
 	})
 }
 
@@ -202,14 +290,38 @@ func BenchmarkJudge(b *testing.B) {
 		data string
 	}{{"typical-5-services", strings.Replace(string(typical), "volumes:\n  dbdata: {}\n", "", 1) + "  dbdata: {}\n"}, {"1MiB", manyServices(MaxComposeBytes)}} {
 		bu := composeBundle("", c.data, false, "DB_PASSWORD=${DB_PASSWORD}\n")
-		if err := bu.Check(rel, project); err != nil {
+		if err := bu.Check(rel, project, Host{}); err != nil {
 			b.Fatalf("%s refused: %.300v", c.name, err)
 		}
 		b.Run(c.name, func(b *testing.B) {
 			b.SetBytes(int64(len(c.data)))
 			for b.Loop() {
-				if err := bu.Check(rel, project); err != nil {
+				if err := bu.Check(rel, project, Host{}); err != nil {
 					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkJudgeDeep is the judgement of deep nesting within the size cap: 18 KB of lists 9,000
+// deep (refused before compose-go's loader, which once spent 64 s on it) and the deepest file
+// the bound lets through to the loader.
+func BenchmarkJudgeDeep(b *testing.B) {
+	for _, c := range []struct {
+		name, data string
+		refused    bool
+	}{
+		{"9000-deep", svc("") + "x-deep: " + strings.Repeat("[", 9000) + strings.Repeat("]", 9000) + "\n", true},
+		{"64-deep", svc("") + "x-deep: " + strings.Repeat("[", 62) + "x" + strings.Repeat("]", 62) + "\n", false},
+		{"64-deep-wide", svc("") + "x-deep: " + strings.Repeat("[x, ", 62) + "x" + strings.Repeat("]", 62) + "\n", false},
+	} {
+		bu := composeBundle("", c.data, false, "")
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(c.data)))
+			for b.Loop() {
+				if err := bu.Check(rel, project, Host{}); (err != nil) != c.refused {
+					b.Fatalf("Check = %v", err)
 				}
 			}
 		})

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"maps"
+	"net"
 	"os"
 	"path"
 	"path/filepath"
@@ -290,7 +291,10 @@ func hostReaching(p *types.Project, release, composeFile string) []string {
 		for _, v := range s.Volumes {
 			switch v.Type {
 			case types.VolumeTypeBind:
-				if outside(v.Source) {
+				// the host's time zone, read-only and nothing more, is what a container may know
+				tz := (filepath.Clean(v.Source) == "/etc/localtime" || filepath.Clean(v.Source) == "/etc/timezone") &&
+					v.ReadOnly && (v.Bind == nil || v.Bind.SELinux == "" && v.Bind.Recursive == "")
+				if outside(v.Source) && !tz {
 					add(name, "bind "+v.Source)
 				}
 			case types.VolumeTypeVolume:
@@ -357,6 +361,26 @@ func hostReaching(p *types.Project, release, composeFile string) []string {
 		if bool(nw.External) && (nw.Name == "host" || n == "host" && nw.Name == "") {
 			add("network "+n, "host")
 		}
+		if bool(nw.External) {
+			continue
+		}
+		if nw.Ipam.Driver != "" && nw.Ipam.Driver != "default" {
+			add("network "+n, "ipam driver "+nw.Ipam.Driver)
+		}
+		for _, pool := range nw.Ipam.Config {
+			if pool == nil {
+				continue
+			}
+			addrs := []string{pool.Subnet, pool.IPRange, pool.Gateway}
+			for _, a := range pool.AuxiliaryAddresses {
+				addrs = append(addrs, a)
+			}
+			for _, a := range addrs {
+				if a != "" && hostRoute(a) {
+					add("network "+n, "a route over the host's own addresses: "+a)
+				}
+			}
+		}
 	}
 	for n, s := range p.Secrets {
 		if s.File != "" && outside(s.File) {
@@ -369,4 +393,25 @@ func hostReaching(p *types.Project, release, composeFile string) []string {
 		}
 	}
 	return out
+}
+
+// hostRoute reports whether a subnet or address a network takes (any text compose passes on)
+// could put a host route over the intercept range, loopback or link-local, read with package
+// net rather than the policy's netip: an address or range that does not parse counts.
+func hostRoute(a string) bool {
+	_, n, err := net.ParseCIDR(a)
+	if err != nil {
+		ip := net.ParseIP(a)
+		if ip == nil {
+			return true
+		}
+		n = &net.IPNet{IP: ip, Mask: net.CIDRMask(len(ip)*8, len(ip)*8)}
+	}
+	for _, r := range []string{"100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "::1/128", "fe80::/10", "::ffff:100.64.0.0/106", "::ffff:127.0.0.0/104", "::ffff:169.254.0.0/112"} {
+		_, rn, _ := net.ParseCIDR(r)
+		if n.Contains(rn.IP) || rn.Contains(n.IP) {
+			return true
+		}
+	}
+	return false
 }

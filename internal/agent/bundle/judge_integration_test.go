@@ -25,6 +25,13 @@ const (
 	itSecret  = "s3cr3t-v4lue"
 )
 
+// itRedactor holds the secret the tests render, as the tick's holds every secret it read.
+func itRedactor() *secret.Redactor {
+	red := &secret.Redactor{}
+	red.Add(itSecret)
+	return red
+}
+
 // rendered stages compose (at file) and its .env in a fresh release directory and returns what
 // the real `docker compose config` makes of it, as the agent runs it.
 func rendered(t testing.TB, file, content, template string, extra map[string]string) (string, []byte, error) {
@@ -47,7 +54,7 @@ func rendered(t testing.TB, file, content, template string, extra map[string]str
 			t.Fatal(err)
 		}
 	}
-	d := &compose.Docker{ConfigDir: t.TempDir(), Project: itProject, Runner: runner.Exec{}}
+	d := &compose.Docker{ConfigDir: t.TempDir(), Project: itProject, Runner: runner.Exec{}, Redact: itRedactor()}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	out, err := d.Config(ctx, dir, file)
@@ -101,7 +108,7 @@ func TestPostRenderJudgementWithRealCompose(t *testing.T) {
 				t.Errorf("compose renders a class this test lists as refused by compose: judged below, update the list")
 			}
 			judged++
-			err = bundle.JudgeRendered(out, file, dir, itProject, false)
+			err = bundle.JudgeRendered(out, file, dir, itProject, false, bundle.Host{}, itRedactor())
 			var r *protocol.Refusal
 			if !errors.As(err, &r) {
 				// the rendered file carries the secret: never print it as is
@@ -129,7 +136,7 @@ func TestRealWorldFilesPassThePostRenderJudgement(t *testing.T) {
 		if err != nil {
 			t.Fatalf("compose config: %v", err)
 		}
-		if err := bundle.JudgeRendered(out, bundle.DefaultComposeFile, dir, itProject, false); err != nil {
+		if err := bundle.JudgeRendered(out, bundle.DefaultComposeFile, dir, itProject, false, bundle.Host{}, itRedactor()); err != nil {
 			t.Fatalf("refused: %v", err)
 		}
 	})
@@ -149,7 +156,7 @@ func BenchmarkJudgeRendered(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				if err := bundle.JudgeRendered(out, bundle.DefaultComposeFile, dir, itProject, false); err != nil {
+				if err := bundle.JudgeRendered(out, bundle.DefaultComposeFile, dir, itProject, false, bundle.Host{}, itRedactor()); err != nil {
 					b.Fatalf("%.300v", err)
 				}
 			}

@@ -2,6 +2,7 @@ package bundle
 
 import (
 	"fmt"
+	"net/netip"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -146,7 +147,33 @@ func (f Finding) String(withValue bool) string {
 	return s
 }
 
+// Host is what the judgement knows of the box it judges for.
+type Host struct {
+	// InterceptRange is the tunneller's intercept range (config intercept_range); the zero
+	// Prefix is DefaultInterceptRange.
+	InterceptRange netip.Prefix
+	// IsFile reports whether a host path is a regular file (symlinks followed), as the engine
+	// would find it; nil judges as if every one is (a judgement away from the box).
+	IsFile func(path string) bool
+}
+
+// DefaultInterceptRange is ziti-edge-tunnel's default --dns-ip-range (config's default too).
+var DefaultInterceptRange = netip.MustParsePrefix("100.64.0.0/10")
+
+// localRanges are addresses a host route must never leave the host for: loopback (the proxy
+// transport's plain HTTP) and link-local (cloud metadata), IPv4 and IPv6.
+var localRanges = []struct {
+	what   string
+	prefix netip.Prefix
+}{
+	{"loopback", netip.MustParsePrefix("127.0.0.0/8")},
+	{"link-local", netip.MustParsePrefix("169.254.0.0/16")},
+	{"loopback", netip.MustParsePrefix("::1/128")},
+	{"link-local", netip.MustParsePrefix("fe80::/10")},
+}
+
 type judge struct {
+	host     Host
 	release  string // cleaned absolute release directory
 	project  string
 	services map[string]bool
@@ -200,8 +227,11 @@ func (j *judge) inside(p string) bool {
 }
 
 // judgeProject judges every service (all profiles) and every top-level definition.
-func judgeProject(p *types.Project, releaseDir, project string, staged []string) []Finding {
-	j := &judge{release: filepath.Clean(releaseDir), project: project, services: map[string]bool{}, p: p}
+func judgeProject(p *types.Project, host Host, releaseDir, project string, staged []string) []Finding {
+	if !host.InterceptRange.IsValid() {
+		host.InterceptRange = DefaultInterceptRange
+	}
+	j := &judge{host: host, release: filepath.Clean(releaseDir), project: project, services: map[string]bool{}, p: p}
 	all := map[string]types.ServiceConfig{}
 	for n, s := range p.Services {
 		all[n] = s
@@ -402,7 +432,11 @@ func judgeVolumes(j *judge, svc string, s *types.ServiceConfig) {
 		key := fmt.Sprintf("volumes[%d]", i)
 		switch v.Type {
 		case types.VolumeTypeBind:
-			if !j.inside(v.Source) {
+			switch {
+			case j.inside(v.Source):
+			case slices.Contains(TimezoneFiles, filepath.Clean(v.Source)):
+				j.timezoneBind(svc, key, v)
+			default:
 				j.priv(svc, key, "bind source outside the release directory", v.Source)
 			}
 			if v.Bind != nil && !slices.Contains([]string{"", types.PropagationPrivate, types.PropagationRPrivate}, v.Bind.Propagation) {
@@ -419,6 +453,27 @@ func judgeVolumes(j *judge, svc string, s *types.ServiceConfig) {
 		default:
 			j.priv(svc, key, "volume type not on the allow-list (bind, volume, tmpfs, image)", v.Type)
 		}
+	}
+}
+
+// TimezoneFiles are the host paths a service may bind, read-only: they tell a container the
+// host's time zone, which any clock it reads gives away anyway. Nothing else outside the release.
+var TimezoneFiles = []string{"/etc/localtime", "/etc/timezone"}
+
+// timezoneBind judges a bind of a TimezoneFiles path: `:ro` and nothing more. A SELinux label
+// (z, Z) relabels the host's file; a missing one docker creates, as a directory, in the host's
+// /etc (compose's short syntax asks it to).
+func (j *judge) timezoneBind(svc, key string, v types.ServiceVolumeConfig) {
+	src := filepath.Clean(v.Source)
+	switch {
+	case !v.ReadOnly:
+		j.priv(svc, key, "the host's time zone may only be bound read-only (:ro)", v.Source)
+	case v.Bind != nil && v.Bind.SELinux != "":
+		j.priv(svc, key+".bind.selinux", "a SELinux label relabels the host's "+src+"; only :ro is allowed", v.Bind.SELinux)
+	case v.Bind != nil && v.Bind.Recursive != "":
+		j.priv(svc, key+".bind.recursive", "only :ro is allowed for the host's "+src, v.Bind.Recursive)
+	case j.host.IsFile != nil && !j.host.IsFile(src):
+		j.priv(svc, key, "not a file on this host: docker would create a directory in the host's /etc for it; drop the bind", v.Source)
 	}
 }
 
@@ -564,6 +619,7 @@ func (j *judge) topLevel() {
 		if nw.Name != "" && !strings.HasPrefix(nw.Name, j.project+"_") {
 			j.priv(subj, "name", "names a network outside this project", nw.Name)
 		}
+		j.ipam(subj, nw.Ipam)
 	}
 	for _, n := range sortedNames(p.Secrets) {
 		j.fileObject("secret "+n, types.FileObjectConfig(p.Secrets[n]))
@@ -606,5 +662,73 @@ func (j *judge) fileObject(subj string, o types.FileObjectConfig) {
 	}
 	if o.TemplateDriver != "" {
 		j.priv(subj, "template_driver", "not on the allow-list", o.TemplateDriver)
+	}
+}
+
+// ipam judges a network's address management: the default driver only (any other names a plugin
+// dockerd loads), and no address the host must keep. A network's subnet becomes a host route
+// into its bridge: one over the tunneller's intercept range takes the agent's plain-HTTP calls
+// to tenancy and OpenBao (the bearer token with them) under `transport: system`; one over
+// loopback or link-local takes the host's own.
+func (j *judge) ipam(subj string, c types.IPAMConfig) {
+	if c.Driver != "" && c.Driver != "default" {
+		j.priv(subj, "ipam.driver", "only the default IPAM driver is allowed: another is a plugin dockerd loads", c.Driver)
+	}
+	for i, pool := range c.Config {
+		if pool == nil {
+			continue
+		}
+		key := fmt.Sprintf("ipam.config[%d]", i)
+		j.hostRange(subj, key+".subnet", pool.Subnet, true)
+		j.hostRange(subj, key+".ip_range", pool.IPRange, true)
+		j.hostRange(subj, key+".gateway", pool.Gateway, false)
+		for _, name := range sortedNames(pool.AuxiliaryAddresses) {
+			j.hostRange(subj, key+".aux_addresses."+name, pool.AuxiliaryAddresses[name], false)
+		}
+	}
+}
+
+// hostRange judges one address (or, when isRange, CIDR range) a network takes on the host.
+func (j *judge) hostRange(subj, key, v string, isRange bool) {
+	if v == "" {
+		return
+	}
+	var p netip.Prefix
+	var err error
+	if isRange {
+		p, err = netip.ParsePrefix(v)
+	} else {
+		var a netip.Addr
+		if a, err = netip.ParseAddr(v); err == nil {
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+	}
+	if err != nil {
+		what := "not an address"
+		if isRange {
+			what = "not an address range (CIDR)"
+		}
+		j.invalid(subj, key, what, v)
+		return
+	}
+	p = p.Masked()
+	if p.Addr().Is4In6() && p.Bits() >= 96 {
+		// ::ffff:a.b.c.d/n is the IPv4 range a.b.c.d/(n-96)
+		p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96).Masked()
+	}
+	reserved := append([]struct {
+		what   string
+		prefix netip.Prefix
+	}{{"the tunneller's intercept range", j.host.InterceptRange}}, localRanges...)
+	for _, r := range reserved {
+		overlaps := p.Overlaps(r.prefix)
+		if r.prefix.Addr().Is4() && p.Addr().Is6() && p.Bits() < 96 {
+			// a wider IPv6 range may hold the IPv4-mapped form of r
+			overlaps = overlaps || p.Overlaps(netip.PrefixFrom(netip.AddrFrom16(r.prefix.Addr().As16()), r.prefix.Bits()+96))
+		}
+		if overlaps {
+			j.priv(subj, key, fmt.Sprintf("overlaps %s (%s): a host route into this network would take the host's own traffic there", r.what, r.prefix), v)
+			return
+		}
 	}
 }

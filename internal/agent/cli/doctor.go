@@ -79,12 +79,19 @@ func newDoctorCommand(g *cliDeps) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&opts.json, "json", false, "print a JSON document (schema 1)")
-	cmd.Flags().StringVar(&opts.user, "user", "", "the account the agent runs as (default: "+doctor.AgentUser+" when run as root, else the current user)")
+	cmd.Flags().StringVar(&opts.user, "user", "", "the account the agent runs as (default: the config's agent_user, "+doctor.AgentUser+", when run as root, else the current user)")
 	return cmd
 }
 
-// runDoctor prints the results; exit 78 when the config fails to load, 1 when a check failed.
+// exitUsage is a command line cobra could not refuse itself (a flag's value).
+const exitUsage = 2
+
+// runDoctor prints the results; exit 78 when the config fails to load, 1 when a check failed, 2
+// for a --user that names no account.
 func runDoctor(ctx context.Context, opts doctorOptions, g *cliDeps, d doctorDeps) error {
+	if err := checkUserFlag(opts.user, d); err != nil {
+		return &exitError{code: exitUsage, err: err}
+	}
 	cfg, cfgErr := config.Load(g.configPath)
 	env := &doctor.Env{ConfigPath: g.configPath, Config: cfg, ConfigErr: cfgErr}
 	if cfgErr == nil {
@@ -112,6 +119,21 @@ func runDoctor(ctx context.Context, opts doctorOptions, g *cliDeps, d doctorDeps
 	return nil
 }
 
+// checkUserFlag refuses a --user that is no account name, or names no account, before it is
+// looked up or reaches setpriv's argv (where "--reuid=0" or "-h" would be setpriv's to read).
+func checkUserFlag(name string, d doctorDeps) error {
+	if name == "" {
+		return nil
+	}
+	if !config.ValidAccountName(name) {
+		return fmt.Errorf("doctor: --user %q is not an account name (lowercase letters, digits, '_' and '-', starting with a letter or '_')", name)
+	}
+	if _, err := d.lookup(name); err != nil {
+		return fmt.Errorf("doctor: --user %s: no such account: %v", name, err)
+	}
+	return nil
+}
+
 // fillDoctorEnv completes env: accounts, the box, and clients over the tick's transport and TLS.
 func fillDoctorEnv(env *doctor.Env, opts doctorOptions, d doctorDeps) (closeFn func()) {
 	cfg := env.Config
@@ -119,7 +141,7 @@ func fillDoctorEnv(env *doctor.Env, opts doctorOptions, d doctorDeps) (closeFn f
 	if name == "" {
 		name = d.self.Name
 		if d.self.UID == 0 {
-			name = doctor.AgentUser
+			name = cfg.AgentUser // the unit's User=
 		}
 	}
 	env.Self, env.AgentName = d.self, name

@@ -252,6 +252,45 @@ func TestDoctorJudgesTheAgentsAccount(t *testing.T) {
 	}
 }
 
+// doctor --user NAME run as root: NAME must be an account name, and an account, before anything
+// runs (setpriv among it); exit 2 naming the flag.
+func TestDoctorUserFlagIsAnAccount(t *testing.T) {
+	for _, tc := range []struct{ name, user, want string }{
+		{"an option", "--reuid=0", "is not an account name"},
+		{"a short option", "-h", "is not an account name"},
+		{"a number", "0", "is not an account name"},
+		{"a path", "../root", "is not an account name"},
+		{"spaces", "monky deployd", "is not an account name"},
+		{"no such account", "nosuchagent", "--user nosuchagent: no such account: unknown user nosuchagent"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			run := runnertest.New(t) // no expectation: any command run fails the test
+			var asked []string
+			d := doctorDeps{runner: run, self: doctor.Account{Name: "root", UID: 0}, lookup: func(name string) (doctor.Account, error) {
+				asked = append(asked, name)
+				return doctor.Account{}, errors.New("unknown user " + name)
+			}}
+			var out, errb bytes.Buffer
+			g := &cliDeps{configPath: "/nonexistent/config.yaml", stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
+			err := runDoctor(context.Background(), doctorOptions{user: tc.user}, g, d)
+			var ee *exitError
+			if !errors.As(err, &ee) || ee.code != 2 || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("runDoctor = %v, want exit 2 with %q", err, tc.want)
+			}
+			if out.Len() != 0 {
+				t.Errorf("printed checks for a bad --user: %s", out.String())
+			}
+			if tc.want == "is not an account name" && len(asked) != 0 {
+				t.Errorf("looked up %q", asked)
+			}
+		})
+	}
+	code, _, stderr := runCLI(t, nil, "doctor", "--user", "--reuid=0")
+	if code != 2 || !strings.Contains(stderr, "monky-deployd: doctor: --user \"--reuid=0\" is not an account name") {
+		t.Errorf("through the command line: exit %d, stderr %q", code, stderr)
+	}
+}
+
 func TestDoctorIsRegistered(t *testing.T) {
 	code, stdout, _ := runCLI(t, nil, "doctor", "--help")
 	if code != 0 || !strings.Contains(stdout, "--json") || !strings.Contains(stdout, "--user") {

@@ -50,12 +50,19 @@ const benchEnv = "env-bench-01"
 // convergedBoxWithTenancy is convergedBox, and the fake tenancy it checks in with.
 func convergedBoxWithTenancy(tb testing.TB, dir, dockerBin string) (cfgPath string, ts *tenancytest.Server, cleanup func()) {
 	tb.Helper()
+	cfgPath, ts, _, cleanup = convergedBoxWithServers(tb, dir, dockerBin)
+	return cfgPath, ts, cleanup
+}
+
+// convergedBoxWithServers is convergedBoxWithTenancy, and the fake OpenBao too.
+func convergedBoxWithServers(tb testing.TB, dir, dockerBin string) (cfgPath string, ts *tenancytest.Server, bs *baotest.Server, cleanup func()) {
+	tb.Helper()
 	const env = benchEnv
 	signer, err := grant.NewSigner("bench")
 	if err != nil {
 		tb.Fatal(err)
 	}
-	bs := baotest.Start(baotest.Options{PublicKey: signer.PublicKey()})
+	bs = baotest.Start(baotest.Options{PublicKey: signer.PublicKey()})
 	ts = tenancytest.Start(tenancytest.Options{Verifier: bs, Signer: signer, BaoAddr: bs.URL})
 	ts.AddEnv(env)
 	files := map[string]string{
@@ -86,12 +93,24 @@ func convergedBoxWithTenancy(tb testing.TB, dir, dockerBin string) (cfgPath stri
 	os.WriteFile(psFile, []byte(ps), 0o600)
 	cfgPath = filepath.Join(dir, "config.yaml")
 	cfg := fmt.Sprintf("env_id: %s\nsite: qa\ntransport: system\ntenancy:\n  base_url: %s\nbao:\n  addr: %s\nstate_dir: %s\nbootstrap_file: %s\ndocker_bin: %s\ncontainerd_root: %s\ntextfile_dir: %s\n",
-		env, ts.URL, bs.URL, stateDir, filepath.Join(dir, "bootstrap.jwt"), dockerBin, filepath.Join(dir, "containerd"), filepath.Join(dir, "no-node-exporter"))
+		env, ts.URL, bs.URL, stateDir, filepath.Join(dir, "bootstrap.jwt"), fakeDockerWith(tb, dir, dockerBin, psFile), filepath.Join(dir, "containerd"), filepath.Join(dir, "no-node-exporter"))
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		tb.Fatal(err)
 	}
-	os.Setenv("FAKEDOCKER_PS", psFile)
-	return cfgPath, ts, func() { ts.Close(); bs.Close() }
+	return cfgPath, ts, bs, func() { ts.Close(); bs.Close() }
+}
+
+// fakeDockerWith writes dir/docker-env, which runs dockerBin with the fake's settings: the agent
+// gives docker an explicit environment, so they cannot come from the test's. The fake's CPU goes
+// to dir/fakedocker.cpu; exec keeps the wrapper's own CPU in the fake's figure.
+func fakeDockerWith(tb testing.TB, dir, dockerBin, psFile string) string {
+	tb.Helper()
+	wrapper := filepath.Join(dir, "docker-env")
+	script := fmt.Sprintf("#!/bin/sh\nexport FAKEDOCKER_PS=%s FAKEDOCKER_CPU_LOG=%s\nexec %s \"$@\"\n", psFile, filepath.Join(dir, "fakedocker.cpu"), dockerBin)
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	return wrapper
 }
 
 type usage struct {
@@ -165,8 +184,7 @@ func BenchmarkConvergedTickProcess(b *testing.B) {
 	gitbuild.Build(b, gitbuild.Wave1, "./cmd/deployd", wave1Bin)
 	cfgPath, cleanup := convergedBox(b, dir, dockerBin)
 	defer cleanup()
-	cpuLog := filepath.Join(dir, "fakedocker.cpu")
-	os.Setenv("FAKEDOCKER_CPU_LOG", cpuLog)
+	cpuLog := filepath.Join(dir, "fakedocker.cpu") // where convergedBox's docker_bin logs the fake's CPU
 	// Warm the page cache and check the ticks work before measuring.
 	runProcess(b, agentBin, "--config", cfgPath, "tick")
 	runProcess(b, beforeBin, "--config", cfgPath, "tick")
@@ -244,8 +262,7 @@ func BenchmarkConvergedTickTextfile(b *testing.B) {
 	if err := os.WriteFile(withPath, []byte(with), 0o600); err != nil {
 		b.Fatal(err)
 	}
-	cpuLog := filepath.Join(dir, "fakedocker.cpu")
-	os.Setenv("FAKEDOCKER_CPU_LOG", cpuLog)
+	cpuLog := filepath.Join(dir, "fakedocker.cpu") // where convergedBox's docker_bin logs the fake's CPU
 	runProcess(b, agentBin, "--config", withPath, "tick")
 	if _, err := os.Stat(filepath.Join(textfiles, "monky_deployd.prom")); err != nil {
 		b.Fatalf("the tick wrote no textfile: %v", err)

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -238,18 +239,7 @@ func TestFullDiskStillReports(t *testing.T) {
 	needRoot(t)
 	dir := t.TempDir()
 	agentBin, fakeDocker := buildBinaries(t, filepath.Join(dir, "bin"))
-	box := filepath.Join(dir, "box")
-	if err := os.Mkdir(box, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=2m,mode=0700", "i11b-full", box).CombinedOutput(); err != nil {
-		t.Fatalf("mount tmpfs: %v\n%s", err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", box).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v\n%s", box, err, out)
-		}
-	})
+	box := smallTmpfs(t, dir, "2m")
 	cfgPath, ts, cleanup := convergedBoxWithTenancy(t, box, fakeDocker)
 	defer cleanup()
 	stateDir := filepath.Join(box, "state")
@@ -257,30 +247,7 @@ func TestFullDiskStillReports(t *testing.T) {
 		t.Fatalf("first tick: exit %d\n%s", code, stderr)
 	}
 
-	// Fill the filesystem to the last byte.
-	filler, err := os.Create(filepath.Join(box, "filler"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	chunk := make([]byte, 4096)
-	for {
-		if _, err := filler.Write(chunk); err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatal(err)
-			}
-			break
-		}
-	}
-	filler.Close()
-	for _, small := range []int{512, 1} {
-		f, _ := os.OpenFile(filepath.Join(box, "filler"), os.O_WRONLY|os.O_APPEND, 0)
-		for f != nil {
-			if _, err := f.Write(chunk[:small]); err != nil {
-				break
-			}
-		}
-		f.Close()
-	}
+	fillDisk(t, box)
 	stBefore, _ := os.ReadFile(filepath.Join(stateDir, "state.json"))
 	reports := len(ts.Reports(benchEnv))
 
@@ -324,6 +291,193 @@ func TestFullDiskStillReports(t *testing.T) {
 	st, err := state.Load(filepath.Join(stateDir, "state.json"))
 	if err != nil || st.LastCheckinAt == nil || st.LastResult != "healthy" {
 		t.Errorf("state after recovery = %+v, %v", st, err)
+	}
+}
+
+// smallTmpfs mounts a tmpfs of size bytes at a new directory under dir, unmounted at the end.
+func smallTmpfs(t *testing.T, dir, size string) string {
+	t.Helper()
+	box := filepath.Join(dir, "box")
+	if err := os.Mkdir(box, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size+",mode=0700", "i19-full", box).CombinedOutput(); err != nil {
+		t.Fatalf("mount tmpfs: %v\n%s", err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", box).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v\n%s", box, err, out)
+		}
+	})
+	return box
+}
+
+// fillDisk fills the filesystem of dir to the last byte with dir/filler.
+func fillDisk(t *testing.T, dir string) {
+	t.Helper()
+	filler, err := os.Create(filepath.Join(dir, "filler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, 4096)
+	for {
+		if _, err := filler.Write(chunk); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	filler.Close()
+	for _, small := range []int{512, 1} {
+		f, _ := os.OpenFile(filepath.Join(dir, "filler"), os.O_WRONLY|os.O_APPEND, 0)
+		for f != nil {
+			if _, err := f.Write(chunk[:small]); err != nil {
+				break
+			}
+		}
+		f.Close()
+	}
+}
+
+// TestFullDiskKeepsTheBackoff: with state_dir on a full filesystem (a small tmpfs, filled), a
+// release that fails enters its backoff, and the next tick honours it: it fetches, judges and
+// tries nothing before the next try is due. The backoff lives in state.json's reserve, which a
+// save the disk refuses is written into in place; once space is back, state.json catches up.
+func TestFullDiskKeepsTheBackoff(t *testing.T) {
+	needRoot(t)
+	dir := t.TempDir()
+	agentBin, fakeDocker := buildBinaries(t, filepath.Join(dir, "bin"))
+	box := smallTmpfs(t, dir, "4m")
+	cfgPath, ts, cleanup := convergedBoxWithTenancy(t, box, fakeDocker)
+	defer cleanup()
+	stateDir := filepath.Join(box, "state")
+	if code, stderr := runAs(t, nil, agentBin, "--config", cfgPath, "tick"); code != 0 {
+		t.Fatalf("first tick: exit %d\n%s", code, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(stateDir, "state.json.reserve")); err != nil {
+		t.Fatalf("no reserve after a tick: %v", err)
+	}
+	failing := ts.SetDesired(benchEnv, map[string]string{
+		"bundle.json":        `{"compose_file": "docker-compose.yml"}`,
+		"docker-compose.yml": "services:\n  api:\n    image: x/api:2\n  worker:\n    image: x/worker:2\n",
+	})
+	fillDisk(t, box)
+
+	code, stderr := runAs(t, nil, agentBin, "--config", cfgPath, "tick")
+	if code != 1 || !strings.Contains(stderr, "backoff: "+failing[:12]+" failed 1×") {
+		t.Fatalf("the failing tick on a full disk: exit %d, stderr:\n%s", code, stderr)
+	}
+	if !strings.Contains(stderr, "kept in the reserve") {
+		t.Errorf("the failing tick does not say the state went to the reserve:\n%s", stderr)
+	}
+	fetched := len(ts.BundleFetches(benchEnv))
+	if fetched != 1 {
+		t.Fatalf("%d bundle fetches, want 1", fetched)
+	}
+	for i := range 2 {
+		code, stderr = runAs(t, nil, agentBin, "--config", cfgPath, "tick")
+		if code != 1 || !strings.Contains(stderr, "WARN backoff: "+failing[:12]+" failed 1×") || !strings.Contains(stderr, "state.json is behind") {
+			t.Errorf("tick %d during the backoff: exit %d, stderr:\n%s", i+2, code, stderr)
+		}
+		if n := len(ts.BundleFetches(benchEnv)); n != fetched {
+			t.Fatalf("tick %d fetched the failing release again (%d fetches): the backoff was lost to the full disk", i+2, n)
+		}
+	}
+	r, _ := ts.LastReport(benchEnv)
+	if r.Result != "healthy" || !strings.Contains(r.Detail, "backs off") && !strings.Contains(r.Detail, "next try at") {
+		t.Errorf("report during the backoff = %s %q", r.Result, r.Detail)
+	}
+
+	// Space is back: the next save reaches state.json, with the backoff.
+	if err := os.Remove(filepath.Join(box, "filler")); err != nil {
+		t.Fatal(err)
+	}
+	runAs(t, nil, agentBin, "--config", cfgPath, "tick")
+	raw, _ := os.ReadFile(filepath.Join(stateDir, "state.json"))
+	if !strings.Contains(string(raw), `"deploy_backoff"`) || !strings.Contains(string(raw), failing) {
+		t.Errorf("state.json after the disk was freed holds no backoff of %s:\n%s", failing[:12], raw)
+	}
+	if st, err := state.Load(filepath.Join(stateDir, "state.json")); err != nil || st.FromReserve() {
+		t.Errorf("state after recovery read from the reserve (%v)", err)
+	}
+}
+
+// TestLeaseBackoffFarAheadThroughTheBinary: state.json as a clock five years ahead (or a hand
+// edit) left it, with lease_backoff.until years away. The real binary, asked to apply a release
+// with secrets while its token is the install kit's (an apply swaps it for a lease), lapses that
+// back-off with a warning and leases; held, it stopped every lease until the token ran out into
+// "re-run the install kit". A back-off within the hour a refused login starts still holds.
+func TestLeaseBackoffFarAheadThroughTheBinary(t *testing.T) {
+	dir := t.TempDir()
+	agentBin, fakeDocker := buildBinaries(t, filepath.Join(dir, "bin"))
+	for i, tc := range []struct {
+		name   string
+		ahead  time.Duration
+		lapsed bool
+	}{
+		{"five years ahead", 5 * 365 * 24 * time.Hour, true},
+		{"half an hour ahead", 30 * time.Minute, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			box := filepath.Join(dir, fmt.Sprintf("box%d", i))
+			if err := os.Mkdir(box, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			cfgPath, ts, bs, cleanup := convergedBoxWithServers(t, box, fakeDocker)
+			defer cleanup()
+			sp := filepath.Join(box, "state", "state.json")
+			st, err := state.Load(sp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st.Token.Source = state.SourceBootstrap
+			if err := state.Save(sp, st); err != nil {
+				t.Fatal(err)
+			}
+			raw, err := os.ReadFile(sp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var doc map[string]any
+			if err := json.Unmarshal(raw, &doc); err != nil {
+				t.Fatal(err)
+			}
+			until := time.Now().Add(tc.ahead).UTC().Format(time.RFC3339)
+			doc["lease_backoff"] = map[string]any{"until": until, "reason": "bao: login: HTTP 400: role not found"}
+			if raw, err = json.Marshal(doc); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(sp, raw, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			bs.Put(benchEnv, "db_password", "value", "s3cr3t-db-p4ss")
+			ts.SetDesired(benchEnv, map[string]string{
+				"bundle.json":        `{"compose_file": "docker-compose.yml"}`,
+				"docker-compose.yml": "services:\n  api:\n    image: x/api:2\n    env_file: .env\n",
+				".env.template":      "DB_PASSWORD=${DB_PASSWORD}\n",
+				"manifest.json":      `{"entries": [{"var": "DB_PASSWORD", "path": "db_password", "key": "value"}]}`,
+			})
+
+			_, stderr := runAs(t, nil, agentBin, "--config", cfgPath, "tick")
+			leases := ts.LeasesGranted(benchEnv)
+			after, err := state.Load(sp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.lapsed {
+				if leases != 0 || !strings.Contains(stderr, "no new lease while OpenBao refuses lease logins") || after.LeaseBackoff == nil {
+					t.Errorf("a back-off within the hour: %d leases, back-off %+v, stderr:\n%s", leases, after.LeaseBackoff, stderr)
+				}
+				return
+			}
+			if !strings.Contains(stderr, "WARN lease back-off ends further ahead than any back-off the agent starts") || !strings.Contains(stderr, "until="+until) {
+				t.Errorf("no warning that the back-off was lapsed; stderr:\n%s", stderr)
+			}
+			if leases != 1 || after.LeaseBackoff != nil || strings.Contains(stderr, "no new lease") {
+				t.Errorf("%d leases, back-off %+v after the tick, want one lease and no back-off; stderr:\n%s", leases, after.LeaseBackoff, stderr)
+			}
+		})
 	}
 }
 
@@ -380,6 +534,122 @@ func TestTickWithoutTheDockerGroupChecksInAndReports(t *testing.T) {
 	if !ok || r.Result != "unhealthy" || !strings.Contains(r.Detail, "docker is not usable") || !strings.Contains(r.Detail, "permission denied") ||
 		!strings.Contains(r.Detail, "usermod -a -G docker") {
 		t.Errorf("report = %+v, want unhealthy naming docker, the socket's refusal and the usermod", r)
+	}
+}
+
+// TestRootTickNeverCreatesAsRoot: `sudo monky-deployd tick` on a box whose state_dir is missing,
+// empty and root's, or an unknown uid's, leaves nothing under state_dir that the agent's
+// account (agent_user) does not own. The first two run the tick as the agent: it bootstraps,
+// checks in and tries the desired release, so a root tick would have made the lock, bao.token,
+// state.json and the release directory root's. The third is refused with exit 78.
+func TestRootTickNeverCreatesAsRoot(t *testing.T) {
+	needRoot(t)
+	u, dockGID := throwawayAccount(t)
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	dir := t.TempDir()
+	agentBin, fakeDocker := buildBinaries(t, filepath.Join(dir, "bin"))
+	openDirs(t, filepath.Join(dir, "bin"))
+	signer, err := grant.NewSigner("i19")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs := baotest.Start(baotest.Options{PublicKey: signer.PublicKey()})
+	defer bs.Close()
+	ts := tenancytest.Start(tenancytest.Options{Verifier: bs, Signer: signer, BaoAddr: bs.URL})
+	defer ts.Close()
+
+	for i, tc := range []struct {
+		name    string
+		prepare func(stateDir string)
+		code    int
+	}{
+		{"a missing state_dir", func(string) {}, 1},
+		{"an empty state_dir of root's", func(s string) {
+			if err := os.Mkdir(s, 0o700); err != nil {
+				t.Fatal(err)
+			}
+		}, 1},
+		{"a state_dir of a uid without an account", func(s string) {
+			if err := os.Mkdir(s, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			os.Chown(s, 4243, 4243)
+		}, 78},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := fmt.Sprintf("env-rootless-%02d", i)
+			ts.AddEnv(env)
+			ts.SetDesired(env, map[string]string{
+				"bundle.json":        `{"compose_file": "docker-compose.yml"}`,
+				"docker-compose.yml": "services:\n  api:\n    image: x/api:1\n",
+			})
+			box := filepath.Join(dir, env)
+			kit := filepath.Join(box, "kit")
+			for _, d := range []string{box, kit} {
+				if err := os.Mkdir(d, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := os.WriteFile(filepath.Join(kit, "bootstrap.jwt"), []byte(ts.RevealKit(env)+"\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			chownTree(t, kit, uid, gid)
+			openDirs(t, box)
+			stateDir := filepath.Join(box, "state")
+			tc.prepare(stateDir)
+			ps := filepath.Join(box, "ps.json")
+			os.WriteFile(ps, nil, 0o644)
+			cfgPath := filepath.Join(box, "config.yaml")
+			cfg := fmt.Sprintf("env_id: %s\nsite: qa\ntransport: system\ntenancy:\n  base_url: %s\nbao:\n  addr: %s\nstate_dir: %s\nbootstrap_file: %s\ndocker_bin: %s\ntextfile_dir: %s\nagent_user: %s\n",
+				env, ts.URL, bs.URL, stateDir, filepath.Join(kit, "bootstrap.jwt"), fakeDockerWith(t, box, fakeDocker, ps), filepath.Join(box, "no-node-exporter"), u.Username)
+			if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+				t.Fatal(err)
+			}
+
+			code, stderr := runAs(t, nil, agentBin, "--config", cfgPath, "tick")
+			if code != tc.code {
+				t.Fatalf("exit %d, want %d; stderr:\n%s", code, tc.code, stderr)
+			}
+			var rootOwned []string
+			filepath.WalkDir(stateDir, func(p string, _ fs.DirEntry, err error) error {
+				if err == nil && ownerOf(t, p) == 0 {
+					rootOwned = append(rootOwned, p)
+				}
+				return err
+			})
+			if len(rootOwned) > 0 {
+				t.Errorf("root owns %q after the tick; stderr:\n%s", rootOwned, stderr)
+			}
+			if tc.code == 78 {
+				if !strings.Contains(stderr, "sudo -u '#4243' monky-deployd --config "+cfgPath+" tick") {
+					t.Errorf("stderr:\n%s\nwant the sudo line", stderr)
+				}
+				if names, _ := os.ReadDir(stateDir); len(names) != 0 {
+					t.Errorf("a refused tick left %v", names)
+				}
+				return
+			}
+			if !strings.Contains(stderr, "re-running as it, with its groups") || !strings.Contains(stderr, "user="+u.Username) {
+				t.Errorf("stderr does not say the tick re-ran as the agent:\n%s", stderr)
+			}
+			if ownerOf(t, stateDir) != uint32(uid) {
+				t.Errorf("state_dir belongs to %d, want the agent's %d", ownerOf(t, stateDir), uid)
+			}
+			for _, f := range []string{"lock", "bao.token", "state.json", env} {
+				if _, err := os.Lstat(filepath.Join(stateDir, f)); err != nil {
+					t.Errorf("the agent's tick made no %s (%v): it did not run far", f, err)
+				}
+			}
+			if len(ts.Checkins(env)) != 1 {
+				t.Errorf("%d check-ins, want 1", len(ts.Checkins(env)))
+			}
+			// and the timer's tick, as the agent, goes on from there
+			cred := &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{dockGID}}
+			if code, stderr := runAs(t, cred, agentBin, "--config", cfgPath, "tick"); code != 1 || strings.Contains(stderr, "permission denied") || !strings.Contains(stderr, "backoff: ") {
+				t.Errorf("the agent's own tick after: exit %d\n%s", code, stderr)
+			}
+		})
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/tick"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/transport"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/secret"
 )
 
 // transportOptions maps the config onto the transport's view of it.
@@ -66,7 +67,9 @@ func wire(cfg *config.Config, log *slog.Logger) (tick.Deps, func(), error) {
 	run := runner.Exec{}
 	host, _ := os.Hostname()
 	baoClients := map[string]tick.Bao{}
+	red := &secret.Redactor{}
 	deps := tick.Deps{
+		Redact:  red,
 		Log:     log,
 		Tenancy: tenancy.New(cfg.TenancyURL(), tenancyHTTP),
 		NewBao: func(addr string) (tick.Bao, error) {
@@ -86,6 +89,8 @@ func wire(cfg *config.Config, log *slog.Logger) (tick.Deps, func(), error) {
 			Project:   cfg.ComposeProject,
 			Runner:    run,
 			Now:       time.Now,
+			Redact:    red,
+			Environ:   os.Environ(),
 		},
 		Timer: func(ctx context.Context) *protocol.Timer {
 			return systemd.TimerState(ctx, run, systemd.TimerUnit, time.Now())

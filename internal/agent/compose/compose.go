@@ -15,10 +15,15 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/runner"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/clip"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/secret"
 )
 
 // ErrNoConfigDir is returned, before anything runs, by a Docker without a ConfigDir.
 var ErrNoConfigDir = errors.New("compose: no DOCKER_CONFIG directory configured")
+
+// ErrNoRedactor is returned, before anything runs, by a Docker without a Redact: a failed
+// command's output may quote a secret, and is cut for a report only once it is redacted.
+var ErrNoRedactor = errors.New("compose: no redactor configured")
 
 // DefaultPollInterval is how often WaitHealthy looks at the project when PollInterval is 0.
 const DefaultPollInterval = 2 * time.Second
@@ -34,6 +39,12 @@ type Docker struct {
 	Now       func() time.Time
 	// PollInterval is the pause between two looks in WaitHealthy; 0 means DefaultPollInterval.
 	PollInterval time.Duration
+	// Redact masks every secret the tick has read (it is the tick's own, so values added later
+	// count): a failed command's output is redacted before anything cuts it (CmdError).
+	Redact *secret.Redactor
+	// Environ is the agent's environment, of which docker gets only PassedEnv (nil: the
+	// process's own).
+	Environ []string
 }
 
 // Info is what the agent needs of `docker info`; empty fields fall back (root dir /var/lib/docker).
@@ -93,7 +104,7 @@ func (d *Docker) Config(ctx context.Context, dir, composeFile string) ([]byte, e
 	if err != nil {
 		var ce *CmdError
 		if errors.As(err, &ce) {
-			ce.Output = ansi.ReplaceAllString(strings.TrimRight(string(res.Stderr), "\n"), "")
+			ce.Output = d.Redact.Redact(ansi.ReplaceAllString(strings.TrimRight(string(res.Stderr), "\n"), ""))
 		}
 		return nil, err
 	}
@@ -288,32 +299,78 @@ func (d *Docker) optionalFileArgs(dir, composeFile string) ([]string, string, er
 	return args, "", err
 }
 
-// Env is the environment every docker call gets on top of the agent's own.
-func (d *Docker) Env() []string {
-	return []string{
-		"DOCKER_CONFIG=" + d.ConfigDir,
-		// compose must never stop to ask a question: there is nobody at the terminal.
-		"COMPOSE_INTERACTIVE_NO_CLI=1",
+// PassedEnv reports whether docker gets the agent's variable key: the search path (credential
+// helpers, plugins' own children), HOME (compose expands `~` with it; the CLI's own files are
+// under DOCKER_CONFIG whatever it says), the locale and time zone. Nothing else: an operator's
+// COMPOSE_FILE, COMPOSE_PROFILES, COMPOSE_ENV_FILES or COMPOSE_PROJECT_NAME would change which
+// files and services a tick runs, DOCKER_HOST or DOCKER_CONTEXT which engine, DOCKER_CONFIG
+// whose credentials. No proxy variable either: the engine pulls, with its own proxy settings,
+// and the CLI only talks to the engine's local socket.
+func PassedEnv(key string) bool {
+	switch key {
+	case "PATH", "HOME", "LANG", "LANGUAGE", "TZ":
+		return true
 	}
+	return strings.HasPrefix(key, "LC_")
 }
 
-func (d *Docker) run(ctx context.Context, op, workDir string, args ...string) (runner.Result, error) {
-	if d.ConfigDir == "" {
-		return runner.Result{}, ErrNoConfigDir
+// defaultPath is docker's search path when the agent has none (systemd always sets one).
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// Env is the whole environment of every docker call: the agent's PassedEnv variables, its
+// DOCKER_CONFIG, and compose told never to ask a question.
+func (d *Docker) Env() []string {
+	environ := d.Environ
+	if environ == nil {
+		environ = os.Environ()
 	}
-	if len(args) > 0 && args[0] == "compose" && d.Project == "" {
-		return runner.Result{}, fmt.Errorf("compose: %s: no compose project name configured", op)
+	var env []string
+	path := false
+	for _, kv := range environ {
+		k, _, ok := strings.Cut(kv, "=")
+		if ok && PassedEnv(k) {
+			env = append(env, kv)
+			path = path || k == "PATH"
+		}
 	}
+	if !path {
+		env = append(env, "PATH="+defaultPath)
+	}
+	return append(env,
+		"DOCKER_CONFIG="+d.ConfigDir,
+		// compose must never stop to ask a question: there is nobody at the terminal.
+		"COMPOSE_INTERACTIVE_NO_CLI=1",
+	)
+}
+
+// Command is a docker call with args as every call of d runs: docker_bin, Env and nothing else
+// of the agent's environment.
+func (d *Docker) Command(args ...string) runner.Cmd {
 	bin := d.Bin
 	if bin == "" {
 		bin = "docker"
 	}
-	res, err := d.Runner.Run(ctx, runner.Cmd{Name: bin, Args: args, Env: d.Env(), Dir: workDir})
+	return runner.Cmd{Name: bin, Args: args, Env: d.Env(), OnlyEnv: true}
+}
+
+func (d *Docker) run(ctx context.Context, op, workDir string, args ...string) (runner.Result, error) {
+	switch {
+	case d.ConfigDir == "":
+		return runner.Result{}, ErrNoConfigDir
+	case d.Redact == nil:
+		return runner.Result{}, ErrNoRedactor
+	}
+	if len(args) > 0 && args[0] == "compose" && d.Project == "" {
+		return runner.Result{}, fmt.Errorf("compose: %s: no compose project name configured", op)
+	}
+	cmd := d.Command(args...)
+	cmd.Dir = workDir
+	res, err := d.Runner.Run(ctx, cmd)
 	if err != nil {
 		return res, fmt.Errorf("compose: %s: %w", op, err)
 	}
 	if res.ExitCode != 0 {
-		return res, newCmdError(op, res)
+		return res, newCmdError(op, res, d.Redact)
 	}
 	return res, nil
 }

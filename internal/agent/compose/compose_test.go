@@ -14,6 +14,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/runner"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/runner/runnertest"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/secret"
 )
 
 const (
@@ -24,7 +25,8 @@ const (
 
 func newDocker(t *testing.T) (*Docker, *runnertest.Fake) {
 	fake := runnertest.New(t)
-	return &Docker{Bin: bin, ConfigDir: cfgDir, Project: project, Runner: fake}, fake
+	return &Docker{Bin: bin, ConfigDir: cfgDir, Project: project, Runner: fake, Redact: &secret.Redactor{},
+		Environ: []string{"PATH=/usr/bin:/bin", "HOME=/var/lib/monky-deployd", "LANG=C.UTF-8"}}, fake
 }
 
 // checkEnv asserts the environment every docker call must carry (seed 0.1.7).
@@ -42,6 +44,9 @@ func checkEnv(t *testing.T, calls []runnertest.Call) {
 		}
 		if c.Name != bin {
 			t.Errorf("%s: ran %q, want docker_bin %q", c.Cmd, c.Name, bin)
+		}
+		if !c.OnlyEnv {
+			t.Errorf("%s: inherits the agent's environment; docker gets an explicit one", c.Cmd)
 		}
 	}
 }
@@ -132,6 +137,8 @@ func TestRefusedBeforeRunning(t *testing.T) {
 	}{
 		{"no DOCKER_CONFIG", func(d *Docker) { d.ConfigDir = "" },
 			func(ctx context.Context, d *Docker) error { _, err := d.Info(ctx); return err }, "DOCKER_CONFIG"},
+		{"no redactor", func(d *Docker) { d.Redact = nil },
+			func(ctx context.Context, d *Docker) error { return d.Pull(ctx, rel, "docker-compose.yml", "") }, "no redactor"},
 		{"no project", func(d *Docker) { d.Project = "" },
 			func(ctx context.Context, d *Docker) error { return d.Up(ctx, rel, "docker-compose.yml") }, "project"},
 		{"unknown pull policy", func(*Docker) {},
@@ -216,6 +223,68 @@ func TestConfigFailureCarriesStandardErrorOnly(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "s3cr3t") || !strings.Contains(err.Error(), "services.api.privileged must be a boolean") {
 		t.Errorf("Error() = %q", err.Error())
+	}
+}
+
+// A failed command's output is redacted before Error() cuts it: a secret on one long line, at
+// every offset around the cut, leaves no part of itself (the cut once left 10 of 14 bytes).
+func TestCmdErrorRedactsBeforeItCuts(t *testing.T) {
+	const pw = "Q7ZK9W4PV2MJ8H" // no byte of it in the filler or the fixed text
+	for off := -2; off <= len(pw)+2; off++ {
+		d, fake := newDocker(t)
+		d.Redact.Add(pw)
+		// The secret ends off bytes after the cut that keeps the end of the line.
+		tail := MaxErrorTail - len("…")
+		line := strings.Repeat("a", 40) + pw + strings.Repeat("b", tail-off)
+		fake.ExpectPrefix(bin, []string{"compose"}).Returns("", "error pulling: "+line+"\n", 1)
+		err := d.Pull(context.Background(), t.TempDir(), "docker-compose.yml", "")
+		var ce *CmdError
+		if !errors.As(err, &ce) {
+			t.Fatalf("offset %d: err = %v", off, err)
+		}
+		for _, text := range []string{err.Error(), ce.Output} {
+			if frag := leakedPart(text, pw, 2); frag != "" {
+				t.Errorf("offset %d: %q of the secret survives in %q", off, frag, text)
+			}
+		}
+	}
+}
+
+// leakedPart is the longest part of secret (at least n bytes) that text holds, "" when none.
+func leakedPart(text, secret string, n int) string {
+	for k := len(secret); k >= n; k-- {
+		for i := 0; i+k <= len(secret); i++ {
+			if strings.Contains(text, secret[i:i+k]) {
+				return secret[i : i+k]
+			}
+		}
+	}
+	return ""
+}
+
+// Docker gets an explicit environment: the agent's path, home and locale, its DOCKER_CONFIG, and
+// nothing an operator's shell exported for another compose project or engine.
+func TestDockerEnvironmentIsExplicit(t *testing.T) {
+	d, fake := newDocker(t)
+	d.Environ = []string{
+		"PATH=/usr/local/bin:/usr/bin", "HOME=/var/lib/monky-deployd", "LANG=C.UTF-8", "LC_ALL=C.UTF-8", "TZ=UTC",
+		"COMPOSE_FILE=/tmp/evil.yml", "COMPOSE_PROFILES=debug", "COMPOSE_ENV_FILES=/root/.env", "COMPOSE_PROJECT_NAME=other",
+		"DOCKER_HOST=tcp://10.0.0.9:2375", "DOCKER_CONTEXT=prod", "DOCKER_CONFIG=/root/.docker", "DOCKER_TLS_VERIFY=1",
+		"BAO_TOKEN=s.root", "HTTPS_PROXY=http://proxy:3128", "LD_PRELOAD=/tmp/x.so", "MONKY_DEPLOYD_CONFIG=/etc/x.yaml",
+	}
+	fake.ExpectPrefix(bin, []string{"compose"}).Returns("", "", 0)
+	if err := d.Up(context.Background(), t.TempDir(), "docker-compose.yml"); err != nil {
+		t.Fatal(err)
+	}
+	c := fake.Calls()[0]
+	want := []string{"PATH=/usr/local/bin:/usr/bin", "HOME=/var/lib/monky-deployd", "LANG=C.UTF-8", "LC_ALL=C.UTF-8", "TZ=UTC",
+		"DOCKER_CONFIG=" + cfgDir, "COMPOSE_INTERACTIVE_NO_CLI=1"}
+	if !c.OnlyEnv || !slices.Equal(c.Env, want) {
+		t.Errorf("docker's environment (only %v) = %q\nwant only %q", c.OnlyEnv, c.Env, want)
+	}
+	d.Environ = []string{"COMPOSE_FILE=/tmp/evil.yml"}
+	if env := d.Env(); !slices.Equal(env, []string{"PATH=" + defaultPath, "DOCKER_CONFIG=" + cfgDir, "COMPOSE_INTERACTIVE_NO_CLI=1"}) {
+		t.Errorf("without the agent's PATH: %q, want docker's default search path", env)
 	}
 }
 

@@ -7,22 +7,24 @@ import (
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/runner"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/clip"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/secret"
 )
 
 // CmdError is a failed docker command; Error() carries the output's last lines, the registry's own
-// diagnosis (`rc=1` alone sent operators hunting, seed 0.1.7). Output is raw: redact it.
+// diagnosis (`rc=1` alone sent operators hunting, seed 0.1.7). Output is redacted when the error
+// is made, before Error() cuts it: a cut through a secret leaves a part no redactor knows.
 type CmdError struct {
 	Op       string // e.g. "docker compose pull"
 	ExitCode int
-	Output   string // standard output then standard error, ANSI escapes removed
+	Output   string // standard output then standard error, ANSI escapes removed, redacted
 }
 
-// maxDetail bounds Error()'s output: a failed pull's last lines within a report detail.
-const maxDetail = 600
+// MaxErrorTail bounds Error()'s output: a failed pull's last lines within a report detail.
+const MaxErrorTail = 600
 
 func (e *CmdError) Error() string {
 	msg := e.Op + " failed (rc=" + strconv.Itoa(e.ExitCode) + "): "
-	tail := Tail(e.Output, maxDetail)
+	tail := Tail(e.Output, MaxErrorTail)
 	if tail == "" {
 		tail = "(no output)"
 	}
@@ -34,7 +36,7 @@ func (e *CmdError) Error() string {
 	return msg
 }
 
-func newCmdError(op string, res runner.Result) *CmdError {
+func newCmdError(op string, res runner.Result, red *secret.Redactor) *CmdError {
 	out := strings.TrimRight(string(res.Stdout), "\n")
 	if errOut := strings.TrimRight(string(res.Stderr), "\n"); errOut != "" {
 		if out != "" {
@@ -42,7 +44,7 @@ func newCmdError(op string, res runner.Result) *CmdError {
 		}
 		out += errOut
 	}
-	return &CmdError{Op: op, ExitCode: res.ExitCode, Output: ansi.ReplaceAllString(out, "")}
+	return &CmdError{Op: op, ExitCode: res.ExitCode, Output: red.Redact(ansi.ReplaceAllString(out, ""))}
 }
 
 var ansi = regexp.MustCompile(`\x1b\[[0-9;?]*[ -/]*[@-~]`)

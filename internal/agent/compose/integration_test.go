@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/runner"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/secret"
 )
 
 // TestRealDocker drives a real engine through the docker CLI: the argv this package builds must
@@ -28,7 +29,7 @@ func TestRealDocker(t *testing.T) {
 
 	suffix := make([]byte, 4)
 	_, _ = rand.Read(suffix)
-	d := &Docker{ConfigDir: t.TempDir(), Project: "monkyit-" + hex.EncodeToString(suffix), Runner: ex, PollInterval: 500 * time.Millisecond}
+	d := &Docker{ConfigDir: t.TempDir(), Project: "monkyit-" + hex.EncodeToString(suffix), Runner: ex, PollInterval: 500 * time.Millisecond, Redact: &secret.Redactor{}}
 	t.Cleanup(func() {
 		if err := d.Down(context.Background(), "", "", true); err != nil {
 			t.Errorf("cleanup down: %v", err)
@@ -146,4 +147,62 @@ func writeTar(path, bin string) error {
 		return err
 	}
 	return f.Close()
+}
+
+// TestOperatorsEnvironmentChangesNothing: a tick started by hand inherits the operator's shell.
+// Its COMPOSE_ENV_FILES would replace the release's .env, COMPOSE_PROFILES start services the
+// bundle keeps off, COMPOSE_FILE and COMPOSE_PROJECT_NAME name other files and projects,
+// DOCKER_HOST and DOCKER_CONTEXT another engine. With the real compose plugin: each one changes
+// what docker does when inherited (the control), and nothing when the agent runs docker.
+func TestOperatorsEnvironmentChangesNothing(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	evil := t.TempDir()
+	write := func(p, content string) {
+		t.Helper()
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(filepath.Join(evil, "evil.yml"), "services:\n  evil:\n    image: evil:1\n    privileged: true\n")
+	write(filepath.Join(evil, "evil.env"), "APP_TAG=from-the-operator\n")
+	rel := t.TempDir()
+	write(filepath.Join(rel, "docker-compose.yml"), "services:\n  web:\n    image: \"app:${APP_TAG}\"\n  debug:\n    image: debug:1\n    profiles: [debug]\n")
+	write(filepath.Join(rel, ".env"), "APP_TAG=from-the-release\n")
+	for k, v := range map[string]string{
+		"COMPOSE_FILE": filepath.Join(evil, "evil.yml"), "COMPOSE_PROFILES": "debug", "COMPOSE_ENV_FILES": filepath.Join(evil, "evil.env"),
+		"COMPOSE_PROJECT_NAME": "evil", "DOCKER_HOST": "tcp://127.0.0.1:1", "DOCKER_CONTEXT": "default",
+	} {
+		t.Setenv(k, v)
+	}
+	d := &Docker{ConfigDir: t.TempDir(), Project: "monkyit-env", Runner: runner.Exec{}, Redact: &secret.Redactor{}} // Environ: the process's
+	config := append(d.projectArgs(), "--project-directory", rel, "-f", filepath.Join(rel, "docker-compose.yml"), "config", "--format", "json")
+	for _, inherit := range []bool{true, false} {
+		cmd := d.Command(config...)
+		cmd.OnlyEnv = !inherit
+		res, err := d.Runner.Run(ctx, cmd)
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("compose config (inherit %v): %v, exit %d: %s", inherit, err, res.ExitCode, res.Stderr)
+		}
+		out := string(res.Stdout)
+		hostile := strings.Contains(out, "from-the-operator") || strings.Contains(out, "debug:1")
+		switch {
+		case inherit && !hostile:
+			t.Fatalf("control: the inherited COMPOSE_ENV_FILES and COMPOSE_PROFILES changed nothing; the test proves nothing:\n%s", out)
+		case !inherit && (hostile || !strings.Contains(out, "app:from-the-release")):
+			t.Errorf("the agent's compose config read the operator's environment:\n%s", out)
+		}
+	}
+	if _, err := d.Info(ctx); err != nil {
+		t.Errorf("docker info with the operator's DOCKER_HOST set: %v", err)
+	}
+	inherited := d.Command("info", "--format", "{{json .}}")
+	inherited.OnlyEnv = false
+	if res, err := d.Runner.Run(ctx, inherited); err == nil && res.ExitCode == 0 {
+		t.Error("control: the inherited DOCKER_HOST did not send docker elsewhere")
+	}
+	out, err := d.Config(ctx, rel, "docker-compose.yml")
+	if err != nil || !strings.Contains(string(out), "app:from-the-release") || strings.Contains(string(out), "evil") {
+		t.Errorf("Config = %s, %v", out, err)
+	}
 }

@@ -5,6 +5,7 @@ package config
 import (
 	"log/slog"
 	"net"
+	"net/netip"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -68,6 +69,14 @@ type Config struct {
 	// TextfileDir is node_exporter's textfile directory; metrics are written only if it exists.
 	TextfileDir string `yaml:"textfile_dir"`
 
+	// AgentUser is the account ticks run as (the unit's User=): a tick started as root finding
+	// no state_dir, or root's own, continues as it and never creates files as root.
+	AgentUser string `yaml:"agent_user"`
+	// InterceptRange is the tunneller's intercept (DNS) range, ziti-edge-tunnel's
+	// --dns-ip-range: the agent's plain-HTTP calls under `transport: system` go there, so no
+	// bundle network may take a subnet in it. InterceptPrefix is it parsed.
+	InterceptRange  string       `yaml:"intercept_range"`
+	InterceptPrefix netip.Prefix `yaml:"-"`
 	// Drift correction and apply windows (issue 22).
 	// DriftCorrection: a converged tick brings back a release whose containers were stopped,
 	// removed or replaced by hand (a bundle's agent.drift_correction wins).
@@ -77,7 +86,15 @@ type Config struct {
 	ApplyWindowsTZ string   `yaml:"apply_windows_tz"`
 	// Windows is ApplyWindows in ApplyWindowsTZ, parsed by Parse.
 	Windows *window.Schedule `yaml:"-"`
+
+	agentUserSet bool
 }
+
+// DefaultAgentUser is the account the package creates and its units run as.
+const DefaultAgentUser = "monky-deployd"
+
+// DefaultInterceptRange is ziti-edge-tunnel's default --dns-ip-range.
+const DefaultInterceptRange = "100.64.0.0/10"
 
 // Tenancy is how the agent reaches tenancy's agent entrypoint.
 type Tenancy struct {
@@ -149,9 +166,15 @@ func defaults() Config {
 		ContainerdRoot:  "/var/lib/containerd",
 		LogLevel:        "INFO",
 		TextfileDir:     DefaultTextfileDir,
+		AgentUser:       DefaultAgentUser,
+		InterceptRange:  DefaultInterceptRange,
 		DriftCorrection: true,
 	}
 }
+
+// AgentUserSet reports whether the file named agent_user (else the default stands, and a box
+// without that account has none: root is then the agent's user).
+func (c *Config) AgentUserSet() bool { return c.agentUserSet }
 
 // DefaultTextfileDir is where Debian's prometheus-node-exporter reads textfiles from.
 const DefaultTextfileDir = "/var/lib/prometheus/node-exporter"

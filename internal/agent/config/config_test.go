@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io/fs"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -58,6 +59,9 @@ func TestDefaults(t *testing.T) {
 		ContainerdRoot:  "/var/lib/containerd",
 		LogLevel:        "INFO",
 		TextfileDir:     "/var/lib/prometheus/node-exporter",
+		AgentUser:       "monky-deployd",
+		InterceptRange:  "100.64.0.0/10",
+		InterceptPrefix: netip.MustParsePrefix("100.64.0.0/10"),
 		DriftCorrection: true,
 		Windows:         mustSchedule(t, nil, ""),
 	}
@@ -324,6 +328,12 @@ func TestValidationErrors(t *testing.T) {
 		{"log_level", "env_id: e\nlog_level: verbose\n", "log_level", []string{"DEBUG, INFO, WARN, WARNING or ERROR"}},
 		{"textfile_dir", "env_id: e\ntextfile_dir: node-exporter\n", "textfile_dir", []string{"absolute"}},
 		{"control character", "env_id: e\nsite: \"a\\x01b\"\n", "site", []string{"control"}},
+		{"agent_user an option", "env_id: e\nagent_user: --help\n", "agent_user", []string{"account name", "--help"}},
+		{"agent_user a number", "env_id: e\nagent_user: \"0\"\n", "agent_user", []string{"account name"}},
+		{"agent_user a path", "env_id: e\nagent_user: ../root\n", "agent_user", []string{"account name"}},
+		{"intercept_range no range", "env_id: e\nintercept_range: 100.64.0.1\n", "intercept_range", []string{"address range", "100.64.0.0/10"}},
+		{"intercept_range not its first address", "env_id: e\nintercept_range: 100.64.0.1/10\n", "intercept_range", []string{"first address"}},
+		{"intercept_range everything", "env_id: e\nintercept_range: 0.0.0.0/0\n", "intercept_range", []string{"not all addresses"}},
 		{"apply_windows unknown day", "env_id: e\napply_windows: [\"Mon-Fro 02:00-05:00\"]\n", "apply_windows", []string{"entry 1", `"Fro" is not a day`}},
 		{"apply_windows 25:00", "env_id: e\napply_windows:\n  - Sat 00:00-24:00\n  - Mon 25:00-26:00\n", "apply_windows", []string{"entry 2", "hour 25"}},
 		{"apply_windows empty window", "env_id: e\napply_windows: [\"\"]\n", "apply_windows", []string{"entry 1", "empty"}},
@@ -526,6 +536,9 @@ func FuzzParse(f *testing.F) {
 		_ = c.TenancyURL()
 		_ = c.BaoURL()
 		_ = c.SlogLevel()
+		if !ValidAccountName(c.AgentUser) || !c.InterceptPrefix.IsValid() {
+			t.Fatalf("accepted agent_user %q, intercept_range %v", c.AgentUser, c.InterceptPrefix)
+		}
 		if c.Windows == nil {
 			t.Fatal("accepted a config without its parsed windows")
 		}

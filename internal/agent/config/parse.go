@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -467,6 +468,30 @@ func (d *decoder) finish(c *Config) error {
 		p := deriveProd(c.Site, c.EnvID)
 		c.Prod = &p
 	}
+	return d.hostKeys(c, e)
+}
+
+// accountName is an account name as useradd and systemd's User= take one.
+var accountName = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,30}\$?$`)
+
+// ValidAccountName reports whether name is an account name (useradd's rule): never an option,
+// a number or a path a later command could misread.
+func ValidAccountName(name string) bool { return accountName.MatchString(name) }
+
+// hostKeys checks agent_user and intercept_range.
+func (d *decoder) hostKeys(c *Config, e errFunc) error {
+	c.agentUserSet = d.set["agent_user"]
+	if !ValidAccountName(c.AgentUser) {
+		return e("agent_user", "want an account name (lowercase letters, digits, '_' and '-', starting with a letter or '_'), got %q", c.AgentUser)
+	}
+	p, err := netip.ParsePrefix(c.InterceptRange)
+	if err != nil {
+		return e("intercept_range", "want an address range such as %s, got %q", DefaultInterceptRange, c.InterceptRange)
+	}
+	if p.Bits() == 0 || p != p.Masked() {
+		return e("intercept_range", "want a range written by its first address, such as %s (not all addresses), got %q", DefaultInterceptRange, c.InterceptRange)
+	}
+	c.InterceptPrefix = p
 	return nil
 }
 

@@ -210,6 +210,7 @@ func (c *checker) dockerCLI() *compose.Docker {
 		Project:   cfg.ComposeProject,
 		Runner:    c.env.Runner,
 		Now:       c.now,
+		Redact:    c.red,
 	}
 }
 

@@ -68,7 +68,7 @@ func (c *checker) tryAs(ctx context.Context, a Account, path, want string) (bool
 	case res.ExitCode == 1:
 		return false, nil
 	}
-	return false, fmt.Errorf("%s: exit %d: %s", cmd, res.ExitCode, compose.Tail(string(res.Stderr), 200))
+	return false, fmt.Errorf("%s: exit %d: %s", cmd, res.ExitCode, compose.Tail(c.red.Redact(string(res.Stderr)), 200))
 }
 
 // judgePath asks whether a reaches path; if not, tries each directory from / to name the blocker.

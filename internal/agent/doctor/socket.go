@@ -81,10 +81,9 @@ func (r tickRunner) Run(ctx context.Context, c runner.Cmd) (runner.Result, error
 // tickEndpoint asks the agent's docker CLI where it connects; a failure fails the check (and ticks).
 func (c *checker) tickEndpoint(ctx context.Context) (dockerEndpoint, *Result) {
 	cfg := c.cfg()
-	d := c.dockerCLI()
-	res, err := c.env.Runner.Run(ctx, runner.Cmd{Name: cfg.DockerBin, Args: contextInspectArgs, Env: d.Env()})
+	res, err := c.env.Runner.Run(ctx, c.dockerCLI().Command(contextInspectArgs...))
 	if err == nil && res.ExitCode != 0 {
-		err = fmt.Errorf("exit %d: %s", res.ExitCode, compose.Tail(string(res.Stderr)+string(res.Stdout), 300))
+		err = fmt.Errorf("exit %d: %s", res.ExitCode, compose.Tail(c.red.Redact(string(res.Stderr)+string(res.Stdout)), 300))
 	}
 	if err != nil {
 		r := fail(fmt.Sprintf("the agent's docker CLI cannot say which engine it connects to (`docker context inspect` with DOCKER_CONFIG=%s): %v", cfg.DockerConfigDir(), err),
@@ -109,8 +108,9 @@ func (c *checker) doctorHostNote(ctx context.Context, tick dockerEndpoint) strin
 	if t, ok := r.(tickRunner); ok {
 		r = t.Runner // this one call runs as doctor's shell would
 	}
-	env := append(c.dockerCLI().Env(), "DOCKER_HOST="+c.env.DockerHost, "DOCKER_CONTEXT=")
-	res, err := r.Run(ctx, runner.Cmd{Name: c.cfg().DockerBin, Args: contextInspectArgs, Env: env})
+	cmd := c.dockerCLI().Command(contextInspectArgs...)
+	cmd.Env = append(cmd.Env, "DOCKER_HOST="+c.env.DockerHost, "DOCKER_CONTEXT=")
+	res, err := r.Run(ctx, cmd)
 	shown := ""
 	switch {
 	case err != nil:

@@ -37,7 +37,7 @@ type Error struct {
 }
 
 func (e *Error) Error() string { return e.File + ": " + e.Msg }
-func (e *Error) Unwrap() error  { return e.Err }
+func (e *Error) Unwrap() error { return e.Err }
 
 // Merge sets every key of kit (a config.yaml fragment, its head comment the kit's header) in
 // existing (the box's config.yaml, nil or empty when there is none), keeping every other key,

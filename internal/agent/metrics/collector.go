@@ -92,7 +92,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		gauge("token_ttl_seconds", "Seconds the agent's OpenBao token has left, by where it came from (bootstrap or lease).", max(left.Seconds(), 0), "source", sourceLabel(tok.Source))
 	}
 	until := 0.0
-	if b := st.LeaseBackoff; b != nil && b.Until.After(t.End) {
+	if b := st.LeaseBackoff; b.Holds(t.End) {
 		until = seconds(b.Until)
 	}
 	gauge("lease_backoff_until_timestamp_seconds", "Until when no new lease is asked for after OpenBao refused a lease login (0: no back-off).", until)

@@ -19,11 +19,14 @@ import (
 // and in the journal on failure) and not in Env unless the callee offers no other way: hand them
 // over in a 0600 file the callee reads, or on Stdin.
 type Cmd struct {
-	Name  string   // program; looked up in PATH when it has no slash
-	Args  []string // arguments, without the program name
-	Env   []string // extra KEY=VAL appended to the inherited environment; a later entry wins
-	Dir   string   // working directory; "" means the caller's
-	Stdin []byte   // fed to standard input; nil means /dev/null
+	Name string   // program; looked up in PATH when it has no slash
+	Args []string // arguments, without the program name
+	Env  []string // extra KEY=VAL appended to the inherited environment; a later entry wins
+	// OnlyEnv makes Env the whole environment: nothing of the agent's own is inherited (docker:
+	// an operator's COMPOSE_FILE or DOCKER_HOST must not change what a tick runs).
+	OnlyEnv bool
+	Dir     string // working directory; "" means the caller's
+	Stdin   []byte // fed to standard input; nil means /dev/null
 }
 
 // String renders the command line for logs; Cmd carries no secret (see above).
@@ -70,7 +73,11 @@ func (e Exec) Run(ctx context.Context, c Cmd) (Result, error) {
 	if env == nil {
 		env = os.Environ()
 	}
-	cmd.Env = append(append([]string(nil), env...), c.Env...)
+	if c.OnlyEnv {
+		env = nil
+	}
+	// Never nil: exec.Cmd reads a nil Env as "inherit everything".
+	cmd.Env = append(append([]string{}, env...), c.Env...)
 	cmd.Dir = c.Dir
 	if c.Stdin != nil {
 		cmd.Stdin = bytes.NewReader(c.Stdin)

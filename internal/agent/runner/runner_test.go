@@ -52,6 +52,18 @@ func TestExecRun(t *testing.T) {
 			wantOut: "base\n",
 		},
 		{
+			name:    "OnlyEnv: nothing inherited, not even an empty Env",
+			cmd:     Cmd{Name: "/bin/sh", Args: []string{"-c", `echo "[$BASE][$EXTRA]"`}, Env: []string{"EXTRA=x"}, OnlyEnv: true},
+			env:     []string{"BASE=base", "PATH=" + os.Getenv("PATH")},
+			wantOut: "[][x]\n",
+		},
+		{
+			name:    "OnlyEnv with no Env runs with an empty environment",
+			cmd:     Cmd{Name: "/bin/sh", Args: []string{"-c", `echo "[$BASE]"`}, OnlyEnv: true},
+			env:     []string{"BASE=base"},
+			wantOut: "[]\n",
+		},
+		{
 			name:    "working directory",
 			cmd:     Cmd{Name: "pwd", Dir: dir},
 			wantOut: dir + "\n",

@@ -97,6 +97,8 @@ type State struct {
 	// would not change it, so every field (any issue's) rides in the tick's one write.
 	onDisk     []byte
 	onDiskPath string
+	// fromReserve: Load read the reserve (reserve.go), the disk refused the last save.
+	fromReserve bool
 }
 
 // TokenMeta describes the token in bao.token; never the token itself.
@@ -294,6 +296,21 @@ type LeaseBackoff struct {
 	Reason string `json:"reason,omitempty"`
 }
 
+// MaxLeaseBackoff is the longest hold on leases a refused lease login starts.
+const MaxLeaseBackoff = time.Hour
+
+// Holds reports whether no lease may be taken at now: Until is ahead, and no further ahead than
+// MaxLeaseBackoff. One further came from a clock that ran ahead or a hand edit; held, it would
+// stop every lease until then, and the token would expire into "re-run the install kit".
+func (b *LeaseBackoff) Holds(now time.Time) bool {
+	return b != nil && now.Before(b.Until) && !b.TooFar(now)
+}
+
+// TooFar reports whether Until is further ahead of now than any back-off the agent starts.
+func (b *LeaseBackoff) TooFar(now time.Time) bool {
+	return b != nil && b.Until.Sub(now) > MaxLeaseBackoff
+}
+
 // DeployBackoff is the failing sha and its next try; refusals are not part of it.
 type DeployBackoff struct {
 	Sha string `json:"sha"`
@@ -384,14 +401,32 @@ func (e *CorruptError) Error() string {
 
 func (e *CorruptError) Unwrap() error { return e.Err }
 
-// Load reads the state file: missing is the empty state, not a state is a *CorruptError.
+// writeFile is atomicfile.WriteFile; tests make it meet a full disk.
+var writeFile = atomicfile.WriteFile
+
+// Load reads the state file: missing is the empty state, not a state is a *CorruptError. A save
+// the full disk refused and the reserve kept (reserve.go) is newer than the file: it is read.
 func Load(path string) (*State, error) {
 	data, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return &State{}, nil
-	}
-	if err != nil {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		data = nil
+	case err != nil:
 		return nil, fmt.Errorf("state: read %s: %w", path, err)
+	}
+	over := "none"
+	if data != nil {
+		over = hashOf(data)
+	}
+	if kept, _, _, ok := readReserve(path, over); ok {
+		var s State
+		if err := json.Unmarshal(kept, &s); err == nil {
+			s.fromReserve = true
+			return &s, nil
+		}
+	}
+	if data == nil {
+		return &State{}, nil
 	}
 	var s State
 	if err := json.Unmarshal(data, &s); err != nil {
@@ -401,8 +436,13 @@ func Load(path string) (*State, error) {
 	return &s, nil
 }
 
+// FromReserve reports whether Load read the state from the reserve: state.json is behind.
+func (s *State) FromReserve() bool { return s.fromReserve }
+
 // Save writes s to path atomically, mode 0600, unless path already holds exactly this content
 // (as loaded or last saved through s): a converged tick's repeated saves cost one write, or none.
+// When the disk refuses (full, or over quota), the reserve keeps it: the error then matches
+// ErrKeptInReserve, and Load reads it back.
 func Save(path string, s *State) error {
 	data, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {
@@ -412,11 +452,19 @@ func Save(path string, s *State) error {
 	if path == s.onDiskPath && bytes.Equal(data, s.onDisk) {
 		return nil
 	}
-	if err := atomicfile.WriteFile(path, data, 0o600); err != nil {
+	err = writeFile(path, data, 0o600)
+	switch {
+	case err == nil:
+		s.onDisk, s.onDiskPath = data, path
+		tendReserve(path, len(data))
+		return nil
+	case !diskFull(err):
 		return fmt.Errorf("state: save: %w", err)
 	}
-	s.onDisk, s.onDiskPath = data, path
-	return nil
+	if rerr := keepInReserve(path, data); rerr != nil {
+		return fmt.Errorf("state: save: %w; the reserve could not keep it either: %v", err, rerr)
+	}
+	return fmt.Errorf("state: save: %w; %w (%s) until there is space", err, ErrKeptInReserve, path+ReserveSuffix)
 }
 
 // IsRollback: sha was applied before and is not current (AppliedSha, or after a retire History's tail).

@@ -161,8 +161,9 @@ func TestSaveModeAndRoundTrip(t *testing.T) {
 	if st.Mode().Perm() != 0o600 {
 		t.Errorf("mode %v, want 0600", st.Mode().Perm())
 	}
-	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
-		t.Errorf("%d entries in the state dir, want only state.json", len(ents))
+	// no temp file is left; the reserve is made beside state.json (reserve.go)
+	if ents, _ := os.ReadDir(dir); len(ents) != 2 || ents[0].Name() != "state.json" || ents[1].Name() != "state.json.reserve" {
+		t.Errorf("state dir holds %v, want only state.json and state.json.reserve", ents)
 	}
 	got, err := Load(p)
 	if err != nil {
@@ -729,5 +730,30 @@ func TestSaveSkipsAnUnchangedState(t *testing.T) {
 	}
 	if _, err := os.Stat(other); err != nil {
 		t.Errorf("saving to another path: %v", err)
+	}
+}
+
+// A lease back-off holds until Until, but never longer than MaxLeaseBackoff from now: one
+// further ahead came from a clock that ran ahead or a hand edit, and is lapsed.
+func TestLeaseBackoffHoldsNoLongerThanTheLongest(t *testing.T) {
+	now := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name       string
+		b          *LeaseBackoff
+		holds, far bool
+	}{
+		{"none", nil, false, false},
+		{"ahead", &LeaseBackoff{Until: now.Add(30 * time.Minute)}, true, false},
+		{"the longest", &LeaseBackoff{Until: now.Add(MaxLeaseBackoff)}, true, false},
+		{"past the longest", &LeaseBackoff{Until: now.Add(MaxLeaseBackoff + time.Second)}, false, true},
+		{"years ahead", &LeaseBackoff{Until: now.AddDate(5, 0, 0)}, false, true},
+		{"over", &LeaseBackoff{Until: now}, false, false},
+	} {
+		if got := tc.b.Holds(now); got != tc.holds {
+			t.Errorf("%s: Holds = %v, want %v", tc.name, got, tc.holds)
+		}
+		if got := tc.b.TooFar(now); got != tc.far {
+			t.Errorf("%s: TooFar = %v, want %v", tc.name, got, tc.far)
+		}
 	}
 }

@@ -50,7 +50,14 @@ const (
 	DefaultMaxBundleBytes int64 = 16 << 20
 	maxJSONBytes          int64 = 1 << 20
 	maxErrorBytes         int64 = 64 << 10
-	maxMessage                  = 300
+)
+
+// Cuts of a server's words in an error: its message, and the first line of a body without one.
+// Only the bearer token is masked before the cut; the tick's redactor masks any other secret
+// the words held, a part cut at the edge too (secret.Redactor).
+const (
+	MaxMessage   = 300
+	MaxFirstLine = 120
 )
 
 // APIError is a call without a usable answer: an HTTP error status with the body's Code and
@@ -319,8 +326,8 @@ func (c *Client) statusError(op string, resp *http.Response, body []byte, token 
 	code, msg := eb.Code, eb.Message
 	msg = strings.Join(strings.Fields(msg), " ")
 	msg, code = secret.Mask(msg, token.Reveal()), secret.Mask(code, token.Reveal())
-	if len(msg) > maxMessage {
-		msg = msg[:maxMessage] + "…"
+	if len(msg) > MaxMessage {
+		msg = msg[:MaxMessage] + "…"
 	}
 	if len(code) > 64 {
 		code = code[:64]
@@ -371,8 +378,8 @@ func firstLine(body []byte, token secret.Value) string {
 		// A token that is not valid UTF-8 may match half a rune; what is left of it goes.
 		line = strings.ToValidUTF8(secret.Mask(line, t), "")
 	}
-	if len(line) > 120 {
-		cut := 120
+	if len(line) > MaxFirstLine {
+		cut := MaxFirstLine
 		for cut > 0 && !utf8.RuneStart(line[cut]) {
 			cut--
 		}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/bao"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/bundle"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/compose"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/config"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/diskspace"
@@ -70,7 +71,17 @@ type Deps struct {
 	Hostname string
 	// Step, when set, runs after each named step; its error aborts the tick like a crash (tests).
 	Step func(name string) error
+	// IsFile reports whether a host path is a regular file (the compose judgement's time zone
+	// binds); nil asks the filesystem.
+	IsFile func(path string) bool
+	// Redact is the tick's redactor: every secret read is added to it, every journal line,
+	// report and error passes it. Docker must hold the same one, so a failed command's output is
+	// redacted before it is cut (compose.CmdError). Required.
+	Redact *secret.Redactor
 }
+
+// errNoRedactor: Deps without a redactor would let a secret out; the tick does not start.
+var errNoRedactor = errors.New("tick: no redactor in Deps")
 
 // Options are the flags of one tick.
 type Options struct {
@@ -173,8 +184,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := a.step("lock"); err != nil {
 		return err
 	}
+	if a.deps.Redact == nil {
+		return errNoRedactor
+	}
 	var err error
-	a.redact = &secret.Redactor{}
+	a.redact = a.deps.Redact
 	// Every journal line of the tick passes the redactor, whoever wrote it.
 	a.log = slog.New(secret.LogHandler(a.baseLog.Handler(), a.redact))
 	a.dockerInfoFresh = false
@@ -230,9 +244,21 @@ type redactedError struct {
 func (e *redactedError) Error() string { return e.msg }
 func (e *redactedError) Unwrap() error { return e.err }
 
+// judgeHost is the box as the compose judgement sees it: its intercept range and files.
+func (a *Agent) judgeHost() bundle.Host {
+	isFile := a.deps.IsFile
+	if isFile == nil {
+		isFile = func(p string) bool {
+			fi, err := os.Stat(p)
+			return err == nil && fi.Mode().IsRegular()
+		}
+	}
+	return bundle.Host{InterceptRange: a.cfg.InterceptPrefix, IsFile: isFile}
+}
+
 // removeLeftovers deletes temp files of killed writes in state_dir: they may hold a token.
 func (a *Agent) removeLeftovers() {
-	for _, p := range []string{a.cfg.StatePath(), a.cfg.TokenPath(), a.files().Staged, a.files().Grant, filepath.Join(a.cfg.DockerConfigDir(), registryauth.ConfigFile), a.cfg.ZitiSessionPath()} {
+	for _, p := range []string{a.cfg.StatePath(), a.cfg.StatePath() + state.ReserveSuffix, a.cfg.TokenPath(), a.files().Staged, a.files().Grant, filepath.Join(a.cfg.DockerConfigDir(), registryauth.ConfigFile), a.cfg.ZitiSessionPath()} {
 		removed, err := atomicfile.RemoveLeftovers(p)
 		if err != nil {
 			a.log.Warn("temp files of a killed tick could not be removed", "error", err.Error())
@@ -315,6 +341,10 @@ func (a *Agent) loadState() (*state.State, error) {
 		st = &state.State{}
 	default:
 		return nil, err
+	}
+	if st.FromReserve() {
+		a.log.Warn("state.json is behind: the last save met a full disk and was kept in its reserve; read from there",
+			"reserve", a.cfg.StatePath()+state.ReserveSuffix)
 	}
 	if st.EnvID == "" {
 		st.EnvID = a.cfg.EnvID

@@ -119,7 +119,7 @@ func (a *Agent) checkBundle(ctx context.Context, files map[string]string, sha st
 		return nil, nil, err
 	}
 	releaseDir := filepath.Join(a.cfg.EnvDir(), "releases", sha)
-	checkErr := b.Check(releaseDir, a.cfg.ComposeProject)
+	checkErr := b.Check(releaseDir, a.cfg.ComposeProject, a.judgeHost())
 	var r *protocol.Refusal
 	if checkErr != nil && !(errors.As(checkErr, &r) && r.Code == protocol.CodePrivileged) {
 		a.rememberRefusal(sha, checkErr)

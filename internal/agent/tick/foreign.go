@@ -9,7 +9,6 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/state"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/token"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/protocol"
-	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/secret"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/version"
 )
 
@@ -41,7 +40,10 @@ func (f Foreign) Detail(stateDir string) string {
 // RunForeign is the tick when state_dir holds files the agent does not own: repair nothing, lock
 // nothing, report `failed` naming the files and the chown; exit 1.
 func (a *Agent) RunForeign(ctx context.Context, f Foreign) error {
-	a.redact = &secret.Redactor{}
+	if a.deps.Redact == nil {
+		return errNoRedactor
+	}
+	a.redact = a.deps.Redact
 	detail := f.Detail(a.cfg.StateDir)
 	a.log.Error("failed: " + detail)
 	st, err := state.Load(a.cfg.StatePath())

@@ -26,6 +26,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/tenancy/tenancytest"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/tick"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/protocol"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/secret"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/test/grant"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/test/syncbuf"
 )
@@ -67,20 +68,22 @@ func (c *clock) Sleep(ctx context.Context, d time.Duration) error {
 
 // harness is one box: a config and state dir, fake tenancy, fake OpenBao, a simulated docker CLI.
 type harness struct {
-	t       testing.TB
-	dir     string
-	cfg     *config.Config
-	ten     *tenancytest.Server
-	bao     *baotest.Server
-	signer  *grant.Signer
-	docker  *composetest.Sim
-	clock   *clock
-	logs    *syncbuf.Buffer
-	free    map[string]int64
-	step    func(string) error
-	prune   bool
-	timer   *protocol.Timer
-	cfgText string
+	// noHostFile lists host paths that are no regular file on this box (Deps.IsFile).
+	noHostFile map[string]bool
+	t          testing.TB
+	dir        string
+	cfg        *config.Config
+	ten        *tenancytest.Server
+	bao        *baotest.Server
+	signer     *grant.Signer
+	docker     *composetest.Sim
+	clock      *clock
+	logs       *syncbuf.Buffer
+	free       map[string]int64
+	step       func(string) error
+	prune      bool
+	timer      *protocol.Timer
+	cfgText    string
 	// httpTransport, when set, carries every tenancy and OpenBao call (a transport under test).
 	httpTransport func() *http.Transport
 	// bao2 is the second fake OpenBao of newHarnessOpts' secondBao, nil otherwise.
@@ -222,13 +225,15 @@ func (h *harness) deps() tick.Deps {
 		newTransport = h.httpTransport
 	}
 	hc := &http.Client{Transport: newTransport(), Timeout: 10 * time.Second}
+	red := &secret.Redactor{}
 	d := tick.Deps{
+		Redact:  red,
 		Log:     slog.New(journal.New(h.logs, slog.LevelDebug)),
 		Tenancy: tenancy.New(h.cfg.TenancyURL(), hc),
 		NewBao: func(addr string) (tick.Bao, error) {
 			return bao.New(bao.Options{Addr: addr, HTTPClient: &http.Client{Transport: newTransport()}, CAFile: h.cfg.Bao.CAFile})
 		},
-		Docker: &compose.Docker{Bin: "docker", ConfigDir: h.cfg.DockerConfigDir(), Project: h.cfg.ComposeProject, Runner: h.docker, Now: h.clock.Now, PollInterval: 2 * time.Second},
+		Docker: &compose.Docker{Bin: "docker", ConfigDir: h.cfg.DockerConfigDir(), Project: h.cfg.ComposeProject, Runner: h.docker, Now: h.clock.Now, PollInterval: 2 * time.Second, Redact: red},
 		Timer: func(context.Context) *protocol.Timer {
 			if h.timer != nil {
 				return h.timer
@@ -248,6 +253,8 @@ func (h *harness) deps() tick.Deps {
 		Sleep:    h.clock.Sleep,
 		Hostname: "qa-02",
 		Step:     h.step,
+		// The host's time zone files are there unless a test took one away.
+		IsFile: func(p string) bool { return !h.noHostFile[p] },
 	}
 	if h.wrap != nil {
 		h.wrap(&d)

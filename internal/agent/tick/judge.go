@@ -69,7 +69,7 @@ func (a *Agent) judgeRendered(ctx context.Context, b *bundle.Bundle, dir string)
 	if err != nil {
 		return err
 	}
-	err = bundle.JudgeRendered(out, b.Meta.ComposeFile, dir, a.cfg.ComposeProject, b.Meta.Agent.AllowPrivileged)
+	err = bundle.JudgeRendered(out, b.Meta.ComposeFile, dir, a.cfg.ComposeProject, b.Meta.Agent.AllowPrivileged, a.judgeHost(), a.redact)
 	clear(out)
 	if err != nil {
 		a.rememberRefusal(b.Sha, err)

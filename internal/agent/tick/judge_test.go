@@ -288,3 +288,29 @@ func TestDiskRefusalIsJudgedAgainOnlyWhenFreeSpaceChanged(t *testing.T) {
 		}
 	})
 }
+
+// The host's time zone file binds read-only, through both judgements; where /etc/timezone is no
+// file on the box (Debian 13 has none), docker would create it as a directory in the host's
+// /etc, so that box refuses the bind before anything is leased.
+func TestTimezoneBindsFollowTheHost(t *testing.T) {
+	compose := bundletest.Svc("    volumes: [\"/etc/localtime:/etc/localtime:ro\", \"/etc/timezone:/etc/timezone:ro\"]\n")
+	h := newHarness(t)
+	h.desire(bundleSpec{compose: compose})
+	h.expectExit(tick.ExitOK)
+	if r := h.lastReport(); r.Result != protocol.ResultApplied {
+		t.Fatalf("with both files on the host: %+v", r)
+	}
+
+	h = newHarness(t)
+	h.noHostFile = map[string]bool{"/etc/timezone": true}
+	h.desire(bundleSpec{compose: compose})
+	h.expectExit(tick.ExitFailed)
+	r := h.lastReport()
+	if r.Result != protocol.ResultRefused || !strings.Contains(r.Detail, "PRIVILEGED_REFUSED: docker-compose.yml: 1 finding(s)") ||
+		!strings.Contains(r.Detail, "api: volumes[1]: not a file on this host") {
+		t.Fatalf("without /etc/timezone: %+v", r)
+	}
+	if h.ten.LeasesGranted(env) != 0 {
+		t.Error("leased for a refused bundle")
+	}
+}

@@ -260,14 +260,14 @@ func (a *Agent) judgeRelease(ctx context.Context, dir, sha string) (bundle.Meta,
 	if err != nil {
 		return bundle.Meta{}, "changed on disk since it was applied: " + err.Error()
 	}
-	if err := b.Check(dir, a.cfg.ComposeProject); err != nil {
+	if err := b.Check(dir, a.cfg.ComposeProject, a.judgeHost()); err != nil {
 		return bundle.Meta{}, err.Error()
 	}
 	out, err := a.deps.Docker.Config(ctx, dir, b.Meta.ComposeFile)
 	if err != nil {
 		return bundle.Meta{}, "compose config: " + err.Error()
 	}
-	err = bundle.JudgeRendered(out, b.Meta.ComposeFile, dir, a.cfg.ComposeProject, b.Meta.Agent.AllowPrivileged)
+	err = bundle.JudgeRendered(out, b.Meta.ComposeFile, dir, a.cfg.ComposeProject, b.Meta.Agent.AllowPrivileged, a.judgeHost(), a.redact)
 	clear(out)
 	if err != nil {
 		return bundle.Meta{}, err.Error()

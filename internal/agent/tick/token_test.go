@@ -1,6 +1,7 @@
 package tick_test
 
 import (
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -318,6 +319,59 @@ func TestRefusedLeaseLoginBacksOff(t *testing.T) {
 }
 
 const leaseBackoffForTest = time.Hour
+
+// A lease_backoff.until further ahead than the longest back-off (written while the clock ran
+// ahead, or by hand) is lapsed, with a warning: held, it stopped every lease for years, and the
+// token expired into "re-run the install kit".
+func TestLeaseBackoffFarAheadIsLapsed(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		ahead time.Duration
+		holds bool
+	}{
+		{"five years ahead", 5 * 365 * 24 * time.Hour, false},
+		{"a minute past the longest", leaseBackoffForTest + time.Minute, false},
+		{"the longest", leaseBackoffForTest, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			applyWithBootstrapToken(t, h)
+			// state.json as a hand edit or a clock that ran ahead left it
+			raw, err := os.ReadFile(h.cfg.StatePath())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var doc map[string]any
+			if err := json.Unmarshal(raw, &doc); err != nil {
+				t.Fatal(err)
+			}
+			until := h.clock.Now().Add(tc.ahead).UTC().Format(time.RFC3339)
+			doc["lease_backoff"] = map[string]any{"until": until, "reason": "bao: login: HTTP 400: role not found"}
+			raw, _ = json.Marshal(doc)
+			if err := os.WriteFile(h.cfg.StatePath(), raw, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			h.bao.FailNext("auth/token/lookup-self", http.StatusForbidden, 3) // no working token: only a lease applies
+			h.desire(bundleSpec{template: defaultTemplate + "V=2\n"})
+			err = h.tickErr()
+			st := h.state()
+			if tc.holds {
+				if tick.ExitCode(err) != tick.ExitFailed || !strings.Contains(err.Error(), "no new lease until "+until) || h.ten.LeasesGranted(env) != 0 {
+					t.Fatalf("tick = %v, leases %d: a back-off within the longest must hold", err, h.ten.LeasesGranted(env))
+				}
+				if strings.Contains(h.logs.String(), "treated as lapsed") {
+					t.Error("a back-off within the longest was called lapsed")
+				}
+				return
+			}
+			if err != nil || h.ten.LeasesGranted(env) != 1 || st.Token.Source != "lease" || st.LeaseBackoff != nil {
+				t.Fatalf("tick = %v, leases %d, token %+v, back-off %+v: want one lease and the back-off gone", err, h.ten.LeasesGranted(env), st.Token, st.LeaseBackoff)
+			}
+			h.expectLog("WARN lease back-off ends further ahead than any back-off the agent starts (a clock that ran ahead, or an edited state.json); treated as lapsed")
+			h.expectLog("until=" + until)
+		})
+	}
+}
 
 // A token whose OpenBao address died (the check-in now names another) is looked up at the
 // tick's OpenBao: valid there, it is recorded as living there and reused; refused there, one

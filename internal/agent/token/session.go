@@ -302,7 +302,7 @@ func (s *Session) AuthCall(ctx context.Context, what string, call func(secret.Va
 func (s *Session) Addr() string { return Addr(s.St, s.Vault.Addr) }
 
 // leaseBackoff holds off leases after a lease login was refused for good: tenancy's 5-lease window.
-const leaseBackoff = time.Hour
+const leaseBackoff = state.MaxLeaseBackoff
 
 // heldOff marks a lease not taken (or refused) under lease_backoff; it adds nothing to the message.
 type heldOff struct{ err error }
@@ -464,7 +464,7 @@ func (s *Session) lease(ctx context.Context, reason string) (secret.Value, error
 		s.Log.Info("kept lease grant refused by OpenBao; leasing again", "error", s.Redact.Redact(err.Error()))
 		s.dropPendingGrant()
 	}
-	if b := s.St.LeaseBackoff; b != nil && s.Now().Before(b.Until) {
+	if b := s.St.LeaseBackoff; b.Holds(s.Now()) {
 		return secret.Value{}, &heldOff{err: fmt.Errorf("no new lease until %s: OpenBao refused the last lease login: %s", b.Until.Format(time.RFC3339), b.Reason)}
 	}
 	g, err := s.newGrant(ctx, reason)
@@ -634,7 +634,11 @@ func (s *Session) Tidy() {
 			s.removeLeaseGrantFile()
 		}
 	}
-	if b := s.St.LeaseBackoff; b != nil && !s.Now().Before(b.Until) {
+	if b := s.St.LeaseBackoff; b != nil && !b.Holds(s.Now()) {
+		if b.TooFar(s.Now()) {
+			s.Log.Warn("lease back-off ends further ahead than any back-off the agent starts (a clock that ran ahead, or an edited state.json); treated as lapsed",
+				"until", b.Until.UTC().Format(time.RFC3339), "longest", leaseBackoff.String())
+		}
 		s.St.LeaseBackoff = nil
 		changed = true
 	}

@@ -4,7 +4,11 @@ package clip
 
 import "unicode/utf8"
 
-const ellipsis = "…"
+// Mark is how every clip marks a cut (LastBytes apart): the redactor looks beside it for the
+// part of a secret a clip made before redaction left (secret.Redactor).
+const Mark = "…"
+
+const ellipsis = Mark
 
 // Head keeps the start of s, at most n bytes of it, followed by "…" when it cut.
 func Head(s string, n int) string {

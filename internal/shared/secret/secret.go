@@ -113,25 +113,121 @@ func unquote(q string) string {
 	return q
 }
 
-// Redact returns s with every registered value replaced by `***`.
+// Redact returns s with every registered value replaced by `***`, and with the part of one that
+// a clip cut beside its mark (clip.Mark): text clipped before it was redacted no longer holds
+// the whole value, only its start before the mark or its end after it (seed: 10 of a 14-byte
+// password's bytes reached a report that way).
 func (r *Redactor) Redact(s string) string { return r.redactWith(s, mask) }
 
+// MinFragment is the shortest part of a value masked beside a clip's mark. Fewer bytes tell a
+// reader little (at most 3, of a value they cannot tell is one), while 1 to 3 bytes of the start
+// or end of some registered value (KV values include plain words and host names) would mask
+// ordinary text beside every "…".
+const MinFragment = 4
+
 // redactWith is Redact with another mask, so a test can tell a survivor from mask-spelt text.
+// Every value's occurrences and every cut part are found in s as given, then masked together:
+// masking one value first could hide the start of another from the search.
 func (r *Redactor) redactWith(s, m string) string {
 	if r == nil {
 		return s
 	}
 	r.mu.RLock()
 	defer r.mu.RUnlock()
+	var spans []span
 	for _, v := range r.values {
-		if strings.Contains(s, v) {
-			s = strings.ReplaceAll(s, v, m)
+		for off := 0; off < len(s); {
+			i := strings.Index(s[off:], v)
+			if i < 0 {
+				break
+			}
+			spans = append(spans, span{off + i, off + i + len(v)})
+			off += i + 1 // occurrences may overlap
 		}
 	}
-	return s
+	if strings.Contains(s, clip.Mark) {
+		spans = r.cutParts(s, spans)
+	}
+	return maskSpans(s, spans, m)
 }
 
-// Truncate redacts s and keeps its last n bytes: a log's last lines explain a failure.
+// span is the bytes [from, to) of a text.
+type span struct{ from, to int }
+
+// cutParts adds, at each clip mark, the longest start of a value just before it (a head clip's
+// cut) and the longest end of one just after it (a tail clip's cut). Each side is read whole, so
+// a value that holds the mark itself is found too.
+func (r *Redactor) cutParts(s string, spans []span) []span {
+	for off := 0; ; {
+		i := strings.Index(s[off:], clip.Mark)
+		if i < 0 {
+			return spans
+		}
+		i += off
+		j := i + len(clip.Mark)
+		if k := r.startAtEnd(s[:i]); k > 0 {
+			spans = append(spans, span{i - k, i})
+		}
+		if k := r.endAtStart(s[j:]); k > 0 {
+			spans = append(spans, span{j, j + k})
+		}
+		off = j
+	}
+}
+
+// maskSpans replaces each run of overlapping or touching spans of s by one m.
+func maskSpans(s string, spans []span, m string) string {
+	if len(spans) == 0 {
+		return s
+	}
+	sort.Slice(spans, func(a, b int) bool { return spans[a].from < spans[b].from })
+	var b strings.Builder
+	at := 0
+	for i := 0; i < len(spans); {
+		from, to := spans[i].from, spans[i].to
+		for i++; i < len(spans) && spans[i].from <= to; i++ {
+			to = max(to, spans[i].to)
+		}
+		b.WriteString(s[at:from])
+		b.WriteString(m)
+		at = to
+	}
+	b.WriteString(s[at:])
+	return b.String()
+}
+
+// startAtEnd is the length of the longest start of a value (at least MinFragment bytes) that t
+// ends with, 0 when none.
+func (r *Redactor) startAtEnd(t string) int {
+	best := 0
+	for _, v := range r.values {
+		for k := min(len(v), len(t)); k >= MinFragment && k > best; k-- {
+			if t[len(t)-k] == v[0] && t[len(t)-k:] == v[:k] {
+				best = k
+				break
+			}
+		}
+	}
+	return best
+}
+
+// endAtStart is the length of the longest end of a value (at least MinFragment bytes) that t
+// starts with, 0 when none.
+func (r *Redactor) endAtStart(t string) int {
+	best := 0
+	for _, v := range r.values {
+		for k := min(len(v), len(t)); k >= MinFragment && k > best; k-- {
+			if t[k-1] == v[len(v)-1] && t[:k] == v[len(v)-k:] {
+				best = k
+				break
+			}
+		}
+	}
+	return best
+}
+
+// Truncate redacts s and keeps its last n bytes: a log's last lines explain a failure. Redacting
+// first is the order that matters: a cut through a value would leave a part no redactor knows.
 func (r *Redactor) Truncate(s string, n int) string {
 	return clip.LastBytes(r.Redact(s), n)
 }

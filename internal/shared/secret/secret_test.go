@@ -10,6 +10,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unicode/utf8"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/clip"
 )
 
 func TestValueNeverPrints(t *testing.T) {
@@ -220,6 +223,88 @@ func BenchmarkRedactLogTail(b *testing.B) {
 	for b.Loop() {
 		_ = r.Redact(text)
 	}
+}
+
+// A text clipped before it was redacted holds only a part of a value beside the clip's mark: its
+// start before "…" (a head cut), its end after it (a tail cut). Those are masked from 4 bytes;
+// ordinary words beside a mark, and parts elsewhere in the text, are left alone.
+func TestRedactorMasksAValueCutBesideTheMark(t *testing.T) {
+	const pw = "Q7ZK9W4PV2MJ8H"
+	var r Redactor
+	r.Add(pw, `pa"ss-word-9`)
+	for _, tc := range []struct{ in, want string }{
+		{"pull failed: …" + pw[4:] + " (rc=1)", "pull failed: …*** (rc=1)"},
+		{"loader: bad port " + pw[:10] + "…", "loader: bad port ***…"},
+		{"a " + pw[:4] + "… b …" + pw[10:] + " c", "a ***… b …*** c"},
+		{"three bytes tell little: " + pw[:3] + "… …" + pw[11:], "three bytes tell little: " + pw[:3] + "… …" + pw[11:]},
+		{"a part away from a mark is no cut: " + pw[:8] + " …", "a part away from a mark is no cut: " + pw[:8] + " …"},
+		{"the loader said… then stopped…", "the loader said… then stopped…"},
+		{`{"p": "pa\"ss-w…`, `{"p": "***…`}, // a cut through the JSON form
+		{"…" + pw + "…", "…***…"},
+	} {
+		if got := r.Redact(tc.in); got != tc.want {
+			t.Errorf("Redact(%q)\n = %q\nwant %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+// FuzzClippedValueNeverLeaks cuts a text holding a value with every clip at any length, before
+// redacting it (the wrong order, which a careless caller may still take): no part of the value
+// of MinFragment bytes or more survives. Filler and mask are bytes the value does not hold, so
+// every survivor in the output is a real one.
+func FuzzClippedValueNeverLeaks(f *testing.F) {
+	f.Add("Q7ZK9W4PV2MJ8H", 40, 600, 60)
+	f.Add("pa\"ss-word", 3, 10, 5)
+	f.Add("é-secret-é", 1, 1, 7)
+	f.Fuzz(func(t *testing.T, value string, before, after, n int) {
+		if len(value) < minLen || len(value) > 256 || strings.TrimSpace(value) != value || !utf8.ValidString(value) ||
+			strings.Contains(value, clip.Mark) {
+			// not a value the redactor keeps whole, not text a clip keeps byte for byte, or a
+			// value whose parts the clip's own mark would spell
+			t.Skip()
+		}
+		before, after, n = abs(before)%700, abs(after)%700, abs(n)%1400
+		sentinel, ok := absentASCII(value)
+		if !ok {
+			t.Skip("the value holds every ASCII byte")
+		}
+		fill, ok := absentASCII(value + sentinel)
+		if !ok {
+			t.Skip("no filler byte")
+		}
+		var r Redactor
+		r.Add(value)
+		in := strings.Repeat(fill, before) + value + strings.Repeat(fill, after)
+		for name, clipped := range map[string]string{
+			"head": clip.Head(in, n), "tail": clip.Tail(in, n), "runes": clip.Runes(in, max(n, 1)),
+		} {
+			out := r.redactWith(clipped, sentinel)
+			for k := len(value); k >= MinFragment; k-- {
+				for i := 0; i+k <= len(value); i++ {
+					if strings.Contains(out, value[i:i+k]) {
+						t.Fatalf("%s(%d): %q of %q survives in %q", name, n, value[i:i+k], value, out)
+					}
+				}
+			}
+		}
+	})
+}
+
+// absentASCII returns a printable ASCII byte that s does not contain.
+func absentASCII(s string) (string, bool) {
+	for b := byte('!'); b <= '~'; b++ {
+		if strings.IndexByte(s, b) < 0 {
+			return string([]byte{b}), true
+		}
+	}
+	return "", false
+}
+
+func abs(n int) int {
+	if n < 0 {
+		return -n
+	}
+	return n
 }
 
 // unquote takes off exactly the two quotes, the empty quoted string included.

@@ -135,6 +135,62 @@ func BypassClasses() []BypassClass {
 	add("oom_score_adj below 0", P, "api: oom_score_adj: below 0 the host's OOM killer kills the host's own processes first (-1000)",
 		Svc("    oom_score_adj: -1000\n"))
 	add("oom_kill_disable", P, "api: oom_kill_disable", Svc("    oom_kill_disable: true\n"))
+	out = append(out, round2Classes()...)
+	return out
+}
+
+// round2Classes are issue 19's: a network's address management, nesting that holds the loader,
+// and the host's time zone files bound otherwise than read-only.
+func round2Classes() []BypassClass {
+	var out []BypassClass
+	add := func(name, code, want, compose string) {
+		out = append(out, BypassClass{Name: name, Compose: compose, Code: code, Want: want})
+	}
+	P, I := protocol.CodePrivileged, protocol.CodeBundleInvalid
+	network := func(ipam string) string {
+		return Svc("    networks: [lan]\n") + "networks:\n  lan:\n    ipam:\n" + ipam
+	}
+	add("an IPAM driver plugin", P, "network lan: ipam.driver: only the default IPAM driver is allowed",
+		network("      driver: example/evil-ipam:latest\n"))
+	for _, r := range []struct{ name, key, pool, want string }{
+		{"a subnet in the intercept range", "subnet", "subnet: 100.64.0.0/16", "overlaps the tunneller's intercept range (100.64.0.0/10)"},
+		{"a subnet holding the intercept range", "subnet", "subnet: 96.0.0.0/4", "overlaps the tunneller's intercept range"},
+		{"one intercept address", "subnet", "subnet: 100.101.102.103/32", "overlaps the tunneller's intercept range"},
+		{"an ip_range in the intercept range", "ip_range", "{subnet: 100.64.0.0/10, ip_range: 100.64.1.0/24}", "overlaps the tunneller's intercept range"},
+		{"a gateway in the intercept range", "gateway", "{subnet: 10.10.0.0/16, gateway: 100.64.0.1}", "overlaps the tunneller's intercept range"},
+		{"an aux address in the intercept range", "aux_addresses.tenancy", "{subnet: 10.10.0.0/16, aux_addresses: {tenancy: 100.64.0.7}}", "overlaps the tunneller's intercept range"},
+		{"the IPv4-mapped intercept range", "subnet", "subnet: \"::ffff:100.64.0.0/112\"", "overlaps the tunneller's intercept range"},
+		{"a loopback subnet", "subnet", "subnet: 127.0.0.0/8", "overlaps loopback (127.0.0.0/8)"},
+		{"a link-local subnet (cloud metadata)", "subnet", "subnet: 169.254.169.0/24", "overlaps link-local (169.254.0.0/16)"},
+		{"the IPv6 loopback", "subnet", "subnet: \"::1/128\"", "overlaps loopback (::1/128)"},
+		{"an IPv6 link-local subnet", "subnet", "subnet: \"fe80::/64\"", "overlaps link-local (fe80::/10)"},
+		{"every IPv6 address", "subnet", "subnet: \"::/0\"", "overlaps"},
+	} {
+		pool := r.pool
+		if !strings.HasPrefix(pool, "{") {
+			pool = "{" + pool + "}"
+		}
+		add("ipam: "+r.name, P, "network lan: ipam.config[0]."+r.key+": "+r.want, network("      config: ["+pool+"]\n"))
+	}
+	deep := strings.Repeat("[", 100) + "x" + strings.Repeat("]", 100)
+	add("lists nested 100 deep", I, "nests deeper than 64 levels", Svc("")+"x-deep: "+deep+"\n")
+	var chain strings.Builder
+	chain.WriteString("x-a0: &a0 [x]\n")
+	for i := 1; i <= 70; i++ {
+		fmt.Fprintf(&chain, "x-a%d: &a%d [*a%d]\n", i, i, i-1)
+	}
+	add("nesting built from aliases", I, "nests deeper than 64 levels (aliases expanded)", chain.String()+Svc("    labels: {deep: x}\n"))
+	for _, r := range []struct{ name, want, volume string }{
+		{"the host's time zone bound writable", "api: volumes[0]: the host's time zone may only be bound read-only (:ro) (/etc/localtime)", `"/etc/localtime:/etc/localtime"`},
+		{"the host's time zone bound rw", "api: volumes[0]: the host's time zone may only be bound read-only", `"/etc/timezone:/etc/timezone:rw"`},
+		{"the host's time zone relabelled", "api: volumes[0].bind.selinux: a SELinux label relabels the host's /etc/localtime", `"/etc/localtime:/etc/localtime:ro,Z"`},
+		{"the long syntax without read_only", "api: volumes[0]: the host's time zone may only be bound read-only", "{type: bind, source: /etc/timezone, target: /etc/timezone}"},
+		{"another file under /etc, read-only", "api: volumes[0]: bind source outside the release directory (/etc/passwd)", `"/etc/passwd:/etc/passwd:ro"`},
+		{"the zone directory, read-only", "api: volumes[0]: bind source outside the release directory (/etc/localtime.d)", `"/etc/localtime.d:/x:ro"`},
+		{"a path through the time zone file", "api: volumes[0]: bind source outside the release directory (/etc/localtime/../shadow)", `"/etc/localtime/../shadow:/x:ro"`},
+	} {
+		add(r.name, P, r.want, Svc("    volumes: ["+r.volume+"]\n"))
+	}
 	return out
 }
 

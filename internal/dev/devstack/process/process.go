@@ -126,7 +126,8 @@ func (p *Process) LogTail() string {
 	if err != nil {
 		return fmt.Sprintf("(log unreadable: %v)", err)
 	}
-	return p.redact.Redact(clip.Tail(strings.TrimSpace(string(b)), 4000))
+	// masked, then cut: a cut through the root token would leave a part of it no redactor knows
+	return clip.Tail(p.redact.Redact(strings.TrimSpace(string(b))), 4000)
 }
 
 // FreePort asks the kernel for a free port on 127.0.0.1. Another process may take it before the
