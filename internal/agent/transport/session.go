@@ -312,8 +312,9 @@ type keptSession struct {
 
 // restore puts the file's session into the context when it is this identity's and unexpired,
 // with the services it dialed and their dial sessions: a converged tick's dial then asks the
-// controller nothing (the edge router checks the tokens). A kept dial session the controller
-// no longer knows costs the SDK one more round trip (it creates another and dials again).
+// controller nothing. A kept dial session the controller no longer knows does not fail the dial:
+// the router admits it on the identity's policies (ziti v1.7's router data model), or the SDK,
+// refused, creates another and dials again.
 func (k *keptSession) restore() {
 	r, err := readSessionRecord(k.path)
 	if err != nil {
