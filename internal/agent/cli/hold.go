@@ -158,7 +158,8 @@ func runHold(ctx context.Context, opts holdOptions, g *cliDeps, now time.Time) e
 	return withStateLock(ctx, cfg, g, func(st *state.State) (bool, error) {
 		red, rerr := tick.SecretsOnDisk(cfg, st)
 		if rerr != nil {
-			fmt.Fprintf(g.stderr, "monky-deployd: hold: the release's secrets could not be read to check the reason against them (%v); it was checked against the token and the registry credential only\n", rerr)
+			// Not a refusal: an unreadable release must not stop a human's "wait"; but not silent.
+			fmt.Fprintf(g.stderr, "monky-deployd: hold: the reason could not be checked against every secret of the release (%v); it was checked against what could be read\n", rerr)
 		}
 		if red.Redact(opts.reason) != opts.reason {
 			return false, usageError("hold: --reason holds a secret the box keeps (a value of the release's .env, the registry credential or the agent's token); write it without")
