@@ -121,7 +121,7 @@ func parseHoldDuration(s string) (time.Duration, error) {
 // setuid keep), else the account running.
 func heldBy(getenv func(string) string, p process) string {
 	for _, who := range []string{getenv("SUDO_USER"), p.loginUser(), p.userName()} {
-		if who != "" && state.CheckHoldText("by", who, 64) == nil {
+		if who != "" && state.CheckHoldText("by", who, state.MaxHoldBy) == nil {
 			return who
 		}
 	}
@@ -145,7 +145,7 @@ func runHold(ctx context.Context, opts holdOptions, g *cliDeps, now time.Time) e
 	if by == "" {
 		by = heldBy(g.getenv, g.proc)
 	}
-	if err := state.CheckHoldText("by", by, 64); err != nil {
+	if err := state.CheckHoldText("by", by, state.MaxHoldBy); err != nil {
 		return usageError("hold: %v", err)
 	}
 	args := g.args

@@ -51,8 +51,11 @@ func TestHoldRefusesBadFlags(t *testing.T) {
 	}{
 		{"no reason", []string{"hold"}, `required flag(s) "reason" not set`},
 		{"blank reason", []string{"hold", "--reason", "  "}, "--reason: empty"},
-		{"a newline", []string{"hold", "--reason", "a\nb"}, "control character"},
-		{"an escape", []string{"hold", "--reason", "red \x1b[31m"}, "control character"},
+		{"a newline", []string{"hold", "--reason", "a\nb"}, "contains U+000A"},
+		{"an escape", []string{"hold", "--reason", "red \x1b[31m"}, "contains U+001B, a control or format character"},
+		{"a right-to-left override", []string{"hold", "--reason", "db \u202etsil"}, "--reason: contains U+202E"},
+		{"a zero-width space", []string{"hold", "--reason", "r", "--by", "ali\u200bce"}, "by: contains U+200B"},
+		{"a long name", []string{"hold", "--reason", "r", "--by", strings.Repeat("x", 65)}, "by: 65 characters, at most 64"},
 		{"too long", []string{"hold", "--reason", strings.Repeat("x", 201)}, "201 characters, at most 200"},
 		{"both ends", []string{"hold", "--reason", "r", "--for", "1h", "--until", "2999-01-01T00:00:00Z"}, "none of the others can be"},
 		{"more than 7 days", []string{"hold", "--reason", "r", "--for", "169h"}, "more than 7 days"},

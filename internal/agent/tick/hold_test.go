@@ -234,3 +234,24 @@ func TestAHeldTickRedactsTheReleasesSecretsInTheReason(t *testing.T) {
 		})
 	}
 }
+
+// A mask can be longer than what it hides ("日本" → "***"): the check-in's hold is cut back to
+// the bounds fleetctl reads it by, or one box's hold would refuse the whole fleet's listing.
+func TestAHoldRedactedPastItsBoundsIsCutBack(t *testing.T) {
+	h := newHarness(t)
+	applied(t, h)
+	h.wrap = func(d *tick.Deps) { d.Redact.Add("日本") }
+	reason := strings.Repeat("日本 ", 66) + "日本" // 200 characters, 267 once masked
+	h.hold(reason, time.Hour)
+	h.expectExit(tick.ExitOK)
+	got := h.lastCheckin().Hold
+	if got == nil {
+		t.Fatal("no hold in the check-in")
+	}
+	if err := protocol.CheckSentHoldText(got.Reason, protocol.MaxHoldReason); err != nil || strings.Contains(got.Reason, "日本") {
+		t.Errorf("check-in hold reason %q: %v", got.Reason, err)
+	}
+	if !strings.HasPrefix(got.Reason, "*** *** ") || !strings.HasSuffix(got.Reason, "…") {
+		t.Errorf("check-in hold reason %q, want the masked reason cut", got.Reason)
+	}
+}
