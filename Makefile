@@ -41,7 +41,8 @@ integration-setup: ## install what the integration tests need (compose plugin, r
 	bash scripts/integration-setup.sh
 
 # CI defaults to true here: every part is promised, so a test that skips fails the run (noskip
-# reads the -json stream; t.Skip inside a fuzz target filters an input and is no skipped test).
+# reads the -json stream; t.Skip inside a fuzz target filters an input and is no skipped test; a
+# package that passes without running a test, as after a TestMain that exits before m.Run, fails).
 test-integration: integration-setup ## tests against the real Docker engine, compose v2, registry and OpenBao; fails on any skipped test
 	$(GO) build -o bin/noskip ./internal/dev/cmd/noskip
 	set -eo pipefail; for m in $(MODULES); do \

@@ -82,6 +82,8 @@ func holdUntil(opts holdOptions, now time.Time) (time.Time, error) {
 		switch {
 		case !t.After(now):
 			return time.Time{}, usageError("hold: --until %s is not in the future", t.Format(time.RFC3339))
+		case t.Sub(now) < state.MinHold:
+			return time.Time{}, usageError("hold: --until %s is less than a minute ahead; a hold lasts at least a minute", t.Format(time.RFC3339))
 		case t.Sub(now) > state.MaxHold:
 			return time.Time{}, usageError("hold: --until %s is more than 7 days ahead; a longer wait is a retire, or a hold renewed on purpose", t.Format(time.RFC3339))
 		}
@@ -93,6 +95,8 @@ func holdUntil(opts holdOptions, now time.Time) (time.Time, error) {
 			return time.Time{}, usageError("hold: --for %q: want a duration like 90m, 6h or 2d", opts.forD)
 		case d <= 0:
 			return time.Time{}, usageError("hold: --for %s: want a positive duration", opts.forD)
+		case d < state.MinHold:
+			return time.Time{}, usageError("hold: --for %s is less than a minute; a hold lasts at least a minute", opts.forD)
 		case d > state.MaxHold:
 			return time.Time{}, usageError("hold: --for %s is more than 7 days; a longer wait is a retire, or a hold renewed on purpose", opts.forD)
 		}
@@ -117,7 +121,7 @@ func parseHoldDuration(s string) (time.Duration, error) {
 // setuid keep), else the account running.
 func heldBy(getenv func(string) string, p process) string {
 	for _, who := range []string{getenv("SUDO_USER"), p.loginUser(), p.userName()} {
-		if who != "" && state.CheckHoldText("by", who, 64) == nil {
+		if who != "" && state.CheckHoldText("by", who, state.MaxHoldBy) == nil {
 			return who
 		}
 	}
@@ -141,7 +145,7 @@ func runHold(ctx context.Context, opts holdOptions, g *cliDeps, now time.Time) e
 	if by == "" {
 		by = heldBy(g.getenv, g.proc)
 	}
-	if err := state.CheckHoldText("by", by, 64); err != nil {
+	if err := state.CheckHoldText("by", by, state.MaxHoldBy); err != nil {
 		return usageError("hold: %v", err)
 	}
 	args := g.args
@@ -154,7 +158,8 @@ func runHold(ctx context.Context, opts holdOptions, g *cliDeps, now time.Time) e
 	return withStateLock(ctx, cfg, g, func(st *state.State) (bool, error) {
 		red, rerr := tick.SecretsOnDisk(cfg, st)
 		if rerr != nil {
-			fmt.Fprintf(g.stderr, "monky-deployd: hold: the release's secrets could not be read to check the reason against them (%v); it was checked against the token and the registry credential only\n", rerr)
+			// Not a refusal: an unreadable release must not stop a human's "wait"; but not silent.
+			fmt.Fprintf(g.stderr, "monky-deployd: hold: the reason could not be checked against every secret of the release (%v); it was checked against what could be read\n", rerr)
 		}
 		if red.Redact(opts.reason) != opts.reason {
 			return false, usageError("hold: --reason holds a secret the box keeps (a value of the release's .env, the registry credential or the agent's token); write it without")
@@ -162,7 +167,13 @@ func runHold(ctx context.Context, opts holdOptions, g *cliDeps, now time.Time) e
 		if old := st.Hold; old.Active(now) {
 			fmt.Fprintf(g.stdout, "replacing the hold %s\n", old.Note())
 		}
-		st.Hold = &state.Hold{Reason: opts.reason, By: by, Since: now.UTC().Truncate(time.Second), Until: until.UTC().Truncate(time.Second)}
+		h := &state.Hold{Reason: opts.reason, By: by, Since: now.UTC().Truncate(time.Second), Until: until.UTC().Truncate(time.Second)}
+		// What state.Load would refuse is never written: a refused state.json is moved aside
+		// by the next tick, with everything it kept.
+		if err := h.Check(); err != nil {
+			return false, usageError("%v", err)
+		}
+		st.Hold = h
 		fmt.Fprintf(g.stdout, "%s (%s from now)\nticks still check in and report; nothing is applied, retired, reverted or corrected until then or `monky-deployd unhold`\n",
 			st.Hold.Note(), until.Sub(now).Round(time.Minute))
 		return true, nil

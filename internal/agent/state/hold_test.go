@@ -50,8 +50,11 @@ func TestIssue22FieldsRefused(t *testing.T) {
 	for _, c := range []struct{ body, want string }{
 		{`{"hold": {"by": "bob", "since": "2026-12-02T10:00:00Z", "until": "2026-12-02T14:00:00Z"}}`, "hold: reason: empty"},
 		{`{"hold": {"reason": "   ", "by": "bob", "since": "2026-12-02T10:00:00Z", "until": "2026-12-02T14:00:00Z"}}`, "hold: reason: empty"},
-		{`{"hold": {"reason": "a\nb", "by": "bob", "since": "2026-12-02T10:00:00Z", "until": "2026-12-02T14:00:00Z"}}`, "hold: reason: contains a control character"},
-		{`{"hold": {"reason": "a\u001b[31m", "by": "bob", "since": "2026-12-02T10:00:00Z", "until": "2026-12-02T14:00:00Z"}}`, "hold: reason: contains a control character"},
+		{`{"hold": {"reason": "a\nb", "by": "bob", "since": "2026-12-02T10:00:00Z", "until": "2026-12-02T14:00:00Z"}}`, "hold: reason: contains U+000A, a control or format character"},
+		{`{"hold": {"reason": "a\u001b[31m", "by": "bob", "since": "2026-12-02T10:00:00Z", "until": "2026-12-02T14:00:00Z"}}`, "hold: reason: contains U+001B"},
+		{`{"hold": {"reason": "r", "by": "bob\u202e", "since": "2026-12-02T10:00:00Z", "until": "2026-12-02T14:00:00Z"}}`, "hold: by: contains U+202E"},
+		{`{"hold": {"reason": "a\u200bb", "by": "bob", "since": "2026-12-02T10:00:00Z", "until": "2026-12-02T14:00:00Z"}}`, "hold: reason: contains U+200B"},
+		{`{"hold": {"reason": "r", "by": "` + strings.Repeat("b", MaxHoldBy+1) + `", "since": "2026-12-02T10:00:00Z", "until": "2026-12-02T14:00:00Z"}}`, "hold: by: 65 characters"},
 		{`{"hold": {"reason": "` + strings.Repeat("x", MaxHoldReason+1) + `", "by": "bob", "since": "2026-12-02T10:00:00Z", "until": "2026-12-02T14:00:00Z"}}`, "hold: reason: 201 characters"},
 		{`{"hold": {"reason": "r", "since": "2026-12-02T10:00:00Z", "until": "2026-12-02T14:00:00Z"}}`, "hold: by: empty"},
 		{`{"hold": {"reason": "r", "by": "bob", "until": "2026-12-02T14:00:00Z"}}`, "hold: since: missing"},
@@ -78,6 +81,11 @@ func TestIssue22FieldsRefused(t *testing.T) {
 	if err := json.Unmarshal([]byte(`{"hold": {`+ok+`}}`), &st); err != nil || st.Hold == nil {
 		t.Errorf("a good hold: %v", err)
 	}
+	// Characters, not bytes: 200 × "€" is 600 bytes and a reason fleetctl reads.
+	long := `{"hold": {"reason": "` + strings.Repeat("€", MaxHoldReason) + `", "by": "` + strings.Repeat("ü", MaxHoldBy) + `", "since": "2026-12-02T10:00:00Z", "until": "2026-12-02T14:00:00Z"}}`
+	if err := json.Unmarshal([]byte(long), &st); err != nil || st.Hold == nil {
+		t.Errorf("a hold at the bounds in characters: %v", err)
+	}
 }
 
 func TestDriftBackingOff(t *testing.T) {
@@ -99,5 +107,31 @@ func TestDriftBackingOff(t *testing.T) {
 		if got := c.m.BackingOff(now); got != c.want {
 			t.Errorf("BackingOff(%+v) = %v, want %v", c.m, got, c.want)
 		}
+	}
+}
+
+func TestHoldTooFar(t *testing.T) {
+	now := time.Date(2026, 12, 6, 4, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name         string
+		since, until time.Duration
+		active       bool
+	}{
+		{"runs", -time.Hour, 3 * time.Hour, true},
+		{"set by this clock a moment ago, rounded", 30 * time.Second, 4 * time.Hour, true},
+		{"ends in exactly seven days", 0, MaxHold, true},
+		{"ran out", -5 * time.Hour, -time.Hour, false},
+		{"begins years ahead", 5 * 365 * 24 * time.Hour, 5*365*24*time.Hour + time.Hour, false},
+		{"begins two minutes ahead", 2 * time.Minute, 4 * time.Hour, false},
+		{"ends beyond seven days", 0, MaxHold + time.Second, false},
+	} {
+		h := &Hold{Reason: "r", By: "alice", Since: now.Add(tc.since), Until: now.Add(tc.until)}
+		if got := h.Active(now); got != tc.active {
+			t.Errorf("%s: Active %v, want %v", tc.name, got, tc.active)
+		}
+	}
+	var none *Hold
+	if none.Active(now) || none.TooFar(now) {
+		t.Error("no hold holds")
 	}
 }

@@ -202,6 +202,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	a.seedHoldRedactor()
 	a.noteVersion()
 	a.adoptVault(protocol.Vault{}) // the config's OpenBao until a check-in says otherwise
 	a.tok = a.tokenSession()

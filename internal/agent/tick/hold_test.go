@@ -136,3 +136,122 @@ func TestAHoldReasonCarriesNoSecret(t *testing.T) {
 		t.Errorf("report = %+v", h.lastReport())
 	}
 }
+
+// A hold this clock cannot have written (it begins years ahead: the clock ran ahead when it was
+// set, or state.json was edited by hand) would stop every apply for years, and the overdue alert
+// (age from since) would never fire: it lapses with a warning, and the apply goes ahead.
+func TestAHoldFromAClockThatRanAheadLapses(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		since, until time.Duration
+	}{
+		{"begins five years ahead", 5 * 365 * 24 * time.Hour, 5*365*24*time.Hour + 4*time.Hour},
+		{"begins an hour ahead", time.Hour, 5 * time.Hour},
+		{"ends eight days ahead", 24 * time.Hour, 8 * 24 * time.Hour},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			applied(t, h)
+			st := h.state()
+			now := h.clock.Now().UTC().Truncate(time.Second)
+			st.Hold = &state.Hold{Reason: "set while the clock ran ahead", By: "alice", Since: now.Add(tc.since), Until: now.Add(tc.until)}
+			if err := state.Save(h.cfg.StatePath(), st); err != nil {
+				t.Fatal(err)
+			}
+			h.desire(bundleSpec{template: defaultTemplate + "V=2\n"})
+			ups := h.docker.Count("compose up")
+			h.expectExit(tick.ExitOK)
+			if h.docker.Count("compose up") == ups {
+				t.Errorf("the hold %+v stopped the apply", st.Hold)
+			}
+			if h.state().Hold != nil {
+				t.Errorf("the lapsed hold is kept: %+v", h.state().Hold)
+			}
+			if c := h.lastCheckin(); c.Hold != nil {
+				t.Errorf("tenancy heard of the lapsed hold: %+v", c.Hold)
+			}
+			if logs := h.logs.String(); !strings.Contains(logs, "WARN hold lapsed") {
+				t.Errorf("no warning says the hold lapsed:\n%s", logs)
+			}
+		})
+	}
+	// A hold set a few seconds ahead of this clock (the box's own, rounded) still holds.
+	h := newHarness(t)
+	applied(t, h)
+	st := h.state()
+	now := h.clock.Now().UTC()
+	st.Hold = &state.Hold{Reason: "debugging", By: "alice", Since: now.Add(30 * time.Second), Until: now.Add(4 * time.Hour)}
+	if err := state.Save(h.cfg.StatePath(), st); err != nil {
+		t.Fatal(err)
+	}
+	h.desire(bundleSpec{template: defaultTemplate + "V=2\n"})
+	ups := h.docker.Count("compose up")
+	h.expectExit(tick.ExitOK)
+	if h.docker.Count("compose up") != ups || h.state().Hold == nil {
+		t.Error("a hold a few seconds ahead of the clock did not hold")
+	}
+}
+
+// A held tick reads no KV value, yet the reason goes out in the check-in, the heartbeat's detail
+// and the journal: the tick's redactor learns the release's secrets from disk first, including
+// one the release's .env holds only inside a longer value (a DSN, which `hold` once let through).
+func TestAHeldTickRedactsTheReleasesSecretsInTheReason(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		template string
+	}{
+		{"a value of its own", defaultTemplate},
+		{"inside a dsn", "GEMINI_API_KEY=${GEMINI_API_KEY}\nDSN=postgres://app:${DB_PASSWORD}@db.internal/app\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			sha := h.desire(bundleSpec{template: tc.template})
+			h.expectExit(tick.ExitOK)
+			if h.state().AppliedSha != sha {
+				t.Fatalf("not applied: %+v", h.state())
+			}
+			h.hold("the db password "+dbPassword+" and the pull password "+registryPwd+" were rotated", 4*time.Hour)
+			h.logs.Reset()
+			h.expectExit(tick.ExitOK)
+			req, r, logs := h.lastCheckin(), h.lastReport(), h.logs.String()
+			for name, s := range map[string]string{"db password": dbPassword, "registry password": registryPwd} {
+				if req.Hold == nil || strings.Contains(req.Hold.Reason, s) {
+					t.Errorf("%s: check-in hold = %+v", name, req.Hold)
+				}
+				if strings.Contains(r.Detail, s) {
+					t.Errorf("%s: report detail = %q", name, r.Detail)
+				}
+				if strings.Contains(logs, s) {
+					t.Errorf("%s: in the journal:\n%s", name, logs)
+				}
+			}
+			if want := "the db password *** and the pull password *** were rotated"; !strings.Contains(r.Detail, want) {
+				t.Errorf("report detail = %q, want it to hold %q", r.Detail, want)
+			}
+			if strings.Contains(logs, "could not all be read") {
+				t.Errorf("the release's secrets were readable:\n%s", logs)
+			}
+		})
+	}
+}
+
+// A mask can be longer than what it hides ("日本" → "***"): the check-in's hold is cut back to
+// the bounds fleetctl reads it by, or one box's hold would refuse the whole fleet's listing.
+func TestAHoldRedactedPastItsBoundsIsCutBack(t *testing.T) {
+	h := newHarness(t)
+	applied(t, h)
+	h.wrap = func(d *tick.Deps) { d.Redact.Add("日本") }
+	reason := strings.Repeat("日本 ", 66) + "日本" // 200 characters, 267 once masked
+	h.hold(reason, time.Hour)
+	h.expectExit(tick.ExitOK)
+	got := h.lastCheckin().Hold
+	if got == nil {
+		t.Fatal("no hold in the check-in")
+	}
+	if err := protocol.CheckSentHoldText(got.Reason, protocol.MaxHoldReason); err != nil || strings.Contains(got.Reason, "日本") {
+		t.Errorf("check-in hold reason %q: %v", got.Reason, err)
+	}
+	if !strings.HasPrefix(got.Reason, "*** *** ") || !strings.HasSuffix(got.Reason, "…") {
+		t.Errorf("check-in hold reason %q, want the masked reason cut", got.Reason)
+	}
+}
