@@ -41,7 +41,8 @@ integration-setup: ## install what the integration tests need (compose plugin, r
 	bash scripts/integration-setup.sh
 
 # CI defaults to true here: every part is promised, so a test that skips fails the run (noskip
-# reads the -json stream; t.Skip inside a fuzz target filters an input and is no skipped test).
+# reads the -json stream; t.Skip inside a fuzz target filters an input and is no skipped test; a
+# package that passes without running a test, as after a TestMain that exits before m.Run, fails).
 test-integration: integration-setup ## tests against the real Docker engine, compose v2, registry and OpenBao; fails on any skipped test
 	$(GO) build -o bin/noskip ./internal/dev/cmd/noskip
 	set -eo pipefail; for m in $(MODULES); do \
@@ -50,20 +51,26 @@ test-integration: integration-setup ## tests against the real Docker engine, com
 	done
 
 fuzz: ## run every fuzz target for FUZZTIME each (a duration or a count, e.g. 3000x); fails if any target fails
+	@# One instrumented test binary per package (go test -c -fuzz), each target run from it in the
+	@# package's directory (testdata/fuzz is read there and a failing input written there): -fuzz
+	@# takes one target a run, and building per target cost a build each, 36 of them.
 	@stale=""; \
 	for d in $$(find . -path '*/testdata/fuzz/*' -type d -name 'Fuzz*' | sort); do \
 	  pkg=$$(dirname $$(dirname $$(dirname $$d))); \
 	  grep -qs "^func $$(basename $$d)(" $$pkg/*_test.go || stale="$$stale $$d"; \
 	done; \
 	if [ -n "$$stale" ]; then echo "fuzz: corpus of no fuzz target (a deleted or renamed one):$$stale" >&2; exit 1; fi
-	@targets=0; failed=""; \
-	for f in $$(grep -rl --include='*_test.go' '^func Fuzz' . | sort); do \
-	  dir=$$(dirname $$f); \
-	  for name in $$(grep -o '^func Fuzz[A-Za-z0-9_]*' $$f | sed 's/^func //'); do \
+	@targets=0; failed=""; bins=$$(mktemp -d); trap 'rm -rf "$$bins"' EXIT; \
+	for dir in $$(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -n1 dirname | sort -u); do \
+	  bin="$$bins/$$(echo "$$dir" | tr '/.' '__').test"; \
+	  echo "fuzz: build $$dir"; \
+	  if ! $(GO) -C $$dir test -c -tags integration -fuzz . -o "$$bin" . ; then failed="$$failed $$dir:build"; continue; fi; \
+	  cache="$$($(GO) env GOCACHE)/fuzz/$$($(GO) -C $$dir list -tags integration -f '{{.ImportPath}}' .)"; \
+	  for name in $$(grep -ho '^func Fuzz[A-Za-z0-9_]*' $$dir/*_test.go | sed 's/^func //' | sort); do \
 	    targets=$$((targets+1)); \
 	    echo "fuzz $$dir $$name"; \
-	    $(GO) -C $$dir test -tags integration -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) -timeout 15m . \
-	      || failed="$$failed $$dir:$$name"; \
+	    (cd $$dir && "$$bin" -test.run '^$$' -test.fuzz "^$$name$$" -test.fuzztime $(FUZZTIME) \
+	      -test.fuzzcachedir "$$cache" -test.timeout 15m) || failed="$$failed $$dir:$$name"; \
 	  done; done; \
 	if [ "$$targets" -eq 0 ]; then echo "fuzz: no fuzz target found" >&2; exit 1; fi; \
 	if [ -n "$$failed" ]; then echo "fuzz: FAILED (the failing input is under the package's testdata/fuzz):$$failed" >&2; exit 1; fi; \
@@ -93,6 +100,7 @@ lint: ## gofmt, go vet and staticcheck
 
 bench: integration-setup ## benchmarks with their figures (see README), real-parts ones included
 	set -e; for m in $(MODULES); do $(GO) -C $$m test -tags integration -run '^$$' -bench . -benchmem -count=1 -timeout 30m ./...; done
+	bash scripts/bench-fuzz.sh
 
 clean: ## remove build output
 	rm -rf bin dist

@@ -121,7 +121,7 @@ func parseHoldDuration(s string) (time.Duration, error) {
 // setuid keep), else the account running.
 func heldBy(getenv func(string) string, p process) string {
 	for _, who := range []string{getenv("SUDO_USER"), p.loginUser(), p.userName()} {
-		if who != "" && state.CheckHoldText("by", who, 64) == nil {
+		if who != "" && state.CheckHoldText("by", who, state.MaxHoldBy) == nil {
 			return who
 		}
 	}
@@ -145,7 +145,7 @@ func runHold(ctx context.Context, opts holdOptions, g *cliDeps, now time.Time) e
 	if by == "" {
 		by = heldBy(g.getenv, g.proc)
 	}
-	if err := state.CheckHoldText("by", by, 64); err != nil {
+	if err := state.CheckHoldText("by", by, state.MaxHoldBy); err != nil {
 		return usageError("hold: %v", err)
 	}
 	args := g.args
@@ -158,7 +158,8 @@ func runHold(ctx context.Context, opts holdOptions, g *cliDeps, now time.Time) e
 	return withStateLock(ctx, cfg, g, func(st *state.State) (bool, error) {
 		red, rerr := tick.SecretsOnDisk(cfg, st)
 		if rerr != nil {
-			fmt.Fprintf(g.stderr, "monky-deployd: hold: the release's secrets could not be read to check the reason against them (%v); it was checked against the token and the registry credential only\n", rerr)
+			// Not a refusal: an unreadable release must not stop a human's "wait"; but not silent.
+			fmt.Fprintf(g.stderr, "monky-deployd: hold: the reason could not be checked against every secret of the release (%v); it was checked against what could be read\n", rerr)
 		}
 		if red.Redact(opts.reason) != opts.reason {
 			return false, usageError("hold: --reason holds a secret the box keeps (a value of the release's .env, the registry credential or the agent's token); write it without")

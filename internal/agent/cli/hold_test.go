@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -50,8 +51,11 @@ func TestHoldRefusesBadFlags(t *testing.T) {
 	}{
 		{"no reason", []string{"hold"}, `required flag(s) "reason" not set`},
 		{"blank reason", []string{"hold", "--reason", "  "}, "--reason: empty"},
-		{"a newline", []string{"hold", "--reason", "a\nb"}, "control character"},
-		{"an escape", []string{"hold", "--reason", "red \x1b[31m"}, "control character"},
+		{"a newline", []string{"hold", "--reason", "a\nb"}, "contains U+000A"},
+		{"an escape", []string{"hold", "--reason", "red \x1b[31m"}, "contains U+001B, a control or format character"},
+		{"a right-to-left override", []string{"hold", "--reason", "db \u202etsil"}, "--reason: contains U+202E"},
+		{"a zero-width space", []string{"hold", "--reason", "r", "--by", "ali\u200bce"}, "by: contains U+200B"},
+		{"a long name", []string{"hold", "--reason", "r", "--by", strings.Repeat("x", 65)}, "by: 65 characters, at most 64"},
 		{"too long", []string{"hold", "--reason", strings.Repeat("x", 201)}, "201 characters, at most 200"},
 		{"both ends", []string{"hold", "--reason", "r", "--for", "1h", "--until", "2999-01-01T00:00:00Z"}, "none of the others can be"},
 		{"more than 7 days", []string{"hold", "--reason", "r", "--for", "169h"}, "more than 7 days"},
@@ -179,7 +183,7 @@ func TestHoldRefusesAReasonHoldingASecret(t *testing.T) {
 			t.Errorf("the refusal repeats the secret: %q", stderr)
 		}
 	}
-	if code, _, stderr := runCLI(t, nil, "--config", cfg, "hold", "--reason", "log level info is too loud"); code != 0 || strings.Contains(stderr, "could not be read") {
+	if code, _, stderr := runCLI(t, nil, "--config", cfg, "hold", "--reason", "log level info is too loud"); code != 0 || strings.Contains(stderr, "could not be checked") {
 		t.Errorf("a reason without a secret: exit %d %q", code, stderr)
 	}
 }
@@ -273,5 +277,106 @@ func TestHoldAsRootReRunsAsTheAgent(t *testing.T) {
 	}
 	if want := append(append([]string{"monky-deployd"}, args...), "--by", "alice"); !slices.Equal(fp.argv, want) {
 		t.Errorf("re-ran %q, want %q", fp.argv, want)
+	}
+}
+
+// appliedRelease lays out an applied release whose .env the agent's own RenderEnv made from
+// template and values (each variable read from the KV path of its lower-cased name).
+func appliedRelease(t *testing.T, stateDir, template string, values map[string]string) {
+	t.Helper()
+	var entries []string
+	sv := map[string]secret.Value{}
+	for k, v := range values {
+		entries = append(entries, fmt.Sprintf(`{"var": %q, "path": %q}`, k, strings.ToLower(k)))
+		sv[k] = secret.New(v)
+	}
+	slices.Sort(entries)
+	files := map[string]string{
+		"bundle.json":        `{"compose_file": "docker-compose.yml"}`,
+		"docker-compose.yml": "services:\n  api:\n    image: x\n",
+		".env.template":      template,
+		"manifest.json":      `{"entries": [` + strings.Join(entries, ",") + `]}`,
+	}
+	sha := bundle.Sha(files)
+	rel := filepath.Join(stateDir, "env-qa-02", "releases", sha)
+	if err := os.MkdirAll(rel, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for name, content := range files {
+		names = append(names, name)
+		if err := os.WriteFile(filepath.Join(rel, name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slices.Sort(names)
+	env, err := bundle.RenderEnv(template, sv)
+	if err != nil {
+		t.Fatalf("render: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(rel, ".env"), []byte(env), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := state.Save(filepath.Join(stateDir, "state.json"), &state.State{AppliedSha: sha, AppliedFiles: &state.ReleaseFiles{Sha: sha, Files: names}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Every shape a manifest value takes in the .env is refused in a reason: quoted and escaped
+// whole values, and each of several values on one line (a DSN, `user:pass`), which `hold` once
+// checked only as the line's whole value. Where a line reads more than one way (a `:` in the
+// password of `${U}:${P}`) the part of the value every reading gives is refused and stderr says
+// which values were not told apart.
+func TestHoldRefusesASecretInAnyShapeOfTheEnv(t *testing.T) {
+	for _, tc := range []struct {
+		name, template string
+		values         map[string]string
+		secret         string
+		unsure         bool // stderr names values not told apart
+	}{
+		{"dsn of two values", "DSN=postgres://app:${DB_PASS}@${DB_HOST}/app\n",
+			map[string]string{"DB_PASS": "s3cr3t-db-p4ss", "DB_HOST": "db.internal"}, "s3cr3t-db-p4ss", false},
+		{"dsn host", "DSN=postgres://app:${DB_PASS}@${DB_HOST}/app\n",
+			map[string]string{"DB_PASS": "s3cr3t-db-p4ss", "DB_HOST": "db.internal"}, "db.internal", false},
+		{"user:pass", "AUTH=${U}:${P}\n", map[string]string{"U": "svc-user", "P": "pa55-w0rd-x"}, "pa55-w0rd-x", false},
+		{"user:pass with a colon in the password", "AUTH=${U}:${P}\n",
+			map[string]string{"U": "svc-user", "P": "pa55:w0rd-x"}, "pa55:w0rd-x", true},
+		{"the same value twice", "PAIR=${P}/${P}\n", map[string]string{"P": "pa55-w0rd-x"}, "pa55-w0rd-x", false},
+		{"dollars", "P=${P}\n", map[string]string{"P": "ab$cd$$ef"}, "ab$cd$$ef", false},
+		{"spaces", "P=${P}\n", map[string]string{"P": "correct horse battery"}, "correct horse battery", false},
+		{"unicode", "P=${P}\n", map[string]string{"P": "pässwörd-ü"}, "pässwörd-ü", false},
+		{"quotes", "P=${P}\n", map[string]string{"P": `a"b'c\d`}, `a"b'c\d`, false},
+		{"hash", "P=${P}\n", map[string]string{"P": "abc #def"}, "abc #def", false},
+		{"inside a url", "URL=https://u:${P}@h/x\n", map[string]string{"P": "x.y{z}"}, "x.y{z}", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, stateDir := holdBox(t)
+			appliedRelease(t, stateDir, tc.template, tc.values)
+			code, _, stderr := runCLI(t, nil, "--config", cfg, "hold", "--reason", "the password is "+tc.secret)
+			if code != 2 || !strings.Contains(stderr, "holds a secret the box keeps") || loadHold(t, stateDir) != nil {
+				t.Errorf("a reason holding %q: exit %d %q; hold %+v", tc.secret, code, stderr, loadHold(t, stateDir))
+			}
+			if got := strings.Contains(stderr, "not told apart"); got != tc.unsure {
+				t.Errorf("stderr names values not told apart: %v, want %v: %q", got, tc.unsure, stderr)
+			}
+		})
+	}
+}
+
+// Two values side by side (`${A}${B}`) cannot be told apart at all: only the line's whole value
+// is known, and `hold` says so rather than pass the reason as checked.
+func TestHoldSaysWhatItCouldNotTellApart(t *testing.T) {
+	cfg, stateDir := holdBox(t)
+	appliedRelease(t, stateDir, "KEY=${A}${B}\n", map[string]string{"A": "first-half", "B": "second-half"})
+	code, _, stderr := runCLI(t, nil, "--config", cfg, "hold", "--reason", "key first-halfsecond-half leaked")
+	if code != 2 || loadHold(t, stateDir) != nil {
+		t.Errorf("the whole value: exit %d %q", code, stderr)
+	}
+	code, _, stderr = runCLI(t, nil, "--config", cfg, "hold", "--reason", "half of it is first-half")
+	if code != 0 || !strings.Contains(stderr, "KEY A, KEY B: not told apart") {
+		t.Errorf("exit %d, stderr %q; want a hold and a warning naming KEY A and KEY B", code, stderr)
+	}
+	if strings.Contains(stderr, "first-half") || strings.Contains(stderr, "second-half") {
+		t.Errorf("the warning quotes a value: %q", stderr)
 	}
 }

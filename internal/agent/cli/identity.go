@@ -14,8 +14,9 @@ import (
 )
 
 // sessionCaches lists the files holding a controller session opened with the identity's
-// certificate; a verified renewal deletes them. None exists today: a cached session must be
-// keyed by the certificate's fingerprint and dropped when the identity file's differs.
+// certificate; a verified renewal deletes them. None needs it: the sdk transport's kept session
+// (transport/session.go) is keyed by the certificate's fingerprint, so a renewed certificate
+// never reuses it and authenticates anew by itself.
 func sessionCaches(*config.Config) []string { return nil }
 
 // newRenewer is the keeper of cfg's identity, for a tick or (inProxy) the proxy daemon.

@@ -75,21 +75,25 @@ func writeTickMetrics(log *slog.Logger, rec tickRecord) {
 	}
 }
 
-// tickState is what the textfile shows; only an exit-0 tick, still locked, records its success.
+// tickState is what the textfile shows: the state the tick left (an exit-0 tick stamped its
+// success and its exit code in its last write, see tick's saveFinal, so a converged tick writes
+// state.json once), else state.json as it is. A failed tick saved what it meant to keep; only
+// its exit code (the next check-in's last_exit_code) is added to that.
 func tickState(log *slog.Logger, rec tickRecord, end time.Time) *state.State {
 	if rec.agent != nil && rec.agent.State() != nil {
 		st := rec.agent.State()
 		code := tick.ExitCode(rec.err)
-		st.LastExitCode = &code // the next check-in's last_exit_code
 		if rec.err == nil {
-			at := end.UTC()
-			st.LastTickOKAt = &at
-			if err := state.Save(rec.cfg.StatePath(), st); err != nil {
-				log.Warn("state not saved", "error", err.Error())
+			if st.LastExitCode == nil || *st.LastExitCode != 0 || st.LastTickOKAt == nil {
+				// The tick's last write did not carry its success (it failed): try once more.
+				at := end.UTC()
+				st.LastExitCode, st.LastTickOKAt = &code, &at
+				if err := state.Save(rec.cfg.StatePath(), st); err != nil {
+					log.Warn("state not saved", "error", err.Error())
+				}
 			}
 			return st
 		}
-		// A failed tick saved what it meant to keep; only its exit code is added to that.
 		if disk, err := state.Load(rec.cfg.StatePath()); err == nil {
 			disk.LastExitCode = &code
 			if err := state.Save(rec.cfg.StatePath(), disk); err != nil {

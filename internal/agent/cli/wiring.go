@@ -54,7 +54,9 @@ func hostPort(raw string) string {
 
 // wire builds a tick's outside world: transport, HTTP clients, docker CLI, systemd, disk meter.
 func wire(cfg *config.Config, log *slog.Logger) (tick.Deps, func(), error) {
-	tr, err := transport.New(transportOptions(cfg, log))
+	opts := transportOptions(cfg, log)
+	opts.SessionFile = cfg.ZitiSessionPath() // sdk: the controller session outlives the tick
+	tr, err := transport.New(opts)
 	if err != nil {
 		return tick.Deps{}, nil, err
 	}

@@ -236,6 +236,10 @@ func (c *Config) StatePath() string { return filepath.Join(c.StateDir, "state.js
 // TokenPath is <state_dir>/bao.token.
 func (c *Config) TokenPath() string { return filepath.Join(c.StateDir, "bao.token") }
 
+// ZitiSessionPath is <state_dir>/ziti-session.json: the sdk transport's controller session,
+// kept between ticks (issue 24).
+func (c *Config) ZitiSessionPath() string { return filepath.Join(c.StateDir, "ziti-session.json") }
+
 // StoragePaths are the filesystems a pull fills: docker's data-root and containerd's root.
 func (c *Config) StoragePaths(dockerRoot string) []string {
 	paths := []string{dockerRoot}

@@ -8,7 +8,8 @@ import (
 	"strings"
 	"time"
 	"unicode"
-	"unicode/utf8"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/protocol"
 )
 
 // Hold is a human's "wait": who asked, why, since when and until when.
@@ -20,25 +21,20 @@ type Hold struct {
 }
 
 // Hold bounds: a hold lasts DefaultHold unless told otherwise and never more than MaxHold, so a
-// forgotten one ends by itself; its text is an operator's, shown on one line everywhere.
+// forgotten one ends by itself; its text is an operator's, shown on one line everywhere, and
+// fleetctl reads it by the same rules (protocol.CheckHoldText).
 const (
-	DefaultHold    = 4 * time.Hour
-	MaxHold        = 7 * 24 * time.Hour
-	MaxHoldReason  = 200 // runes
-	maxHoldByRunes = 64
+	DefaultHold   = 4 * time.Hour
+	MaxHold       = 7 * 24 * time.Hour
+	MaxHoldReason = protocol.MaxHoldReason // runes
+	MaxHoldBy     = protocol.MaxHoldBy     // runes
 )
 
-// CheckHoldText refuses a reason or name no line can carry: empty, too long, a control character.
+// CheckHoldText refuses a reason or name no line can carry: empty, too long, a control or format
+// character.
 func CheckHoldText(field, v string, maxRunes int) error {
-	switch {
-	case strings.TrimSpace(v) == "":
-		return fmt.Errorf("%s: empty", field)
-	case !utf8.ValidString(v):
-		return fmt.Errorf("%s: invalid UTF-8", field)
-	case strings.IndexFunc(v, unicode.IsControl) >= 0:
-		return fmt.Errorf("%s: contains a control character (a newline, a tab, an escape); write it on one line", field)
-	case utf8.RuneCountInString(v) > maxRunes:
-		return fmt.Errorf("%s: %d characters, at most %d", field, utf8.RuneCountInString(v), maxRunes)
+	if err := protocol.CheckHoldText(v, maxRunes); err != nil {
+		return fmt.Errorf("%s: %w", field, err)
 	}
 	return nil
 }
@@ -48,7 +44,7 @@ func (h *Hold) Check() error {
 	if err := CheckHoldText("hold: reason", h.Reason, MaxHoldReason); err != nil {
 		return err
 	}
-	if err := CheckHoldText("hold: by", h.By, maxHoldByRunes); err != nil {
+	if err := CheckHoldText("hold: by", h.By, MaxHoldBy); err != nil {
 		return err
 	}
 	switch {

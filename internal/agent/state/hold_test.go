@@ -50,8 +50,11 @@ func TestIssue22FieldsRefused(t *testing.T) {
 	for _, c := range []struct{ body, want string }{
 		{`{"hold": {"by": "bob", "since": "2026-12-02T10:00:00Z", "until": "2026-12-02T14:00:00Z"}}`, "hold: reason: empty"},
 		{`{"hold": {"reason": "   ", "by": "bob", "since": "2026-12-02T10:00:00Z", "until": "2026-12-02T14:00:00Z"}}`, "hold: reason: empty"},
-		{`{"hold": {"reason": "a\nb", "by": "bob", "since": "2026-12-02T10:00:00Z", "until": "2026-12-02T14:00:00Z"}}`, "hold: reason: contains a control character"},
-		{`{"hold": {"reason": "a\u001b[31m", "by": "bob", "since": "2026-12-02T10:00:00Z", "until": "2026-12-02T14:00:00Z"}}`, "hold: reason: contains a control character"},
+		{`{"hold": {"reason": "a\nb", "by": "bob", "since": "2026-12-02T10:00:00Z", "until": "2026-12-02T14:00:00Z"}}`, "hold: reason: contains U+000A, a control or format character"},
+		{`{"hold": {"reason": "a\u001b[31m", "by": "bob", "since": "2026-12-02T10:00:00Z", "until": "2026-12-02T14:00:00Z"}}`, "hold: reason: contains U+001B"},
+		{`{"hold": {"reason": "r", "by": "bob\u202e", "since": "2026-12-02T10:00:00Z", "until": "2026-12-02T14:00:00Z"}}`, "hold: by: contains U+202E"},
+		{`{"hold": {"reason": "a\u200bb", "by": "bob", "since": "2026-12-02T10:00:00Z", "until": "2026-12-02T14:00:00Z"}}`, "hold: reason: contains U+200B"},
+		{`{"hold": {"reason": "r", "by": "` + strings.Repeat("b", MaxHoldBy+1) + `", "since": "2026-12-02T10:00:00Z", "until": "2026-12-02T14:00:00Z"}}`, "hold: by: 65 characters"},
 		{`{"hold": {"reason": "` + strings.Repeat("x", MaxHoldReason+1) + `", "by": "bob", "since": "2026-12-02T10:00:00Z", "until": "2026-12-02T14:00:00Z"}}`, "hold: reason: 201 characters"},
 		{`{"hold": {"reason": "r", "since": "2026-12-02T10:00:00Z", "until": "2026-12-02T14:00:00Z"}}`, "hold: by: empty"},
 		{`{"hold": {"reason": "r", "by": "bob", "until": "2026-12-02T14:00:00Z"}}`, "hold: since: missing"},
@@ -77,6 +80,11 @@ func TestIssue22FieldsRefused(t *testing.T) {
 	var st State
 	if err := json.Unmarshal([]byte(`{"hold": {`+ok+`}}`), &st); err != nil || st.Hold == nil {
 		t.Errorf("a good hold: %v", err)
+	}
+	// Characters, not bytes: 200 × "€" is 600 bytes and a reason fleetctl reads.
+	long := `{"hold": {"reason": "` + strings.Repeat("€", MaxHoldReason) + `", "by": "` + strings.Repeat("ü", MaxHoldBy) + `", "since": "2026-12-02T10:00:00Z", "until": "2026-12-02T14:00:00Z"}}`
+	if err := json.Unmarshal([]byte(long), &st); err != nil || st.Hold == nil {
+		t.Errorf("a hold at the bounds in characters: %v", err)
 	}
 }
 

@@ -95,6 +95,10 @@ type State struct {
 
 	// extra keeps unknown fields, so a downgrade or newer writer loses nothing on save.
 	extra map[string]json.RawMessage
+	// onDisk is the file's content as last loaded or saved (at onDiskPath): Save skips a write that
+	// would not change it, so every field (any issue's) rides in the tick's one write.
+	onDisk     []byte
+	onDiskPath string
 	// fromReserve: Load read the reserve (reserve.go), the disk refused the last save.
 	fromReserve bool
 }
@@ -430,23 +434,30 @@ func Load(path string) (*State, error) {
 	if err := json.Unmarshal(data, &s); err != nil {
 		return nil, &CorruptError{Path: path, Err: err}
 	}
+	s.onDisk, s.onDiskPath = data, path
 	return &s, nil
 }
 
 // FromReserve reports whether Load read the state from the reserve: state.json is behind.
 func (s *State) FromReserve() bool { return s.fromReserve }
 
-// Save writes s to path atomically, mode 0600. When the disk refuses (full, or over quota), the
-// reserve keeps it: the error then matches ErrKeptInReserve, and Load reads it back.
+// Save writes s to path atomically, mode 0600, unless path already holds exactly this content
+// (as loaded or last saved through s): a converged tick's repeated saves cost one write, or none.
+// When the disk refuses (full, or over quota), the reserve keeps it: the error then matches
+// ErrKeptInReserve, and Load reads it back.
 func Save(path string, s *State) error {
 	data, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {
 		return fmt.Errorf("state: encode: %w", err)
 	}
 	data = append(data, '\n')
+	if path == s.onDiskPath && bytes.Equal(data, s.onDisk) {
+		return nil
+	}
 	err = writeFile(path, data, 0o600)
 	switch {
 	case err == nil:
+		s.onDisk, s.onDiskPath = data, path
 		tendReserve(path, len(data))
 		return nil
 	case !diskFull(err):

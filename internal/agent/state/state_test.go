@@ -662,6 +662,78 @@ func TestTTLLeft(t *testing.T) {
 	}
 }
 
+// Save writes only when the content changes: a state saved (or loaded) and saved again unchanged
+// is not written, whatever fields it holds — a field this version does not know included, so
+// the fields other code adds ride in the tick's one write without a save of their own.
+func TestSaveSkipsAnUnchangedState(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "state.json")
+	if err := os.WriteFile(p, []byte(`{"env_id": "env-qa-02", "applied_sha": "`+shaA+`", "added_by_a_later_issue": {"x": 1}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// written(): was p replaced since the last call? A hard link keeps the old file alive, so its
+	// inode number cannot come back for the new one.
+	keep := p + ".keep"
+	written := func() bool {
+		t.Helper()
+		now, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		old, err := os.Stat(keep)
+		replaced := err != nil || !os.SameFile(now, old)
+		os.Remove(keep)
+		if err := os.Link(p, keep); err != nil {
+			t.Fatal(err)
+		}
+		return replaced
+	}
+	written()
+	s, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Save(p, s); err != nil {
+		t.Fatal(err)
+	}
+	if !written() {
+		t.Fatal("a state in another layout than Save's was not rewritten")
+	}
+	if err := Save(p, s); err != nil {
+		t.Fatal(err)
+	}
+	if written() {
+		t.Error("Save rewrote an unchanged state")
+	}
+	again, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Save(p, again); err != nil {
+		t.Fatal(err)
+	}
+	if written() {
+		t.Error("Save rewrote a state unchanged since Load")
+	}
+	again.LastResult = "healthy"
+	if err := Save(p, again); err != nil {
+		t.Fatal(err)
+	}
+	if !written() {
+		t.Fatal("a changed state was not written")
+	}
+	if b, _ := os.ReadFile(p); !strings.Contains(string(b), `"added_by_a_later_issue"`) || !strings.Contains(string(b), `"healthy"`) {
+		t.Errorf("the write lost a field:\n%s", b)
+	}
+	// Another path is another file: nothing is skipped there.
+	other := filepath.Join(filepath.Dir(p), "copy.json")
+	if err := Save(other, again); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(other); err != nil {
+		t.Errorf("saving to another path: %v", err)
+	}
+}
+
 // A lease back-off holds until Until, but never longer than MaxLeaseBackoff from now: one
 // further ahead came from a clock that ran ahead or a hand edit, and is lapsed.
 func TestLeaseBackoffHoldsNoLongerThanTheLongest(t *testing.T) {

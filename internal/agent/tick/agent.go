@@ -115,6 +115,8 @@ type Agent struct {
 	attempt *applyAttempt
 	// failedThisTick: this tick's apply entered the backoff, which a later re-bootstrap must not undo.
 	failedThisTick bool
+	// finalSaved: saveFinal wrote this tick's success stamp; nothing is left to write at its end.
+	finalSaved bool
 	// observed is what the tick saw for the box's metrics (metrics.go).
 	observed Observed
 }
@@ -197,11 +199,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.removeLeftovers()
 	a.attempt = nil
 	a.failedThisTick = false
+	a.finalSaved = false
 	a.observed = Observed{}
 	a.st, err = a.loadState()
 	if err != nil {
 		return err
 	}
+	a.seedHoldRedactor()
 	a.noteVersion()
 	if err := a.recoverIdentity(ctx); err != nil {
 		return err
@@ -222,6 +226,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		// PROTOCOL step 2: only the check-in's transport failure is off-mesh; others keep exit 75.
 		a.log.Info("laptop mode: tenancy unreachable; nothing to do", "why", a.redact.Redact(off.Err.Error()))
 		err = nil
+	}
+	if err == nil && a.stateErr == nil && !a.finalSaved {
+		_ = a.saveFinal()
 	}
 	if err == nil && a.stateErr != nil {
 		// Work done and reported; only memory is behind, and the atomic write left the old state whole.
@@ -261,7 +268,7 @@ func (a *Agent) judgeHost() bundle.Host {
 
 // removeLeftovers deletes temp files of killed writes in state_dir: they may hold a token.
 func (a *Agent) removeLeftovers() {
-	for _, p := range []string{a.cfg.StatePath(), a.cfg.StatePath() + state.ReserveSuffix, a.cfg.TokenPath(), a.files().Staged, a.files().Grant, filepath.Join(a.cfg.DockerConfigDir(), registryauth.ConfigFile)} {
+	for _, p := range []string{a.cfg.StatePath(), a.cfg.StatePath() + state.ReserveSuffix, a.cfg.TokenPath(), a.files().Staged, a.files().Grant, filepath.Join(a.cfg.DockerConfigDir(), registryauth.ConfigFile), a.cfg.ZitiSessionPath()} {
 		removed, err := atomicfile.RemoveLeftovers(p)
 		if err != nil {
 			a.log.Warn("temp files of a killed tick could not be removed", "error", err.Error())
@@ -382,6 +389,21 @@ func (a *Agent) noteVersion() {
 func (a *Agent) saveState() error {
 	a.stateErr = state.Save(a.cfg.StatePath(), a.st)
 	return a.stateErr
+}
+
+// saveFinal is the last write of a tick that ends with exit 0: it carries the success stamp
+// (last_tick_ok_at, the textfile's last success) and last_exit_code 0 with everything else, so a converged tick writes
+// state.json once. A failed write leaves the stamp as it was: that tick did not succeed.
+func (a *Agent) saveFinal() error {
+	prev, prevCode := a.st.LastTickOKAt, a.st.LastExitCode
+	at, code := a.deps.Now().UTC(), 0
+	a.st.LastTickOKAt, a.st.LastExitCode = &at, &code // the next check-in's last_exit_code
+	if err := a.saveState(); err != nil {
+		a.st.LastTickOKAt, a.st.LastExitCode = prev, prevCode
+		return err
+	}
+	a.finalSaved = true
+	return nil
 }
 
 // saveOrWarn is saveState for a tick that goes on whatever: a failure is warned about.

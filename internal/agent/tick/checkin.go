@@ -11,6 +11,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/tenancy"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/token"
 
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/clip"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/protocol"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/secret"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/version"
@@ -37,9 +38,14 @@ func (a *Agent) checkin(ctx context.Context) (*protocol.CheckinResponse, error) 
 	if a.st.PendingUpgradeFrom != "" {
 		a.log.Info("first check-in since the upgrade", "upgraded_from", a.st.PendingUpgradeFrom, "version", version.Version)
 	}
+	reported := a.st.PendingUpgradeFrom != ""
 	a.st.CheckinSucceeded(a.deps.Now().UTC())
-	// An unsavable state (full disk) must not silence the box: the report names it, exit 1.
-	_ = a.saveState()
+	if reported {
+		// The upgrade is told: saved now, so a tick that fails later does not tell it twice. The
+		// check-in's time alone rides in the tick's next write (one write a converged tick). An
+		// unsavable state (full disk) must not silence the box: the report names it, exit 1.
+		_ = a.saveState()
+	}
 	return resp, nil
 }
 
@@ -100,8 +106,11 @@ func (a *Agent) checkinRequest(ctx context.Context) protocol.CheckinRequest {
 	req := tenancy.CheckinRequest(a.cfg, a.st, tenancy.Telemetry{Now: a.deps.Now(), Hostname: a.deps.Hostname, Timer: timer, Disk: a.deps.Disk, TickID: a.opt.TickID,
 		IdentityNotAfter: a.identityNotAfter()})
 	if h := req.Hold; h != nil {
-		// Operator text: it leaves the box through the redactor, as every line does.
-		h.Reason, h.By = a.redact.Redact(h.Reason), a.redact.Redact(h.By)
+		// Operator text: it leaves the box through the redactor, as every line does. A mask can
+		// be longer than what it hides ("日本" → "***"), and fleetctl refuses a listing holding a
+		// hold past the bounds: cut back to them.
+		h.Reason = clip.Runes(a.redact.Redact(h.Reason), protocol.MaxHoldReason)
+		h.By = clip.Runes(a.redact.Redact(h.By), protocol.MaxHoldBy)
 	}
 	return req
 }

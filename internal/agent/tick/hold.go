@@ -29,6 +29,20 @@ func (a *Agent) expireHold() {
 	a.saveOrWarn()
 }
 
+// seedHoldRedactor adds the secrets the box holds at rest (SecretsOnDisk) to the tick's redactor
+// while state.json holds a hold, before its text is redacted: the reason is operator text that
+// goes out in the check-in, the heartbeat's detail and the journal, and a held tick reads no KV
+// value, so its redactor would know only the token. One that cannot be read is warned about
+// without its error, which may quote a line of the .env; the tick goes on with what was read.
+func (a *Agent) seedHoldRedactor() {
+	if a.st.Hold == nil {
+		return
+	}
+	if err := addSecretsOnDisk(a.redact, a.cfg, a.st); err != nil {
+		a.log.Warn("hold: the release's secrets could not all be read to redact the hold's reason; it is redacted with what was read")
+	}
+}
+
 // heldNow reports whether a hold runs now.
 func (a *Agent) heldNow() bool { return a.st.Hold.Active(a.deps.Now()) }
 

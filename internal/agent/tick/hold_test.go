@@ -191,3 +191,67 @@ func TestAHoldFromAClockThatRanAheadLapses(t *testing.T) {
 		t.Error("a hold a few seconds ahead of the clock did not hold")
 	}
 }
+
+// A held tick reads no KV value, yet the reason goes out in the check-in, the heartbeat's detail
+// and the journal: the tick's redactor learns the release's secrets from disk first, including
+// one the release's .env holds only inside a longer value (a DSN, which `hold` once let through).
+func TestAHeldTickRedactsTheReleasesSecretsInTheReason(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		template string
+	}{
+		{"a value of its own", defaultTemplate},
+		{"inside a dsn", "GEMINI_API_KEY=${GEMINI_API_KEY}\nDSN=postgres://app:${DB_PASSWORD}@db.internal/app\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			sha := h.desire(bundleSpec{template: tc.template})
+			h.expectExit(tick.ExitOK)
+			if h.state().AppliedSha != sha {
+				t.Fatalf("not applied: %+v", h.state())
+			}
+			h.hold("the db password "+dbPassword+" and the pull password "+registryPwd+" were rotated", 4*time.Hour)
+			h.logs.Reset()
+			h.expectExit(tick.ExitOK)
+			req, r, logs := h.lastCheckin(), h.lastReport(), h.logs.String()
+			for name, s := range map[string]string{"db password": dbPassword, "registry password": registryPwd} {
+				if req.Hold == nil || strings.Contains(req.Hold.Reason, s) {
+					t.Errorf("%s: check-in hold = %+v", name, req.Hold)
+				}
+				if strings.Contains(r.Detail, s) {
+					t.Errorf("%s: report detail = %q", name, r.Detail)
+				}
+				if strings.Contains(logs, s) {
+					t.Errorf("%s: in the journal:\n%s", name, logs)
+				}
+			}
+			if want := "the db password *** and the pull password *** were rotated"; !strings.Contains(r.Detail, want) {
+				t.Errorf("report detail = %q, want it to hold %q", r.Detail, want)
+			}
+			if strings.Contains(logs, "could not all be read") {
+				t.Errorf("the release's secrets were readable:\n%s", logs)
+			}
+		})
+	}
+}
+
+// A mask can be longer than what it hides ("日本" → "***"): the check-in's hold is cut back to
+// the bounds fleetctl reads it by, or one box's hold would refuse the whole fleet's listing.
+func TestAHoldRedactedPastItsBoundsIsCutBack(t *testing.T) {
+	h := newHarness(t)
+	applied(t, h)
+	h.wrap = func(d *tick.Deps) { d.Redact.Add("日本") }
+	reason := strings.Repeat("日本 ", 66) + "日本" // 200 characters, 267 once masked
+	h.hold(reason, time.Hour)
+	h.expectExit(tick.ExitOK)
+	got := h.lastCheckin().Hold
+	if got == nil {
+		t.Fatal("no hold in the check-in")
+	}
+	if err := protocol.CheckSentHoldText(got.Reason, protocol.MaxHoldReason); err != nil || strings.Contains(got.Reason, "日本") {
+		t.Errorf("check-in hold reason %q: %v", got.Reason, err)
+	}
+	if !strings.HasPrefix(got.Reason, "*** *** ") || !strings.HasSuffix(got.Reason, "…") {
+		t.Errorf("check-in hold reason %q, want the masked reason cut", got.Reason)
+	}
+}

@@ -131,6 +131,13 @@ func (a *Agent) heartbeat(ctx context.Context, resp *protocol.CheckinResponse, n
 		}
 		return detail + "; " + note
 	}
+	// Without a note the heartbeat's report is this tick's last word and its exit 0 (backingOff's
+	// note ends it with 1): the write before the report then carries the success stamp, the
+	// tick's one write. Saved before the report, so a failed write (stateErr) is named in it.
+	save := a.saveState
+	if note == "" {
+		save = a.saveFinal
+	}
 	sha, dir, err := a.current()
 	if err != nil {
 		return err
@@ -150,10 +157,11 @@ func (a *Agent) heartbeat(ctx context.Context, resp *protocol.CheckinResponse, n
 			a.log.Warn("unhealthy: " + detail)
 			a.st.LastResult = protocol.ResultUnhealthy
 			a.st.LastDetail = a.cutDetail(detail)
-			_ = a.saveState()
+			_ = save()
 			a.report(ctx, protocol.Report{Sha: resp.DesiredSha, Result: protocol.ResultUnhealthy, Detail: detail})
 			return nil
 		}
+		_ = save()
 		a.report(ctx, protocol.Report{Sha: resp.DesiredSha, Result: protocol.ResultHealthy, Detail: "nothing deployed"})
 		a.log.Info("healthy; heartbeat reported", "containers", 0)
 		return nil
@@ -170,7 +178,7 @@ func (a *Agent) heartbeat(ctx context.Context, resp *protocol.CheckinResponse, n
 		a.log.Warn("unhealthy: " + detail)
 		a.st.LastResult = protocol.ResultUnhealthy
 		a.st.LastDetail = a.cutDetail(detail)
-		_ = a.saveState()
+		_ = save()
 		a.report(ctx, protocol.Report{Sha: a.st.AppliedSha, Result: protocol.ResultUnhealthy, Detail: detail})
 		return nil
 	}
@@ -188,7 +196,7 @@ func (a *Agent) heartbeat(ctx context.Context, resp *protocol.CheckinResponse, n
 		a.log.Warn("unhealthy: " + detail)
 		a.st.LastResult = protocol.ResultUnhealthy
 		a.st.LastDetail = a.cutDetail(detail)
-		_ = a.saveState()
+		_ = save()
 		a.report(ctx, protocol.Report{Sha: a.st.AppliedSha, Result: protocol.ResultUnhealthy, Detail: detail, Containers: cs})
 		return nil
 	}
@@ -197,8 +205,7 @@ func (a *Agent) heartbeat(ctx context.Context, resp *protocol.CheckinResponse, n
 	}
 	a.st.LastResult = protocol.ResultHealthy
 	a.st.LastDetail = a.cutDetail(note)
-	// Saved before the report, so a failed write (stateErr) is named in it.
-	_ = a.saveState()
+	_ = save()
 	a.report(ctx, protocol.Report{Sha: a.st.AppliedSha, Result: protocol.ResultHealthy, Detail: note, Containers: cs})
 	a.log.Info("healthy; heartbeat reported", "containers", len(cs))
 	return nil

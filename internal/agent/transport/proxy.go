@@ -81,7 +81,7 @@ func RunProxy(ctx context.Context, opts Options) error {
 		rd.build = func() (ServiceDialer, error) { return d, nil }
 		rd.rebuild = false // not ours to throw away and re-create
 	default:
-		rd.build = func() (ServiceDialer, error) { return newZitiDialer(opts.IdentityFile, opts.ReadFile, logger) }
+		rd.build = func() (ServiceDialer, error) { return newZitiDialer(opts.IdentityFile, opts.ReadFile, logger, "") }
 	}
 	defer rd.Close()
 	if err := rd.warm(); err != nil {

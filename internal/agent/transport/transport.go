@@ -46,6 +46,10 @@ type Options struct {
 
 	Logger *slog.Logger // nil discards
 
+	// SessionFile is where the sdk transport keeps its controller session between ticks
+	// (<state_dir>/ziti-session.json, 0600); "" authenticates every time.
+	SessionFile string
+
 	// Dialer replaces the SDK context (tests; New and RunProxy close it); IdentityFile is then unread.
 	Dialer ServiceDialer
 	// ReadFile replaces os.ReadFile for the identity pre-flight (tests).
@@ -116,7 +120,7 @@ func New(opts Options) (*Transport, error) {
 		if opts.Dialer != nil {
 			t.dialer = opts.Dialer
 		} else {
-			d, err := newZitiDialer(opts.IdentityFile, opts.ReadFile, t.logger)
+			d, err := newZitiDialer(opts.IdentityFile, opts.ReadFile, t.logger, opts.SessionFile)
 			if err != nil {
 				return nil, err
 			}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"time"
 
 	"github.com/openziti/identity"
 	edge_apis "github.com/openziti/sdk-golang/edge-apis"
@@ -17,11 +18,15 @@ import (
 // zitiDialer is a ServiceDialer over one ziti SDK context.
 type zitiDialer struct {
 	zctx ziti.Context
+	// kept is the controller session kept between ticks (sdk transport); nil: none (the proxy
+	// daemon keeps its one context alive instead, doctor authenticates for itself).
+	kept *keptSession
 }
 
 // newZitiDialer pre-flights and loads the identity under recover (the SDK's lazy loader exits or
-// panics on bad material); it does not wait on the network.
-func newZitiDialer(path string, readFile func(string) ([]byte, error), logger *slog.Logger) (*zitiDialer, error) {
+// panics on bad material); it does not wait on the network. With sessionFile, a controller
+// session kept there by an earlier tick of the same identity certificate is used until it expires.
+func newZitiDialer(path string, readFile func(string) ([]byte, error), logger *slog.Logger, sessionFile string) (*zitiDialer, error) {
 	raw, err := checkIdentity(path, readFile)
 	if err != nil {
 		return nil, err
@@ -55,12 +60,53 @@ func newZitiDialer(path string, readFile func(string) ([]byte, error), logger *s
 	if err != nil {
 		return nil, &IdentityError{Path: path, Reason: fmt.Sprintf("could not start a ziti context: %v", err), Kind: ErrIdentityMalformed, Err: err}
 	}
-	return &zitiDialer{zctx: zctx}, nil
+	d := &zitiDialer{zctx: zctx}
+	if impl, ok := zctx.(*ziti.ContextImpl); ok && sessionFile != "" && id.Cert() != nil && len(id.Cert().Certificate) > 0 {
+		d.kept = &keptSession{path: sessionFile, fingerprint: certFingerprint(id.Cert().Certificate[0]),
+			controller: controllerOf(cfg), impl: impl, log: loggerOrDiscard(logger), now: time.Now}
+		d.kept.restore()
+	}
+	return d, nil
 }
 
-// DialService dials in a goroutine and stops waiting when ctx is done: sdk-golang v1.9.0's first
-// dial ignores ctx until the controller answers. A late dial is closed.
+// controllerOf is the identity's first controller URL, which the session belongs to.
+func controllerOf(cfg ziti.Config) string {
+	if len(cfg.ZtAPIs) > 0 {
+		return cfg.ZtAPIs[0]
+	}
+	return cfg.ZtAPI
+}
+
+// DialService dials service. On a kept session, the service is looked up by name first (the SDK
+// lists services only when it authenticates); if that or the dial fails, the session may be
+// stale (expired early, revoked, the controller's state lost): one full authentication and one
+// more dial follow, so a stale session costs a round trip, never the tick.
 func (d *zitiDialer) DialService(ctx context.Context, service string) (net.Conn, error) {
+	k := d.kept
+	if k == nil {
+		return d.dial(ctx, service)
+	}
+	err := k.lookup(ctx, service)
+	if err == nil {
+		var conn net.Conn
+		if conn, err = d.dial(ctx, service); err == nil {
+			k.dialedOK(service)
+			return conn, nil
+		}
+	}
+	if ctx.Err() != nil || !k.reauthenticate(err) {
+		return nil, err
+	}
+	conn, err := d.dial(ctx, service)
+	if err == nil {
+		k.dialedOK(service)
+	}
+	return conn, err
+}
+
+// dial dials in a goroutine and stops waiting when ctx is done: sdk-golang v1.9.0's first dial
+// ignores ctx until the controller answers. A late dial is closed.
+func (d *zitiDialer) dial(ctx context.Context, service string) (net.Conn, error) {
 	type result struct {
 		conn net.Conn
 		err  error
@@ -92,6 +138,9 @@ func (d *zitiDialer) DialService(ctx context.Context, service string) (net.Conn,
 }
 
 func (d *zitiDialer) Close() error {
+	if d.kept != nil {
+		d.kept.keep()
+	}
 	return safeCall("close ziti context", func() error {
 		d.zctx.Close()
 		return nil

@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -82,6 +83,7 @@ func (c *Client) ListAgents(ctx context.Context, site string, progress func(page
 		if site != "" {
 			q.Set("site", site)
 		}
+		q.Set("limit", strconv.Itoa(protocol.MaxAgentsPageLimit)) // tenancy may answer fewer
 		if cursor != "" {
 			q.Set("cursor", cursor)
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -245,5 +246,35 @@ func TestNoCallFollowsARedirect(t *testing.T) {
 	}
 	if len(stolen) != 0 {
 		t.Fatalf("the redirect target got %q", stolen)
+	}
+}
+
+// The listing asks tenancy for its largest page (limit=MaxAgentsPageLimit) on every page: 10,000
+// envs are two round trips, not twenty; a tenancy that answers fewer is followed as before.
+func TestListAgentsAsksTheLargestPage(t *testing.T) {
+	const n = 2*admintest.DefaultPage + 1
+	for _, tc := range []struct {
+		name      string
+		serves    int // the most tenancy puts in a page
+		wantPages int
+	}{
+		{"tenancy serves the limit", protocol.MaxAgentsPageLimit, 1},
+		{"tenancy caps lower", admintest.DefaultPage, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFake(t, tc.serves, n)
+			got, err := client(t, f.URL, token).ListAgents(context.Background(), "", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got.Agents) != n || got.Pages != tc.wantPages {
+				t.Errorf("%d agents in %d pages, want %d in %d", len(got.Agents), got.Pages, n, tc.wantPages)
+			}
+			for _, r := range f.Requests() {
+				if r.Path == "/v1/admin/agents" && r.Query.Get("limit") != strconv.Itoa(protocol.MaxAgentsPageLimit) {
+					t.Errorf("page asked with limit %q, want %d", r.Query.Get("limit"), protocol.MaxAgentsPageLimit)
+				}
+			}
+		})
 	}
 }

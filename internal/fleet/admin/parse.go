@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/clip"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/protocol"
@@ -129,25 +127,23 @@ func checkTruth(where string, a *protocol.AdminAgent) error {
 	return nil
 }
 
-// maxHoldText bounds a hold's reason and by as fleetctl shows them: the agent writes at most 200
-// and 64 characters, a table and a page are not the place for more.
-const maxHoldText = 400
-
 // checkHoldAndDeferral checks an agent's hold (issue 22): every field present, times RFC 3339
-// with until after since, text on one line.
+// with until after since, text as the agent writes it (protocol.CheckSentHoldText): one agent's
+// hold fleetctl refused would refuse the whole listing, every other env with it.
 func checkHoldAndDeferral(where string, a *protocol.AdminAgent) error {
 	h := a.Hold
 	if h == nil {
 		return nil
 	}
-	for _, f := range []struct{ name, v string }{{"reason", h.Reason}, {"by", h.By}} {
-		switch {
-		case f.v == "":
+	for _, f := range []struct {
+		name, v string
+		max     int
+	}{{"reason", h.Reason, protocol.MaxHoldReason}, {"by", h.By, protocol.MaxHoldBy}} {
+		if f.v == "" {
 			return fmt.Errorf("%s.hold.%s: missing", where, f.name)
-		case len(f.v) > maxHoldText:
-			return fmt.Errorf("%s.hold.%s: %d bytes, at most %d", where, f.name, len(f.v), maxHoldText)
-		case strings.IndexFunc(f.v, unicode.IsControl) >= 0 || !utf8.ValidString(f.v):
-			return fmt.Errorf("%s.hold.%s: a control character or invalid UTF-8", where, f.name)
+		}
+		if err := protocol.CheckSentHoldText(f.v, f.max); err != nil {
+			return fmt.Errorf("%s.hold.%s: %w", where, f.name, err)
 		}
 	}
 	since, err := parseTime(where+".hold.since", h.Since)

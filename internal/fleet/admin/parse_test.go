@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/protocol"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/test/itest"
@@ -47,8 +48,11 @@ func TestParseAgentsPage(t *testing.T) {
 		{"hold null", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"a","hold":null,"deferred_until":null}]}`, ""},
 		{"hold without reason", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"env-x","hold":{"by":"alice","since":"2026-12-02T09:00:00Z","until":"2026-12-02T13:00:00Z"}}]}`, `agents[0] (env-x).hold.reason: missing`},
 		{"hold without by", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"env-x","hold":{"reason":"r","since":"2026-12-02T09:00:00Z","until":"2026-12-02T13:00:00Z"}}]}`, `agents[0] (env-x).hold.by: missing`},
-		{"hold reason on two lines", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"env-x","hold":{"reason":"a\nb","by":"alice","since":"2026-12-02T09:00:00Z","until":"2026-12-02T13:00:00Z"}}]}`, `hold.reason: a control character`},
-		{"hold reason too long", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"env-x","hold":{"reason":"` + strings.Repeat("x", 401) + `","by":"alice","since":"2026-12-02T09:00:00Z","until":"2026-12-02T13:00:00Z"}}]}`, `hold.reason: 401 bytes`},
+		{"hold reason on two lines", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"env-x","hold":{"reason":"a\nb","by":"alice","since":"2026-12-02T09:00:00Z","until":"2026-12-02T13:00:00Z"}}]}`, `hold.reason: contains U+000A, a control or format character`},
+		{"hold reason too long", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"env-x","hold":{"reason":"` + strings.Repeat("€", 201) + `","by":"alice","since":"2026-12-02T09:00:00Z","until":"2026-12-02T13:00:00Z"}}]}`, `hold.reason: 201 characters, at most 200`},
+		{"hold by too long", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"env-x","hold":{"reason":"r","by":"` + strings.Repeat("x", 65) + `","since":"2026-12-02T09:00:00Z","until":"2026-12-02T13:00:00Z"}}]}`, `hold.by: 65 characters, at most 64`},
+		{"hold by turned around", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"env-x","hold":{"reason":"r","by":"alice\u202e","since":"2026-12-02T09:00:00Z","until":"2026-12-02T13:00:00Z"}}]}`, `hold.by: contains U+202E`},
+		{"hold reason blank", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"env-x","hold":{"reason":"  ","by":"alice","since":"2026-12-02T09:00:00Z","until":"2026-12-02T13:00:00Z"}}]}`, `hold.reason: empty`},
 		{"hold without until", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"env-x","hold":{"reason":"r","by":"alice","since":"2026-12-02T09:00:00Z"}}]}`, `agents[0] (env-x).hold.until: "" is not an RFC 3339 time`},
 		{"hold ends before it starts", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"env-x","hold":{"reason":"r","by":"alice","since":"2026-12-02T09:00:00Z","until":"2026-12-02T08:00:00Z"}}]}`, `hold.until: 2026-12-02T08:00:00Z is not after since`},
 		{"hold not an object", `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"env-x","hold":"yes"}]}`, `field "agents.hold"`},
@@ -79,6 +83,42 @@ func TestParseAgentsPage(t *testing.T) {
 			}
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Fatalf("got %v, want %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+// Every hold text the agent writes (protocol.CheckHoldText, the check of `monky-deployd hold` and
+// of state.json) is read: fleetctl refusing one box's hold would refuse the listing, and with it
+// status, gate, describe, the exporter and onboard of every env (seed: 200 × "€", 600 bytes).
+func TestParseAgentsPageReadsEveryHoldTheAgentWrites(t *testing.T) {
+	for _, tc := range []struct{ name, reason, by string }{
+		{"200 euro signs", strings.Repeat("€", protocol.MaxHoldReason), "alice"},
+		{"200 emoji", strings.Repeat("🚧", protocol.MaxHoldReason), "alice"},
+		{"CJK by of 64", "db", strings.Repeat("日", protocol.MaxHoldBy)},
+		{"spaces of other scripts", "wait\u00a0for\u3000the db", "uid 1000"},
+		{"combining marks", strings.Repeat("e\u0301", protocol.MaxHoldReason/2), "zoë"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, v := range []struct {
+				v   string
+				max int
+			}{{tc.reason, protocol.MaxHoldReason}, {tc.by, protocol.MaxHoldBy}} {
+				if err := protocol.CheckHoldText(v.v, v.max); err != nil {
+					t.Fatalf("the agent does not write %q: %v", v.v, err)
+				}
+			}
+			hold, err := json.Marshal(protocol.Hold{Reason: tc.reason, By: tc.by, Since: "2026-12-02T09:00:00Z", Until: "2026-12-02T13:00:00Z"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			page := `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"env-ok"},{"env_id":"env-x","hold":` + string(hold) + `}]}`
+			p, _, err := ParseAgentsPage([]byte(page))
+			if err != nil {
+				t.Fatalf("the listing is refused, env-ok with it: %v", err)
+			}
+			if h := p.Agents[1].Hold; h == nil || h.Reason != tc.reason || h.By != tc.by {
+				t.Errorf("hold = %+v", h)
 			}
 		})
 	}
@@ -139,6 +179,8 @@ func FuzzParseAgentsPage(f *testing.F) {
 	f.Add([]byte(`{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"a","last_action":"apply","checkin_tick_id":"3f9a0c1d2e4b","last_exit_code":78,"apply_timeout_s":3600,` +
 		`"last_failure":{"sha":"9f","code":"PULL_FAILED","detail":"d","at":"2026-12-02T09:58:00Z","attempts":2}}]}`))
 	f.Add([]byte(`{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"a","hold":{"reason":"r","by":"b","since":"2026-12-02T09:00:00Z","until":"2026-12-02T13:00:00Z"},"deferred_until":"2026-12-03T01:00:00Z"}]}`))
+	f.Add([]byte(`{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"a","hold":{"reason":"` + strings.Repeat("€", 200) + `","by":"b","since":"2026-12-02T09:00:00Z","until":"2026-12-02T13:00:00Z"}}]}`))
+	f.Add([]byte(`{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"a","hold":{"reason":"r","by":"b\u202e\u200b","since":"2026-12-02T09:00:00Z","until":"2026-12-02T13:00:00Z"}}]}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		p, now, err := ParseAgentsPage(b)
 		if err != nil {
@@ -154,7 +196,8 @@ func FuzzParseAgentsPage(f *testing.F) {
 			if h := a.Hold; h != nil {
 				since, err1 := time.Parse(time.RFC3339, h.Since)
 				until, err2 := time.Parse(time.RFC3339, h.Until)
-				if err1 != nil || err2 != nil || !until.After(since) || h.Reason == "" || h.By == "" || strings.ContainsAny(h.Reason+h.By, "\n\r") {
+				if err1 != nil || err2 != nil || !until.After(since) || h.Reason == "" || h.By == "" || strings.ContainsAny(h.Reason+h.By, "\n\r\u202e\u200b") ||
+					utf8.RuneCountInString(h.Reason) > protocol.MaxHoldReason || utf8.RuneCountInString(h.By) > protocol.MaxHoldBy {
 					t.Fatalf("accepted a hold fleetctl cannot show: %+v", h)
 				}
 			}

@@ -42,7 +42,7 @@ func TestMain(m *testing.M) {
 }
 
 // probeMain runs `fleetctl ARGS…` as its own child and reports, as its last line on stderr,
-// the child's wall time and peak RSS. The benchmark needs this middleman: a child spawned
+// the child's wall time, CPU time (user + system) and peak RSS. The benchmark needs this middleman: a child spawned
 // straight from the benchmark shares the benchmark's memory until it execs (vfork), and the
 // kernel counts that — fakes holding 10,000 envs and all — as the child's peak RSS.
 func probeMain() {
@@ -64,7 +64,8 @@ func probeMain() {
 	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
 		maxrss = ru.Maxrss
 	}
-	fmt.Fprintf(os.Stderr, "fleetctl-probe: wall_ns=%d maxrss_kb=%d\n", wall.Nanoseconds(), maxrss)
+	cpu := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	fmt.Fprintf(os.Stderr, "fleetctl-probe: wall_ns=%d cpu_ns=%d maxrss_kb=%d\n", wall.Nanoseconds(), cpu.Nanoseconds(), maxrss)
 	os.Exit(code)
 }
 

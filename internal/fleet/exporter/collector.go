@@ -85,11 +85,14 @@ var envDescs = []*prometheus.Desc{descVerdict, descAge, descStale, descInterval,
 	descEnabled, descActive, descAgent, descResult, descDrift, descTTL, descAttempts, descNextTry, descHoldSince, descHoldUntil, descDeferred, descEnvs,
 	descCause, descFailure, descFailAt, descCertExpiry}
 
-// envCollector emits a view's per-env series, or only one family's: gathering all at once held
-// every series of 10,000 envs in memory, several times the page's size.
+// envCollector emits one family's per-env series of envs [from, to) of a view: gathering all
+// at once held every series of 10,000 envs in memory, several times the page's size, and one
+// family whole (env_verdict: 15 series an env) still held 150,000.
 type envCollector struct {
-	v    View
-	only *prometheus.Desc
+	v        View
+	only     *prometheus.Desc
+	from, to int
+	skip     []bool // envs whose row an earlier one of the same name already wrote
 }
 
 func (c envCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -106,16 +109,12 @@ func (c envCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	want := func(d *prometheus.Desc) bool { return c.only == nil || c.only == d }
 	all := verdict.All()
-	seen := make(map[string]bool, len(c.v.Doc.Envs))
-	for i := range c.v.Doc.Envs {
+	for i := c.from; i < c.to; i++ {
 		e := &c.v.Doc.Envs[i]
 		env, site := label(e.EnvID), label(e.Site)
-		if seen[env] {
-			// An orphan named after an env with another identity: the env's own row comes first,
-			// and a second series with the same labels would fail the whole scrape.
+		if c.skip[i] {
 			continue
 		}
-		seen[env] = true
 		g := func(d *prometheus.Desc, v float64, extra ...string) {
 			if want(d) {
 				ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, append([]string{env, site}, extra...)...)
@@ -187,7 +186,7 @@ func (c envCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 	}
-	if !want(descEnvs) {
+	if !want(descEnvs) || c.from != 0 {
 		return
 	}
 	for _, v := range all {
@@ -242,33 +241,88 @@ func b2f(b bool) float64 {
 	return 0
 }
 
-// encode gathers each collector from its own registry in turn, so one's series are garbage
-// before the next.
+// chunkEnvs is how many envs' series of one family are gathered at once.
+const chunkEnvs = 1000
+
+// encode writes each collector's families, each gathered from its own registry in turn, so one's
+// series are garbage before the next; the per-env families chunk by chunk, one family's chunks
+// one after the other (a family's samples stay together, its HELP and TYPE written once).
 func encode(cs ...prometheus.Collector) ([]byte, error) {
 	var buf bytes.Buffer
 	for _, c := range cs {
-		reg := prometheus.NewRegistry()
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("exporter: %w", err)
-		}
-		mfs, err := reg.Gather()
-		if err != nil {
-			return nil, fmt.Errorf("exporter: %w", err)
-		}
-		for _, mf := range mfs {
-			if _, err := expfmt.MetricFamilyToText(&buf, mf); err != nil {
-				return nil, fmt.Errorf("exporter: encode: %w", err)
-			}
+		if err := encodeChunks(&buf, c); err != nil {
+			return nil, err
 		}
 	}
 	return buf.Bytes(), nil
 }
 
+func encodeChunks(buf *bytes.Buffer, c prometheus.Collector) error {
+	chunks := []prometheus.Collector{c}
+	if ec, ok := c.(envCollector); ok && ec.v.Doc != nil {
+		chunks = chunks[:0]
+		for from := 0; from < len(ec.v.Doc.Envs) || from == 0; from += chunkEnvs {
+			part := ec
+			part.from, part.to = from, min(from+chunkEnvs, len(ec.v.Doc.Envs))
+			chunks = append(chunks, part)
+		}
+	}
+	headerDone := map[string]bool{}
+	for _, chunk := range chunks {
+		reg := prometheus.NewRegistry()
+		if err := reg.Register(chunk); err != nil {
+			return fmt.Errorf("exporter: %w", err)
+		}
+		mfs, err := reg.Gather()
+		if err != nil {
+			return fmt.Errorf("exporter: %w", err)
+		}
+		for _, mf := range mfs {
+			if !headerDone[mf.GetName()] {
+				headerDone[mf.GetName()] = true
+				if _, err := expfmt.MetricFamilyToText(buf, mf); err != nil {
+					return fmt.Errorf("exporter: encode: %w", err)
+				}
+				continue
+			}
+			// A later chunk of a family already begun: its samples only. The encoder always
+			// leads with the family's TYPE line (and HELP, cleared here).
+			mf.Help = nil
+			var part bytes.Buffer
+			if _, err := expfmt.MetricFamilyToText(&part, mf); err != nil {
+				return fmt.Errorf("exporter: encode: %w", err)
+			}
+			samples, ok := bytes.CutPrefix(part.Bytes(), []byte("# TYPE "+mf.GetName()+" "))
+			if !ok {
+				return fmt.Errorf("exporter: encode: %s: the encoder did not lead with the TYPE line", mf.GetName())
+			}
+			_, samples, _ = bytes.Cut(samples, []byte("\n"))
+			buf.Write(samples)
+		}
+	}
+	return nil
+}
+
 // envFamilies are v's per-env collectors, a family each.
 func envFamilies(v View) []prometheus.Collector {
+	var skip []bool
+	if v.Doc != nil {
+		skip = make([]bool, len(v.Doc.Envs))
+		seen := make(map[string]bool, len(v.Doc.Envs))
+		for i := range v.Doc.Envs {
+			env := label(v.Doc.Envs[i].EnvID)
+			// An orphan named after an env with another identity: the env's own row comes
+			// first, and a second series with the same labels would fail the whole scrape.
+			skip[i] = seen[env]
+			seen[env] = true
+		}
+	}
 	cs := make([]prometheus.Collector, len(envDescs))
 	for i, d := range envDescs {
-		cs[i] = envCollector{v: v, only: d}
+		cs[i] = envCollector{v: v, only: d, skip: skip}
+		if v.Doc != nil {
+			cs[i] = envCollector{v: v, only: d, skip: skip, to: len(v.Doc.Envs)}
+		}
 	}
 	return cs
 }

@@ -405,3 +405,43 @@ func TestScrapesDuringRefreshes(t *testing.T) {
 		}
 	}
 }
+
+// A fleet larger than a chunk is written chunk by chunk and still reads as one exposition: every
+// family once (a second HELP or TYPE fails the parse), every env's series there, the duplicate
+// orphan row still dropped across chunks, and the summary once.
+func TestEncodeInChunks(t *testing.T) {
+	d := doc()
+	for i := 0; i < 2*chunkEnvs+7; i++ {
+		e := d.Envs[1] // env-b, OK
+		e.EnvID = "env-n" + strconv.Itoa(i)
+		d.Envs = append(d.Envs, e)
+		d.Summary[e.Verdict]++
+	}
+	e := d.Envs[4] // the duplicate orphan, now in the last chunk
+	d.Envs = append(d.Envs[:4], d.Envs[5:]...)
+	d.Envs = append(d.Envs, e)
+	page, err := Encode(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := parse(t, page)
+	if n := strings.Count(string(page), "# TYPE monky_fleet_env_verdict "); n != 1 {
+		t.Errorf("env_verdict's TYPE written %d times", n)
+	}
+	wantVerdicts := (len(d.Envs) - 1) * len(verdict.All())
+	n := 0
+	for k := range got {
+		if strings.HasPrefix(k, "monky_fleet_env_verdict{") {
+			n++
+		}
+	}
+	if n != wantVerdicts {
+		t.Errorf("%d env_verdict series, want %d", n, wantVerdicts)
+	}
+	if got[`monky_fleet_env_verdict{env=env-n2006,site=cbs,verdict=OK}`] != "1" || got[`monky_fleet_env_mesh_online{env=env-old,site=}`] != "0" {
+		t.Error("a series of the last chunk is missing, or the duplicate orphan row overwrote the first")
+	}
+	if got[`monky_fleet_envs{verdict=OK}`] != strconv.Itoa(d.Summary["OK"]) {
+		t.Errorf("envs{OK} = %s, want %d", got[`monky_fleet_envs{verdict=OK}`], d.Summary["OK"])
+	}
+}

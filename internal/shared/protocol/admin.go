@@ -54,6 +54,10 @@ type AdminAgent struct {
 	DeferredUntil *string `json:"deferred_until,omitempty"`
 }
 
+// MaxAgentsPageLimit is the largest `limit` GET /v1/admin/agents takes: fleetctl asks for it, so
+// 10,000 envs are two pages where tenancy's default (500) made twenty chained round trips.
+const MaxAgentsPageLimit = 5000
+
 // AdminAgentsPage is GET /v1/admin/agents; Next is nil on the last page, Now measures staleness.
 type AdminAgentsPage struct {
 	Now    string       `json:"now"`

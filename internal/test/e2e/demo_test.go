@@ -267,10 +267,24 @@ func TestServe(t *testing.T) {
 	checkNothingLeft(t, dir, "monky-env-dev-")
 }
 
-// TestDemoWithoutDocker: with no engine (DOCKER_HOST pointing nowhere) the demo says so, the
-// agents report that they cannot deploy, and fleetctl still catches the silent and the refused
-// box. OpenBao is the in-process fake here: the demo's fallback without a bao binary.
+// TestDemoWithoutDocker: with no engine the demo says so, the agents report that they cannot
+// deploy, and fleetctl still catches the silent and the refused box. OpenBao is the in-process
+// fake here: the demo's fallback without a bao binary.
+//
+// No engine is the real docker CLI, first on PATH, pointed at a socket nobody serves: the agents
+// give docker an explicit environment without DOCKER_HOST (an operator's must not pick the
+// engine of a tick), so the variable alone would only blind the demo, not its agents.
 func TestDemoWithoutDocker(t *testing.T) {
+	real, err := exec.LookPath("docker")
+	if err != nil {
+		itest.Unavailable(t, "docker CLI: "+err.Error())
+	}
+	bin := t.TempDir()
+	wrapper := "#!/bin/sh\nDOCKER_HOST=unix:///nonexistent/docker.sock exec " + real + " \"$@\"\n"
+	if err := os.WriteFile(filepath.Join(bin, "docker"), []byte(wrapper), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
 	t.Setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
 	out := runDemo(t, demo.Options{})
 	mustContain(t, out,

@@ -341,10 +341,21 @@ func TestUpgradeGate(t *testing.T) {
 		if exit != 1 || !strings.Contains(out, laggard.Env) {
 			t.Fatalf("gate exit %d, want 1 listing %s\n%s", exit, laggard.Env, out)
 		}
+		// The verdict's table and summary; the wait's progress lines ("gate: 3 envs not yet on
+		// 0.2.1: waiting for …") name every box it waited for, upgraded ones too.
+		var verdict []string
+		for _, l := range strings.Split(out, "\n") {
+			if !strings.Contains(l, "waiting for") {
+				verdict = append(verdict, l)
+			}
+		}
 		for _, b := range f.boxes[:2] {
-			if strings.Contains(out, b.Env) {
+			if strings.Contains(strings.Join(verdict, "\n"), b.Env) {
 				t.Errorf("gate lists %s, which runs %s\n%s", b.Env, newVersion, out)
 			}
+		}
+		if !strings.Contains(out, "waiting for "+laggard.Env) {
+			t.Errorf("the wait never said whom it waited for\n%s", out)
 		}
 	})
 

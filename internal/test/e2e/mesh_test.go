@@ -364,3 +364,163 @@ func TestMeshIdentityReadThroughGroup(t *testing.T) {
 		t.Fatalf("in the file's group the tick (exit %d) did not check in through the mesh:\n%s", code, out)
 	}
 }
+
+// TestMeshSDKKeepsItsSession: the sdk transport authenticates to the real controller once and
+// keeps the session in state_dir (0600), with the services it dialed and their dial sessions, for
+// the next ticks, which authenticate no more; a kept dial session the controller does not know
+// does not fail the tick; a kept session that is stale costs one authentication, never the
+// tick — expired, refused by the
+// controller (a token it does not know: revoked), after the controller restarted, and of a
+// renewed identity certificate (its fingerprint no longer the file's). No token is ever printed.
+func TestMeshSDKKeepsItsSession(t *testing.T) {
+	m := newMesh(t, "meshkeep", attrAgent, attrBao)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	if err := m.ctrl.EnableEvents(ctx); err != nil {
+		t.Fatal(err)
+	}
+	auths := func() int {
+		n, err := m.ctrl.APISessionsCreated(ctx, "monky-host."+m.env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	m.configure(t, "sdk", "")
+	m.converge(t, 6)
+	sessionFile := filepath.Join(m.box.Dir, "state", "ziti-session.json")
+	read := func() map[string]any {
+		t.Helper()
+		b, err := os.ReadFile(sessionFile)
+		if err != nil {
+			t.Fatalf("the session file: %v", err)
+		}
+		var rec map[string]any
+		if err := json.Unmarshal(b, &rec); err != nil {
+			t.Fatal(err)
+		}
+		return rec
+	}
+	write := func(rec map[string]any) {
+		t.Helper()
+		b, err := json.Marshal(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(sessionFile, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var outputs []string
+	// tickCosts runs a tick that must succeed authenticating at most most times (a stale session
+	// costs one authentication, or less: an OIDC session may be refreshed with its refresh token).
+	tickCosts := func(what string, most int) {
+		t.Helper()
+		before := auths()
+		tk := m.tick(t)
+		outputs = append(outputs, tk.Output)
+		if tk.Exit != 0 {
+			m.fatalWithJournals("%s: tick exited %d", what, tk.Exit)
+		}
+		if got := auths() - before; got > most {
+			t.Errorf("%s: the tick authenticated %d times, want at most %d", what, got, most)
+		}
+	}
+	if st, err := os.Stat(sessionFile); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("after converging: session file %v, %v; want one of mode 0600", st, err)
+	}
+	first := read()
+	for i := 0; i < 3; i++ {
+		tickCosts(fmt.Sprintf("converged tick %d", i+1), 0)
+	}
+	if read()["token"] != first["token"] {
+		t.Error("the kept session was replaced although it served")
+	}
+	// The services the session dialed ride with it, so that a converged tick neither looks
+	// them up nor creates a dial session.
+	services, _ := read()["services"].(map[string]any)
+	if len(services) == 0 {
+		t.Fatal("the kept session holds no dialed service")
+	}
+	dialTokens := func(rec map[string]any) (out []string) {
+		svcs, _ := rec["services"].(map[string]any)
+		for _, ks := range svcs {
+			ses, _ := ks.(map[string]any)["session"].(map[string]any)
+			tok, _ := ses["token"].(string)
+			out = append(out, tok)
+		}
+		return out
+	}
+
+	// A dial session the controller does not know (deleted, expired): the tick succeeds. (The
+	// quickstart's router, v1.7 with its router data model, let the dial through on the
+	// identity's policies — the kept token was not replaced; a router that checks it makes the
+	// SDK create another in the same dial.)
+	rec := read()
+	for name, ks := range rec["services"].(map[string]any) {
+		ses := ks.(map[string]any)["session"].(map[string]any)
+		ses["id"] = "monky-unknown-" + name
+		ses["token"] = "00000000-0000-0000-0000-00000000dead"
+	}
+	write(rec)
+	tickCosts("dial session the controller does not know", 1)
+
+	rec = read()
+	rec["expires_at"] = time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)
+	write(rec)
+	tickCosts("expired session", 1)
+	if read()["token"] == rec["token"] {
+		t.Error("the expired session was not replaced")
+	}
+
+	rec = read()
+	rec["token"] = strings.Repeat("0", len(rec["token"].(string))-4) + "dead"
+	write(rec)
+	tickCosts("session the controller does not know", 1)
+	if read()["token"] == rec["token"] {
+		t.Error("the refused session was not replaced")
+	}
+
+	rec = read()
+	rec["identity_sha256"] = strings.Repeat("ab", 32)
+	write(rec)
+	tickCosts("renewed identity certificate", 1)
+	if r := read(); r["identity_sha256"] == rec["identity_sha256"] || r["token"] == rec["token"] {
+		t.Error("the session of the old certificate was not replaced by the new one's")
+	}
+
+	tickCosts("the session kept again", 0)
+	if err := m.ctrl.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	before := auths()
+	tk := m.tick(t)
+	outputs = append(outputs, tk.Output)
+	if tk.Exit != 0 {
+		m.fatalWithJournals("the first tick after the controller restarted exited %d", tk.Exit)
+	}
+	if n := auths() - before; n > 1 {
+		t.Errorf("after the controller restarted the tick authenticated %d times, want at most 1", n)
+	}
+	tickCosts("after the restart", 0)
+
+	for _, r := range []map[string]any{first, read()} {
+		secrets := map[string]string{}
+		for _, k := range []string{"token", "refresh_token", "id_token"} {
+			secrets[k], _ = r[k].(string)
+		}
+		for i, tok := range dialTokens(r) {
+			secrets[fmt.Sprintf("dial session token %d", i)] = tok
+		}
+		for k, v := range secrets {
+			if len(v) < 8 {
+				continue
+			}
+			for _, out := range outputs {
+				if strings.Contains(out, v) {
+					t.Fatalf("the tick's output holds the session's %s", k)
+				}
+			}
+		}
+	}
+}

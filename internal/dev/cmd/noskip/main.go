@@ -3,6 +3,11 @@
 // green. It prints what plain `go test` would (a failed or skipped test's output, each package's
 // result), then every skip with its reason, and exits 1 on a skip, a failure or no test at all.
 //
+// A package that passes without running a test fails the run too: a TestMain that exits 0
+// before m.Run ("no docker here") skips every test of its package and go test still says ok.
+// A package without test files (go test's skip, "[no test files]") is fine. noskip reads whole
+// runs, never one filtered with -run: a package with no test matching would fail it.
+//
 // A fuzz target that skips one of its inputs (t.Skip inside f.Fuzz) skipped no test: the
 // target ran and filtered that input, so subtests of a Fuzz* target are not counted.
 package main
@@ -40,7 +45,9 @@ var chatter = regexp.MustCompile(`^\s*(=== (RUN|PAUSE|CONT|NAME)\s|--- (PASS|SKI
 
 func run(in io.Reader, out, errw io.Writer) int {
 	held := map[string][]string{} // package + test → its output until it ends
+	ran := map[string]int{}       // package → tests that ended in it
 	var skips []skip
+	var empty []string // packages that passed without running a test
 	failed, tests, lines := false, 0, 0
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
@@ -66,12 +73,16 @@ func run(in io.Reader, out, errw io.Writer) int {
 		case "pass":
 			if e.Test != "" {
 				tests++
+				ran[e.Package]++
+			} else if ran[e.Package] == 0 {
+				empty = append(empty, e.Package)
 			}
 			delete(held, key)
 		case "fail":
 			failed = true
 			if e.Test != "" {
 				tests++
+				ran[e.Package]++
 			}
 			for _, l := range held[key] {
 				fmt.Fprint(out, l)
@@ -86,6 +97,7 @@ func run(in io.Reader, out, errw io.Writer) int {
 				continue
 			}
 			tests++
+			ran[e.Package]++
 			var why []string
 			for _, l := range held[key] {
 				if !chatter.MatchString(l) {
@@ -106,20 +118,32 @@ func run(in io.Reader, out, errw io.Writer) int {
 			fmt.Fprintln(out, l)
 		}
 	}
-	switch {
-	case len(skips) > 0:
+	for _, p := range empty {
+		fmt.Fprintf(out, "--- NO TEST RAN: %s\n", p)
+	}
+	code := 0
+	if len(skips) > 0 {
 		fmt.Fprintf(errw, "noskip: %d test(s) skipped where every test must run (CI set): each one above; "+
 			"give the machine what it needs, or stop the test through itest.Unavailable so it fails here\n", len(skips))
-		return 1
-	case failed:
-		fmt.Fprintln(errw, "noskip: tests failed")
-		return 1
-	case tests == 0:
-		fmt.Fprintf(errw, "noskip: no test ran (%d lines read): was this `go test -json`?\n", lines)
-		return 1
+		code = 1
 	}
-	fmt.Fprintf(out, "noskip: %d tests ran, none skipped\n", tests)
-	return 0
+	if len(empty) > 0 {
+		fmt.Fprintf(errw, "noskip: %d package(s) passed without running a test: each one above; a TestMain that exits "+
+			"before m.Run skips every test unseen: run m.Run and stop each test through itest.Unavailable so it fails here\n", len(empty))
+		code = 1
+	}
+	if failed {
+		fmt.Fprintln(errw, "noskip: tests failed")
+		code = 1
+	}
+	if code == 0 && tests == 0 {
+		fmt.Fprintf(errw, "noskip: no test ran (%d lines read): was this `go test -json`?\n", lines)
+		code = 1
+	}
+	if code == 0 {
+		fmt.Fprintf(out, "noskip: %d tests ran, none skipped\n", tests)
+	}
+	return code
 }
 
 // fuzzInput: a subtest of a fuzz target is one of its inputs (seed#N or a corpus file).

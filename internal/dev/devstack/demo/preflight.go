@@ -15,8 +15,8 @@ import (
 )
 
 // Preflight runs `monky-deployd doctor`'s docker and compose checks as the demo's agents will
-// run docker — as this user, with a DOCKER_CONFIG of their own under dir, and this shell's
-// DOCKER_HOST — and prints their lines to w. An engine that answers without a usable compose v2
+// run docker — as this user, with a DOCKER_CONFIG of their own under dir and the agents' explicit
+// environment (no DOCKER_HOST: the engine is the docker CLI's default) — and prints their lines to w. An engine that answers without a usable compose v2
 // is an error naming the fix: the demo would run for minutes and deploy nothing. No engine is
 // no error: the demo then runs without one and says so. It builds, starts and writes nothing
 // but dir's DOCKER_CONFIG directory.

@@ -171,7 +171,11 @@ func (s *Server) SetToken(token string) {
 	s.token = token
 }
 
-// SetPageSize changes how many agents a page holds.
+// DefaultPage is how many agents a page holds when the listing asks no limit (tenancy's default).
+const DefaultPage = 500
+
+// SetPageSize changes how many agents a page holds at most, whatever limit the listing asks;
+// without a limit a page holds min(DefaultPage, n).
 func (s *Server) SetPageSize(n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -319,11 +323,23 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	asked := 0
+	if l := r.URL.Query().Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > protocol.MaxAgentsPageLimit {
+			writeError(w, http.StatusBadRequest, "BAD_LIMIT", fmt.Sprintf("limit %q is not 1-%d", l, protocol.MaxAgentsPageLimit))
+			return
+		}
+		asked = n
+	}
 	s.mu.Lock()
 	site := r.URL.Query().Get("site")
 	all := s.sortedLocked(site)
 	now := s.now().UTC()
-	size := s.pageSize
+	size := min(DefaultPage, s.pageSize)
+	if asked > 0 {
+		size = min(asked, s.pageSize)
+	}
 	key := pageKey{site: site, offset: offset, size: size, now: now}
 	b, ok := s.pages[key]
 	s.mu.Unlock()
