@@ -86,7 +86,7 @@ func Modules(binaries []Binary, modCache, srcRoot string, read func(string) (*de
 			path, version, local := d.Path, d.Version, ""
 			if d.Replace != nil {
 				path, version = d.Replace.Path, d.Replace.Version
-				if version == "" && isLocalPath(path) {
+				if (version == "" || version == "(devel)") && isLocalPath(path) {
 					// A patched copy: listed under the module it copies, read from its directory.
 					if srcRoot == "" {
 						return nil, fmt.Errorf("debcopyright: %s: module %s is built from the local directory %s, and no source root was given to read its license from", bin, d.Path, path)

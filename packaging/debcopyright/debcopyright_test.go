@@ -267,7 +267,7 @@ func TestRenderReadsALocalReplace(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(src, "third_party", "x", "LICENSE"), []byte(mitText), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	deps := map[string][]*debug.Module{"monky-deployd": {{Path: "example.com/x", Version: "v6.0.1", Replace: &debug.Module{Path: "./third_party/x"}}}, "fleetctl": nil}
+	deps := map[string][]*debug.Module{"monky-deployd": {{Path: "example.com/x", Version: "v6.0.1", Replace: &debug.Module{Path: "./third_party/x", Version: "(devel)"}}}, "fleetctl": nil}
 	o := options(t, cache(t, nil), infos(deps))
 	o.SourceRoot = src
 	out, err := Render(o)
