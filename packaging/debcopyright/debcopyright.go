@@ -32,6 +32,9 @@ type Options struct {
 	Binaries []Binary
 	// ModCache is the Go module cache (go env GOMODCACHE) holding the modules' sources.
 	ModCache string
+	// SourceRoot is the main module's root: a module replaced by a local directory (a patched
+	// copy under third_party/) is read from there, relative to it.
+	SourceRoot string
 	// GoRoot is the Go tree the binaries were built with (go env GOROOT): its LICENSE covers the
 	// standard library and runtime linked into every binary.
 	GoRoot string
@@ -56,12 +59,16 @@ type Module struct {
 	Copyright []string
 	// Text is the license file's text; Notice an Apache NOTICE file's text.
 	Text, Notice string
+	// Local is the directory of a local replace (e.g. ./third_party/jsonschema), "" for one from
+	// the module cache.
+	Local string
 	// Binaries are the installed binaries it is compiled into, by name (monky-deployd).
 	Binaries []string
 }
 
 // Modules reads the modules compiled into the binaries with read (nil: debug/buildinfo.ReadFile).
-func Modules(binaries []Binary, modCache string, read func(string) (*debug.BuildInfo, error)) ([]Module, error) {
+// A module replaced by a local directory is read from that directory under srcRoot.
+func Modules(binaries []Binary, modCache, srcRoot string, read func(string) (*debug.BuildInfo, error)) ([]Module, error) {
 	if modCache == "" {
 		return nil, errors.New("debcopyright: no module cache")
 	}
@@ -76,14 +83,21 @@ func Modules(binaries []Binary, modCache string, read func(string) (*debug.Build
 			return nil, fmt.Errorf("debcopyright: %s: %w", bin, err)
 		}
 		for _, d := range info.Deps {
-			path, version := d.Path, d.Version
+			path, version, local := d.Path, d.Version, ""
 			if d.Replace != nil {
 				path, version = d.Replace.Path, d.Replace.Version
+				if (version == "" || version == "(devel)") && isLocalPath(path) {
+					// A patched copy: listed under the module it copies, read from its directory.
+					if srcRoot == "" {
+						return nil, fmt.Errorf("debcopyright: %s: module %s is built from the local directory %s, and no source root was given to read its license from", bin, d.Path, path)
+					}
+					path, version, local = d.Path, d.Version, path
+				}
 			}
 			if version == "" || version == "(devel)" {
-				return nil, fmt.Errorf("debcopyright: %s: module %s is built from a local directory (a replace); its license cannot be read from the module cache", bin, path)
+				return nil, fmt.Errorf("debcopyright: %s: module %s is built from a local directory (a replace) with no version; its license cannot be read", bin, path)
 			}
-			key := path + "@" + version
+			key := path + "@" + version + "@" + local
 			m := byKey[key]
 			if m == nil {
 				escaped, err := escapePath(path)
@@ -91,6 +105,13 @@ func Modules(binaries []Binary, modCache string, read func(string) (*debug.Build
 					return nil, fmt.Errorf("debcopyright: %s: %w", bin, err)
 				}
 				m = &Module{Path: path, Version: version, Dir: filepath.Join(modCache, escaped+"@"+version)}
+				if local != "" {
+					m.Local = local
+					m.Dir = local
+					if !filepath.IsAbs(local) {
+						m.Dir = filepath.Join(srcRoot, local)
+					}
+				}
 				if err := m.read(); err != nil {
 					return nil, err
 				}
@@ -105,6 +126,11 @@ func Modules(binaries []Binary, modCache string, read func(string) (*debug.Build
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
 	return out, nil
+}
+
+// isLocalPath reports whether a replace names a directory rather than a module (go.mod's rule).
+func isLocalPath(p string) bool {
+	return filepath.IsAbs(p) || p == "." || p == ".." || strings.HasPrefix(p, "./") || strings.HasPrefix(p, "../")
 }
 
 func appendOnce(list []string, s string) []string {
@@ -249,7 +275,7 @@ func Render(o Options) ([]byte, error) {
 	if read == nil {
 		read = buildinfo.ReadFile
 	}
-	mods, err := Modules(o.Binaries, o.ModCache, read)
+	mods, err := Modules(o.Binaries, o.ModCache, o.SourceRoot, read)
 	if err != nil {
 		return nil, err
 	}
@@ -290,7 +316,11 @@ func Render(o Options) ([]byte, error) {
 		b.WriteString("\n")
 		field("Files", "vendor/"+m.Path+"/*")
 		field("Copyright", strings.Join(orDefault(m.Copyright, "the authors of "+m.Path), "\n "))
-		comment := wrap(len("Comment: "), m.Path+" "+m.Version+", compiled into "+strings.Join(m.Binaries, " and ")+".")
+		what := m.Path + " " + m.Version
+		if m.Local != "" {
+			what += " (a patched copy, " + strings.TrimPrefix(m.Local, "./") + " in the source)"
+		}
+		comment := wrap(len("Comment: "), what+", compiled into "+strings.Join(m.Binaries, " and ")+".")
 		if m.Notice != "" {
 			comment += "\n Its NOTICE file reads:\n" + body(m.Notice)
 		}

@@ -256,3 +256,35 @@ func FuzzBody(f *testing.F) {
 		}
 	})
 }
+
+// A module replaced by a patched copy in the source tree (third_party/) is listed under the
+// module it copies, its license read from the copy, and the comment says it is a copy.
+func TestRenderReadsALocalReplace(t *testing.T) {
+	src := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(src, "third_party", "x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(src, "third_party", "x", "LICENSE"), []byte(mitText), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	deps := map[string][]*debug.Module{"monky-deployd": {{Path: "example.com/x", Version: "v6.0.1", Replace: &debug.Module{Path: "./third_party/x", Version: "(devel)"}}}, "fleetctl": nil}
+	o := options(t, cache(t, nil), infos(deps))
+	o.SourceRoot = src
+	out, err := Render(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(out)
+	for _, want := range []string{"example.com/x v6.0.1 (a patched copy, third_party/x in the", "License: MIT"} {
+		if !strings.Contains(strings.ReplaceAll(s, "\n ", " "), want) {
+			t.Errorf("copyright lacks %q:\n%s", want, s)
+		}
+	}
+	// A copy without its license file is refused, as one in the module cache is.
+	if err := os.Remove(filepath.Join(src, "third_party", "x", "LICENSE")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Render(o); err == nil || !strings.Contains(err.Error(), "has no LICENSE file") {
+		t.Errorf("a copy without a license: %v", err)
+	}
+}

@@ -230,6 +230,8 @@ func generate(o Options, pkg string, bin debcopyright.Binary, tree *cobra.Comman
 		LicenseText: "Copyright 2026 Tikali. All rights reserved.\n\nThis software is Tikali's own, for the Monky " +
 			"platform's hosts; it may be used, copied and changed only as Tikali agrees.",
 		Binaries: []debcopyright.Binary{bin}, ModCache: o.ModCache, GoRoot: o.GoRoot,
+		// packaging/ sits at the agent module's root, which local replaces are relative to.
+		SourceRoot: filepath.Dir(filepath.Clean(o.PackagingDir)),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("debpkg: %s: %w", pkg, err)
