@@ -240,8 +240,9 @@ func TestInstallScript(t *testing.T) {
 		cfg := readYAML(t, b.read("/etc/monky-deployd/config.yaml"))
 		want := map[string]string{"env_id": envID, "site": "cbs", "transport": "sdk", "identity": identityPath,
 			"laptop_mode": "false", "tenancy.service": "monky.tenancy.deploy", "tenancy.port": "443",
-			"bao.addr": "https://bao.cbs.tikali.net:8200", "bao.auth_mount": "jwt-tenancy", "bao.role": "see-env",
-			"disk.factor": "1.5", "disk.headroom_bytes": "2147483648"}
+			"bao.addr": "https://bao.cbs.tikali.net:8200", "bao.auth_mount": "jwt-tenancy", "bao.role": "see-env"}
+		// The kit owns only these keys (monky-deployd config merge, issue 23): disk.* and every
+		// other key keep the agent's defaults until an operator sets them.
 		if fmt.Sprint(cfg) != fmt.Sprint(want) {
 			t.Errorf("config:\n%v\nwant:\n%v", cfg, want)
 		}
@@ -443,8 +444,11 @@ func TestInstallScriptUnstamped(t *testing.T) {
 	}
 }
 
-// TestAnsibleTemplateMatchesInstallScript renders the role's config template with ansible for
-// the inputs install.sh was given, and compares the two configs key by key.
+// TestAnsibleTemplateMatchesInstallScript: the role and install.sh write the same config. Both
+// hand their keys to `monky-deployd config merge` (issue 23): the role renders kit.yaml.j2, so
+// the test renders it with ansible for the inputs install.sh was given, merges it with the
+// box's monky-deployd into a box without a config, as the role's first run does, and compares
+// that with install.sh's config key by key.
 func TestAnsibleTemplateMatchesInstallScript(t *testing.T) {
 	a := build(t)
 	ansible := need(t, "ansible")
@@ -458,16 +462,21 @@ func TestAnsibleTemplateMatchesInstallScript(t *testing.T) {
 	fromScript := readYAML(t, b.read("/etc/monky-deployd/config.yaml"))
 
 	root := repoRoot(t)
-	dest := filepath.Join(t.TempDir(), "config.yaml")
+	dest := filepath.Join(t.TempDir(), "kit.yaml")
 	vars := fmt.Sprintf(`{"monky_deployd_env_id": %q, "monky_deployd_site": "cbs", "monky_deployd_transport": "proxy"}`, envID)
 	res, err := run(t, root, append(os.Environ(), "ANSIBLE_LOCALHOST_WARNING=false", "ANSIBLE_INVENTORY_UNPARSED_WARNING=false"),
 		ansible, "localhost", "-c", "local", "-i", "localhost,", "-m", "ansible.builtin.template",
-		"-a", "src="+filepath.Join(root, "ansible/roles/monky_deployd/templates/config.yaml.j2")+" dest="+dest,
+		"-a", "src="+filepath.Join(root, "ansible/roles/monky_deployd/templates/kit.yaml.j2")+" dest="+dest,
 		"-e", "@"+filepath.Join(root, "ansible/roles/monky_deployd/defaults/main.yml"), "-e", vars)
 	if err != nil {
 		t.Fatalf("ansible template: %v\n%s", err, res)
 	}
-	fromRole := readYAML(t, readAll(t, dest))
+	b.write("/root/role-kit.yaml", readAll(t, dest), 0o600)
+	b.mustSh("monky-deployd --config /root/role-config.yaml config merge --kit /root/role-kit.yaml >/root/role-merged.yaml")
+	fromRole := readYAML(t, b.read("/root/role-merged.yaml"))
+	if len(fromRole) == 0 {
+		t.Fatal("the role's merged config is empty: the comparison proves nothing")
+	}
 	var diff []string
 	for k, v := range fromScript {
 		if fromRole[k] != v {
