@@ -67,6 +67,9 @@ func TestInstallScriptHonoursTheOptOut(t *testing.T) {
 	}
 }
 
+// reissuedJWT is the bootstrap grant of a reissued kit (fleetctl onboard --reissue).
+const reissuedJWT = "eyJhbGciOiJFUzI1NiJ9.eyJzdWIiOiJhZ2VudDplbnYtcWEtMDIiLCJyZWlzc3VlZCI6dHJ1ZX0.c2lnbmF0dXJlMg"
+
 // TestInstallScriptReplacesPlantedSymlinks: /etc/monky-deployd is writable by the agent's group;
 // symlinks planted at every name install.sh writes there are replaced, never written through.
 func TestInstallScriptReplacesPlantedSymlinks(t *testing.T) {
@@ -79,8 +82,11 @@ func TestInstallScriptReplacesPlantedSymlinks(t *testing.T) {
 		b.write(v, "secret "+name+"\n", 0o600)
 		b.mustSh("rm -f /etc/monky-deployd/" + name + " && ln -s " + v + " /etc/monky-deployd/" + name)
 	}
+	// A reissued kit's grant: install.sh stages a grant once (issue 23), so the first install's
+	// grant would leave the planted link alone and this test would not look at bootstrap.jwt.
+	b.write("/root/kit2/bootstrap.jwt", reissuedJWT+"\n", 0o600)
 	out, err := b.installSh(env, "--env", envID, "--site", "cbs", "--transport", "proxy", "--version", a.version,
-		"--bao-ca", "/root/kit/openbao-ca.pem", "--bootstrap-file", "/root/kit/bootstrap.jwt")
+		"--bao-ca", "/root/kit/openbao-ca.pem", "--bootstrap-file", "/root/kit2/bootstrap.jwt")
 	if err != nil {
 		t.Fatalf("install.sh: %v\n%s", err, out)
 	}
@@ -99,6 +105,9 @@ func TestInstallScriptReplacesPlantedSymlinks(t *testing.T) {
 			t.Errorf("/etc/monky-deployd/%s is not a regular file: %v", name, err)
 		}
 	}
+	if got := strings.TrimSpace(b.read("/etc/monky-deployd/bootstrap.jwt")); got != reissuedJWT {
+		t.Errorf("bootstrap.jwt = %q, want the reissued kit's grant", got)
+	}
 	if got := b.read("/etc/monky-deployd/config.yaml.prev"); got != before {
 		t.Errorf("config.yaml.prev = %q, want the previous config", got)
 	}
@@ -108,19 +117,27 @@ func TestInstallScriptReplacesPlantedSymlinks(t *testing.T) {
 	assertMode(t, b, "/etc/monky-deployd/bootstrap.jwt", 0o600, uid, gid)
 	assertMode(t, b, "/etc/monky-deployd/openbao-ca.pem", 0o644, 0, 0)
 
-	// config.yaml itself a symlink: the backup is the symlink, the target is neither read into
-	// a file the agent can read nor written.
+	// config.yaml itself a symlink: install.sh merges the kit's keys into the config it reads,
+	// so it would read the target into a file the agent can read. It stops and names the link
+	// (issue 23), and neither reads, writes nor replaces what the link points at.
+	prev := b.read("/etc/monky-deployd/config.yaml.prev")
 	b.write("/etc/victim9", "secret config\n", 0o600)
 	b.mustSh("rm -f /etc/monky-deployd/config.yaml && ln -s /etc/victim9 /etc/monky-deployd/config.yaml")
 	out, err = b.installSh(env, "--env", envID, "--site", "cbs", "--version", a.version)
-	if err != nil {
-		t.Fatalf("install.sh: %v\n%s", err, out)
+	if err == nil || !strings.Contains(out, "/etc/monky-deployd/config.yaml is a symlink") || !strings.Contains(out, "rm /etc/monky-deployd/config.yaml") {
+		t.Errorf("install.sh did not stop at a symlinked config and name it: %v\n%s", err, out)
+	}
+	if strings.Contains(out, "secret config") {
+		t.Errorf("install.sh printed what the symlinked config points at:\n%s", out)
 	}
 	if got := b.read("/etc/victim9"); got != "secret config\n" {
 		t.Errorf("install.sh wrote through config.yaml into its target: %q", got)
 	}
-	if st, err := os.Lstat(b.path("/etc/monky-deployd/config.yaml.prev")); err != nil || st.Mode()&os.ModeSymlink == 0 {
-		t.Errorf("the backup of a symlinked config is not the symlink itself: %v", err)
+	if st, err := os.Stat(b.path("/etc/victim9")); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("/etc/victim9: mode changed (%v)", err)
+	}
+	if got := b.read("/etc/monky-deployd/config.yaml.prev"); got != prev {
+		t.Errorf("config.yaml.prev changed to %q: the symlinked config was read or backed up", got)
 	}
 	// install.sh stages in /etc/.monky-deployd-install.XXXXXX and removes it on exit.
 	left, err := os.ReadDir(b.path("/etc"))
