@@ -324,7 +324,9 @@ fi
 primary_fingerprints() {
   local home
   home=$(mktemp -d "$WORK/gnupg.XXXXXX")
-  gpg --batch --quiet --homedir "$home" --show-keys --with-colons "$1" 2>/dev/null |
+  # gpg fails on a file that holds no key (a captive portal's page): that is "no fingerprint",
+  # which the caller names, not an exit of the whole script under set -e and pipefail.
+  { gpg --batch --quiet --homedir "$home" --show-keys --with-colons "$1" 2>/dev/null || true; } |
     awk -F: '$1 == "pub" { want = 1; next } $1 == "fpr" && want { print $10; want = 0 }'
 }
 if ! command -v ziti-edge-tunnel >/dev/null; then
@@ -339,6 +341,8 @@ if ! command -v ziti-edge-tunnel >/dev/null; then
     die "the OpenZiti apt key from $OPENZITI_KEY_URL has the fingerprint ${got:-(none: not an OpenPGP key)}, not the pinned $OPENZITI_KEY_FPR: it is not trusted and nothing was added to apt. Check the download (a proxy, a mirror); if OpenZiti really changed its key, update OPENZITI_KEY_FPR in install.sh"
   fi
   say "the OpenZiti apt key has the pinned fingerprint $OPENZITI_KEY_FPR"
+  # A box without debian-archive-keyring (a minimal chroot) has no /usr/share/keyrings yet.
+  install -d -m 0755 /usr/share/keyrings /etc/apt/sources.list.d
   install -m 0644 "$WORK/openziti.asc" /usr/share/keyrings/openziti.asc
   # The packages are built for Ubuntu jammy; that suite is the one that installs on Debian too.
   printf 'deb [signed-by=/usr/share/keyrings/openziti.asc] https://packages.openziti.org/zitipax-openziti-deb-stable jammy main\n' \

@@ -141,10 +141,18 @@ have_systemctl() { command -v systemctl >/dev/null 2>&1; }
 # build — the next boot starts it). deb-systemd-helper enables a unit it has no record of yet
 # (every box before 0.3.0: nothing recorded the units with it) through `systemctl preset`; a
 # leftover link from a unit file that moved is removed first, or it would count as enabled.
+# A unit it HAS recorded and whose links are gone (`systemctl disable`, a broken prerm, on a box
+# whose units a package recorded) is one it never relinks, neither on enable nor on reenable: it
+# takes that for the operator's choice. The callers decided otherwise (not masked, no opt-out),
+# so such a record is forgotten first (purge: its links and its state) and enable runs as on a
+# first install.
 enable_unit() {
   for l in /etc/systemd/system/*.wants/"$1"; do
     if [ -L "$l" ] && [ ! -e "$l" ]; then rm -f "$l"; fi
   done
+  if deb-systemd-helper debian-installed "$1"; then
+    deb-systemd-helper purge "$1" || return 1
+  fi
   deb-systemd-helper enable "$1" || return 1
   [ "$(unit_state "$1")" = enabled ] || return 1
   if systemd_running; then deb-systemd-invoke start "$1"; fi
