@@ -121,8 +121,8 @@ func TestBoxLifecycle(t *testing.T) {
 		b.cp(a.nextDeb, "/root/next.deb")
 		before := checkins(w, env)
 		from := before[len(before)-1].At
+		upgraded := time.Now() // before dpkg: its postinst may start the first tick before it returns
 		out := b.sh("dpkg -i /root/next.deb 2>&1")
-		upgraded := time.Now()
 		c := waitCheckin(t, w, env, upgraded, firstFire, "the upgraded agent", func(c tenancytest.CheckinRecord) bool {
 			return c.Request.AgentVersion == a.next
 		})
@@ -213,8 +213,8 @@ func TestBoxUpgradeFrom018HealsTheTimer(t *testing.T) {
 	}
 
 	b.cp(a.deb, "/root/new.deb")
+	upgraded := time.Now() // before dpkg: its postinst may start the first tick before it returns
 	out := b.sh("dpkg -i /root/new.deb 2>&1")
-	upgraded := time.Now()
 	if !strings.Contains(out, "NOTICE: upgrade from 0.1.8") {
 		t.Errorf("dpkg's output has no NOTICE of the repair:\n%s", out)
 	}

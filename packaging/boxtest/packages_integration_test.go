@@ -58,8 +58,8 @@ func TestBoxUpgradeFrom020SplitPackages(t *testing.T) {
 	b.cp(a.deb, "/root/"+filepath.Base(a.deb))
 	b.cp(a.fleetDeb, "/root/"+filepath.Base(a.fleetDeb))
 	from := checkins(w, env)[len(checkins(w, env))-1].At
+	upgraded := time.Now() // before dpkg: its postinst may start the first tick before it returns
 	out := b.sh("dpkg -i /root/" + filepath.Base(a.deb) + " /root/" + filepath.Base(a.fleetDeb) + " 2>&1")
-	upgraded := time.Now()
 	if en, act := b.unit("monky-deployd.timer"); en != "enabled" || act != "active" {
 		t.Errorf("right after the upgrade the timer is %s/%s, want enabled/active; dpkg said:\n%s", en, act, out)
 	}
