@@ -240,6 +240,10 @@ func TestMeshRenewalKilledAtEachStep(t *testing.T) {
 	statePath := filepath.Join(m.box.Dir, "state", "state.json")
 	errKill := errors.New("killed")
 	for _, at := range identity.Steps {
+		// The controller signs to the second (now + 1 year): a renewal in the same second as the
+		// last one would get a certificate ending no later than the current, which the agent
+		// rightly refuses (a capped CA). Let the second turn.
+		time.Sleep(1100 * time.Millisecond)
 		old := m.readIdentity(t)
 		st, err := state.Load(statePath)
 		if err != nil {
