@@ -204,8 +204,10 @@ func TestBoxUpgradeFrom018HealsTheTimer(t *testing.T) {
 	}
 
 	b.cp(a.deb, "/root/new.deb")
-	out := b.sh("dpkg -i /root/new.deb 2>&1")
+	// The postinst starts the timer, whose first tick (the check-in with upgraded_from) can
+	// come before dpkg -i returns: the window opens before the upgrade.
 	upgraded := time.Now()
+	out := b.sh("dpkg -i /root/new.deb 2>&1")
 	if !strings.Contains(out, "NOTICE: upgrade from 0.1.8") {
 		t.Errorf("dpkg's output has no NOTICE of the repair:\n%s", out)
 	}
