@@ -21,6 +21,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/identity"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/neterr"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/noredirect"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/zitierr"
 )
 
 // clientAPIPath is where the controller serves its edge client API.
@@ -170,28 +171,8 @@ func (s *extendSession) Close(ctx context.Context) {
 
 // classify sorts a call's failure into identity's sentinels, keeping the controller's words.
 func (s *extendSession) classify(op string, err error) error {
-	var coded interface{ Code() int }
-	var apiErr *runtime.APIError
-	status := 0
-	switch {
-	case errors.As(err, &coded):
-		status = coded.Code()
-	case errors.As(err, &apiErr):
-		status = apiErr.Code
-	}
-	if status != 0 {
-		se := &neterr.StatusError{Service: "ziti controller " + s.host, Op: op, Status: status}
-		var withPayload interface {
-			GetPayload() *rest_model.APIErrorEnvelope
-		}
-		if errors.As(err, &withPayload) {
-			if p := withPayload.GetPayload(); p != nil && p.Error != nil {
-				se.Code, se.Message = p.Error.Code, p.Error.Message
-			}
-		}
-		if se.Message == "" {
-			se.Message = http.StatusText(status)
-		}
+	if se := zitierr.Status("ziti controller "+s.host, op, err); se != nil {
+		status := se.Status
 		switch {
 		case status == http.StatusUnauthorized || status == http.StatusForbidden:
 			return fmt.Errorf("%w: %w", identity.ErrRefused, se)

@@ -6,11 +6,9 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/go-openapi/runtime"
-	"github.com/openziti/edge-api/rest_model"
-
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/neterr"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/noredirect"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/zitierr"
 )
 
 // Errors callers branch on.
@@ -26,28 +24,7 @@ var (
 
 // wrap turns what the generated client returns into an error that reads without pointer dumps.
 func wrap(op string, err error) error {
-	var coded interface{ Code() int }
-	var apiErr *runtime.APIError
-	status := 0
-	switch {
-	case errors.As(err, &coded):
-		status = coded.Code()
-	case errors.As(err, &apiErr):
-		status = apiErr.Code
-	}
-	if status != 0 {
-		se := &neterr.StatusError{Service: "ziti", Op: op, Status: status}
-		var withPayload interface {
-			GetPayload() *rest_model.APIErrorEnvelope
-		}
-		if errors.As(err, &withPayload) {
-			if p := withPayload.GetPayload(); p != nil && p.Error != nil {
-				se.Code, se.Message = p.Error.Code, p.Error.Message
-			}
-		}
-		if se.Message == "" {
-			se.Message = http.StatusText(status)
-		}
+	if se := zitierr.Status("ziti", op, err); se != nil {
 		return se
 	}
 	var redirect *noredirect.Error
