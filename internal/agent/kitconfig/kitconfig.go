@@ -69,11 +69,16 @@ func Merge(existing, kit []byte, path string) (Result, error) {
 	if root.Kind != yaml.MappingNode {
 		return Result{}, &Error{File: path, Msg: "is not a mapping of keys — fix or move the file, then re-run the kit"}
 	}
-	var changed []string
-	if setHeader(doc, kitDoc) {
-		changed = append(changed, "(header)")
+	changed := merge(root, kitDoc.Content[0], "")
+	if len(changed) == 0 && currentHeader(doc) {
+		// No value changes and the file already carries a kit's header (install.sh's or the
+		// role's): the file stays as it is, so a box run by both kits does not swap headers on
+		// every run of each.
+		return Result{Config: existing}, nil
 	}
-	changed = append(changed, merge(root, kitDoc.Content[0], "")...)
+	if setHeader(doc, kitDoc) {
+		changed = append([]string{"(header)"}, changed...)
+	}
 	if len(changed) == 0 {
 		return Result{Config: existing}, nil
 	}
@@ -222,6 +227,18 @@ func kitHeader(line string) bool {
 		}
 	}
 	return false
+}
+
+// currentHeader says whether doc starts with the header of a kit that merges (install.sh's or the
+// role's, at the top of the file). 0.2.0's header (above the first key, saying a re-run rewrites
+// the file) is not current: a merge replaces it even when no value changes.
+func currentHeader(doc *yaml.Node) bool {
+	first, _, _ := strings.Cut(doc.HeadComment, "\n")
+	first = strings.TrimSpace(first)
+	if strings.Contains(doc.HeadComment, "rewrites it") {
+		return false
+	}
+	return strings.HasPrefix(first, "# Written by install.sh") || strings.HasPrefix(first, "# Written by ansible")
 }
 
 // setHeader puts the kit's header at the top of doc, replacing an earlier kit's header and

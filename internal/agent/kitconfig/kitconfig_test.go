@@ -100,6 +100,31 @@ func TestMergeSetsTheKitsKeys(t *testing.T) {
 	}
 }
 
+// TestMergeKeepsTheOtherKitsHeader: a box run by install.sh and then the role (same values) keeps
+// the file as it is, header and all; a value change brings the running kit's header.
+func TestMergeKeepsTheOtherKitsHeader(t *testing.T) {
+	first, err := Merge([]byte(v020), []byte(kit), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	role := strings.Replace(kit, "# Written by install.sh for env-qa-02. Re-running the install kit",
+		"# Written by ansible (role monky_deployd) for env-qa-02. Re-running the role", 1)
+	r, err := Merge(first.Config, []byte(role), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Changed) != 0 || string(r.Config) != string(first.Config) {
+		t.Errorf("the role's run over install.sh's config changed %q:\n%s", r.Changed, r.Config)
+	}
+	r, err = Merge(first.Config, []byte(strings.Replace(role, "transport: sdk", "transport: proxy", 1)), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(r.Changed, ","); got != "(header),transport" || !strings.HasPrefix(string(r.Config), "# Written by ansible") {
+		t.Errorf("a value change: Changed %q, config:\n%s", got, r.Config)
+	}
+}
+
 func TestMergeWithoutAConfig(t *testing.T) {
 	for _, existing := range []string{"", "# nothing yet\n", "~\n"} {
 		r, err := Merge([]byte(existing), []byte(kit), path)
