@@ -14,6 +14,8 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"reflect"
+	"slices"
 	"strings"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/horizon"
@@ -259,4 +261,36 @@ func KeyMatches(key crypto.PrivateKey, cert *x509.Certificate) bool {
 	}
 	pub, ok := signer.Public().(interface{ Equal(crypto.PublicKey) bool })
 	return ok && pub.Equal(cert.PublicKey)
+}
+
+// SameBut reports whether raw is f's JSON apart from id.cert and id.key: what a renewal of f
+// writes. A file of another enrolment, or one naming other controllers or another CA, is not.
+func (f *File) SameBut(raw []byte) bool {
+	var top, id map[string]json.RawMessage
+	if json.Unmarshal(raw, &top) != nil || json.Unmarshal(top["id"], &id) != nil || id == nil {
+		return false
+	}
+	return equalJSON(top, f.top, "id") && equalJSON(id, f.id, "cert", "key")
+}
+
+// equalJSON compares two JSON objects by value, leaving out the keys skip.
+func equalJSON(a, b map[string]json.RawMessage, skip ...string) bool {
+	n := 0
+	for k, v := range a {
+		if slices.Contains(skip, k) {
+			continue
+		}
+		n++
+		w, ok := b[k]
+		var x, y any
+		if !ok || json.Unmarshal(v, &x) != nil || json.Unmarshal(w, &y) != nil || !reflect.DeepEqual(x, y) {
+			return false
+		}
+	}
+	for k := range b {
+		if !slices.Contains(skip, k) {
+			n--
+		}
+	}
+	return n == 0
 }
