@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -229,9 +230,18 @@ func Material(value string, readFile func(string) ([]byte, error)) (data []byte,
 	}
 	data, err = readFile(path)
 	if err != nil {
-		return nil, false, fmt.Errorf("referenced file %s: %w", path, err)
+		return nil, false, fmt.Errorf("referenced file %s: %w", shownPath(path), unwrapPath(err))
 	}
 	return data, false, nil
+}
+
+// shownPath is path for an error: an absolute one as it is; a relative one is not shown, for a
+// key pasted without its PEM armour (base64 DER) reads as a relative path and must not leak.
+func shownPath(path string) string {
+	if filepath.IsAbs(path) {
+		return path
+	}
+	return "(a relative path, not shown: it may be key material)"
 }
 
 // ParseKey accepts the three PEM key encodings the identity library accepts.

@@ -2,6 +2,9 @@ package identity_test
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
+	"encoding/pem"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +14,7 @@ import (
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/identity"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/identity/identitytest"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/transport"
 )
 
 // hostile wraps a real controller's sessions and rewrites what extend and verify answer.
@@ -378,4 +382,38 @@ func TestAnUnreadablePendingFileIsKept(t *testing.T) {
 		t.Fatalf("the pending file was removed unread: %v\n%s", err, b.logs.String())
 	}
 	b.expectLog("identity: cannot read the pending renewal file " + pending + ": permission denied; fix: chown ")
+}
+
+// A key pasted without its PEM armour (base64 DER) reads as a relative file path; no error,
+// journal line or status field may repeat it.
+func TestAKeyWithoutItsArmourIsNeverRepeated(t *testing.T) {
+	b := newBox(t, 20*day)
+	f := b.file()
+	block, _ := pem.Decode(f.KeyPEM)
+	bare := base64.StdEncoding.EncodeToString(block.Bytes)
+	var top map[string]any
+	raw, _ := os.ReadFile(b.path)
+	if err := json.Unmarshal(raw, &top); err != nil {
+		t.Fatal(err)
+	}
+	top["id"].(map[string]any)["key"] = bare
+	raw, _ = json.Marshal(top)
+	if err := os.WriteFile(b.path, raw, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	secret := bare[8:40]
+	_, perr := identity.Parse(raw, nil)
+	cerr := transport.CheckIdentity(b.path, nil)
+	for _, err := range []error{perr, cerr} {
+		if err == nil || strings.Contains(err.Error(), secret) {
+			t.Errorf("the key is repeated (or no error): %v", err)
+		}
+	}
+	if perr != nil && !strings.Contains(perr.Error(), "id.key: referenced file (a relative path, not shown") {
+		t.Errorf("Parse = %v", perr)
+	}
+	b.renew(b.renewer())
+	if strings.Contains(b.logs.String(), secret) {
+		t.Errorf("the journal repeats the key:\n%s", b.logs.String())
+	}
 }
