@@ -417,3 +417,60 @@ func TestAKeyWithoutItsArmourIsNeverRepeated(t *testing.T) {
 		t.Errorf("the journal repeats the key:\n%s", b.logs.String())
 	}
 }
+
+// A 401 in the middle of a renewal (the API session ended between authenticate and extend or
+// verify) is not a refused certificate: the line must not send the operator to re-enrol, and the
+// renewal goes through once the controller answers again.
+func TestA401MidRenewalIsNotARefusedCertificate(t *testing.T) {
+	for _, op := range []identitytest.Op{identitytest.OpExtend, identitytest.OpVerify} {
+		t.Run(string(op), func(t *testing.T) {
+			b := newBox(t, 20*day)
+			b.ctrl.Fail(op, identitytest.Failure{Status: 401})
+			if o := b.renew(b.renewer()); o.FailedAt != string(map[identitytest.Op]string{identitytest.OpExtend: "extend", identitytest.OpVerify: "verify"}[op]) {
+				t.Fatalf("outcome %+v", o)
+			}
+			if strings.Contains(b.logs.String(), "re-enrol") {
+				t.Errorf("a session's 401 sends the operator to re-enrol:\n%s", b.logs.String())
+			}
+			b.expectLog("the controller ended the API session")
+			if !b.authenticates() {
+				t.Fatal("the identity does not authenticate")
+			}
+			b.ctrl.Fail(op, identitytest.Failure{})
+			b.clock.Advance(31 * time.Minute)
+			b.nextTick()
+			if !b.authenticates() || b.st.Identity.RenewedAt == nil {
+				t.Fatalf("not renewed once the controller answered:\n%s", b.logs.String())
+			}
+		})
+	}
+}
+
+// An identity whose key an engine holds (pkcs11:) cannot authenticate from the agent: while it
+// is not due the controller is not asked, and no failure is logged or recorded every few hours.
+func TestAnEngineKeyIsNotAskedAbout(t *testing.T) {
+	b := newBox(t, 300*day)
+	var top map[string]any
+	raw, _ := os.ReadFile(b.path)
+	if err := json.Unmarshal(raw, &top); err != nil {
+		t.Fatal(err)
+	}
+	top["id"].(map[string]any)["key"] = "pkcs11:///usr/lib/softhsm/libsofthsm2.so?slot=0&id=01"
+	raw, _ = json.Marshal(top)
+	if err := os.WriteFile(b.path, raw, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	r := b.renewer()
+	for range 3 {
+		if o := b.renew(r); o.FailedAt != "" {
+			t.Fatalf("outcome %+v\n%s", o, b.logs.String())
+		}
+		b.clock.Advance(7 * time.Hour)
+	}
+	if rec := b.st.Identity; rec == nil || rec.Renewal != nil {
+		t.Errorf("a failure was recorded: %+v", rec.Renewal)
+	}
+	if strings.Contains(b.logs.String(), "WARN") {
+		t.Errorf("warnings for an identity that is not due:\n%s", b.logs.String())
+	}
+}

@@ -381,7 +381,8 @@ func (r *Renewer) renew(ctx context.Context, f *File, rec *state.IdentityCert, o
 		rec.Renewal.LastError = "expired: certificate expired at " + leaf.NotAfter.Format(time.RFC3339)
 		return o, nil
 	}
-	ask := !due && (rec.AskedAt == nil || now.Sub(*rec.AskedAt) >= r.askEvery() || rec.AskedAt.After(now))
+	// A key an engine holds cannot authenticate from here: asking would only fail, every time.
+	ask := !due && f.Key != nil && (rec.AskedAt == nil || now.Sub(*rec.AskedAt) >= r.askEvery() || rec.AskedAt.After(now))
 	if !due && !ask {
 		return o, nil
 	}
@@ -461,7 +462,7 @@ func (r *Renewer) extend(ctx context.Context, f *File, s Session, rec *state.Ide
 	}
 	chain, err := s.Extend(ctx, csrPEM)
 	if err != nil {
-		return fail("extend", err, controllerFix(err))
+		return fail("extend", err, sessionFix(err))
 	}
 	newCerts, err := horizon.ParsePEM(chain)
 	if err != nil {
@@ -513,7 +514,7 @@ func (r *Renewer) extend(ctx context.Context, f *File, s Session, rec *state.Ide
 	if err := s.Verify(ctx, leafPEM(newF)); err != nil {
 		if !errors.Is(err, ErrRejected) {
 			// The answer was lost: the next tick's recovery asks the controller which is live.
-			return fail("verify", err, controllerFix(err))
+			return fail("verify", err, sessionFix(err))
 		}
 		// Most often a refusal; but a 4xx may also answer a verification that took effect (a
 		// proxy's timeout): the new key is dropped only once the controller refuses it.
@@ -710,6 +711,15 @@ func controllerFix(err error) string {
 		return "the controller no longer accepts this certificate: re-enrol this box (fleetctl onboard ENV --reissue, then install.sh --enrol-jwt)"
 	}
 	return "look at the controller's answer above; the agent retries"
+}
+
+// sessionFix is controllerFix for a call on a session the certificate has just opened: a 401 or
+// 403 there ended the session, it did not refuse the certificate.
+func sessionFix(err error) string {
+	if errors.Is(err, ErrRefused) {
+		return "nothing: the controller ended the API session the certificate had just opened; the agent retries, and a refused certificate would fail at authenticate"
+	}
+	return controllerFix(err)
 }
 
 func (r *Renewer) saveQuietly(save func() error) error {
