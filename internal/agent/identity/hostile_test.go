@@ -14,7 +14,9 @@ import (
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/identity"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/identity/identitytest"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/state"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/transport"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/test/syncbuf"
 )
 
 // hostile wraps a real controller's sessions and rewrites what extend and verify answer.
@@ -472,5 +474,61 @@ func TestAnEngineKeyIsNotAskedAbout(t *testing.T) {
 	}
 	if strings.Contains(b.logs.String(), "WARN") {
 		t.Errorf("warnings for an identity that is not due:\n%s", b.logs.String())
+	}
+}
+
+// A controller that signs for less than identity_renew_below_s returns certificates that are due
+// at once: the agent must not renew on every tick (every minute) for as long as that lasts.
+func TestACertificateLifeShorterThanTheWindowDoesNotRenewEveryTick(t *testing.T) {
+	c := &clock{t: time.Now().UTC().Truncate(time.Second)}
+	ctrl, err := identitytest.Start(identitytest.Options{Now: c.Now, Life: 10 * day})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ctrl.Close)
+	raw, err := ctrl.Enroll(name, c.Now().Add(9*day))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), name+".json")
+	if err := os.WriteFile(p, raw, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	b := &box{t: t, ctrl: ctrl, clock: c, path: p, st: &state.State{}, logs: &syncbuf.Buffer{}}
+	for range 60 { // an hour of ticks
+		b.clock.Advance(time.Minute)
+		b.nextTick()
+	}
+	if n := ctrl.Counts(name).Extends; n != 1 {
+		t.Fatalf("%d renewals in an hour of ticks, want 1:\n%s", n, b.logs.String())
+	}
+	b.expectLog("the renewed certificate is already within identity_renew_below_s")
+	if !b.authenticates() {
+		t.Fatal("the identity does not authenticate")
+	}
+	// It is renewed again before it expires.
+	for range 40 {
+		b.clock.Advance(6 * time.Hour)
+		b.nextTick()
+	}
+	if n := ctrl.Counts(name).Extends; n < 2 || !b.authenticates() {
+		t.Fatalf("%d renewals in ten days; authenticates %v:\n%s", n, b.authenticates(), b.logs.String())
+	}
+}
+
+// A next try or an ask time far in the future (a clock that ran ahead, a hand edit) is lapsed,
+// not obeyed: the renewal is not stopped until the certificate expires.
+func TestBackoffFromTheFutureIsLapsed(t *testing.T) {
+	b := newBox(t, 20*day)
+	far := b.clock.Now().Add(10 * 365 * day)
+	b.st.Identity = &state.IdentityCert{AskedAt: &far, Renewal: &state.IdentityRenewal{StartedAt: far, Failures: 9, NextTryAt: &far, LastError: "extend: x"}}
+	if o := b.renew(b.renewer()); !o.Renewed {
+		t.Fatalf("outcome %+v\n%s", o, b.logs.String())
+	}
+	b2 := newBox(t, 300*day)
+	b2.ctrl.RequestExtend(name, false)
+	b2.st.Identity = &state.IdentityCert{AskedAt: &far}
+	if o := b2.renew(b2.renewer()); !o.Renewed {
+		t.Fatalf("an ask time in the future stopped the asking: %+v\n%s", o, b2.logs.String())
 	}
 }

@@ -552,7 +552,24 @@ func (r *Renewer) extend(ctx context.Context, f *File, s Session, rec *state.Ide
 	}
 	r.finish(rec, newF, fmt.Sprintf("renewed because it %s; was valid until %s", reason, old.Format(time.RFC3339)))
 	o.Renewed = true
+	r.dueAgain(rec, newF)
 	return o, nil
+}
+
+// dueAgain holds the next renewal back when the renewed certificate is itself within the window
+// (the controller signs for less than identity_renew_below_s): else every tick would renew.
+func (r *Renewer) dueAgain(rec *state.IdentityCert, f *File) {
+	now := r.now()
+	left := f.Leaf().NotAfter.Sub(now)
+	if left > r.Who.Window {
+		return
+	}
+	next := now.Add(min(left/2, maxRetry))
+	rec.Renewal = &state.IdentityRenewal{StartedAt: now, NextTryAt: &next,
+		LastError: "window: the controller signs for less than identity_renew_below_s (the renewed certificate ends in " + horizon.Days(left) + ")"}
+	r.Log.Warn(fmt.Sprintf("identity: the renewed certificate is already within identity_renew_below_s (%s left, window %s): the controller signs for less than the window; "+
+		"the next renewal waits until %s; fix: lower identity_renew_below_s below the controller's certificate life", horizon.Days(left), horizon.Days(r.Who.Window), next.Format(time.RFC3339)),
+		"identity", r.Path)
 }
 
 // newKeyAndCSR makes a new P-256 key and a CSR for it naming the current certificate's subject.
