@@ -5,6 +5,8 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -531,4 +533,68 @@ func TestBackoffFromTheFutureIsLapsed(t *testing.T) {
 	if o := b2.renew(b2.renewer()); !o.Renewed {
 		t.Fatalf("an ask time in the future stopped the asking: %+v\n%s", o, b2.logs.String())
 	}
+}
+
+// An endless answer to extend (a broken proxy, a hostile controller) is read no further than a
+// certificate chain could need, not into memory until the timeout.
+func TestAHugeExtendAnswerIsNotReadWhole(t *testing.T) {
+	b := newBox(t, 20*day)
+	written := make(chan int64, 1)
+	b.ctrl.Answer(identitytest.OpExtend, func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		var n int64
+		defer func() { written <- n }()
+		k, err := io.WriteString(w, `{"data":{"clientCert":"`)
+		n += int64(k)
+		if err != nil {
+			return
+		}
+		chunk := []byte(strings.Repeat("A", 64<<10))
+		for n < 64<<20 {
+			k, err := w.Write(chunk)
+			n += int64(k)
+			if err != nil {
+				return
+			}
+		}
+		_, _ = io.WriteString(w, `"}}`)
+	})
+	before := b.file().Leaf().Fingerprint
+	if o := b.renew(b.renewer()); o.FailedAt != "extend" {
+		t.Fatalf("outcome %+v", o)
+	}
+	if n := <-written; n >= 16<<20 {
+		t.Errorf("the agent read %d MiB of the answer", n>>20)
+	}
+	b.expectLog("larger than")
+	if b.file().Leaf().Fingerprint != before || !b.authenticates() {
+		t.Fatal("the identity changed")
+	}
+}
+
+// An identity file removed by hand while a verified renewal waits for its swap: the pending file
+// is all the box has, and the recovery puts it in place.
+func TestAVerifiedPendingFileOutlivesARemovedIdentity(t *testing.T) {
+	b := newBox(t, 20*day)
+	r := b.renewer()
+	r.Step = func(s string) error {
+		if s == identity.StepVerified {
+			return errKill
+		}
+		return nil
+	}
+	if _, err := r.Renew(context.Background(), b.st, b.save); err == nil {
+		t.Fatal("not killed")
+	}
+	if err := os.Remove(b.path); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.renewer().Recover(context.Background(), b.st, b.save); err != nil {
+		t.Fatal(err)
+	}
+	if !b.authenticates() {
+		t.Fatalf("the verified certificate was not put in place:\n%s", b.logs.String())
+	}
+	b.noPending()
 }

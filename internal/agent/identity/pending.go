@@ -54,8 +54,9 @@ func readPending(path string) ([]byte, error) {
 }
 
 // pendingOf parses the pending file raw and checks it is a renewal of old: old's file but for an
-// inline certificate and key, the key the certificate's, the certificate old's common name. A
-// damaged file is an error; one of another identity or enrolment an *errForeign.
+// inline certificate and key, the key the certificate's, the certificate old's common name (old
+// nil: the identity file is gone, only the pending file's own pair is checked). A damaged file
+// is an error; one of another identity or enrolment an *errForeign.
 func pendingOf(raw []byte, old *File, readFile func(string) ([]byte, error)) (*File, error) {
 	var top struct {
 		ID map[string]json.RawMessage `json:"id"`
@@ -63,7 +64,7 @@ func pendingOf(raw []byte, old *File, readFile func(string) ([]byte, error)) (*F
 	if err := json.Unmarshal(raw, &top); err != nil || top.ID == nil {
 		return nil, errors.New("not a ziti identity: not a JSON object with an id object")
 	}
-	if !old.SameBut(raw) {
+	if old != nil && !old.SameBut(raw) {
 		return nil, &errForeign{why: "it is not the identity file with a new certificate and key (its other fields differ)"}
 	}
 	f, err := Parse(raw, readFile)
@@ -75,7 +76,7 @@ func pendingOf(raw []byte, old *File, readFile func(string) ([]byte, error)) (*F
 		return nil, errors.New("its certificate and key are not inline")
 	case !KeyMatches(f.Key, f.Leaf().X509):
 		return nil, errors.New("its key does not belong to its certificate")
-	case f.Leaf().X509.Subject.CommonName != old.Leaf().X509.Subject.CommonName:
+	case old != nil && f.Leaf().X509.Subject.CommonName != old.Leaf().X509.Subject.CommonName:
 		return nil, &errForeign{why: fmt.Sprintf("its certificate is for %q, the identity's for %q",
 			f.Leaf().X509.Subject.CommonName, old.Leaf().X509.Subject.CommonName)}
 	}

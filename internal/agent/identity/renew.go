@@ -227,7 +227,12 @@ func (r *Renewer) recoverNow(ctx context.Context, st *state.State, save func() e
 	raw, err := readPending(pending)
 	var oldF, newF *File
 	if err == nil {
-		if oldF, err = r.Read(); err != nil {
+		oldF, err = r.Read()
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			// Removed by hand: nothing to compare the pending file with, and it may be all the box has.
+			oldF = nil
+		case err != nil:
 			r.Log.Warn("identity: a renewal is half done and the identity file is unreadable", "error", err.Error())
 			return r.saveQuietly(save)
 		}
@@ -268,6 +273,11 @@ func (r *Renewer) recoverNow(ctx context.Context, st *state.State, save func() e
 			return r.saveQuietly(save)
 		}
 		r.finish(rec, newF, "finished the renewal a killed process left: the controller had verified the new certificate")
+		return r.saveQuietly(save)
+	}
+	if oldF == nil {
+		r.fail(rec, "recover", errors.New("the identity file is gone and the controller refuses the pending certificate"),
+			"re-enrol this box (fleetctl onboard ENV --reissue, then install.sh --enrol-jwt); the pending file is kept: "+pending)
 		return r.saveQuietly(save)
 	}
 	s, err := r.Controller.Open(ctx, oldF)

@@ -90,6 +90,8 @@ type Server struct {
 	now    func() time.Time
 	life   time.Duration
 	failed failplan.Plan[Op]
+	// answers replace an operation's answer with a handler's (Answer).
+	answers sync.Map // Op -> http.HandlerFunc
 
 	mu       sync.Mutex
 	auths    map[string]*authenticator // by identity name
@@ -313,8 +315,21 @@ func (s *Server) Counts(name string) Counts {
 	return Counts{Extends: a.extends, Verifies: a.verifies, Opened: s.opened, Closed: s.closed}
 }
 
-// behave applies op's Failure: a responder when the call must fail, nil to go on.
+// Answer makes op answer with h instead (nil restores it), before it takes effect: a broken or
+// hostile controller, or a proxy in front of it.
+func (s *Server) Answer(op Op, h http.HandlerFunc) {
+	if h == nil {
+		s.answers.Delete(op)
+		return
+	}
+	s.answers.Store(op, h)
+}
+
+// behave applies op's Answer or Failure: a responder when the call must not go on, else nil.
 func (s *Server) behave(r *http.Request, op Op) middleware.Responder {
+	if h, ok := s.answers.Load(op); ok {
+		return middleware.ResponderFunc(func(w http.ResponseWriter, _ runtime.Producer) { h.(http.HandlerFunc)(w, r) })
+	}
 	f, _ := s.failed.Next(r.Context(), op)
 	switch {
 	case f.Status != 0:
