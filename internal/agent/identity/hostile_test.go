@@ -516,6 +516,17 @@ func TestACertificateLifeShorterThanTheWindowDoesNotRenewEveryTick(t *testing.T)
 	if n := ctrl.Counts(name).Extends; n < 2 || !b.authenticates() {
 		t.Fatalf("%d renewals in ten days; authenticates %v:\n%s", n, b.authenticates(), b.logs.String())
 	}
+	if r := b.st.Identity.Renewal; r == nil || r.NextTryAt == nil {
+		t.Fatalf("after the last renewal nothing is held back: %+v", r)
+	}
+	// The operator lowers the window below the controller's life: the hold is dropped, not shown.
+	short := b.renewer()
+	short.Who.Window = time.Hour
+	b.clock.Advance(time.Minute)
+	b.renew(short)
+	if r := b.st.Identity.Renewal; r != nil {
+		t.Errorf("a window that no longer covers the certificate still holds a renewal back: %+v", r)
+	}
 }
 
 // A next try or an ask time far in the future (a clock that ran ahead, a hand edit) is lapsed,

@@ -358,7 +358,7 @@ func (r *Renewer) Renew(ctx context.Context, st *state.State, save func() error)
 	if err != nil {
 		return o.Outcome, err
 	}
-	if changed || o.FailedAt != "" || o.Renewed || o.asked {
+	if changed || o.FailedAt != "" || o.Renewed || o.asked || o.cleared {
 		err = r.saveQuietly(save)
 	}
 	return o.Outcome, err
@@ -367,7 +367,8 @@ func (r *Renewer) Renew(ctx context.Context, st *state.State, save func() error)
 // renewal is Outcome plus what the caller must save.
 type renewal struct {
 	Outcome
-	asked bool
+	asked   bool
+	cleared bool // a hold of dueAgain's that no longer applies was dropped
 }
 
 func (r *Renewer) renew(ctx context.Context, f *File, rec *state.IdentityCert, o renewal, save func() error) (renewal, error) {
@@ -390,6 +391,11 @@ func (r *Renewer) renew(ctx context.Context, f *File, rec *state.IdentityCert, o
 		}
 		rec.Renewal.LastError = "expired: certificate expired at " + leaf.NotAfter.Format(time.RFC3339)
 		return o, nil
+	}
+	if b := rec.Renewal; !due && b != nil && b.Failures == 0 && b.Step == "" && b.NextTryAt != nil {
+		// dueAgain's hold, and the certificate is no longer within the window (it was lowered):
+		// nothing is held back any more.
+		rec.Renewal, o.cleared = nil, true
 	}
 	// A key an engine holds cannot authenticate from here: asking would only fail, every time.
 	ask := !due && f.Key != nil && (rec.AskedAt == nil || now.Sub(*rec.AskedAt) >= r.askEvery() || rec.AskedAt.After(now))
