@@ -260,7 +260,10 @@ func TestWriteJSONMatchesTheEncoder(t *testing.T) {
 	}
 	tricky := *full
 	tricky.Envs = append([]Env{}, full.Envs...)
-	tricky.Envs[0].LastDetail = "<html> & \"quotes\" \u2028 \\ é"
+	tricky.Envs[0].LastDetail = "<html> & \"quotes\" \u2028 \u2029 \\ é \x00 \x1f \x7f"
+	tricky.Envs[0].Reasons = nil
+	tricky.Envs[0].RoleAttributes = []string{}
+	tricky.Envs[0].Hostname = "\t\n\r\b\f"
 	for _, tc := range []struct {
 		name string
 		doc  *Document
@@ -286,6 +289,19 @@ func TestWriteJSONMatchesTheEncoder(t *testing.T) {
 				t.Errorf("WriteJSON differs from the encoder:\n%s\n---\n%s", got.String(), want.String())
 			}
 		})
+	}
+	// Invalid UTF-8 cannot reach a document (both sources are read strictly, as valid UTF-8),
+	// but were it there, it would read back as the encoder's would: U+FFFD, written unescaped.
+	bad := *full
+	bad.Envs = append([]Env{}, full.Envs...)
+	bad.Envs[0].LastDetail = "a \xff\xfe b"
+	var got bytes.Buffer
+	if err := bad.WriteJSON(&got); err != nil {
+		t.Fatal(err)
+	}
+	var back Document
+	if err := json.Unmarshal(got.Bytes(), &back); err != nil || back.Envs[0].LastDetail != "a \ufffd\ufffd b" {
+		t.Errorf("invalid UTF-8 reads back as %q (%v)", back.Envs[0].LastDetail, err)
 	}
 }
 
