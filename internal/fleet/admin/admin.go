@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -78,6 +79,7 @@ func (c *Client) ListAgents(ctx context.Context, site string, progress func(page
 	dup := map[string]bool{}
 	seen := map[string]bool{}
 	cursor := ""
+	room := protocol.MaxAgentsPageLimit // what the next page may add: the last one's size
 	for n := 1; ; n++ {
 		q := url.Values{}
 		if site != "" {
@@ -91,6 +93,8 @@ func (c *Client) ListAgents(ctx context.Context, site string, progress func(page
 		// answer (5 MB for 5,000 agents) is never held whole.
 		var page agentsPage
 		from := len(out.Agents)
+		out.Agents = slices.Grow(out.Agents, room) // not doubled as it fills: 10,000 agents are 3.6 MB
+
 		err := c.stream(ctx, pageOp(n), http.MethodGet, "/v1/admin/agents", q, nil, func(r io.Reader) error {
 			var err error
 			page, out.Agents, err = readAgentsPage(r, out.Agents)
@@ -100,6 +104,7 @@ func (c *Client) ListAgents(ctx context.Context, site string, progress func(page
 			return nil, err
 		}
 		out.Pages++
+		room = max(len(out.Agents)-from, 1)
 		if page.now.After(out.Now) {
 			out.Now = page.now
 		}
