@@ -487,7 +487,7 @@ func TestEncodeInChunks(t *testing.T) {
 	if n != wantVerdicts {
 		t.Errorf("%d env_verdict series, want %d", n, wantVerdicts)
 	}
-	if got[`monky_fleet_env_verdict{env=env-n2006,site=cbs,verdict=OK}`] != "1" || got[`monky_fleet_env_mesh_online{env=env-old,site=}`] != "0" {
+	if got[`monky_fleet_env_verdict{env=env-n`+strconv.Itoa(2*chunkEnvs+6)+`,site=cbs,verdict=OK}`] != "1" || got[`monky_fleet_env_mesh_online{env=env-old,site=}`] != "0" {
 		t.Error("a series of the last chunk is missing, or the duplicate orphan row overwrote the first")
 	}
 	if got[`monky_fleet_envs{verdict=OK}`] != strconv.Itoa(d.Summary["OK"]) {
