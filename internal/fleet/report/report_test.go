@@ -668,3 +668,25 @@ func TestHeldAndDeferredRowsAndGate(t *testing.T) {
 		t.Errorf("line = %q", line)
 	}
 }
+
+// BenchmarkWriteJSON10k is status -o json's writing of 10,000 envs (fleettest.Large), alone.
+func BenchmarkWriteJSON10k(b *testing.B) {
+	agents, ids := sources(fleettest.Large(fleettest.Now, 10_000))
+	doc, err := Build(agents, ids, Options{Orphans: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var n int64
+	for b.Loop() {
+		cw := &countWriter{}
+		if err := doc.WriteJSON(cw); err != nil {
+			b.Fatal(err)
+		}
+		n = cw.n
+	}
+	b.SetBytes(n)
+}
+
+type countWriter struct{ n int64 }
+
+func (c *countWriter) Write(p []byte) (int, error) { c.n += int64(len(p)); return len(p), nil }

@@ -6,14 +6,15 @@ import (
 
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
-	jsonv1 "github.com/go-json-experiment/json/v1"
 )
 
 // encodeOptions make jsonv2 write what an indenting encoding/json Encoder with HTML escaping off
-// writes (v1's rules: nil slices and maps as null, omitempty as v1 has it, keys sorted, invalid
-// UTF-8 replaced, U+2028 and U+2029 escaped), in one pass: v1 marshals, then indents the result.
-var encodeOptions = jsonv2.JoinOptions(jsonv1.DefaultOptionsV1(), jsontext.EscapeForHTML(false),
-	jsontext.Multiline(true), jsontext.WithIndent("  "))
+// writes for a Document (nil slices and maps as null, map keys sorted, invalid UTF-8 replaced,
+// U+2028 and U+2029 escaped; no field of it is omitempty or ,string, where v1's rules differ), in
+// one pass: v1 marshals, then indents the result.
+var encodeOptions = jsonv2.JoinOptions(jsonv2.FormatNilSliceAsNull(true), jsonv2.FormatNilMapAsNull(true),
+	jsonv2.Deterministic(true), jsontext.AllowInvalidUTF8(true), jsontext.EscapeForJS(true),
+	jsontext.EscapeForHTML(false), jsontext.Multiline(true), jsontext.WithIndent("  "))
 
 // WriteJSON writes what an indenting json.Encoder would, one env at a time as it is encoded:
 // building 10,000 envs whole cost tens of megabytes and a fifth of fleetctl's time.
