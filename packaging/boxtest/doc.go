@@ -16,5 +16,7 @@
 // The box stands in for two things a production box has and a container cannot: the tunneller
 // (ziti-edge-tunnel's DNS intercept of monky.tenancy.deploy is an /etc/hosts line pointing at the
 // dev stack on loopback, and its `enroll` is packaging/debtest's stand-in) and the timer's 60 s
-// period (a drop-in shortens it, see timerDropIn; the unit itself is the shipped one).
+// period (a drop-in shortens it, see timerDropIn; the unit itself is the shipped one). The box
+// gets CAP_SYS_ADMIN and CAP_SYS_PTRACE, which systemd has on a host: the namespacing the units
+// ask for (DynamicUser=, PrivateUsers=, ProtectProc=) is then set up for real, not refused at spawn.
 package boxtest

@@ -396,7 +396,12 @@ func newBoxWith(t *testing.T, a artifacts, o boxOptions) *box {
 	b := &box{t: t, name: "monky-boxtest-" + randomHex(4)}
 	dockerBin, composeBin := hostDockerCLI(t)
 	gid := socketGID(t)
-	args := []string{"run", "-d", "--name", b.name, "--network", "host",
+	// CAP_SYS_ADMIN and CAP_SYS_PTRACE: systemd as PID 1 of a host has both; without them
+	// (docker's default set) the exporter's unit fails at spawn: DynamicUser= with 226/NAMESPACE,
+	// PrivateUsers= with 217/USER, and PrivateUsers= with ProtectProc=invisible with 217/USER
+	// "No such file or directory" (the user namespace is set up after /proc is remounted hidden,
+	// and only CAP_SYS_PTRACE sees through it). With both, the box runs the units as a host does.
+	args := []string{"run", "-d", "--name", b.name, "--network", "host", "--cap-add", "SYS_ADMIN", "--cap-add", "SYS_PTRACE",
 		"--add-host", tenancyName + ":127.0.0.1", "--add-host", baoName + ":127.0.0.1",
 		"--tmpfs", "/run", "--tmpfs", "/run/lock", "-v", "/sys/fs/cgroup:/sys/fs/cgroup:ro",
 		"-v", "/var/run/docker.sock:/var/run/docker.sock", a.image}
@@ -406,7 +411,7 @@ func newBoxWith(t *testing.T, a artifacts, o boxOptions) *box {
 	t.Cleanup(func() {
 		if t.Failed() {
 			out, _ := b.exec("journalctl", "--no-pager", "-n", "120", "-u", "monky-deployd.service",
-				"-u", "monky-deployd.timer", "-u", "monky-deployd-proxy.service")
+				"-u", "monky-deployd.timer", "-u", "monky-deployd-proxy.service", "-u", "fleetctl-exporter.service")
 			t.Logf("the box's journal (last lines of the agent's units):\n%s", out)
 		}
 		if out, err := b.docker("rm", "-f", "-v", b.name); err != nil {
