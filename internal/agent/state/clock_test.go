@@ -1,0 +1,149 @@
+package state
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A save that moves only the two clocks (a converged tick: its check-in time and success stamp)
+// leaves state.json as it is and writes the clock file; Load reads the later clocks back; a save
+// that changes anything else writes state.json with the clocks and removes the clock file.
+func TestSaveOfTheClocksAloneLeavesStateJSON(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "state.json")
+	t0 := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) *time.Time { v := t0.Add(d); return &v }
+	if err := Save(p, &State{EnvID: "env-qa-02", AppliedSha: shaA, LastCheckinAt: at(0), LastTickOKAt: at(0)}); err != nil {
+		t.Fatal(err)
+	}
+	disk := func() string {
+		t.Helper()
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	before := disk()
+	beforeInfo, _ := os.Stat(p)
+
+	for i := 1; i <= 3; i++ {
+		s, err := Load(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !s.LastCheckinAt.Equal(*at(time.Duration(i-1) * time.Minute)) {
+			t.Fatalf("tick %d: Load gave last_checkin_at %v, want the last tick's", i, s.LastCheckinAt)
+		}
+		s.CheckinSucceeded(*at(time.Duration(i) * time.Minute))
+		s.LastTickOKAt = at(time.Duration(i)*time.Minute + time.Second)
+		if err := Save(p, s); err != nil {
+			t.Fatal(err)
+		}
+		if got := disk(); got != before {
+			t.Fatalf("tick %d: state.json rewritten for its clocks alone:\n%s", i, got)
+		}
+		if info, _ := os.Stat(p); !os.SameFile(info, beforeInfo) || !info.ModTime().Equal(beforeInfo.ModTime()) {
+			t.Fatalf("tick %d: state.json replaced or touched", i)
+		}
+		// The same state saved again (a second save in one tick) writes nothing more.
+		clockInfo, err := os.Stat(p + ClockSuffix)
+		if err != nil {
+			t.Fatalf("tick %d: no clock file: %v", i, err)
+		}
+		prev := writeClock
+		writeClock = func(string, clocks) error { t.Fatal("the clock file was written twice for the same clocks"); return nil }
+		err = Save(p, s)
+		writeClock = prev
+		if err != nil {
+			t.Fatal(err)
+		}
+		if again, _ := os.Stat(p + ClockSuffix); !again.ModTime().Equal(clockInfo.ModTime()) {
+			t.Fatalf("tick %d: the clock file was rewritten", i)
+		}
+	}
+	s, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.LastCheckinAt.Equal(*at(3*time.Minute)) || !s.LastTickOKAt.Equal(*at(3*time.Minute+time.Second)) {
+		t.Fatalf("Load gave %v, %v: want the clock file's", s.LastCheckinAt, s.LastTickOKAt)
+	}
+	s.LastResult = "healthy"
+	if err := Save(p, s); err != nil {
+		t.Fatal(err)
+	}
+	if got := disk(); !strings.Contains(got, `"healthy"`) || !strings.Contains(got, t0.Add(3*time.Minute).Format(time.RFC3339)) {
+		t.Fatalf("a changed state was written without its result or its clocks:\n%s", got)
+	}
+	if _, err := os.Stat(p + ClockSuffix); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the clock file outlived a write of state.json: %v", err)
+	}
+}
+
+// The clock file is only ever a later time: an earlier one (state.json written since), a torn
+// one (a crash while writing it) or one of another shape leaves state.json's clocks.
+func TestLoadTakesTheLaterClock(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "state.json")
+	t0 := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	if err := Save(p, &State{EnvID: "env-qa-02", LastCheckinAt: &t0, LastTickOKAt: &t0}); err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]string{
+		"earlier":    `{"last_checkin_at":"2026-12-03T09:00:00Z","last_tick_ok_at":"2026-12-03T09:00:00Z"}`,
+		"torn":       `{"last_checkin_at":"2026-12-03T11:00:00Z","last_tick_ok_`,
+		"not clocks": `{"last_checkin_at":42}`,
+		"empty":      ``,
+	} {
+		if err := os.WriteFile(p+ClockSuffix, []byte(c), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s, err := Load(p)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !s.LastCheckinAt.Equal(t0) || !s.LastTickOKAt.Equal(t0) {
+			t.Errorf("%s clock file: Load gave %v, %v; want state.json's %v", name, s.LastCheckinAt, s.LastTickOKAt, t0)
+		}
+	}
+	// A later check-in alone: the success stamp stays state.json's.
+	if err := os.WriteFile(p+ClockSuffix, []byte(`{"last_checkin_at":"2026-12-03T11:00:00Z"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := t0.Add(time.Hour); !s.LastCheckinAt.Equal(want) || !s.LastTickOKAt.Equal(t0) {
+		t.Errorf("Load gave %v, %v; want %v, %v", s.LastCheckinAt, s.LastTickOKAt, want, t0)
+	}
+}
+
+// A clock file that cannot be written (a full disk) leaves the save to state.json, which carries
+// the clocks or names the failure as before.
+func TestClockWriteFailureFallsBackToStateJSON(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "state.json")
+	t0 := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	if err := Save(p, &State{EnvID: "env-qa-02", LastCheckinAt: &t0}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prev := writeClock
+	writeClock = func(string, clocks) error { return errors.New("no space left on device") }
+	defer func() { writeClock = prev }()
+	t1 := t0.Add(time.Minute)
+	s.CheckinSucceeded(t1)
+	if err := Save(p, s); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(p)
+	if !strings.Contains(string(b), t1.Format(time.RFC3339)) {
+		t.Errorf("state.json does not carry the clock the clock file could not:\n%s", b)
+	}
+}
