@@ -55,7 +55,10 @@ func TestSaveOfTheClocksAloneLeavesStateJSON(t *testing.T) {
 			t.Fatalf("tick %d: no clock file: %v", i, err)
 		}
 		prev := writeClock
-		writeClock = func(string, clocks) error { t.Fatal("the clock file was written twice for the same clocks"); return nil }
+		writeClock = func(string, clocks) error {
+			t.Fatal("the clock file was written twice for the same clocks")
+			return nil
+		}
 		err = Save(p, s)
 		writeClock = prev
 		if err != nil {
@@ -69,7 +72,7 @@ func TestSaveOfTheClocksAloneLeavesStateJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !s.LastCheckinAt.Equal(*at(3*time.Minute)) || !s.LastTickOKAt.Equal(*at(3*time.Minute+time.Second)) {
+	if !s.LastCheckinAt.Equal(*at(3 * time.Minute)) || !s.LastTickOKAt.Equal(*at(3*time.Minute + time.Second)) {
 		t.Fatalf("Load gave %v, %v: want the clock file's", s.LastCheckinAt, s.LastTickOKAt)
 	}
 	s.LastResult = "healthy"
