@@ -141,3 +141,5 @@ require (
 replace github.com/santhosh-tekuri/jsonschema/v6 => ./third_party/jsonschema
 
 replace github.com/distribution/reference => ./third_party/reference
+
+replace github.com/opencontainers/go-digest => ./third_party/go-digest
