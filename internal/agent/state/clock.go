@@ -52,25 +52,67 @@ func readClock(path string) (c clocks, seen, ok bool) {
 	if errors.Is(err, fs.ErrNotExist) {
 		return clocks{}, false, false
 	}
-	if err != nil || json.Unmarshal(data, &c) != nil {
+	if err != nil || len(data) != clockRecord || json.Unmarshal(data, &c) != nil {
 		return clocks{}, true, false
 	}
 	return c, true, true
 }
 
-// writeClock rewrites path's clock file in place (0600); a failure leaves the save to state.json.
-var writeClock = func(path string, c clocks) error {
-	data, err := json.Marshal(c)
+// clockRecord is the clock file's size: its JSON, padded with spaces, ends in a newline. A record
+// of one size is overwritten in place, allocating nothing.
+const clockRecord = 128
+
+// encodeClock is the clock file's content for c.
+func encodeClock(c clocks) []byte {
+	b := make([]byte, 0, clockRecord)
+	b = append(b, '{')
+	for _, f := range []struct {
+		key string
+		at  *time.Time
+	}{{"last_checkin_at", c.LastCheckinAt}, {"last_tick_ok_at", c.LastTickOKAt}} {
+		if f.at == nil {
+			continue
+		}
+		if len(b) > 1 {
+			b = append(b, ',')
+		}
+		b = append(b, `"`+f.key+`":"`...)
+		b = f.at.AppendFormat(b, time.RFC3339Nano)
+		b = append(b, '"')
+	}
+	b = append(b, '}')
+	for len(b) < clockRecord-1 {
+		b = append(b, ' ')
+	}
+	return append(b, '\n')
+}
+
+// writeClock overwrites path's clock file in place (0600), or makes it; whole says the file on
+// disk is a record, else it is cut to the new one. A failure leaves the save to state.json.
+var writeClock = func(path string, c clocks, whole bool) error {
+	rec := encodeClock(c)
+	if len(rec) != clockRecord {
+		return errors.New("state: clock record too long") // a time no clock gives
+	}
+	flag := os.O_WRONLY | os.O_CREATE
+	if !whole {
+		flag |= os.O_TRUNC
+	}
+	f, err := os.OpenFile(path+ClockSuffix, flag, 0o600)
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(path+ClockSuffix, append(data, '\n'), 0o600)
+	_, err = f.WriteAt(rec, 0)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // adoptClock takes the clock file's times where they are later than s's (state.json's).
 func (s *State) adoptClock(path string) {
 	c, seen, ok := readClock(path)
-	s.clockSeen = seen
+	s.clockSeen, s.clockWhole = seen, ok
 	if !ok {
 		return
 	}
@@ -95,9 +137,9 @@ func saveClockOnly(path string, s *State) (done bool) {
 	if now.equal(s.diskClock) || (s.clockSeen && now.equal(s.clockFile)) {
 		return true // nothing changed at all
 	}
-	if writeClock(path, now) != nil {
+	if writeClock(path, now, s.clockWhole) != nil {
 		return false // state.json carries them, or names the failure
 	}
-	s.clockFile, s.clockSeen = now, true
+	s.clockFile, s.clockSeen, s.clockWhole = now, true, true
 	return true
 }

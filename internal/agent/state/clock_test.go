@@ -55,7 +55,7 @@ func TestSaveOfTheClocksAloneLeavesStateJSON(t *testing.T) {
 			t.Fatalf("tick %d: no clock file: %v", i, err)
 		}
 		prev := writeClock
-		writeClock = func(string, clocks) error {
+		writeClock = func(string, clocks, bool) error {
 			t.Fatal("the clock file was written twice for the same clocks")
 			return nil
 		}
@@ -95,11 +95,15 @@ func TestLoadTakesTheLaterClock(t *testing.T) {
 	if err := Save(p, &State{EnvID: "env-qa-02", LastCheckinAt: &t0, LastTickOKAt: &t0}); err != nil {
 		t.Fatal(err)
 	}
+	earlier, later := t0.Add(-time.Hour), t0.Add(time.Hour)
+	laterRec := string(encodeClock(clocks{LastCheckinAt: &later, LastTickOKAt: &later}))
 	for name, c := range map[string]string{
-		"earlier":    `{"last_checkin_at":"2026-12-03T09:00:00Z","last_tick_ok_at":"2026-12-03T09:00:00Z"}`,
-		"torn":       `{"last_checkin_at":"2026-12-03T11:00:00Z","last_tick_ok_`,
-		"not clocks": `{"last_checkin_at":42}`,
-		"empty":      ``,
+		"earlier":       string(encodeClock(clocks{LastCheckinAt: &earlier, LastTickOKAt: &earlier})),
+		"torn":          laterRec[:40],
+		"not clocks":    `{"last_checkin_at":42}` + strings.Repeat(" ", clockRecord-23) + "\n",
+		"empty":         ``,
+		"another size":  `{"last_checkin_at":"2026-12-03T11:00:00Z"}`,
+		"a longer tail": laterRec + "garbage",
 	} {
 		if err := os.WriteFile(p+ClockSuffix, []byte(c), 0o600); err != nil {
 			t.Fatal(err)
@@ -113,7 +117,7 @@ func TestLoadTakesTheLaterClock(t *testing.T) {
 		}
 	}
 	// A later check-in alone: the success stamp stays state.json's.
-	if err := os.WriteFile(p+ClockSuffix, []byte(`{"last_checkin_at":"2026-12-03T11:00:00Z"}`), 0o600); err != nil {
+	if err := os.WriteFile(p+ClockSuffix, encodeClock(clocks{LastCheckinAt: &later}), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	s, err := Load(p)
@@ -122,6 +126,21 @@ func TestLoadTakesTheLaterClock(t *testing.T) {
 	}
 	if want := t0.Add(time.Hour); !s.LastCheckinAt.Equal(want) || !s.LastTickOKAt.Equal(t0) {
 		t.Errorf("Load gave %v, %v; want %v, %v", s.LastCheckinAt, s.LastTickOKAt, want, t0)
+	}
+	// A clock file that is no record (a longer tail) is cut to the new record when written.
+	if err := os.WriteFile(p+ClockSuffix, []byte(laterRec+"garbage"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if s, err = Load(p); err != nil {
+		t.Fatal(err)
+	}
+	next := t0.Add(2 * time.Hour)
+	s.CheckinSucceeded(next)
+	if err := Save(p, s); err != nil {
+		t.Fatal(err)
+	}
+	if s, err = Load(p); err != nil || !s.LastCheckinAt.Equal(next) {
+		t.Errorf("after a clock write over a longer file: %v, %v; want %v", s.LastCheckinAt, err, next)
 	}
 }
 
@@ -138,7 +157,7 @@ func TestClockWriteFailureFallsBackToStateJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	prev := writeClock
-	writeClock = func(string, clocks) error { return errors.New("no space left on device") }
+	writeClock = func(string, clocks, bool) error { return errors.New("no space left on device") }
 	defer func() { writeClock = prev }()
 	t1 := t0.Add(time.Minute)
 	s.CheckinSucceeded(t1)

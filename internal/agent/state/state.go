@@ -101,8 +101,8 @@ type State struct {
 	onDiskPath string
 	// diskClock are onDisk's clocks; clockFile the clock file's as last read or written, clockSeen
 	// whether one exists (clock.go).
-	diskClock, clockFile clocks
-	clockSeen            bool
+	diskClock, clockFile  clocks
+	clockSeen, clockWhole bool
 	// fromReserve: Load read the reserve (reserve.go), the disk refused the last save.
 	fromReserve bool
 }
@@ -468,7 +468,7 @@ func Save(path string, s *State) error {
 		s.onDisk, s.onDiskPath, s.diskClock = data, path, s.clocks()
 		// state.json carries the clocks now; a clock file left could only contradict it.
 		if rerr := os.Remove(path + ClockSuffix); rerr == nil || errors.Is(rerr, fs.ErrNotExist) {
-			s.clockSeen, s.clockFile = false, clocks{}
+			s.clockSeen, s.clockWhole, s.clockFile = false, false, clocks{}
 		}
 		tendReserve(path, len(data))
 		return nil
