@@ -169,3 +169,104 @@ func TestClockWriteFailureFallsBackToStateJSON(t *testing.T) {
 		t.Errorf("state.json does not carry the clock the clock file could not:\n%s", b)
 	}
 }
+
+// A converged tick after the first asks whether state.json changed without encoding the state
+// (the deep comparison with what Load decoded), once a save found that state.json in Save's own
+// layout; and that comparison misses no change, whatever field, however deep, a tick changes.
+func TestClockOnlySaveComparesWithoutEncoding(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "state.json")
+	t0 := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	mk := func() *State {
+		code := 0
+		return &State{EnvID: "env-qa-02", AppliedSha: shaA, History: []string{shaB, shaA}, LastCheckinAt: &t0, LastTickOKAt: &t0,
+			Token:    &TokenMeta{Source: SourceLease, Accessor: "acc", ObtainedAt: t0, TTLSec: 3600},
+			Counters: Counters{Applies: 2}, LastExitCode: &code,
+			Drift:       &DriftMemory{Sha: shaA, Services: map[string]ServiceHash{"api": {ConfigHash: strings.Repeat("a", 64), Containers: 1}}},
+			LastFailure: &Failure{Sha: shaB, Code: "UNHEALTHY", Detail: "x", At: t0, Attempts: 1}}
+	}
+	if err := Save(p, mk()); err != nil {
+		t.Fatal(err)
+	}
+	encodes := 0
+	prev := compareEncode
+	compareEncode = func(s *State) ([]byte, error) { encodes++; return prev(s) }
+	defer func() { compareEncode = prev }()
+	tick := func(i int, change func(*State)) (wrote bool) {
+		t.Helper()
+		before, _ := os.Stat(p)
+		s, err := Load(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.CheckinSucceeded(t0.Add(time.Duration(i) * time.Minute))
+		if change != nil {
+			change(s)
+		}
+		if err := Save(p, s); err != nil {
+			t.Fatal(err)
+		}
+		after, _ := os.Stat(p)
+		return !os.SameFile(before, after)
+	}
+	if tick(1, nil) || encodes != 1 {
+		t.Fatalf("the first clock-only save: encoded %d times, want once (nothing yet says the file is Save's)", encodes)
+	}
+	for i := 2; i <= 3; i++ {
+		if tick(i, nil) || encodes != 1 {
+			t.Fatalf("clock-only save %d: encoded %d times in all, want no more", i, encodes)
+		}
+	}
+	for name, change := range map[string]func(*State){
+		"a nested pointer's field": func(s *State) { s.Token.TTLSec++ },
+		"a map's value": func(s *State) {
+			s.Drift.Services["api"] = ServiceHash{ConfigHash: strings.Repeat("b", 64), Containers: 1}
+		},
+		"a map's new key": func(s *State) {
+			s.Drift.Services["web"] = ServiceHash{ConfigHash: strings.Repeat("c", 64), Containers: 1}
+		},
+		"a slice's element":                func(s *State) { s.History[0] = shaA },
+		"a slice grown":                    func(s *State) { s.AddHistory(strings.Repeat("c", 64)) },
+		"a value through a shared pointer": func(s *State) { *s.LastExitCode = 1 },
+		"a counter":                        func(s *State) { s.Counters.Refusals++ },
+		"a string":                         func(s *State) { s.LastResult = "healthy" },
+		"a pointer set":                    func(s *State) { s.Hold = &Hold{By: "ops", Reason: "x", Since: t0, Until: t0.Add(time.Hour)} },
+		"a pointer cleared":                func(s *State) { s.LastFailure = nil },
+		"a time":                           func(s *State) { s.LastFailure.At = s.LastFailure.At.Add(time.Second) },
+	} {
+		if !tick(10, change) {
+			t.Errorf("%s: the change was not written", name)
+		}
+		// Put the state back as it was (each change is judged alone) and let a clock-only save
+		// record its layout again.
+		if err := Save(p, mk()); err != nil {
+			t.Fatal(err)
+		}
+		tick(11, nil)
+	}
+}
+
+// A clock file whose hash is not that of state.json (state.json replaced by hand, or written
+// in another layout since) is no reason to trust the comparison: the state is encoded, and a
+// state.json in another layout rewritten.
+func TestClockOfAnotherStateJSONIsNotTrusted(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "state.json")
+	if err := os.WriteFile(p, []byte(`{"env_id": "env-qa-02", "applied_sha": "`+shaA+`"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	rec := encodeClock(clocks{LastCheckinAt: &t0, StateSHA256: strings.Repeat("0", 64)})
+	if err := os.WriteFile(p+ClockSuffix, rec, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.CheckinSucceeded(t0.Add(time.Minute))
+	if err := Save(p, s); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(p); !strings.Contains(string(b), "\n  \"applied_sha\"") {
+		t.Errorf("a state.json in another layout was not rewritten in Save's:\n%s", b)
+	}
+}

@@ -103,6 +103,8 @@ type State struct {
 	// whether one exists (clock.go).
 	diskClock, clockFile  clocks
 	clockSeen, clockWhole bool
+	// snapshot is a deep copy of the State onDisk decodes to (clock.go's saveClockOnly).
+	snapshot *State
 	// fromReserve: Load read the reserve (reserve.go), the disk refused the last save.
 	fromReserve bool
 }
@@ -440,6 +442,7 @@ func Load(path string) (*State, error) {
 		return nil, &CorruptError{Path: path, Err: err}
 	}
 	s.onDisk, s.onDiskPath, s.diskClock = data, path, s.clocks()
+	s.takeSnapshot()
 	s.adoptClock(path)
 	return &s, nil
 }
@@ -466,6 +469,7 @@ func Save(path string, s *State) error {
 	switch {
 	case err == nil:
 		s.onDisk, s.onDiskPath, s.diskClock = data, path, s.clocks()
+		s.takeSnapshot()
 		// state.json carries the clocks now; a clock file left could only contradict it.
 		if rerr := os.Remove(path + ClockSuffix); rerr == nil || errors.Is(rerr, fs.ErrNotExist) {
 			s.clockSeen, s.clockWhole, s.clockFile = false, false, clocks{}
