@@ -391,8 +391,10 @@ func (a *Agent) saveState() error {
 }
 
 // saveFinal is the last write of a tick that ends with exit 0: it carries the success stamp
-// (last_tick_ok_at, the textfile's last success) and last_exit_code 0 with everything else, so a converged tick writes
-// state.json once. A failed write leaves the stamp as it was: that tick did not succeed.
+// (last_tick_ok_at, the textfile's last success) and last_exit_code 0 with everything else, so a
+// tick writes state.json once at most, and a converged one, whose check-in time and stamp alone
+// moved, writes only the clock record (state.ClockSuffix). A failed write leaves the stamp as it
+// was: that tick did not succeed.
 func (a *Agent) saveFinal() error {
 	prev, prevCode := a.st.LastTickOKAt, a.st.LastExitCode
 	at, code := a.deps.Now().UTC(), 0
