@@ -119,7 +119,11 @@ func identityRows(d statusDoc, now time.Time) [][2]string {
 			r += "; last renewed " + id.RenewedAt.UTC().Format(time.RFC3339)
 		}
 		if b := id.Renewal; b != nil && b.LastError != "" {
-			r += fmt.Sprintf("; %d failure(s), last: %s", b.Failures, b.LastError)
+			if b.Failures > 0 {
+				r += fmt.Sprintf("; %d failure(s), last: %s", b.Failures, b.LastError)
+			} else {
+				r += "; held back: " + b.LastError
+			}
 			if b.NextTryAt != nil {
 				r += "; next try " + b.NextTryAt.UTC().Format(time.RFC3339)
 			}

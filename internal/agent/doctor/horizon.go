@@ -60,6 +60,9 @@ func (c *checker) identityCert(ctx context.Context) Result {
 	lastErr := ""
 	if rec := st.Identity; rec != nil && rec.Renewal != nil && rec.Renewal.LastError != "" {
 		lastErr = fmt.Sprintf("; the last renewal failed (%d in a row): %s", rec.Renewal.Failures, rec.Renewal.LastError)
+		if rec.Renewal.Failures == 0 { // a renewal that worked, held back (identity.Renewer's dueAgain)
+			lastErr = "; the next renewal is held back: " + rec.Renewal.LastError
+		}
 	}
 	pending := cfg.Identity + identity.PendingSuffix
 	if _, err := c.env.Stat(pending); err == nil {

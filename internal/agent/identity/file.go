@@ -14,6 +14,9 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/horizon"
@@ -227,9 +230,18 @@ func Material(value string, readFile func(string) ([]byte, error)) (data []byte,
 	}
 	data, err = readFile(path)
 	if err != nil {
-		return nil, false, fmt.Errorf("referenced file %s: %w", path, err)
+		return nil, false, fmt.Errorf("referenced file %s: %w", shownPath(path), unwrapPath(err))
 	}
 	return data, false, nil
+}
+
+// shownPath is path for an error: an absolute one as it is; a relative one is not shown, for a
+// key pasted without its PEM armour (base64 DER) reads as a relative path and must not leak.
+func shownPath(path string) string {
+	if filepath.IsAbs(path) {
+		return path
+	}
+	return "(a relative path, not shown: it may be key material)"
 }
 
 // ParseKey accepts the three PEM key encodings the identity library accepts.
@@ -259,4 +271,36 @@ func KeyMatches(key crypto.PrivateKey, cert *x509.Certificate) bool {
 	}
 	pub, ok := signer.Public().(interface{ Equal(crypto.PublicKey) bool })
 	return ok && pub.Equal(cert.PublicKey)
+}
+
+// SameBut reports whether raw is f's JSON apart from id.cert and id.key: what a renewal of f
+// writes. A file of another enrolment, or one naming other controllers or another CA, is not.
+func (f *File) SameBut(raw []byte) bool {
+	var top, id map[string]json.RawMessage
+	if json.Unmarshal(raw, &top) != nil || json.Unmarshal(top["id"], &id) != nil || id == nil {
+		return false
+	}
+	return equalJSON(top, f.top, "id") && equalJSON(id, f.id, "cert", "key")
+}
+
+// equalJSON compares two JSON objects by value, leaving out the keys skip.
+func equalJSON(a, b map[string]json.RawMessage, skip ...string) bool {
+	n := 0
+	for k, v := range a {
+		if slices.Contains(skip, k) {
+			continue
+		}
+		n++
+		w, ok := b[k]
+		var x, y any
+		if !ok || json.Unmarshal(v, &x) != nil || json.Unmarshal(w, &y) != nil || !reflect.DeepEqual(x, y) {
+			return false
+		}
+	}
+	for k := range b {
+		if !slices.Contains(skip, k) {
+			n--
+		}
+	}
+	return n == 0
 }

@@ -225,14 +225,40 @@ func (r *Renewer) recoverNow(ctx context.Context, st *state.State, save func() e
 		r.Log.Warn("identity: cannot look at the pending renewal file", "pending", pending, "error", err.Error())
 		return nil
 	}
-	newF, err := r.read(pending)
-	if err != nil {
-		r.Log.Warn("identity: the pending renewal file is unreadable; removing it, the renewal starts over when due", "pending", pending, "error", err.Error())
-		r.drop(pending)
+	forget := func() error {
 		if rec != nil && rec.Renewal != nil {
 			rec.Renewal.Step, rec.Renewal.NewFingerprint, rec.Renewal.NewNotAfter = "", "", nil
 		}
 		return r.saveQuietly(save)
+	}
+	raw, err := readPending(pending)
+	var oldF, newF *File
+	if err == nil {
+		oldF, err = r.Read()
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			// Removed by hand: nothing to compare the pending file with, and it may be all the box has.
+			oldF = nil
+		case err != nil:
+			r.Log.Warn("identity: a renewal is half done and the identity file is unreadable", "error", err.Error())
+			return r.saveQuietly(save)
+		}
+		newF, err = pendingOf(raw, oldF, r.ReadFile)
+	}
+	var foreign *errForeign
+	switch {
+	case errors.As(err, &foreign):
+		r.setAside(pending, foreign)
+		return forget()
+	case errors.Is(err, fs.ErrPermission):
+		// Its key may be the live one: it is kept for an operator, never removed unread.
+		r.Log.Warn(fmt.Sprintf("identity: cannot read the pending renewal file %s: %v; fix: chown %s %s (it may hold the live key: do not remove it)",
+			pending, unwrapPath(err), r.Perms.userName(uint32(r.Perms.euid())), pending))
+		return r.saveQuietly(save)
+	case err != nil:
+		r.Log.Warn("identity: the pending renewal file is unreadable; removing it, the renewal starts over when due", "pending", pending, "error", err.Error())
+		r.drop(pending)
+		return forget()
 	}
 	rec = record(st)
 	if rec.Renewal == nil || rec.Renewal.NewFingerprint != newF.Leaf().Fingerprint {
@@ -256,9 +282,9 @@ func (r *Renewer) recoverNow(ctx context.Context, st *state.State, save func() e
 		r.finish(rec, newF, "finished the renewal a killed process left: the controller had verified the new certificate")
 		return r.saveQuietly(save)
 	}
-	oldF, err := r.Read()
-	if err != nil {
-		r.Log.Warn("identity: a renewal is half done and the identity file is unreadable", "error", err.Error())
+	if oldF == nil {
+		r.fail(rec, "recover", errors.New("the identity file is gone and the controller refuses the pending certificate"),
+			"re-enrol this box (fleetctl onboard ENV --reissue, then install.sh --enrol-jwt); the pending file is kept: "+pending)
 		return r.saveQuietly(save)
 	}
 	s, err := r.Controller.Open(ctx, oldF)
@@ -272,14 +298,25 @@ func (r *Renewer) recoverNow(ctx context.Context, st *state.State, save func() e
 		return r.saveQuietly(save)
 	}
 	defer s.Close(ctx)
-	err = s.Verify(ctx, newF.CertPEM)
+	err = s.Verify(ctx, leafPEM(newF))
+	if errors.Is(err, ErrRejected) {
+		// Most often the controller no longer holds this certificate (another extension replaced
+		// it); but a 4xx may also answer a verification that took effect: ask before dropping.
+		live, perr := r.probe(ctx, newF)
+		switch {
+		case perr != nil:
+			r.Log.Warn("identity: a renewal is half done and the controller cannot tell which certificate is live; the next tick finishes it",
+				"pending", pending, "error", perr.Error())
+			return r.saveQuietly(save)
+		case !live:
+			r.drop(pending)
+			rec.Renewal.Step, rec.Renewal.NewFingerprint, rec.Renewal.NewNotAfter = "", "", nil
+			r.fail(rec, "verify", err, "nothing to do: the identity keeps its certificate and the renewal starts over")
+			return r.saveQuietly(save)
+		}
+		err = nil
+	}
 	switch {
-	case errors.Is(err, ErrRejected):
-		// The controller no longer holds this certificate (another extension replaced it).
-		r.drop(pending)
-		rec.Renewal.Step, rec.Renewal.NewFingerprint, rec.Renewal.NewNotAfter = "", "", nil
-		r.fail(rec, "verify", err, "nothing to do: the identity keeps its certificate and the renewal starts over")
-		return r.saveQuietly(save)
 	case err != nil:
 		r.Log.Warn("identity: a renewal is half done and its verification did not go through; the next tick finishes it", "error", err.Error())
 		return r.saveQuietly(save)
@@ -328,7 +365,7 @@ func (r *Renewer) Renew(ctx context.Context, st *state.State, save func() error)
 	if err != nil {
 		return o.Outcome, err
 	}
-	if changed || o.FailedAt != "" || o.Renewed || o.asked {
+	if changed || o.FailedAt != "" || o.Renewed || o.asked || o.cleared {
 		err = r.saveQuietly(save)
 	}
 	return o.Outcome, err
@@ -337,7 +374,8 @@ func (r *Renewer) Renew(ctx context.Context, st *state.State, save func() error)
 // renewal is Outcome plus what the caller must save.
 type renewal struct {
 	Outcome
-	asked bool
+	asked   bool
+	cleared bool // a hold of dueAgain's that no longer applies was dropped
 }
 
 func (r *Renewer) renew(ctx context.Context, f *File, rec *state.IdentityCert, o renewal, save func() error) (renewal, error) {
@@ -361,7 +399,13 @@ func (r *Renewer) renew(ctx context.Context, f *File, rec *state.IdentityCert, o
 		rec.Renewal.LastError = "expired: certificate expired at " + leaf.NotAfter.Format(time.RFC3339)
 		return o, nil
 	}
-	ask := !due && (rec.AskedAt == nil || now.Sub(*rec.AskedAt) >= r.askEvery() || rec.AskedAt.After(now))
+	if b := rec.Renewal; !due && b != nil && b.Failures == 0 && b.Step == "" && b.NextTryAt != nil {
+		// dueAgain's hold, and the certificate is no longer within the window (it was lowered):
+		// nothing is held back any more.
+		rec.Renewal, o.cleared = nil, true
+	}
+	// A key an engine holds cannot authenticate from here: asking would only fail, every time.
+	ask := !due && f.Key != nil && (rec.AskedAt == nil || now.Sub(*rec.AskedAt) >= r.askEvery() || rec.AskedAt.After(now))
 	if !due && !ask {
 		return o, nil
 	}
@@ -441,7 +485,7 @@ func (r *Renewer) extend(ctx context.Context, f *File, s Session, rec *state.Ide
 	}
 	chain, err := s.Extend(ctx, csrPEM)
 	if err != nil {
-		return fail("extend", err, controllerFix(err))
+		return fail("extend", err, sessionFix(err))
 	}
 	newCerts, err := horizon.ParsePEM(chain)
 	if err != nil {
@@ -451,6 +495,9 @@ func (r *Renewer) extend(ctx context.Context, f *File, s Session, rec *state.Ide
 	switch {
 	case !KeyMatches(key, newLeaf.X509):
 		return fail("extend", errors.New("the controller's certificate is not for the key the agent sent"), "report this to the controller's operators")
+	case newLeaf.X509.Subject.CommonName != f.Leaf().X509.Subject.CommonName:
+		return fail("extend", fmt.Errorf("the controller's certificate is for %q, not for this identity (%q)", newLeaf.X509.Subject.CommonName, f.Leaf().X509.Subject.CommonName),
+			"report this to the controller's operators")
 	case !newLeaf.NotAfter.After(f.Leaf().NotAfter):
 		return fail("extend", fmt.Errorf("the controller's certificate ends %s, no later than the current one", newLeaf.NotAfter.Format(time.RFC3339)),
 			"the controller's signing CA may expire before the certificate would: renew the network's CA")
@@ -459,7 +506,13 @@ func (r *Renewer) extend(ctx context.Context, f *File, s Session, rec *state.Ide
 		return o, err
 	}
 
-	data, err := f.WithCredentials(chain, keyPEM)
+	// Only the certificates that were checked are written, leaf first: nothing else the answer
+	// held reaches the file the SDK loads.
+	data, err := f.WithCredentials(encodeChain(newCerts), keyPEM)
+	if err != nil {
+		return fail("pending", err, "report this as a bug of monky-deployd")
+	}
+	newF, err := Parse(data, r.ReadFile)
 	if err != nil {
 		return fail("pending", err, "report this as a bug of monky-deployd")
 	}
@@ -480,16 +533,34 @@ func (r *Renewer) extend(ctx context.Context, f *File, s Session, rec *state.Ide
 		return o, err
 	}
 
-	if err := s.Verify(ctx, chain); err != nil {
-		if errors.Is(err, ErrRejected) {
+	// The controller takes exactly one certificate to verify: the leaf.
+	if err := s.Verify(ctx, leafPEM(newF)); err != nil {
+		if !errors.Is(err, ErrRejected) {
+			// The answer was lost: the next tick's recovery asks the controller which is live.
+			return fail("verify", err, sessionFix(err))
+		}
+		// Most often a refusal; but a 4xx may also answer a verification that took effect (a
+		// proxy's timeout): the new key is dropped only once the controller refuses it.
+		switch live, perr := r.probe(ctx, newF); {
+		case perr != nil:
+			return fail("verify", err, "nothing: the next tick asks the controller which certificate is live")
+		case !live:
 			r.drop(r.PendingPath())
 			rec.Renewal.Step, rec.Renewal.NewFingerprint, rec.Renewal.NewNotAfter = "", "", nil
+			return fail("verify", err, controllerFix(err))
 		}
-		// Otherwise the answer was lost: the next tick's recovery asks the controller which is live.
-		return fail("verify", err, controllerFix(err))
 	}
 	if err := r.step(StepVerified); err != nil {
 		return o, err
+	}
+	// The controller said yes; the file changes only once it takes the new certificate, or a
+	// verification that did not take effect would leave the box with a certificate it refuses.
+	switch live, err := r.probe(ctx, newF); {
+	case err != nil:
+		return fail("verify", err, "nothing: the next tick asks the controller which certificate is live")
+	case !live:
+		return fail("verify", errors.New("the controller answered the verification, yet refuses the new certificate"),
+			"nothing: the pending file is kept and the next tick verifies it again")
 	}
 	if err := r.swap(); err != nil {
 		return fail("swap", err, "check the identity's directory: the pending file "+r.PendingPath()+" holds the live certificate; the next tick retries the swap")
@@ -498,13 +569,30 @@ func (r *Renewer) extend(ctx context.Context, f *File, s Session, rec *state.Ide
 		return o, err
 	}
 	old := f.Leaf().NotAfter
-	newF, err := r.Read()
+	newF, err = r.Read()
 	if err != nil {
 		return fail("swap", err, "check "+r.Path)
 	}
 	r.finish(rec, newF, fmt.Sprintf("renewed because it %s; was valid until %s", reason, old.Format(time.RFC3339)))
 	o.Renewed = true
+	r.dueAgain(rec, newF)
 	return o, nil
+}
+
+// dueAgain holds the next renewal back when the renewed certificate is itself within the window
+// (the controller signs for less than identity_renew_below_s): else every tick would renew.
+func (r *Renewer) dueAgain(rec *state.IdentityCert, f *File) {
+	now := r.now()
+	left := f.Leaf().NotAfter.Sub(now)
+	if left > r.Who.Window {
+		return
+	}
+	next := now.Add(min(left/2, maxRetry))
+	rec.Renewal = &state.IdentityRenewal{StartedAt: now, NextTryAt: &next,
+		LastError: "window: the controller signs for less than identity_renew_below_s (the renewed certificate ends in " + horizon.Days(left) + ")"}
+	r.Log.Warn(fmt.Sprintf("identity: the renewed certificate is already within identity_renew_below_s (%s left, window %s): the controller signs for less than the window; "+
+		"the next renewal waits until %s; fix: lower identity_renew_below_s below the controller's certificate life", horizon.Days(left), horizon.Days(r.Who.Window), next.Format(time.RFC3339)),
+		"identity", r.Path)
 }
 
 // newKeyAndCSR makes a new P-256 key and a CSR for it naming the current certificate's subject.
@@ -541,6 +629,34 @@ func (r *Renewer) writePending(data []byte) error {
 		uid = -1 // only root gives a file away; CanReplace made sure this process owns the identity
 	}
 	return atomicfile.WriteFileOwned(r.PendingPath(), data, st.Mode.Perm(), uid, gid)
+}
+
+// leafPEM is f's own certificate alone, PEM.
+func leafPEM(f *File) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: f.Leaf().X509.Raw})
+}
+
+// encodeChain is b's certificates, PEM, in order.
+func encodeChain(b horizon.Bundle) []byte {
+	var out []byte
+	for _, c := range b {
+		out = append(out, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.X509.Raw})...)
+	}
+	return out
+}
+
+// setAside moves a pending file this agent did not write out of the way, to RefusedSuffix, so
+// it neither becomes the identity nor blocks the next renewal; nothing of it is deleted.
+func (r *Renewer) setAside(pending string, why error) {
+	aside := pending + RefusedSuffix
+	if err := os.Rename(pending, aside); err != nil {
+		r.Log.Warn(fmt.Sprintf("identity: the pending renewal file %s is not this agent's renewal (%v), and it cannot be moved aside: %v; fix: remove it",
+			pending, why, unwrapPath(err)))
+		return
+	}
+	_ = atomicfile.SyncDir(filepath.Dir(pending))
+	r.Log.Warn(fmt.Sprintf("identity: the pending renewal file %s is not this agent's renewal (%v): moved to %s, not used; fix: find out who put it there, then remove it",
+		pending, why, aside))
 }
 
 // swap renames the pending file over the identity and makes the rename durable.
@@ -635,6 +751,15 @@ func controllerFix(err error) string {
 		return "the controller no longer accepts this certificate: re-enrol this box (fleetctl onboard ENV --reissue, then install.sh --enrol-jwt)"
 	}
 	return "look at the controller's answer above; the agent retries"
+}
+
+// sessionFix is controllerFix for a call on a session the certificate has just opened: a 401 or
+// 403 there ended the session, it did not refuse the certificate.
+func sessionFix(err error) string {
+	if errors.Is(err, ErrRefused) {
+		return "nothing: the controller ended the API session the certificate had just opened; the agent retries, and a refused certificate would fail at authenticate"
+	}
+	return controllerFix(err)
 }
 
 func (r *Renewer) saveQuietly(save func() error) error {

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -29,6 +30,38 @@ const clientAPIPath = "/edge/client/v1"
 
 // defaultExtendTimeout bounds each request of a renewal.
 const defaultExtendTimeout = 30 * time.Second
+
+// maxAnswer bounds each answer of the controller: its largest is a certificate chain.
+const maxAnswer = 1 << 20
+
+// cappedAnswers gives each response a body that fails past maxAnswer bytes, so an endless answer
+// is not read into memory until the timeout.
+type cappedAnswers struct{ rt http.RoundTripper }
+
+func (c cappedAnswers) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := c.rt.RoundTrip(req)
+	if err == nil {
+		resp.Body = &cappedBody{ReadCloser: resp.Body, left: maxAnswer}
+	}
+	return resp, err
+}
+
+type cappedBody struct {
+	io.ReadCloser
+	left int64
+}
+
+func (b *cappedBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		return 0, fmt.Errorf("the controller's answer is larger than %d bytes", maxAnswer)
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.left -= int64(n)
+	return n, err
+}
 
 // Extender reaches the controller's edge client API directly (the SDK does the same; it is not a
 // mesh service), authenticated by TLS with an identity file's certificate, for the certificate's
@@ -81,7 +114,7 @@ func (e Extender) open(ctx context.Context, f *identity.File, raw string) (*exte
 		TLSHandshakeTimeout: 15 * time.Second,
 		MaxIdleConnsPerHost: 1,
 	}
-	hc := &http.Client{Transport: tr, CheckRedirect: noredirect.Refuse}
+	hc := &http.Client{Transport: cappedAnswers{rt: tr}, CheckRedirect: noredirect.Refuse}
 	rt := openapiclient.NewWithClient(u.Host, base, []string{"https"}, hc)
 	rt.SetDebug(false) // go-openapi would print the session token and the certificates
 	s := &extendSession{api: client.New(rt, strfmt.Default), timeout: e.Timeout, host: u.Host, tr: tr}

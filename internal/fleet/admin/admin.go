@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -78,6 +79,7 @@ func (c *Client) ListAgents(ctx context.Context, site string, progress func(page
 	dup := map[string]bool{}
 	seen := map[string]bool{}
 	cursor := ""
+	room := protocol.MaxAgentsPageLimit // what the next page may add: the last one's size
 	for n := 1; ; n++ {
 		q := url.Values{}
 		if site != "" {
@@ -87,38 +89,44 @@ func (c *Client) ListAgents(ctx context.Context, site string, progress func(page
 		if cursor != "" {
 			q.Set("cursor", cursor)
 		}
-		body, err := c.do(ctx, pageOp(n), http.MethodGet, "/v1/admin/agents", q, nil)
+		// The page is decoded as it arrives, each agent checked and appended in place: the
+		// answer (5 MB for 5,000 agents) is never held whole.
+		var page agentsPage
+		from := len(out.Agents)
+		out.Agents = slices.Grow(out.Agents, room) // not doubled as it fills: 10,000 agents are 3.6 MB
+
+		err := c.stream(ctx, pageOp(n), http.MethodGet, "/v1/admin/agents", q, nil, func(r io.Reader) error {
+			var err error
+			page, out.Agents, err = readAgentsPage(r, out.Agents)
+			return err
+		})
 		if err != nil {
 			return nil, err
 		}
-		page, now, err := ParseAgentsPage(body)
-		if err != nil {
-			return nil, fmt.Errorf("tenancy: %s: %w", pageOp(n), err)
-		}
 		out.Pages++
-		if now.After(out.Now) {
-			out.Now = now
+		room = max(len(out.Agents)-from, 1)
+		if page.now.After(out.Now) {
+			out.Now = page.now
 		}
-		for _, a := range page.Agents {
+		for _, a := range out.Agents[from:] {
 			if dup[a.EnvID] {
 				return nil, fmt.Errorf("tenancy: list agents: env %s appears twice", a.EnvID)
 			}
 			dup[a.EnvID] = true
 		}
-		out.Agents = append(out.Agents, page.Agents...)
 		if progress != nil {
 			progress(out.Pages, len(out.Agents))
 		}
 		switch {
-		case page.Next == nil:
+		case page.next == nil:
 			return out, nil
-		case seen[*page.Next]:
+		case seen[*page.next]:
 			return nil, fmt.Errorf("tenancy: %s: cursor repeats an earlier page; the listing would never end", pageOp(n))
 		case n >= maxPages:
 			return nil, fmt.Errorf("tenancy: %s: more than %d pages", pageOp(n), maxPages)
 		}
-		seen[*page.Next] = true
-		cursor = *page.Next
+		seen[*page.next] = true
+		cursor = *page.next
 	}
 }
 
@@ -149,6 +157,44 @@ func (c *Client) RevealKit(ctx context.Context, envID string, req protocol.KitRe
 }
 
 func (c *Client) do(ctx context.Context, op, method, path string, q url.Values, body []byte) ([]byte, error) {
+	var b []byte
+	err := c.stream(ctx, op, method, path, q, body, func(r io.Reader) error {
+		var err error
+		b, err = io.ReadAll(r)
+		return err
+	})
+	return b, err
+}
+
+// errTooLarge is an answer beyond maxBody.
+var errTooLarge = fmt.Errorf("answer larger than %d bytes", maxBody)
+
+// limitedBody fails a read beyond maxBody bytes with errTooLarge.
+type limitedBody struct {
+	r    io.Reader
+	left int64
+}
+
+func (l *limitedBody) Read(p []byte) (int, error) {
+	if l.left <= 0 {
+		var one [1]byte
+		if n, _ := l.r.Read(one[:]); n > 0 {
+			return 0, errTooLarge
+		}
+		return l.r.Read(p) // io.EOF, or the reader's own error
+	}
+	if int64(len(p)) > l.left {
+		p = p[:l.left]
+	}
+	n, err := l.r.Read(p)
+	l.left -= int64(n)
+	return n, err
+}
+
+// stream sends a request and gives a 2xx answer's body, at most maxBody bytes of it, to read as
+// it arrives; any other answer is a *neterr.StatusError. Every error names the operation; one
+// of read's that is the body's own (a cut connection, too large) is named as such.
+func (c *Client) stream(ctx context.Context, op, method, path string, q url.Values, body []byte, read func(io.Reader) error) error {
 	u := *c.base
 	u.Path += path
 	u.RawQuery = q.Encode()
@@ -158,7 +204,7 @@ func (c *Client) do(ctx context.Context, op, method, path string, q url.Values, 
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
 	if err != nil {
-		return nil, fmt.Errorf("tenancy: %s: %w", op, err)
+		return fmt.Errorf("tenancy: %s: %w", op, err)
 	}
 	req.Header.Set("Authorization", "Bearer "+c.token.Reveal())
 	req.Header.Set("Accept", "application/json")
@@ -171,25 +217,49 @@ func (c *Client) do(ctx context.Context, op, method, path string, q url.Values, 
 		if redirect := (*noredirect.Error)(nil); errors.As(err, &redirect) {
 			err = redirect // not the *url.Error: it quotes the query
 		}
-		return nil, fmt.Errorf("tenancy: %s: %w", op, err)
+		return fmt.Errorf("tenancy: %s: %w", op, err)
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
-	if err != nil {
-		return nil, fmt.Errorf("tenancy: %s: read the answer: %w", op, err)
-	}
-	if len(b) > maxBody {
-		return nil, fmt.Errorf("tenancy: %s: answer larger than %d bytes", op, maxBody)
-	}
 	if resp.StatusCode/100 != 2 {
+		b, err := io.ReadAll(&limitedBody{r: resp.Body, left: maxBody})
+		switch {
+		case errors.Is(err, errTooLarge):
+			return fmt.Errorf("tenancy: %s: %w", op, errTooLarge)
+		case err != nil:
+			return fmt.Errorf("tenancy: %s: read the answer: %w", op, err)
+		}
 		eb := protocol.ParseErrorBody(b)
 		msg := eb.Message
 		if msg == "" {
 			msg = http.StatusText(resp.StatusCode)
 		}
-		return nil, &neterr.StatusError{Service: "tenancy", Op: op, Status: resp.StatusCode, Code: eb.Code, Message: oneLine(msg, 300)}
+		return &neterr.StatusError{Service: "tenancy", Op: op, Status: resp.StatusCode, Code: eb.Code, Message: oneLine(msg, 300)}
 	}
-	return b, nil
+	body2 := &bodyReader{r: &limitedBody{r: resp.Body, left: maxBody}}
+	if err := read(body2); err != nil {
+		switch {
+		case errors.Is(body2.err, errTooLarge):
+			return fmt.Errorf("tenancy: %s: %w", op, errTooLarge)
+		case body2.err != nil && errors.Is(err, body2.err):
+			return fmt.Errorf("tenancy: %s: read the answer: %w", op, body2.err)
+		}
+		return fmt.Errorf("tenancy: %s: %w", op, err) // what read found wrong with the answer
+	}
+	return nil
+}
+
+// bodyReader remembers the body's own failure (io.EOF is none).
+type bodyReader struct {
+	r   io.Reader
+	err error
+}
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err != nil && err != io.EOF {
+		b.err = err
+	}
+	return n, err
 }
 
 // oneLine keeps a server message from spilling a stack trace or HTML page into the terminal.

@@ -278,3 +278,37 @@ func TestListAgentsAsksTheLargestPage(t *testing.T) {
 		})
 	}
 }
+
+// A page is decoded as it arrives; an answer cut short, or one beyond 64 MiB, is named as the
+// answer's fault and fails the listing (no verdict from part of a page).
+func TestListAgentsStreamedAnswerFails(t *testing.T) {
+	head := `{"now":"2026-12-02T10:00:00Z","agents":[{"env_id":"env-a"},`
+	for _, tc := range []struct {
+		name  string
+		serve func(w http.ResponseWriter)
+		want  string
+	}{
+		{"cut short", func(w http.ResponseWriter) {
+			w.Header().Set("Content-Length", "100000")
+			_, _ = w.Write([]byte(head))
+		}, "tenancy: list agents (page 1): read the answer: unexpected EOF"},
+		{"too large", func(w http.ResponseWriter) {
+			_, _ = w.Write([]byte(head + `{"env_id":"env-b","last_detail":"`))
+			chunk := []byte(strings.Repeat("x", 1<<20))
+			for range 65 {
+				if _, err := w.Write(chunk); err != nil {
+					return
+				}
+			}
+		}, "tenancy: list agents (page 1): answer larger than 67108864 bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { tc.serve(w) }))
+			t.Cleanup(srv.Close)
+			_, err := client(t, srv.URL, token).ListAgents(context.Background(), "", nil)
+			if err == nil || err.Error() != tc.want {
+				t.Fatalf("ListAgents = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}

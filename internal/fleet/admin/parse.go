@@ -1,8 +1,10 @@
 package admin
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"regexp"
 	"strconv"
 	"strings"
@@ -38,58 +40,153 @@ func CheckKitName(field, v string) error {
 // ParseAgentsPage reads one page of GET /v1/admin/agents, checking what fleetctl relies on;
 // unknown fields are ignored (tenancy only adds), errors name the field.
 func ParseAgentsPage(b []byte) (*protocol.AdminAgentsPage, time.Time, error) {
-	var p protocol.AdminAgentsPage
-	if err := decode(b, &p); err != nil {
-		return nil, time.Time{}, err
-	}
-	if p.Now == "" {
-		return nil, time.Time{}, errors.New(`field "now" is missing: staleness cannot be measured without tenancy's clock`)
-	}
-	now, err := parseTime("now", p.Now)
+	page, agents, err := readAgentsPage(bytes.NewReader(b), nil)
 	if err != nil {
 		return nil, time.Time{}, err
 	}
-	if p.Next != nil && *p.Next == "" {
-		return nil, time.Time{}, errors.New(`field "next": empty cursor (null ends the listing)`)
+	return &protocol.AdminAgentsPage{Now: page.rawNow, Agents: agents, Next: page.next}, page.now, nil
+}
+
+// agentsPage is what a page says besides its agents.
+type agentsPage struct {
+	rawNow string
+	now    time.Time
+	next   *string
+}
+
+// readAgentsPage reads one page from r as it arrives, appending its agents to agents, with the
+// checks and errors of decoding it whole (ParseAgentsPage): a document that does not decode is
+// refused first, then a page without a clock or with an empty cursor, then the first agent that
+// fails a check. Each agent is checked as it is read and the first failure kept until the end.
+func readAgentsPage(r io.Reader, agents []protocol.AdminAgent) (agentsPage, []protocol.AdminAgent, error) {
+	var p agentsPage
+	d := strictjson.NewDecoder(r)
+	if d.PeekKind() != '{' {
+		// Not an object: what decoding it whole says (null decodes, as a page without a clock).
+		var whole protocol.AdminAgentsPage
+		if err := d.Decode(&whole); err != nil {
+			return p, agents, decodeError(err)
+		}
+		if err := d.End(); err != nil {
+			return p, agents, decodeError(err)
+		}
+		return p, agents, p.check(nil)
 	}
-	for i := range p.Agents {
-		a := &p.Agents[i]
-		where := fmt.Sprintf("agents[%d]", i)
-		if err := checkName(where+".env_id", a.EnvID); err != nil {
-			return nil, time.Time{}, err
+	if _, err := d.ReadToken(); err != nil {
+		return p, agents, decodeError(err)
+	}
+	var checkErr error
+	for d.PeekKind() != '}' {
+		name, err := d.ReadToken()
+		if err != nil {
+			return p, agents, decodeError(err)
 		}
-		where = fmt.Sprintf("agents[%d] (%s)", i, a.EnvID)
-		if a.CheckinIntervalS < 0 {
-			return nil, time.Time{}, fmt.Errorf("%s.checkin_interval_s: %d is negative", where, a.CheckinIntervalS)
-		}
-		if a.Attempts < 0 {
-			return nil, time.Time{}, fmt.Errorf("%s.attempts: %d is negative", where, a.Attempts)
-		}
-		if err := checkTruth(where, a); err != nil {
-			return nil, time.Time{}, err
-		}
-		if err := checkHoldAndDeferral(where, a); err != nil {
-			return nil, time.Time{}, err
-		}
-		times := []timeField{{"last_checkin_at", a.LastCheckinAt}, {"desired_at", a.DesiredAt}, {"last_result_at", a.LastResultAt},
-			{"next_attempt_at", a.NextAttemptAt}, {"identity_not_after", a.IdentityNotAfter},
-			{"deferred_until", a.DeferredUntil}}
-		if f := a.LastFailure; f != nil {
-			times = append(times, timeField{"last_failure.at", &f.At})
-		}
-		if a.Timer != nil {
-			times = append(times, timeField{"timer.next_elapse", a.Timer.NextElapse}, timeField{"timer.observed_at", a.Timer.ObservedAt})
-		}
-		for _, t := range times {
-			if t.v == nil || *t.v == "" {
-				continue
+		switch name.String() {
+		case "now":
+			err = d.Decode(&p.rawNow)
+		case "next":
+			err = d.Decode(&p.next)
+		case "agents":
+			if d.PeekKind() != '[' {
+				var list []protocol.AdminAgent // null, or the error of another kind
+				err = d.Decode(&list)
+				agents = append(agents, list...)
+				break
 			}
-			if _, err := parseTime(where+"."+t.field, *t.v); err != nil {
-				return nil, time.Time{}, err
+			if _, err = d.ReadToken(); err != nil {
+				break
+			}
+			if agents == nil {
+				agents = []protocol.AdminAgent{} // [] is not null
+			}
+			for i := 0; d.PeekKind() != ']' && err == nil; i++ {
+				agents = append(agents, protocol.AdminAgent{})
+				a := &agents[len(agents)-1]
+				if err = d.Decode(a); err == nil && checkErr == nil {
+					checkErr = checkAgent(i, a)
+				}
+			}
+			if err == nil {
+				_, err = d.ReadToken()
+			}
+		default:
+			err = d.SkipValue() // tenancy only adds
+		}
+		if err != nil {
+			return p, agents, decodeError(err)
+		}
+	}
+	if _, err := d.ReadToken(); err != nil {
+		return p, agents, decodeError(err)
+	}
+	if err := d.End(); err != nil {
+		return p, agents, decodeError(err)
+	}
+	return p, agents, p.check(checkErr)
+}
+
+// check reads the page's clock and checks its cursor; then an agent's failed check counts.
+func (p *agentsPage) check(agentErr error) error {
+	if p.rawNow == "" {
+		return errors.New(`field "now" is missing: staleness cannot be measured without tenancy's clock`)
+	}
+	var err error
+	if p.now, err = parseTime("now", p.rawNow); err != nil {
+		return err
+	}
+	if p.next != nil && *p.next == "" {
+		return errors.New(`field "next": empty cursor (null ends the listing)`)
+	}
+	return agentErr
+}
+
+// checkAgent checks agents[i] of a page.
+func checkAgent(i int, a *protocol.AdminAgent) error {
+	where := "agents[" + strconv.Itoa(i) + "]"
+	if err := checkName(where+".env_id", a.EnvID); err != nil {
+		return err
+	}
+	where += " (" + a.EnvID + ")"
+	if a.CheckinIntervalS < 0 {
+		return fmt.Errorf("%s.checkin_interval_s: %d is negative", where, a.CheckinIntervalS)
+	}
+	if a.Attempts < 0 {
+		return fmt.Errorf("%s.attempts: %d is negative", where, a.Attempts)
+	}
+	if err := checkTruth(where, a); err != nil {
+		return err
+	}
+	if err := checkHoldAndDeferral(where, a); err != nil {
+		return err
+	}
+	for _, t := range [...]timeField{{"last_checkin_at", a.LastCheckinAt}, {"desired_at", a.DesiredAt}, {"last_result_at", a.LastResultAt},
+		{"next_attempt_at", a.NextAttemptAt}, {"identity_not_after", a.IdentityNotAfter},
+		{"deferred_until", a.DeferredUntil}} {
+		if err := checkTime(where, t); err != nil {
+			return err
+		}
+	}
+	if f := a.LastFailure; f != nil {
+		if err := checkTime(where, timeField{"last_failure.at", &f.At}); err != nil {
+			return err
+		}
+	}
+	if a.Timer != nil {
+		for _, t := range [...]timeField{{"timer.next_elapse", a.Timer.NextElapse}, {"timer.observed_at", a.Timer.ObservedAt}} {
+			if err := checkTime(where, t); err != nil {
+				return err
 			}
 		}
 	}
-	return &p, now, nil
+	return nil
+}
+
+func checkTime(where string, t timeField) error {
+	if t.v == nil || *t.v == "" {
+		return nil
+	}
+	_, err := parseTime(where+"."+t.field, *t.v)
+	return err
 }
 
 // tickIDRE and failureCodeRE: a tick id ends up in a journalctl command fleetctl suggests, a
@@ -234,16 +331,23 @@ func ParseKit(b []byte) (*protocol.KitResponse, error) {
 
 // decode reads one JSON object strictly (strictjson); a type mismatch names the field.
 func decode(b []byte, v any) error {
-	err := strictjson.Unmarshal(b, v)
+	return decodeError(strictjson.Unmarshal(b, v))
+}
+
+// decodeError says what strictjson found wrong with a document; another error (the answer's
+// reader's own) is returned as it is.
+func decodeError(err error) error {
 	var se *strictjson.Error
 	switch {
 	case err == nil:
 		return nil
-	case errors.As(err, &se) && se.Trailing:
+	case !errors.As(err, &se):
+		return err
+	case se.Trailing:
 		return errors.New("trailing data after the JSON object")
-	case errors.As(err, &se) && se.Duplicate:
+	case se.Duplicate:
 		return fmt.Errorf("field %q: given twice", se.Field)
-	case errors.As(err, &se) && se.Got != "" && se.Field != "":
+	case se.Got != "" && se.Field != "":
 		return fmt.Errorf("field %q: JSON %s where another type was expected", se.Field, se.Got)
 	}
 	return fmt.Errorf("not a JSON object: %w", err)

@@ -32,7 +32,8 @@ const (
 // BenchmarkStatusJSON10k runs fleetctl against both fakes through fleetctl-probe, so that wall
 // time and peak RSS are those of the fleetctl process alone, side by side with the fleetctl of
 // the tree before issue 24 (gitbuild.Before, built from git history) in the same run: ns/op and
-// after-ms/op are this tree's, before-ms/op the earlier one's. The fake tenancy serves pages of
+// after-ms/op are this tree's, before-ms/op the earlier one's. Both are built as make build
+// builds them (gitbuild.BuildTree for this tree). The fake tenancy serves pages of
 // up to 5,000 when asked (limit) and 500 when not, as FLEET-API says; the controller's pages are
 // 500 (its maximum), the pages after the first fetched --ziti-concurrency at a time.
 func BenchmarkStatusJSON10k(b *testing.B) {
@@ -50,12 +51,17 @@ func BenchmarkStatusJSON10k(b *testing.B) {
 		b.Fatal(err)
 	}
 	gitbuild.Build(b, gitbuild.Rev(gitbuild.Before), "./cmd/fleetctl", filepath.Join(beforeDir, "fleetctl"))
+	afterDir := filepath.Join(work, "after")
+	if err := os.Mkdir(afterDir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	gitbuild.BuildTree(b, "./cmd/fleetctl", filepath.Join(afterDir, "fleetctl"))
 	env := []string{"HOME=" + work}
 	for k, v := range f.env(work) {
 		env = append(env, k+"="+v)
 	}
-	// runOnce runs the probe, which runs the first fleetctl on PATH: this test binary's, or with
-	// path set the earlier tree's.
+	// runOnce runs the probe, which runs the first fleetctl on PATH: this tree's or the earlier
+	// tree's.
 	runOnce := func(path string) (wall, cpu time.Duration, rss int64) {
 		cmd := exec.Command(bin, "status", "-o", "json")
 		cmd.Env = append([]string{"PATH=" + path + os.Getenv("PATH")}, env...)
@@ -74,7 +80,7 @@ func BenchmarkStatusJSON10k(b *testing.B) {
 		return time.Duration(wallNS), time.Duration(cpuNS), rssKB * 1024
 	}
 
-	runOnce("") // the fakes' first answers warm their caches, not fleetctl's
+	runOnce(afterDir + ":") // the fakes' first answers warm their caches, not fleetctl's
 	runOnce(beforeDir + ":")
 	var before, after, cpuBefore, cpuAfter time.Duration
 	var peak, peakBefore int64
@@ -86,7 +92,7 @@ func BenchmarkStatusJSON10k(b *testing.B) {
 		cpuBefore += c
 		peakBefore = max(peakBefore, rss)
 		b.StartTimer()
-		w, c, rss = runOnce("")
+		w, c, rss = runOnce(afterDir + ":")
 		after += w
 		cpuAfter += c
 		peak = max(peak, rss)
@@ -132,7 +138,7 @@ func benchFleet(b *testing.B, name string) (string, *fakes) {
 	return bin, f
 }
 
-// BenchmarkExporter10k runs `fleetctl exporter` (the test binary under that name) over the
+// BenchmarkExporter10k runs `fleetctl exporter` (this tree's, built as make build builds it) over the
 // fakes seeded with 10,000 envs and scrapes it: ns/op is one scrape of /metrics, served from
 // the cached view, over loopback HTTP (the whole body read); after-peak-rss-MiB is the exporter
 // process's own high-water mark (VmHWM, read from /proc before it is stopped), after its first
@@ -140,13 +146,15 @@ func benchFleet(b *testing.B, name string) (string, *fakes) {
 // (gitbuild.Before) runs first in the same run, its first view and five scrapes, for
 // before-peak-rss-MiB and before-first-view-ms.
 func BenchmarkExporter10k(b *testing.B) {
-	bin, f := benchFleet(b, "fleetctl")
+	_, f := benchFleet(b, "fleetctl")
 	work := b.TempDir()
 	if err := os.WriteFile(filepath.Join(work, "ziti-ca.pem"), f.z.CAPEM(), 0o644); err != nil {
 		b.Fatal(err)
 	}
 	beforeBin := filepath.Join(work, "fleetctl-before")
 	gitbuild.Build(b, gitbuild.Rev(gitbuild.Before), "./cmd/fleetctl", beforeBin)
+	bin := filepath.Join(work, "fleetctl-after")
+	gitbuild.BuildTree(b, "./cmd/fleetctl", bin)
 
 	// start runs an exporter and waits for its first view; stop ends it and gives its VmHWM.
 	start := func(bin string) (scrape func() []byte, first time.Duration, stop func() int64) {

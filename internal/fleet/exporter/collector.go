@@ -5,6 +5,7 @@ package exporter
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"time"
@@ -241,23 +242,24 @@ func b2f(b bool) float64 {
 	return 0
 }
 
-// chunkEnvs is how many envs' series of one family are gathered at once.
-const chunkEnvs = 1000
+// chunkEnvs is how many envs' series of one family are gathered at once: 250 envs of
+// env_verdict are 3,750 metrics and their text, a few MB (1,000 made the exporter's live heap
+// jump from ~19 to 31 MB while it wrote a view).
+const chunkEnvs = 250
 
 // encode writes each collector's families, each gathered from its own registry in turn, so one's
 // series are garbage before the next; the per-env families chunk by chunk, one family's chunks
 // one after the other (a family's samples stay together, its HELP and TYPE written once).
-func encode(cs ...prometheus.Collector) ([]byte, error) {
-	var buf bytes.Buffer
+func encode(w io.Writer, cs ...prometheus.Collector) error {
 	for _, c := range cs {
-		if err := encodeChunks(&buf, c); err != nil {
-			return nil, err
+		if err := encodeChunks(w, c); err != nil {
+			return err
 		}
 	}
-	return buf.Bytes(), nil
+	return nil
 }
 
-func encodeChunks(buf *bytes.Buffer, c prometheus.Collector) error {
+func encodeChunks(buf io.Writer, c prometheus.Collector) error {
 	chunks := []prometheus.Collector{c}
 	if ec, ok := c.(envCollector); ok && ec.v.Doc != nil {
 		chunks = chunks[:0]
@@ -297,7 +299,9 @@ func encodeChunks(buf *bytes.Buffer, c prometheus.Collector) error {
 				return fmt.Errorf("exporter: encode: %s: the encoder did not lead with the TYPE line", mf.GetName())
 			}
 			_, samples, _ = bytes.Cut(samples, []byte("\n"))
-			buf.Write(samples)
+			if _, err := buf.Write(samples); err != nil {
+				return fmt.Errorf("exporter: encode: %w", err)
+			}
 		}
 	}
 	return nil
@@ -333,5 +337,9 @@ func Encode(doc *report.Document) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return encode(envFamilies(v)...)
+	var buf bytes.Buffer
+	if err := encode(&buf, envFamilies(v)...); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
 }

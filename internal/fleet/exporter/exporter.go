@@ -1,10 +1,15 @@
 package exporter
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -36,8 +41,10 @@ type Options struct {
 type Exporter struct {
 	o Options
 
-	mu   sync.RWMutex
-	page []byte // the exposition served, rebuilt after every reading
+	mu sync.RWMutex
+	// page is the exposition served, gzipped, rebuilt after every reading: 10,000 envs are
+	// 19 MB of text and 1 MB of gzip, held for as long as they are served.
+	page []byte
 	h    health
 }
 
@@ -147,13 +154,18 @@ func (e *Exporter) render() {
 		srcs[k] = *v
 	}
 	e.mu.RUnlock()
-	page, err := encode(append(envFamilies(h.view), healthCollector{h: h, sources: srcs})...)
+	var buf bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed) // the level is valid
+	err := encode(zw, append(envFamilies(h.view), healthCollector{h: h, sources: srcs})...)
+	if err == nil {
+		err = zw.Close()
+	}
 	if err != nil {
 		e.o.Log.Error("exporter: " + err.Error())
 		return
 	}
 	e.mu.Lock()
-	e.page = page
+	e.page = buf.Bytes()
 	e.mu.Unlock()
 }
 
@@ -178,7 +190,39 @@ func (e *Exporter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	page := e.page
 	e.mu.RUnlock()
 	w.Header().Set("Content-Type", string(expfmt.NewFormat(expfmt.TypeTextPlain)))
-	_, _ = w.Write(page)
+	w.Header().Set("Vary", "Accept-Encoding")
+	if acceptsGzip(r) { // Prometheus does, as promhttp's handlers serve it
+		w.Header().Set("Content-Encoding", "gzip")
+		w.Header().Set("Content-Length", strconv.Itoa(len(page)))
+		if r.Method != http.MethodHead {
+			_, _ = w.Write(page)
+		}
+		return
+	}
+	if r.Method == http.MethodHead {
+		return
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(page))
+	if err != nil { // the exporter wrote it: never
+		http.Error(w, "exporter: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	_, _ = io.Copy(w, zr)
+}
+
+// acceptsGzip reads Accept-Encoding as promhttp does: gzip listed, without q=0.
+func acceptsGzip(r *http.Request) bool {
+	for _, v := range r.Header.Values("Accept-Encoding") {
+		for _, part := range strings.Split(v, ",") {
+			coding, params, _ := strings.Cut(strings.TrimSpace(part), ";")
+			if !strings.EqualFold(strings.TrimSpace(coding), "gzip") {
+				continue
+			}
+			q := strings.ReplaceAll(strings.TrimSpace(params), " ", "")
+			return q != "q=0" && q != "q=0.0" && q != "q=0.00" && q != "q=0.000"
+		}
+	}
+	return false
 }
 
 var (

@@ -2,6 +2,7 @@ package exporter
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
 	"io"
@@ -340,6 +341,54 @@ func TestOnlyMetricsIsServed(t *testing.T) {
 	}
 }
 
+// The exposition is kept gzipped: served as it is to a scraper that accepts gzip (Prometheus
+// does), unpacked for one that does not, the same text either way; HEAD gets no body.
+func TestServesGzipWhenAccepted(t *testing.T) {
+	ex := newTestExporter(&fakeSource{})
+	ex.Refresh(context.Background())
+	get := func(method, accept string) *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest(method, "/metrics", nil)
+		if accept != "" {
+			req.Header.Set("Accept-Encoding", accept)
+		}
+		ex.ServeHTTP(rec, req)
+		return rec
+	}
+	plain := get(http.MethodGet, "")
+	if plain.Header().Get("Content-Encoding") != "" || !strings.Contains(plain.Body.String(), "monky_fleet_env_verdict{") {
+		t.Fatalf("without Accept-Encoding: %v\n%.300s", plain.Header(), plain.Body.String())
+	}
+	for accept, gz := range map[string]bool{"gzip": true, "br, gzip;q=0.5": true, "GZIP": true, "gzip;q=0": false, "identity": false, "deflate": false} {
+		rec := get(http.MethodGet, accept)
+		if got := rec.Header().Get("Content-Encoding") == "gzip"; got != gz {
+			t.Errorf("Accept-Encoding %q: gzip %v, want %v", accept, got, gz)
+			continue
+		}
+		if rec.Header().Get("Vary") != "Accept-Encoding" {
+			t.Errorf("Accept-Encoding %q: Vary %q", accept, rec.Header().Get("Vary"))
+		}
+		body := rec.Body.Bytes()
+		if gz {
+			zr, err := gzip.NewReader(bytes.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if body, err = io.ReadAll(zr); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !bytes.Equal(body, plain.Body.Bytes()) {
+			t.Errorf("Accept-Encoding %q: another exposition", accept)
+		}
+	}
+	for _, accept := range []string{"", "gzip"} {
+		if rec := get(http.MethodHead, accept); rec.Code != http.StatusOK || rec.Body.Len() != 0 {
+			t.Errorf("HEAD (Accept-Encoding %q): %d, %d bytes", accept, rec.Code, rec.Body.Len())
+		}
+	}
+}
+
 // FuzzEncode feeds tenancy's strings (env, site, version, result, times) to the encoder: it must
 // never panic, its output must parse, and no label value may exceed maxLabel bytes.
 func FuzzEncode(f *testing.F) {
@@ -438,7 +487,7 @@ func TestEncodeInChunks(t *testing.T) {
 	if n != wantVerdicts {
 		t.Errorf("%d env_verdict series, want %d", n, wantVerdicts)
 	}
-	if got[`monky_fleet_env_verdict{env=env-n2006,site=cbs,verdict=OK}`] != "1" || got[`monky_fleet_env_mesh_online{env=env-old,site=}`] != "0" {
+	if got[`monky_fleet_env_verdict{env=env-n`+strconv.Itoa(2*chunkEnvs+6)+`,site=cbs,verdict=OK}`] != "1" || got[`monky_fleet_env_mesh_online{env=env-old,site=}`] != "0" {
 		t.Error("a series of the last chunk is missing, or the duplicate orphan row overwrote the first")
 	}
 	if got[`monky_fleet_envs{verdict=OK}`] != strconv.Itoa(d.Summary["OK"]) {

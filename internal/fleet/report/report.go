@@ -130,7 +130,7 @@ func Build(agents *admin.Agents, identities []ziti.Identity, opts Options) (*Doc
 		byName[identities[i].Name] = &identities[i]
 	}
 	now := agents.Now.UTC()
-	doc := &Document{Schema: Schema, Now: now.Format(time.RFC3339), Summary: map[string]int{}, Envs: []Env{}}
+	doc := &Document{Schema: Schema, Now: now.Format(time.RFC3339), Summary: map[string]int{}, Envs: make([]Env, 0, len(agents.Agents))}
 	for _, v := range verdict.All() {
 		doc.Summary[string(v)] = 0
 	}

@@ -260,7 +260,10 @@ func TestWriteJSONMatchesTheEncoder(t *testing.T) {
 	}
 	tricky := *full
 	tricky.Envs = append([]Env{}, full.Envs...)
-	tricky.Envs[0].LastDetail = "<html> & \"quotes\" \u2028 \\ é"
+	tricky.Envs[0].LastDetail = "<html> & \"quotes\" \u2028 \u2029 \\ é \x00 \x1f \x7f"
+	tricky.Envs[0].Reasons = nil
+	tricky.Envs[0].RoleAttributes = []string{}
+	tricky.Envs[0].Hostname = "\t\n\r\b\f"
 	for _, tc := range []struct {
 		name string
 		doc  *Document
@@ -286,6 +289,19 @@ func TestWriteJSONMatchesTheEncoder(t *testing.T) {
 				t.Errorf("WriteJSON differs from the encoder:\n%s\n---\n%s", got.String(), want.String())
 			}
 		})
+	}
+	// Invalid UTF-8 cannot reach a document (both sources are read strictly, as valid UTF-8),
+	// but were it there, it would read back as the encoder's would: U+FFFD, written unescaped.
+	bad := *full
+	bad.Envs = append([]Env{}, full.Envs...)
+	bad.Envs[0].LastDetail = "a \xff\xfe b"
+	var got bytes.Buffer
+	if err := bad.WriteJSON(&got); err != nil {
+		t.Fatal(err)
+	}
+	var back Document
+	if err := json.Unmarshal(got.Bytes(), &back); err != nil || back.Envs[0].LastDetail != "a \ufffd\ufffd b" {
+		t.Errorf("invalid UTF-8 reads back as %q (%v)", back.Envs[0].LastDetail, err)
 	}
 }
 
@@ -652,3 +668,25 @@ func TestHeldAndDeferredRowsAndGate(t *testing.T) {
 		t.Errorf("line = %q", line)
 	}
 }
+
+// BenchmarkWriteJSON10k is status -o json's writing of 10,000 envs (fleettest.Large), alone.
+func BenchmarkWriteJSON10k(b *testing.B) {
+	agents, ids := sources(fleettest.Large(fleettest.Now, 10_000))
+	doc, err := Build(agents, ids, Options{Orphans: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var n int64
+	for b.Loop() {
+		cw := &countWriter{}
+		if err := doc.WriteJSON(cw); err != nil {
+			b.Fatal(err)
+		}
+		n = cw.n
+	}
+	b.SetBytes(n)
+}
+
+type countWriter struct{ n int64 }
+
+func (c *countWriter) Write(p []byte) (int, error) { c.n += int64(len(p)); return len(p), nil }

@@ -94,10 +94,10 @@ func (c *Client) certPage(ctx context.Context, offset, limit int64) ([]Certifica
 			continue // the filter asked for cert ones; a controller ignoring it sends others too
 		}
 		cert := Certificate{IdentityID: *a.IdentityID, Fingerprint: a.Fingerprint, IssuedByNetwork: a.IsIssuedByNetwork}
-		if b, err := horizon.ParsePEM([]byte(a.CertPem)); err != nil {
+		if at, err := horizon.LeafNotAfter([]byte(a.CertPem)); err != nil {
 			cert.Err = fmt.Errorf("authenticator of identity %s: certPem: %w", cert.IdentityID, err)
 		} else {
-			cert.NotAfter = b.Leaf().NotAfter
+			cert.NotAfter = at
 		}
 		out = append(out, cert)
 	}

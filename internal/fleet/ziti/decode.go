@@ -1,37 +1,75 @@
 package ziti
 
 import (
-	"encoding/json"
 	"io"
 
 	"github.com/go-openapi/runtime"
 	"github.com/go-openapi/strfmt"
 	"github.com/openziti/edge-api/rest_model"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/strictjson"
 )
 
-// listConsumer decodes identity listings in one pass, keeping only what fromDetail reads; other
-// answers go to next. The generated UnmarshalJSON decodes each identity twice: over 10,000
-// identities that was a quarter of fleetctl's CPU.
+// listConsumer decodes the identity and authenticator listings in one pass as they stream in,
+// keeping only what fromDetail and certPage read; other answers go to next. The generated
+// UnmarshalJSON decodes each item twice (over 10,000 identities that was a quarter of
+// fleetctl's CPU, over 10,000 authenticators more than a third). The listings are read as
+// strictly as tenancy's answers (strictjson): keys matched exactly, none given twice, valid
+// UTF-8, a wrong type refused naming its member; members fleetctl does not read are ignored.
 func listConsumer(next runtime.Consumer) runtime.Consumer {
 	return runtime.ConsumerFunc(func(r io.Reader, v any) error {
-		env, ok := v.(*rest_model.ListIdentitiesEnvelope)
-		if !ok {
-			return next.Consume(r, v)
+		switch env := v.(type) {
+		case *rest_model.ListIdentitiesEnvelope:
+			var lean struct {
+				Data []leanIdentity `json:"data"`
+				Meta *leanMeta      `json:"meta"`
+			}
+			if err := strictjson.Decode(r, &lean); err != nil {
+				return err
+			}
+			env.Meta = lean.Meta.meta()
+			env.Data = make(rest_model.IdentityList, len(lean.Data))
+			for i := range lean.Data {
+				env.Data[i] = lean.Data[i].detail()
+			}
+			return nil
+		case *rest_model.ListAuthenticatorsEnvelope:
+			var lean struct {
+				Data []*leanAuthenticator `json:"data"`
+				Meta *leanMeta            `json:"meta"`
+			}
+			if err := strictjson.Decode(r, &lean); err != nil {
+				return err
+			}
+			env.Meta = lean.Meta.meta()
+			env.Data = make(rest_model.AuthenticatorList, len(lean.Data))
+			for i, a := range lean.Data {
+				env.Data[i] = a.detail()
+			}
+			return nil
 		}
-		var lean struct {
-			Data []leanIdentity   `json:"data"`
-			Meta *rest_model.Meta `json:"meta"`
-		}
-		if err := json.NewDecoder(r).Decode(&lean); err != nil {
-			return err
-		}
-		env.Meta = lean.Meta
-		env.Data = make(rest_model.IdentityList, len(lean.Data))
-		for i := range lean.Data {
-			env.Data[i] = lean.Data[i].detail()
-		}
-		return nil
+		return next.Consume(r, v)
 	})
+}
+
+// leanMeta is the pagination of a listing's meta; nil stays nil (the caller refuses it).
+type leanMeta struct {
+	Pagination *struct {
+		Limit      *int64 `json:"limit"`
+		Offset     *int64 `json:"offset"`
+		TotalCount *int64 `json:"totalCount"`
+	} `json:"pagination"`
+}
+
+func (m *leanMeta) meta() *rest_model.Meta {
+	if m == nil {
+		return nil
+	}
+	out := &rest_model.Meta{}
+	if p := m.Pagination; p != nil {
+		out.Pagination = &rest_model.Pagination{Limit: p.Limit, Offset: p.Offset, TotalCount: p.TotalCount}
+	}
+	return out
 }
 
 type leanIdentity struct {
@@ -41,9 +79,15 @@ type leanIdentity struct {
 	HasEdgeRouterConnection    *bool                  `json:"hasEdgeRouterConnection"`
 	EdgeRouterConnectionStatus *string                `json:"edgeRouterConnectionStatus"`
 	HasAPISession              *bool                  `json:"hasApiSession"`
-	EnvInfo                    *rest_model.EnvInfo    `json:"envInfo"`
-	SdkInfo                    *rest_model.SdkInfo    `json:"sdkInfo"`
-	Enrollment                 *struct {
+	EnvInfo                    *struct {
+		Hostname string `json:"hostname"`
+	} `json:"envInfo"`
+	SdkInfo *struct {
+		AppID   string `json:"appId"`
+		Type    string `json:"type"`
+		Version string `json:"version"`
+	} `json:"sdkInfo"`
+	Enrollment *struct {
 		Ott *struct {
 			JWT       string          `json:"jwt"`
 			ExpiresAt strfmt.DateTime `json:"expiresAt"`
@@ -59,12 +103,33 @@ func (l *leanIdentity) detail() *rest_model.IdentityDetail {
 		HasEdgeRouterConnection:    l.HasEdgeRouterConnection,
 		EdgeRouterConnectionStatus: l.EdgeRouterConnectionStatus,
 		HasAPISession:              l.HasAPISession,
-		EnvInfo:                    l.EnvInfo,
-		SdkInfo:                    l.SdkInfo,
+	}
+	if l.EnvInfo != nil {
+		d.EnvInfo = &rest_model.EnvInfo{Hostname: l.EnvInfo.Hostname}
+	}
+	if l.SdkInfo != nil {
+		d.SdkInfo = &rest_model.SdkInfo{AppID: l.SdkInfo.AppID, Type: l.SdkInfo.Type, Version: l.SdkInfo.Version}
 	}
 	if l.Enrollment != nil && l.Enrollment.Ott != nil {
 		d.Enrollment = &rest_model.IdentityEnrollments{Ott: &rest_model.IdentityEnrollmentsOtt{
 			JWT: l.Enrollment.Ott.JWT, ExpiresAt: l.Enrollment.Ott.ExpiresAt}}
 	}
 	return d
+}
+
+// leanAuthenticator is what certPage reads of an authenticator.
+type leanAuthenticator struct {
+	IdentityID        *string `json:"identityId"`
+	Method            *string `json:"method"`
+	CertPem           string  `json:"certPem"`
+	Fingerprint       string  `json:"fingerprint"`
+	IsIssuedByNetwork bool    `json:"isIssuedByNetwork"`
+}
+
+func (l *leanAuthenticator) detail() *rest_model.AuthenticatorDetail {
+	if l == nil {
+		return nil
+	}
+	return &rest_model.AuthenticatorDetail{IdentityID: l.IdentityID, Method: l.Method, CertPem: l.CertPem,
+		Fingerprint: l.Fingerprint, IsIssuedByNetwork: l.IsIssuedByNetwork}
 }

@@ -2,6 +2,7 @@ package horizon
 
 import (
 	"encoding/base64"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -151,6 +152,10 @@ func FuzzParsePEM(f *testing.F) {
 		b, err := ParsePEM(data)
 		if err == nil && (len(b) == 0 || b.Earliest().NotAfter.IsZero() && b.Leaf().Fingerprint == "") {
 			t.Fatalf("no error and nothing read: %+v", b)
+		}
+		// LeafNotAfter is the leaf's NotAfter, with the same errors.
+		if at, lerr := LeafNotAfter(data); fmt.Sprint(lerr) != fmt.Sprint(err) || (err == nil && !at.Equal(b.Leaf().NotAfter)) {
+			t.Fatalf("LeafNotAfter = %v, %v; ParsePEM %v, leaf %v", at, lerr, err, b.Leaf().NotAfter)
 		}
 	})
 }

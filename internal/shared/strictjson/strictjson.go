@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 
@@ -64,6 +65,12 @@ func Unmarshal(data []byte, v any) error {
 	if err == nil {
 		return nil
 	}
+	return classify(err, func() bool { return trailing(data) })
+}
+
+// classify turns what jsonv2 and jsontext return into an *Error; isTrailing tells, for a syntax
+// error, whether a whole value came before it.
+func classify(err error, isTrailing func() bool) error {
 	var syn *jsontext.SyntacticError
 	var sem *jsonv2.SemanticError
 	switch {
@@ -72,7 +79,7 @@ func Unmarshal(data []byte, v any) error {
 		if errors.Is(syn.Err, jsontext.ErrDuplicateName) {
 			e.Duplicate, e.Offset = true, -1
 		} else {
-			e.Trailing = trailing(data)
+			e.Trailing = isTrailing()
 		}
 		e.Field, e.Key = dotted(syn.JSONPointer), syn.JSONPointer.LastToken()
 		return e
@@ -80,6 +87,100 @@ func Unmarshal(data []byte, v any) error {
 		return &Error{Pointer: string(sem.JSONPointer), Field: dotted(sem.JSONPointer), Key: sem.JSONPointer.LastToken(), Got: kindName(sem.JSONKind), Offset: -1}
 	}
 	return &Error{Offset: -1}
+}
+
+// Decoder reads one JSON document from a stream as Unmarshal reads it whole (keys matched
+// exactly, none given twice, valid UTF-8, nothing after the value), value by value: a large
+// answer is decoded as it arrives and never held whole. Every error is an *Error whose Pointer
+// and Field are the place in the whole document; an error of the reader itself is returned as
+// it is (a cut connection is not a malformed answer).
+type Decoder struct {
+	dec *jsontext.Decoder
+	// readErr is the reader's own failure, which jsontext reports as a syntax error.
+	rd *errReader
+}
+
+// NewDecoder reads from r.
+func NewDecoder(r io.Reader) *Decoder {
+	rd := &errReader{r: r}
+	return &Decoder{dec: jsontext.NewDecoder(rd), rd: rd}
+}
+
+type errReader struct {
+	r   io.Reader
+	err error
+}
+
+func (e *errReader) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err != nil && err != io.EOF {
+		e.err = err
+	}
+	return n, err
+}
+
+func (d *Decoder) wrap(err error) error {
+	if err == nil {
+		return nil
+	}
+	if d.rd.err != nil {
+		return d.rd.err
+	}
+	if err == io.EOF { // the stream ended where a value was due
+		err = &jsontext.SyntacticError{ByteOffset: d.dec.InputOffset() + int64(len(d.dec.UnreadBuffer())), Err: io.ErrUnexpectedEOF}
+	}
+	// A syntax error inside the document is never trailing data: End reports that.
+	return classify(err, func() bool { return false })
+}
+
+// ReadToken reads the next token (an object's or array's delimiter, a name, a scalar).
+func (d *Decoder) ReadToken() (jsontext.Token, error) {
+	tok, err := d.dec.ReadToken()
+	return tok, d.wrap(err)
+}
+
+// PeekKind is the kind of the next token without reading it; 0 at an error or the end.
+func (d *Decoder) PeekKind() jsontext.Kind { return d.dec.PeekKind() }
+
+// Decode reads the next value into v, as Unmarshal would that value.
+func (d *Decoder) Decode(v any) error { return d.wrap(jsonv2.UnmarshalDecode(d.dec, v)) }
+
+// SkipValue reads the next value and drops it (its keys are still checked).
+func (d *Decoder) SkipValue() error { return d.wrap(d.dec.SkipValue()) }
+
+// End checks that nothing but white space follows the document: anything else is an *Error
+// with Trailing set.
+func (d *Decoder) End() error {
+	k := d.dec.PeekKind() // reads up to the next token: the unread buffer starts with it
+	if d.rd.err != nil {
+		return d.rd.err
+	}
+	buf := d.dec.UnreadBuffer()
+	rest := bytes.TrimLeft(buf, " \t\r\n")
+	at := d.dec.InputOffset() + int64(len(buf)-len(rest))
+	if k == 0 && len(rest) == 0 {
+		if _, err := d.dec.ReadToken(); err == io.EOF {
+			return nil
+		}
+	}
+	// As Unmarshal: what Go calls white space but JSON does not (a vertical tab) is a syntax
+	// error, not trailing data.
+	if k == 0 && len(bytes.TrimSpace(rest)) == 0 {
+		more, _ := io.ReadAll(io.LimitReader(d.rd, 64<<10))
+		if len(bytes.TrimSpace(more)) == 0 {
+			return &Error{Offset: at}
+		}
+	}
+	return &Error{Trailing: true, Offset: at}
+}
+
+// Decode reads one JSON document from r into v as Unmarshal does, without holding it whole.
+func Decode(r io.Reader, v any) error {
+	d := NewDecoder(r)
+	if err := d.Decode(v); err != nil {
+		return err
+	}
+	return d.End()
 }
 
 // trailing tells whether data starts with one whole JSON value and goes on after it.

@@ -1,11 +1,14 @@
 package strictjson
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"reflect"
 	"strings"
 	"testing"
+	"testing/iotest"
 )
 
 type meta struct {
@@ -42,8 +45,13 @@ func TestUnmarshal(t *testing.T) {
 		{name: "empty", in: ``, wantErr: "not valid JSON"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var m meta
+			var m, streamed meta
 			err := Unmarshal([]byte(tc.in), &m)
+			// The stream decoder reads the same document the same way, a byte at a time.
+			serr := Decode(iotest.OneByteReader(strings.NewReader(tc.in)), &streamed)
+			if !sameError(err, serr) || !reflect.DeepEqual(m, streamed) {
+				t.Errorf("Decode = %#v, %+v; Unmarshal %#v, %+v", serr, streamed, err, m)
+			}
 			if tc.wantErr == "" {
 				if err != nil || m.Agent.AllowPrivileged != tc.want {
 					t.Fatalf("Unmarshal = %v, allow_privileged %v; want nil, %v", err, m.Agent.AllowPrivileged, tc.want)
@@ -94,11 +102,14 @@ func FuzzUnmarshal(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var m meta
+		var m, streamed meta
 		err := Unmarshal(data, &m)
 		var e *Error
 		if err != nil && !errors.As(err, &e) {
 			t.Fatalf("error %v is a %T, not an *Error", err, err)
+		}
+		if serr := Decode(bytes.NewReader(data), &streamed); !sameError(err, serr) || (err == nil && !reflect.DeepEqual(m, streamed)) {
+			t.Fatalf("Decode = %#v, %+v; Unmarshal %#v, %+v: %q", serr, streamed, err, m, data)
 		}
 		dup, loose := inspect(data)
 		if dup && err == nil {
@@ -122,6 +133,66 @@ func FuzzUnmarshal(f *testing.F) {
 			t.Fatalf("allow_privileged set from another key: %s", data)
 		}
 	})
+}
+
+// sameError: the stream decoder refuses what Unmarshal refuses, for the same reason at the same
+// place. A syntax error is at the same byte; its member may differ (jsonv2's own buffered and
+// streaming decoders name a truncated `{{"0"` differently).
+func sameError(a, b error) bool {
+	var ea, eb *Error
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	if !errors.As(a, &ea) || !errors.As(b, &eb) {
+		return false
+	}
+	if ea.Got == "" && !ea.Duplicate && !ea.Trailing {
+		return eb.Got == "" && !eb.Duplicate && !eb.Trailing && ea.Offset == eb.Offset
+	}
+	return *ea == *eb
+}
+
+// A reader's own failure is not a malformed document: Decode returns it as it is.
+func TestDecodeReaderError(t *testing.T) {
+	cut := errors.New("connection reset")
+	var m meta
+	err := Decode(io.MultiReader(strings.NewReader(`{"files": ["a", `), iotest.ErrReader(cut)), &m)
+	if err != cut {
+		t.Fatalf("Decode = %#v, want the reader's error", err)
+	}
+}
+
+// Token by token, a member after the one decoded still counts twice, and End finds trailing data.
+func TestDecoderTokens(t *testing.T) {
+	d := NewDecoder(strings.NewReader(`{"files": ["a"], "files": []}`))
+	if tok, err := d.ReadToken(); err != nil || tok.Kind() != '{' {
+		t.Fatal(tok, err)
+	}
+	if tok, err := d.ReadToken(); err != nil || tok.String() != "files" {
+		t.Fatal(tok, err)
+	}
+	var files []string
+	if err := d.Decode(&files); err != nil {
+		t.Fatal(err)
+	}
+	_, err := d.ReadToken()
+	var e *Error
+	if !errors.As(err, &e) || !e.Duplicate || e.Field != "files" {
+		t.Fatalf("second files: %#v", err)
+	}
+	d = NewDecoder(strings.NewReader(`{"files": [1]}`))
+	_, _ = d.ReadToken()
+	_, _ = d.ReadToken()
+	if err := d.Decode(&files); !errors.As(err, &e) || e.Field != "files" || e.Got != "number" || e.Pointer != "/files/0" {
+		t.Fatalf("a number in files: %#v", err)
+	}
+	d = NewDecoder(strings.NewReader("{}\n x"))
+	if err := d.SkipValue(); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.End(); !errors.As(err, &e) || !e.Trailing || e.Offset != 4 {
+		t.Fatalf("End = %#v", err)
+	}
 }
 
 // inspect walks data with encoding/json's tokenizer and tells whether an object holds a key

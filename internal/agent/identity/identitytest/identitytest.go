@@ -73,6 +73,7 @@ type authenticator struct {
 	fingerprint, pem         string // verified
 	unverifiedFP, unverified string
 	extendable               bool
+	signAs                   string // the common name extensions are signed for ("": name)
 	extendRequested, keyRoll bool
 	extends, verifies        int
 }
@@ -89,6 +90,8 @@ type Server struct {
 	now    func() time.Time
 	life   time.Duration
 	failed failplan.Plan[Op]
+	// answers replace an operation's answer with a handler's (Answer).
+	answers sync.Map // Op -> http.HandlerFunc
 
 	mu       sync.Mutex
 	auths    map[string]*authenticator // by identity name
@@ -267,6 +270,13 @@ func (s *Server) SetExtendable(name string, ok bool) {
 	s.auths[name].extendable = ok
 }
 
+// SignAs makes name's extensions carry the common name cn, as a confused controller would.
+func (s *Server) SignAs(name, cn string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.auths[name].signAs = cn
+}
+
 // RequestExtend sets the flags an administrator's request-extend sets.
 func (s *Server) RequestExtend(name string, rollKeys bool) {
 	s.mu.Lock()
@@ -305,8 +315,21 @@ func (s *Server) Counts(name string) Counts {
 	return Counts{Extends: a.extends, Verifies: a.verifies, Opened: s.opened, Closed: s.closed}
 }
 
-// behave applies op's Failure: a responder when the call must fail, nil to go on.
+// Answer makes op answer with h instead (nil restores it), before it takes effect: a broken or
+// hostile controller, or a proxy in front of it.
+func (s *Server) Answer(op Op, h http.HandlerFunc) {
+	if h == nil {
+		s.answers.Delete(op)
+		return
+	}
+	s.answers.Store(op, h)
+}
+
+// behave applies op's Answer or Failure: a responder when the call must not go on, else nil.
 func (s *Server) behave(r *http.Request, op Op) middleware.Responder {
+	if h, ok := s.answers.Load(op); ok {
+		return middleware.ResponderFunc(func(w http.ResponseWriter, _ runtime.Producer) { h.(http.HandlerFunc)(w, r) })
+	}
 	f, _ := s.failed.Next(r.Context(), op)
 	switch {
 	case f.Status != 0:
@@ -440,7 +463,11 @@ func (s *Server) extend(p current_api_session.ExtendCurrentIdentityAuthenticator
 	if err != nil || csr.CheckSignature() != nil {
 		return errorResponder(http.StatusBadRequest, "COULD_NOT_PROCESS_CSR", "the CSR does not parse or verify")
 	}
-	certPEM, fp, err := s.sign(a.name, csr.PublicKey, time.Time{})
+	cn := a.name
+	if a.signAs != "" {
+		cn = a.signAs
+	}
+	certPEM, fp, err := s.sign(cn, csr.PublicKey, time.Time{})
 	if err != nil {
 		return errorResponder(http.StatusInternalServerError, "UNHANDLED", err.Error())
 	}
@@ -469,8 +496,16 @@ func (s *Server) verify(p current_api_session.ExtendVerifyCurrentIdentityAuthent
 		s.mu.Unlock()
 		return errorResponder(http.StatusBadRequest, "AUTHENTICATOR_CANNOT_BE_UPDATED", "no extension to verify")
 	}
-	block, _ := pem.Decode([]byte(*p.Extend.ClientCert))
-	if block == nil || fingerprint(block.Bytes) != a.unverifiedFP {
+	// Like the controller: exactly one certificate, the one issued (a chain is refused).
+	var blocks []*pem.Block
+	for rest := []byte(*p.Extend.ClientCert); ; {
+		var b *pem.Block
+		if b, rest = pem.Decode(rest); b == nil {
+			break
+		}
+		blocks = append(blocks, b)
+	}
+	if len(blocks) != 1 || fingerprint(blocks[0].Bytes) != a.unverifiedFP {
 		s.mu.Unlock()
 		return errorResponder(http.StatusBadRequest, "INVALID_CLIENT_CERT", "the certificate is not the one issued")
 	}
