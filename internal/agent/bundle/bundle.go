@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/protocol"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/strictjson"
@@ -356,7 +357,8 @@ func jsonProblem(err error, want map[string]string) string {
 }
 
 // envName is what a POSIX shell and docker compose accept as a variable name.
-var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+// Compiled on first use (a bundle judgement), not at init: every process linked it.
+var envName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`) })
 
 // entryWire is a manifest entry; Version stays raw so 3.0, "3" and 0 are told apart by name.
 type entryWire struct {
@@ -419,7 +421,7 @@ func parseManifest(files map[string]string) ([]Entry, error) {
 			// the pull credential is never an env var, so it needs no name
 		case e.Var == "":
 			return nil, invalid("%s.var: missing", at)
-		case !envName.MatchString(e.Var):
+		case !envName().MatchString(e.Var):
 			return nil, invalid("%s.var: %q is not a valid variable name ([A-Za-z_][A-Za-z0-9_]*)", at, e.Var)
 		}
 		if e.Var != "" {

@@ -4,6 +4,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"unicode"
 	"unicode/utf8"
 
@@ -100,7 +101,7 @@ func findRefs(line string) []ref {
 		if end < 0 {
 			continue
 		}
-		if name := line[i+2 : i+end]; envName.MatchString(name) {
+		if name := line[i+2 : i+end]; envName().MatchString(name) {
 			out = append(out, ref{start: i, end: i + end + 1, name: name})
 			i += end
 		}
@@ -131,11 +132,14 @@ func substitute(s string, values map[string]secret.Value, unsafe map[string]stri
 }
 
 // keyPrefix is the start of a KEY=VALUE line as compose reads it.
-var keyPrefix = regexp.MustCompile(`^[ \t]*(?:export[ \t]+)?[A-Za-z0-9_.\[\]-]+[ \t]*[=:][ \t]*`)
+// Compiled on first use (a bundle judgement), not at init: every process linked it.
+var keyPrefix = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^[ \t]*(?:export[ \t]+)?[A-Za-z0-9_.\[\]-]+[ \t]*[=:][ \t]*`)
+})
 
 // wholeValue recognises a value that is one reference: text before, the variable, text after.
 func wholeValue(line string) (prefix, name, suffix string, ok bool) {
-	loc := keyPrefix.FindStringIndex(line)
+	loc := keyPrefix().FindStringIndex(line)
 	if loc == nil {
 		return "", "", "", false
 	}

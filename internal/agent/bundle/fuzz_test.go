@@ -68,7 +68,7 @@ func FuzzParse(f *testing.F) {
 			for _, e := range b.Entries {
 				switch e.Use {
 				case UseEnv:
-					if !envName.MatchString(e.Var) {
+					if !envName().MatchString(e.Var) {
 						t.Fatalf("env entry with var %q", e.Var)
 					}
 				case UseRegistryAuth:

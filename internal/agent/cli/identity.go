@@ -40,11 +40,13 @@ func newRenewer(cfg *config.Config, log *slog.Logger, inProxy bool) *identity.Re
 // recoverIdentity settles a renewal a killed process left, before the transport loads the
 // identity (the tick's own Recover is then a no-op). An unreadable state.json is the tick's to
 // move aside: the recovery then goes by the files alone and saves nothing.
+// The state is read only when the agent renews the identity.
 func recoverIdentity(ctx context.Context, cfg *config.Config, rn *identity.Renewer) {
-	st, err := state.Load(cfg.StatePath())
-	save := func() error { return state.Save(cfg.StatePath(), st) }
-	if err != nil {
-		st, save = &state.State{}, func() error { return nil }
-	}
-	_ = rn.Recover(ctx, st, save)
+	_ = rn.RecoverLoading(ctx, func() (*state.State, func() error) {
+		st, err := state.Load(cfg.StatePath())
+		if err != nil {
+			return &state.State{}, func() error { return nil }
+		}
+		return st, func() error { return state.Save(cfg.StatePath(), st) }
+	})
 }

@@ -76,8 +76,8 @@ func writeTickMetrics(log *slog.Logger, rec tickRecord) {
 }
 
 // tickState is what the textfile shows: the state the tick left (an exit-0 tick stamped its
-// success and its exit code in its last write, see tick's saveFinal, so a converged tick writes
-// state.json once), else state.json as it is. A failed tick saved what it meant to keep; only
+// success and its exit code in its last write, see tick's saveFinal: a converged tick writes
+// only the clock record beside state.json), else state.json as it is. A failed tick saved what it meant to keep; only
 // its exit code (the next check-in's last_exit_code) is added to that.
 func tickState(log *slog.Logger, rec tickRecord, end time.Time) *state.State {
 	if rec.agent != nil && rec.agent.State() != nil {

@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"regexp"
 	"strconv"
 	"strings"
 	"unicode"
@@ -364,15 +363,6 @@ func editDistance(a, b string) int {
 	return prev[len(b)]
 }
 
-var (
-	// env_id names directories, the compose project and ziti identities.
-	safeName = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
-	// docker compose's own rule for project names.
-	projectName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]*$`)
-	// an OpenBao mount path: segments of these characters, no leading or trailing slash.
-	mountPath = regexp.MustCompile(`^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$`)
-)
-
 // finish derives and validates in documented key order, reporting the first fault.
 func (d *decoder) finish(c *Config) error {
 	e := func(key, format string, args ...any) error { return d.errf(key, nil, format, args...) }
@@ -380,7 +370,7 @@ func (d *decoder) finish(c *Config) error {
 	switch {
 	case c.EnvID == "":
 		return e("env_id", "required (the environment this box runs, e.g. env-qa-02)")
-	case !safeName.MatchString(c.EnvID):
+	case !isSafeName(c.EnvID):
 		return e("env_id", "want lowercase letters, digits and '-' (not at either end, at most 63), got %q", c.EnvID)
 	}
 	if strings.IndexFunc(c.Site, unicode.IsSpace) >= 0 {
@@ -434,7 +424,7 @@ func (d *decoder) finish(c *Config) error {
 	if !d.set["compose_project"] {
 		c.ComposeProject = "monky-" + c.EnvID
 	}
-	if !projectName.MatchString(c.ComposeProject) {
+	if !isProjectName(c.ComposeProject) {
 		return e("compose_project", "want lowercase letters, digits, '-' and '_', starting with a letter or digit, got %q", c.ComposeProject)
 	}
 	if strings.IndexFunc(c.DockerBin, unicode.IsSpace) >= 0 {
@@ -474,12 +464,9 @@ func (d *decoder) finish(c *Config) error {
 	return d.hostKeys(c, e)
 }
 
-// accountName is an account name as useradd and systemd's User= take one.
-var accountName = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,30}\$?$`)
-
 // ValidAccountName reports whether name is an account name (useradd's rule): never an option,
 // a number or a path a later command could misread.
-func ValidAccountName(name string) bool { return accountName.MatchString(name) }
+func ValidAccountName(name string) bool { return isAccountName(name) }
 
 // hostKeys checks agent_user and intercept_range.
 func (d *decoder) hostKeys(c *Config, e errFunc) error {
@@ -565,7 +552,7 @@ func (d *decoder) bao(c *Config, e errFunc) error {
 	for _, m := range []struct{ key, val string }{
 		{"bao.auth_mount", b.AuthMount}, {"bao.kv_mount", b.KVMount},
 	} {
-		if !mountPath.MatchString(m.val) || strings.Contains("/"+m.val+"/", "/../") || strings.Contains("/"+m.val+"/", "/./") {
+		if !isMountPath(m.val) || strings.Contains("/"+m.val+"/", "/../") || strings.Contains("/"+m.val+"/", "/./") {
 			return e(m.key, "want a mount path like jwt-tenancy (letters, digits, '-', '_', '.', '/' between segments), got %q", m.val)
 		}
 	}

@@ -184,8 +184,15 @@ func record(st *state.State) *state.IdentityCert {
 // the pending certificate is verified now, or dropped when the controller no longer holds it.
 // An unreachable controller leaves everything for the next tick.
 func (r *Renewer) Recover(ctx context.Context, st *state.State, save func() error) error {
+	return r.RecoverLoading(ctx, func() (*state.State, func() error) { return st, save })
+}
+
+// RecoverLoading is Recover for a caller that has not read the state yet: load runs only when
+// this agent renews the identity (a box whose tunneller or proxy renews it reads nothing).
+func (r *Renewer) RecoverLoading(ctx context.Context, load func() (*state.State, func() error)) error {
 	r.recoverOnce.Do(func() {
 		if r.Who.Decide(ctx, r.Path).Holds {
+			st, save := load()
 			r.recoverErr = r.recoverNow(ctx, st, save)
 		}
 	})

@@ -540,6 +540,25 @@ func TestRecovery(t *testing.T) {
 		}
 		b.noPending()
 	})
+	t.Run("the state is read only by the identity's renewer, once", func(t *testing.T) {
+		b := killAfterPending(t)
+		loads := 0
+		load := func() (*state.State, func() error) { loads++; return b.st, b.save }
+		r := b.renewer()
+		r.Who = identity.Who{Transport: "system", Window: 30 * day}
+		if err := r.RecoverLoading(context.Background(), load); err != nil || loads != 0 {
+			t.Fatalf("the tunneller's identity: %v, state read %d times, want none", err, loads)
+		}
+		r = b.renewer()
+		_ = r.RecoverLoading(context.Background(), load)
+		_ = r.RecoverLoading(context.Background(), load)
+		if loads != 1 {
+			t.Fatalf("the agent's identity: state read %d times, want once", loads)
+		}
+		if !b.authenticates() || b.st.Identity.Renewal != nil {
+			t.Fatalf("not finished: %+v\n%s", b.st.Identity, b.logs.String())
+		}
+	})
 	t.Run("recovery runs once per process", func(t *testing.T) {
 		b := killAfterPending(t)
 		r := b.renewer()

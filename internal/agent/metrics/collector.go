@@ -3,39 +3,19 @@ package metrics
 import (
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/state"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/protocol"
 )
 
-// desc builds a series description; every series carries the env (one value per box).
-func desc(name, help string, env string, labels ...string) *prometheus.Desc {
-	var cl prometheus.Labels
-	if env != "" {
-		cl = prometheus.Labels{"env": env}
-	}
-	return prometheus.NewDesc(prometheus.BuildFQName(Namespace, "", name), help, labels, cl)
-}
-
-// collector turns one Tick into constant series, described by collecting: the set varies per tick.
-type collector struct{ t Tick }
-
-func (c collector) Describe(ch chan<- *prometheus.Desc) { prometheus.DescribeByCollect(c, ch) }
-
-func (c collector) Collect(ch chan<- prometheus.Metric) {
-	t, env := c.t, c.t.EnvID
+// collect turns one Tick into series; the set varies per tick. Every series carries the env (one
+// value per box) when there is one.
+func collect(t Tick, p *page) {
+	env := t.EnvID
 	gauge := func(name, help string, v float64, labels ...string) {
-		names := make([]string, 0, len(labels)/2)
-		values := make([]string, 0, len(labels)/2)
-		for i := 0; i+1 < len(labels); i += 2 {
-			names = append(names, labels[i])
-			values = append(values, labels[i+1])
-		}
-		ch <- prometheus.MustNewConstMetric(desc(name, help, env, names...), prometheus.GaugeValue, v, values...)
+		p.add(gaugeType, name, help, v, env, labels...)
 	}
 	counter := func(name, help string, v int64) {
-		ch <- prometheus.MustNewConstMetric(desc(name, help, env), prometheus.CounterValue, float64(v))
+		p.add(counterType, name, help, float64(v), env)
 	}
 	seconds := func(at time.Time) float64 { return float64(at.UnixNano()) / 1e9 }
 	boolean := func(b bool) float64 {

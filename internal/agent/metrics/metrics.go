@@ -3,16 +3,12 @@
 package metrics
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/common/expfmt"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/state"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/atomicfile"
@@ -84,32 +80,11 @@ func containerState(c protocol.Container) string {
 	return "not_running"
 }
 
-// Gatherer returns t's series as a Prometheus gatherer.
-func Gatherer(t Tick) (prometheus.Gatherer, error) {
-	reg := prometheus.NewPedanticRegistry()
-	if err := reg.Register(collector{t}); err != nil {
-		return nil, fmt.Errorf("metrics: %w", err)
-	}
-	return reg, nil
-}
-
-// Encode writes t in the text exposition format.
+// Encode writes t in the text exposition format (text.go).
 func Encode(t Tick) ([]byte, error) {
-	g, err := Gatherer(t)
-	if err != nil {
-		return nil, err
-	}
-	mfs, err := g.Gather()
-	if err != nil {
-		return nil, fmt.Errorf("metrics: %w", err)
-	}
-	var buf bytes.Buffer
-	for _, mf := range mfs {
-		if _, err := expfmt.MetricFamilyToText(&buf, mf); err != nil {
-			return nil, fmt.Errorf("metrics: encode: %w", err)
-		}
-	}
-	return buf.Bytes(), nil
+	var p page
+	collect(t, &p)
+	return p.text()
 }
 
 // ErrNoDir: no textfile directory, so node_exporter is absent (or reads elsewhere); nothing written.

@@ -4,13 +4,17 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/state"
@@ -103,10 +107,7 @@ func TestEncodeGolden(t *testing.T) {
 }
 
 func TestSeriesValues(t *testing.T) {
-	g, err := Gatherer(fullTick())
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := parsedGatherer(t, fullTick())
 	want := `
 # HELP monky_deployd_containers Containers of the env's compose project by state, as the last report saw them.
 # TYPE monky_deployd_containers gauge
@@ -133,6 +134,29 @@ monky_deployd_deploy_reverted_healthy{env="env-qa-02"} 1
 		"monky_deployd_deploy_backoff_attempts", "monky_deployd_deploy_reverted_healthy"); err != nil {
 		t.Error(err)
 	}
+}
+
+// parsedGatherer is Encode's output read back by the text format's own parser (node_exporter's
+// reading), as a gatherer for testutil.
+func parsedGatherer(t *testing.T, tick Tick) prometheus.Gatherer {
+	t.Helper()
+	got, err := Encode(tick)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p expfmt.TextParser
+	mfs, err := p.TextToMetricFamilies(bytes.NewReader(got))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
+		out := make([]*dto.MetricFamily, 0, len(mfs))
+		for _, mf := range mfs {
+			out = append(out, mf)
+		}
+		slices.SortFunc(out, func(a, b *dto.MetricFamily) int { return strings.Compare(a.GetName(), b.GetName()) })
+		return out, nil
+	})
 }
 
 func TestNothingSecretOrUnbounded(t *testing.T) {
@@ -215,8 +239,20 @@ func FuzzEncode(f *testing.F) {
 			t.Fatal(err)
 		}
 		var p expfmt.TextParser
-		if _, err := p.TextToMetricFamilies(bytes.NewReader(got)); err != nil {
+		mfs, err := p.TextToMetricFamilies(bytes.NewReader(got))
+		if err != nil {
 			t.Fatalf("output does not parse: %v\n%s", err, got)
+		}
+		// The hand-written encoder writes what expfmt writes of the same families.
+		names := slices.Sorted(maps.Keys(mfs))
+		var again bytes.Buffer
+		for _, n := range names {
+			if _, err := expfmt.MetricFamilyToText(&again, mfs[n]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !bytes.Equal(again.Bytes(), got) {
+			t.Fatalf("expfmt writes the parsed textfile otherwise:\n%s\nwant\n%s", got, again.Bytes())
 		}
 	})
 }

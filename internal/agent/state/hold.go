@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
 	"unicode"
@@ -116,10 +115,19 @@ type ServiceHash struct {
 	Containers int    `json:"containers"`
 }
 
-var configHash = regexp.MustCompile(`^[0-9a-f]{64}$`)
-
-// IsConfigHash reports whether h looks like compose's config hash (hex SHA-256).
-func IsConfigHash(h string) bool { return configHash.MatchString(h) }
+// IsConfigHash reports whether h looks like compose's config hash (hex SHA-256):
+// `^[0-9a-f]{64}$`, checked by hand (a regexp compiled at init cost every process).
+func IsConfigHash(h string) bool {
+	if len(h) != 64 {
+		return false
+	}
+	for i := 0; i < len(h); i++ {
+		if c := h[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
 
 // MemoryFor is the drift memory of release sha, nil when none is kept for it.
 func (s *State) MemoryFor(sha string) *DriftMemory {

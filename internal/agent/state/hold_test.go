@@ -3,6 +3,7 @@ package state
 import (
 	"encoding/json"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -134,4 +135,17 @@ func TestHoldTooFar(t *testing.T) {
 	if none.Active(now) || none.TooFar(now) {
 		t.Error("no hold holds")
 	}
+}
+
+// IsConfigHash agrees with the expression it replaces, `^[0-9a-f]{64}$`.
+func FuzzIsConfigHash(f *testing.F) {
+	re := regexp.MustCompile(`^[0-9a-f]{64}$`)
+	for _, s := range []string{"", strings.Repeat("a", 64), strings.Repeat("0", 63), strings.Repeat("f", 65), strings.Repeat("A", 64), strings.Repeat("a", 63) + "\n", "sha256:" + strings.Repeat("a", 64)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if got, want := IsConfigHash(s), re.MatchString(s); got != want {
+			t.Fatalf("IsConfigHash(%q) = %v, the expression says %v", s, got, want)
+		}
+	})
 }

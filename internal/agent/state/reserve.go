@@ -106,6 +106,9 @@ func fileHash(path string) (string, error) {
 // readReserve returns the newest slot written over the state.json whose hash is over, and the
 // slots' size; found is false when no slot counts (no reserve, a stale or empty one).
 func readReserve(path, over string) (content []byte, seq uint64, slot int, found bool) {
+	if !reserveHoldsASave(path) {
+		return nil, 0, 0, false
+	}
 	b, err := os.ReadFile(path + ReserveSuffix)
 	if err != nil || len(b) < 2 || len(b)%2 != 0 {
 		return nil, 0, 0, false
@@ -118,6 +121,29 @@ func readReserve(path, over string) (content []byte, seq uint64, slot int, found
 		}
 	}
 	return content, seq, slot, found
+}
+
+// reserveHoldsASave reports whether a slot of path's reserve may hold a save: one begins with
+// reserveMagic (an empty or retired slot does not). It reads the two headers' first bytes, not
+// the slots (128 KiB at least): every Load asks, and on a box whose disk was never full the
+// answer is no.
+func reserveHoldsASave(path string) bool {
+	f, err := os.Open(path + ReserveSuffix)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || fi.Size() < 2 || fi.Size()%2 != 0 {
+		return false
+	}
+	head := make([]byte, len(reserveMagic))
+	for i := range int64(2) {
+		if _, err := f.ReadAt(head, i*(fi.Size()/2)); err == nil && string(head) == reserveMagic {
+			return true
+		}
+	}
+	return false
 }
 
 // diskFull reports whether err is the filesystem (or a quota) refusing to grow.

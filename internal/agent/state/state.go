@@ -99,6 +99,12 @@ type State struct {
 	// would not change it, so every field (any issue's) rides in the tick's one write.
 	onDisk     []byte
 	onDiskPath string
+	// diskClock are onDisk's clocks; clockFile the clock file's as last read or written, clockSeen
+	// whether one exists (clock.go).
+	diskClock, clockFile  clocks
+	clockSeen, clockWhole bool
+	// snapshot is a deep copy of the State onDisk decodes to (clock.go's saveClockOnly).
+	snapshot *State
 	// fromReserve: Load read the reserve (reserve.go), the disk refused the last save.
 	fromReserve bool
 }
@@ -424,6 +430,7 @@ func Load(path string) (*State, error) {
 		var s State
 		if err := json.Unmarshal(kept, &s); err == nil {
 			s.fromReserve = true
+			s.adoptClock(path)
 			return &s, nil
 		}
 	}
@@ -434,7 +441,9 @@ func Load(path string) (*State, error) {
 	if err := json.Unmarshal(data, &s); err != nil {
 		return nil, &CorruptError{Path: path, Err: err}
 	}
-	s.onDisk, s.onDiskPath = data, path
+	s.onDisk, s.onDiskPath, s.diskClock = data, path, s.clocks()
+	s.takeSnapshot()
+	s.adoptClock(path)
 	return &s, nil
 }
 
@@ -446,18 +455,25 @@ func (s *State) FromReserve() bool { return s.fromReserve }
 // When the disk refuses (full, or over quota), the reserve keeps it: the error then matches
 // ErrKeptInReserve, and Load reads it back.
 func Save(path string, s *State) error {
-	data, err := json.MarshalIndent(s, "", "  ")
+	if saveClockOnly(path, s) {
+		return nil
+	}
+	data, err := encode(s)
 	if err != nil {
 		return fmt.Errorf("state: encode: %w", err)
 	}
-	data = append(data, '\n')
 	if path == s.onDiskPath && bytes.Equal(data, s.onDisk) {
 		return nil
 	}
 	err = writeFile(path, data, 0o600)
 	switch {
 	case err == nil:
-		s.onDisk, s.onDiskPath = data, path
+		s.onDisk, s.onDiskPath, s.diskClock = data, path, s.clocks()
+		s.takeSnapshot()
+		// state.json carries the clocks now; a clock file left could only contradict it.
+		if rerr := os.Remove(path + ClockSuffix); rerr == nil || errors.Is(rerr, fs.ErrNotExist) {
+			s.clockSeen, s.clockWhole, s.clockFile = false, false, clocks{}
+		}
 		tendReserve(path, len(data))
 		return nil
 	case !diskFull(err):
@@ -467,6 +483,15 @@ func Save(path string, s *State) error {
 		return fmt.Errorf("state: save: %w; the reserve could not keep it either: %v", err, rerr)
 	}
 	return fmt.Errorf("state: save: %w; %w (%s) until there is space", err, ErrKeptInReserve, path+ReserveSuffix)
+}
+
+// encode is state.json's content for s.
+func encode(s *State) ([]byte, error) {
+	data, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(data, '\n'), nil
 }
 
 // IsRollback: sha was applied before and is not current (AppliedSha, or after a retire History's tail).

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"unicode"
@@ -12,6 +13,21 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/protocol"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/secret"
 )
+
+// hexSha is the expression isHexSha replaces: the fuzzer's oracle.
+var hexSha = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// isHexSha agrees with the expression it replaces.
+func FuzzIsHexSha(f *testing.F) {
+	for _, s := range []string{"", strings.Repeat("a", 64), strings.Repeat("0", 63), strings.Repeat("f", 65), strings.Repeat("A", 64), strings.Repeat("g", 64), strings.Repeat("a", 63) + "\n"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if got, want := isHexSha(s), hexSha.MatchString(s); got != want {
+			t.Fatalf("isHexSha(%q) = %v, the expression says %v", s, got, want)
+		}
+	})
+}
 
 func FuzzDecodeCheckin(f *testing.F) {
 	for _, s := range []string{

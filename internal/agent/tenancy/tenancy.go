@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -343,7 +344,8 @@ func (c *Client) statusError(op string, resp *http.Response, body []byte, token 
 }
 
 // markupOnly is a line of HTML tags and nothing else (`<html>`, `<!DOCTYPE html>`).
-var markupOnly = regexp.MustCompile(`^(\s*<[^<>]*>)+\s*$`)
+// Compiled on first use (an error body), not at init: every process linked it.
+var markupOnly = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^(\s*<[^<>]*>)+\s*$`) })
 
 // firstLine is body's first non-blank, non-markup-only line, spaces collapsed, token masked, cut
 // at 120 bytes on a UTF-8 boundary, unprintables stripped.
@@ -366,7 +368,7 @@ func firstLine(body []byte, token secret.Value) string {
 		if first == "" {
 			first = l
 		}
-		if !markupOnly.MatchString(l) {
+		if !markupOnly().MatchString(l) {
 			line = l
 			break
 		}
@@ -413,7 +415,18 @@ func (c *Client) retryAfter(h string) time.Duration {
 
 // --- decoding --------------------------------------------------------------------------------
 
-var hexSha = regexp.MustCompile(`^[0-9a-f]{64}$`)
+// isHexSha: `^[0-9a-f]{64}$`, checked by hand (a regexp compiled at init cost every process).
+func isHexSha(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
 
 // decodeJSON decodes body strictly (exact keys, no duplicates) into v, errors as a
 // *ProtocolError naming the field.
@@ -527,7 +540,7 @@ func decodeCheckin(body []byte, envID string) (*protocol.CheckinResponse, error)
 	if r.EnvID != "" && r.EnvID != envID {
 		return nil, &ProtocolError{Op: op, Field: "env_id", Problem: fmt.Sprintf("answer is for %s, not %s", short(r.EnvID), short(envID))}
 	}
-	if r.DesiredSha != "" && !hexSha.MatchString(r.DesiredSha) {
+	if r.DesiredSha != "" && !isHexSha(r.DesiredSha) {
 		return nil, &ProtocolError{Op: op, Field: "desired_sha", Problem: fmt.Sprintf("%s is not 64 lowercase hex digits", short(r.DesiredSha))}
 	}
 	if r.Action == protocol.ActionApply {

@@ -268,14 +268,13 @@ func (a *Agent) judgeHost() bundle.Host {
 
 // removeLeftovers deletes temp files of killed writes in state_dir: they may hold a token.
 func (a *Agent) removeLeftovers() {
-	for _, p := range []string{a.cfg.StatePath(), a.cfg.StatePath() + state.ReserveSuffix, a.cfg.TokenPath(), a.files().Staged, a.files().Grant, filepath.Join(a.cfg.DockerConfigDir(), registryauth.ConfigFile), a.cfg.ZitiSessionPath()} {
-		removed, err := atomicfile.RemoveLeftovers(p)
-		if err != nil {
-			a.log.Warn("temp files of a killed tick could not be removed", "error", err.Error())
-		}
-		if len(removed) > 0 {
-			a.log.Info("removed temp files a killed tick left", "removed", strings.Join(removed, ","))
-		}
+	// One listing of each directory for all of them (state_dir's was read once a path).
+	removed, err := atomicfile.RemoveLeftoversAll(a.cfg.StatePath(), a.cfg.StatePath()+state.ReserveSuffix, a.cfg.TokenPath(), a.files().Staged, a.files().Grant, filepath.Join(a.cfg.DockerConfigDir(), registryauth.ConfigFile), a.cfg.ZitiSessionPath())
+	if err != nil {
+		a.log.Warn("temp files of a killed tick could not be removed", "error", err.Error())
+	}
+	if len(removed) > 0 {
+		a.log.Info("removed temp files a killed tick left", "removed", strings.Join(removed, ","))
 	}
 }
 
@@ -392,8 +391,10 @@ func (a *Agent) saveState() error {
 }
 
 // saveFinal is the last write of a tick that ends with exit 0: it carries the success stamp
-// (last_tick_ok_at, the textfile's last success) and last_exit_code 0 with everything else, so a converged tick writes
-// state.json once. A failed write leaves the stamp as it was: that tick did not succeed.
+// (last_tick_ok_at, the textfile's last success) and last_exit_code 0 with everything else, so a
+// tick writes state.json once at most, and a converged one, whose check-in time and stamp alone
+// moved, writes only the clock record (state.ClockSuffix). A failed write leaves the stamp as it
+// was: that tick did not succeed.
 func (a *Agent) saveFinal() error {
 	prev, prevCode := a.st.LastTickOKAt, a.st.LastExitCode
 	at, code := a.deps.Now().UTC(), 0

@@ -204,41 +204,69 @@ func RemoveLeftoversIn(root *os.Root, name string) ([]string, error) {
 	return removeLeftovers(rootOps(root), name)
 }
 
-func removeLeftovers(ops fileOps, path string) ([]string, error) {
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
+// RemoveLeftoversAll is RemoveLeftovers for each of paths, reading each directory once.
+func RemoveLeftoversAll(paths ...string) ([]string, error) {
+	return removeLeftovers(pathOps, paths...)
+}
+
+func removeLeftovers(ops fileOps, paths ...string) ([]string, error) {
+	prefixes := map[string][]string{} // directory → the temp-file prefixes of its paths
+	var dirs []string
+	for _, path := range paths {
+		dir, base := filepath.Split(path)
+		if dir == "" {
+			dir = "."
+		}
+		if base == "" {
+			return nil, fmt.Errorf("atomicfile: leftovers of %q: not a file name", path)
+		}
+		if _, ok := prefixes[dir]; !ok {
+			dirs = append(dirs, dir)
+		}
+		prefixes[dir] = append(prefixes[dir], "."+base+".tmp-")
 	}
-	if base == "" {
-		return nil, fmt.Errorf("atomicfile: leftovers of %q: not a file name", path)
-	}
-	entries, err := ops.readDir(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("atomicfile: leftovers of %q: %w", path, err)
-	}
-	prefix := "." + base + ".tmp-"
 	var removed []string
 	var errs []error
-	for _, e := range entries {
-		name := e.Name()
-		suffix, ok := strings.CutPrefix(name, prefix)
-		if !ok || e.IsDir() || !isLowerHex(suffix, tempSuffixLen) {
+	fail := func(dir string, err error) {
+		what := dir // one path names itself, as before
+		if len(paths) == 1 {
+			what = paths[0]
+		}
+		errs = append(errs, fmt.Errorf("atomicfile: leftovers of %q: %w", what, err))
+	}
+	for _, dir := range dirs {
+		entries, err := ops.readDir(dir)
+		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
-		p := filepath.Join(dir, name)
-		if err := ops.remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			errs = append(errs, err)
+		if err != nil {
+			fail(dir, err)
 			continue
 		}
-		removed = append(removed, p)
+		for _, e := range entries {
+			name := e.Name()
+			if e.IsDir() || !isLeftover(name, prefixes[dir]) {
+				continue
+			}
+			p := filepath.Join(dir, name)
+			if err := ops.remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				fail(dir, err)
+				continue
+			}
+			removed = append(removed, p)
+		}
 	}
-	if len(errs) > 0 {
-		return removed, fmt.Errorf("atomicfile: leftovers of %q: %w", path, errors.Join(errs...))
+	return removed, errors.Join(errs...)
+}
+
+// isLeftover: name is one of prefixes followed by a temp file's random hex.
+func isLeftover(name string, prefixes []string) bool {
+	for _, prefix := range prefixes {
+		if suffix, ok := strings.CutPrefix(name, prefix); ok && isLowerHex(suffix, tempSuffixLen) {
+			return true
+		}
 	}
-	return removed, nil
+	return false
 }
 
 func isLowerHex(s string, n int) bool {

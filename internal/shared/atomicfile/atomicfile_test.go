@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -292,6 +293,54 @@ func TestRemoveLeftovers(t *testing.T) {
 	}
 	if _, err := RemoveLeftovers(dir + "/"); err == nil {
 		t.Error("a directory name was accepted as a file")
+	}
+}
+
+// RemoveLeftoversAll sweeps the leftovers of several targets, in one or more directories,
+// reading each directory once (a tick sweeps seven targets, six of them in state_dir).
+func TestRemoveLeftoversAll(t *testing.T) {
+	dir := t.TempDir()
+	sub := filepath.Join(dir, "docker")
+	if err := os.Mkdir(sub, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	var made []string
+	for _, target := range []string{filepath.Join(dir, "state.json"), filepath.Join(dir, "bao.token"), filepath.Join(sub, "config.json")} {
+		f, leftover, err := createTemp(pathOps, filepath.Dir(target), filepath.Base(target), 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		made = append(made, leftover)
+	}
+	other := filepath.Join(dir, ".lease.jwt.tmp-0123456789abcdef") // a target not swept this time
+	if err := os.WriteFile(other, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	reads := map[string]int{}
+	prev := pathOps.readDir
+	pathOps.readDir = func(d string) ([]fs.DirEntry, error) { reads[d]++; return prev(d) }
+	defer func() { pathOps.readDir = prev }()
+	removed, err := RemoveLeftoversAll(filepath.Join(dir, "state.json"), filepath.Join(dir, "bao.token"),
+		filepath.Join(sub, "config.json"), filepath.Join(dir, "missing", "x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(removed)
+	slices.Sort(made)
+	if !slices.Equal(removed, made) {
+		t.Errorf("removed %v, want %v", removed, made)
+	}
+	if _, err := os.Lstat(other); err != nil {
+		t.Errorf("another target's leftover went: %v", err)
+	}
+	for d, n := range reads {
+		if n != 1 {
+			t.Errorf("%s read %d times, want once", d, n)
+		}
+	}
+	if len(reads) != 3 {
+		t.Errorf("directories read: %v, want the three named", reads)
 	}
 }
 
