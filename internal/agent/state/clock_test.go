@@ -1,6 +1,7 @@
 package state
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -268,5 +269,49 @@ func TestClockOfAnotherStateJSONIsNotTrusted(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(p); !strings.Contains(string(b), "\n  \"applied_sha\"") {
 		t.Errorf("a state.json in another layout was not rewritten in Save's:\n%s", b)
+	}
+}
+
+// Every shape of clock record reads back as written: no time, one, both, with and without the
+// state's hash (a record with no time before the hash was once written with a leading comma).
+func TestClockRecordRoundTrips(t *testing.T) {
+	at := time.Date(2026, 12, 6, 7, 41, 24, 123456789, time.UTC)
+	later := at.Add(time.Minute)
+	for _, c := range []clocks{
+		{}, {StateSHA256: strings.Repeat("ab", 32)},
+		{LastCheckinAt: &at}, {LastTickOKAt: &later, StateSHA256: strings.Repeat("cd", 32)},
+		{LastCheckinAt: &at, LastTickOKAt: &later, StateSHA256: strings.Repeat("ef", 32)},
+	} {
+		rec := encodeClock(c)
+		var got clocks
+		if len(rec) != clockRecord || json.Unmarshal(rec, &got) != nil {
+			t.Errorf("%+v: a record of %d bytes that does not decode: %q", c, len(rec), rec)
+			continue
+		}
+		if !got.equal(c) || got.StateSHA256 != c.StateSHA256 {
+			t.Errorf("%+v read back as %+v", c, got)
+		}
+	}
+}
+
+// Two clocks are equal when their times are, whatever the pointers; an absent time equals only
+// an absent one.
+func TestClocksEqual(t *testing.T) {
+	at := time.Date(2026, 12, 6, 7, 41, 24, 0, time.UTC)
+	same, other := at.In(time.FixedZone("CET", 3600)), at.Add(time.Second)
+	for _, tc := range []struct {
+		a, b clocks
+		want bool
+	}{
+		{clocks{}, clocks{}, true},
+		{clocks{LastCheckinAt: &at}, clocks{LastCheckinAt: &same}, true},
+		{clocks{LastCheckinAt: &at}, clocks{LastCheckinAt: &other}, false},
+		{clocks{LastCheckinAt: &at}, clocks{}, false},
+		{clocks{}, clocks{LastTickOKAt: &at}, false},
+		{clocks{LastTickOKAt: &at}, clocks{LastTickOKAt: &same}, true},
+	} {
+		if got := tc.a.equal(tc.b); got != tc.want {
+			t.Errorf("%+v equal %+v = %v, want %v", tc.a, tc.b, got, tc.want)
+		}
 	}
 }
