@@ -124,6 +124,8 @@ func TestHoldTooFar(t *testing.T) {
 		{"ran out", -5 * time.Hour, -time.Hour, false},
 		{"begins years ahead", 5 * 365 * 24 * time.Hour, 5*365*24*time.Hour + time.Hour, false},
 		{"begins two minutes ahead", 2 * time.Minute, 4 * time.Hour, false},
+		{"begins exactly the clock slack ahead", holdClockSlack, 4 * time.Hour, true},
+		{"begins a moment past the clock slack", holdClockSlack + time.Nanosecond, 4 * time.Hour, false},
 		{"ends beyond seven days", 0, MaxHold + time.Second, false},
 	} {
 		h := &Hold{Reason: "r", By: "alice", Since: now.Add(tc.since), Until: now.Add(tc.until)}
