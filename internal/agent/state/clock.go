@@ -4,20 +4,25 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"reflect"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // ClockSuffix names the file beside state.json that keeps the two times every tick moves,
 // last_checkin_at and last_tick_ok_at, when nothing else changed (issue 24: a converged tick
 // writes no state.json). It is one line of JSON, {"last_checkin_at":…,"last_tick_ok_at":…},
-// rewritten in place without fsync: a clock is worth less than an fsync a tick. Load reads
-// each time from whichever of state.json and the clock file holds the later one, so every reader
+// rewritten in place without fsync: a clock is worth less than an fsync a tick. Load takes its
+// times when it was written over the state.json beside it (its state_sha256), so every reader
 // (the tick, status, the textfile) sees the last tick's; a clock file that is torn (a crash
-// while it was written) or missing leaves state.json's, at worst as old as the last tick that
-// changed something else. A save that writes state.json carries the clocks and removes the file.
+// while it was written), of another state.json (a crash before its removal) or missing leaves
+// state.json's, at worst as old as the last tick that changed something else. A save that writes
+// state.json carries the clocks and removes the file.
 const ClockSuffix = ".clock"
 
 // clocks are the two times of a State that change every tick. In the clock file they carry
@@ -45,24 +50,43 @@ func sameTime(a, b *time.Time) bool {
 	return a.Equal(*b)
 }
 
-// later is the later of a and b (nil is earliest).
-func later(a, b *time.Time) *time.Time {
-	if a == nil || (b != nil && b.After(*a)) {
-		return b
-	}
-	return a
-}
-
 // readClock reads path's clock file; seen says whether it exists at all, ok whether it is whole.
+// It opens no symlink and blocks on no FIFO (an entry planted there is no record), and reads no
+// more than a record.
 func readClock(path string) (c clocks, seen, ok bool) {
-	data, err := os.ReadFile(path + ClockSuffix)
+	f, err := openClock(path, os.O_RDONLY)
 	if errors.Is(err, fs.ErrNotExist) {
 		return clocks{}, false, false
 	}
-	if err != nil || len(data) != clockRecord || json.Unmarshal(data, &c) != nil {
+	if err != nil {
+		return clocks{}, true, false
+	}
+	defer f.Close()
+	data := make([]byte, clockRecord+1)
+	n, _ := io.ReadFull(f, data)
+	if n != clockRecord || json.Unmarshal(data[:n], &c) != nil {
 		return clocks{}, true, false
 	}
 	return c, true, true
+}
+
+// openClock opens path's clock file without following a symlink or waiting on a FIFO, and
+// refuses anything but a regular file of one name.
+func openClock(path string, flag int) (*os.File, error) {
+	f, err := os.OpenFile(path+ClockSuffix, flag|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 1 {
+		f.Close()
+		return nil, fmt.Errorf("state: %s is not a regular file of one name", path+ClockSuffix)
+	}
+	return f, nil
 }
 
 // clockRecord is the clock file's size: its JSON, padded with spaces, ends in a newline. A record
@@ -101,37 +125,48 @@ func encodeClock(c clocks) []byte {
 }
 
 // writeClock overwrites path's clock file in place (0600), or makes it; whole says the file on
-// disk is a record, else it is cut to the new one. A failure leaves the save to state.json.
+// disk is a record, else it is cut to the new one. A symlink, FIFO or second name there is not
+// written through (openClock). A failure leaves the save to state.json, which removes the entry.
 var writeClock = func(path string, c clocks, whole bool) error {
 	rec := encodeClock(c)
 	if len(rec) != clockRecord {
 		return errors.New("state: clock record too long") // a time no clock gives
 	}
-	flag := os.O_WRONLY | os.O_CREATE
-	if !whole {
-		flag |= os.O_TRUNC
-	}
-	f, err := os.OpenFile(path+ClockSuffix, flag, 0o600)
+	f, err := openClock(path, os.O_WRONLY|os.O_CREATE)
 	if err != nil {
 		return err
 	}
 	_, err = f.WriteAt(rec, 0)
+	if err == nil && !whole {
+		err = f.Truncate(clockRecord)
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	return err
 }
 
-// adoptClock takes the clock file's times where they are later than s's (state.json's).
-func (s *State) adoptClock(path string) {
+// adoptClock takes the clock file's times when it was written over the very content s was
+// decoded from (its state_sha256 is over's): written after it, its times are the last tick's
+// even when earlier (a state.json saved while the clock ran ahead must not hide every tick
+// after it). A clock file of another content (left by a crash before its removal, or beside a
+// hand edit) is older than it and is not taken.
+func (s *State) adoptClock(path, over string) {
 	c, seen, ok := readClock(path)
 	s.clockSeen, s.clockWhole = seen, ok
 	if !ok {
 		return
 	}
 	s.clockFile = c
-	s.LastCheckinAt = later(s.LastCheckinAt, c.LastCheckinAt)
-	s.LastTickOKAt = later(s.LastTickOKAt, c.LastTickOKAt)
+	if c.StateSHA256 != over {
+		return
+	}
+	if c.LastCheckinAt != nil {
+		s.LastCheckinAt = c.LastCheckinAt
+	}
+	if c.LastTickOKAt != nil {
+		s.LastTickOKAt = c.LastTickOKAt
+	}
 }
 
 // saveClockOnly writes only the clock file when s differs from state.json as loaded or last

@@ -88,8 +88,9 @@ func TestSaveOfTheClocksAloneLeavesStateJSON(t *testing.T) {
 	}
 }
 
-// The clock file is only ever a later time: an earlier one (state.json written since), a torn
-// one (a crash while writing it) or one of another shape leaves state.json's clocks.
+// The clock file counts only when written over this very state.json (its state_sha256): one of
+// another state.json (written since), a torn one (a crash while writing it) or one of another
+// shape leaves state.json's clocks.
 func TestLoadTakesTheLaterClock(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "state.json")
 	t0 := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
@@ -117,8 +118,12 @@ func TestLoadTakesTheLaterClock(t *testing.T) {
 			t.Errorf("%s clock file: Load gave %v, %v; want state.json's %v", name, s.LastCheckinAt, s.LastTickOKAt, t0)
 		}
 	}
-	// A later check-in alone: the success stamp stays state.json's.
-	if err := os.WriteFile(p+ClockSuffix, encodeClock(clocks{LastCheckinAt: &later}), 0o600); err != nil {
+	// A later check-in alone, written over this state.json: the success stamp stays state.json's.
+	data, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p+ClockSuffix, encodeClock(clocks{LastCheckinAt: &later, StateSHA256: hashOf(data)}), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	s, err := Load(p)

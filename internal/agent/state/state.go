@@ -430,7 +430,7 @@ func Load(path string) (*State, error) {
 		var s State
 		if err := json.Unmarshal(kept, &s); err == nil {
 			s.fromReserve = true
-			s.adoptClock(path)
+			s.adoptClock(path, hashOf(kept))
 			return &s, nil
 		}
 	}
@@ -443,7 +443,7 @@ func Load(path string) (*State, error) {
 	}
 	s.onDisk, s.onDiskPath, s.diskClock = data, path, s.clocks()
 	s.takeSnapshot()
-	s.adoptClock(path)
+	s.adoptClock(path, over)
 	return &s, nil
 }
 
