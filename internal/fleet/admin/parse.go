@@ -110,6 +110,10 @@ func readAgentsPage(r io.Reader, agents []protocol.AdminAgent) (agentsPage, []pr
 				_, err = d.ReadToken()
 			}
 		default:
+			if k := name.String(); strings.EqualFold(k, "now") || strings.EqualFold(k, "next") || strings.EqualFold(k, "agents") {
+				// Ignored, a mis-cased "next" would end the listing at this page.
+				return p, agents, fmt.Errorf("field %q: keys are matched exactly; tenancy spells it %q", k, strings.ToLower(k))
+			}
 			err = d.SkipValue() // tenancy only adds
 		}
 		if err != nil {

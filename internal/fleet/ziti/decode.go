@@ -1,6 +1,7 @@
 package ziti
 
 import (
+	"fmt"
 	"io"
 
 	"github.com/go-openapi/runtime"
@@ -16,8 +17,10 @@ import (
 // fleetctl's CPU, over 10,000 authenticators more than a third). The listings are read as
 // strictly as tenancy's answers (strictjson): keys matched exactly, none given twice, valid
 // UTF-8, a wrong type refused naming its member; members fleetctl does not read are ignored.
+// Every answer is read to at most maxListing bytes.
 func listConsumer(next runtime.Consumer) runtime.Consumer {
 	return runtime.ConsumerFunc(func(r io.Reader, v any) error {
+		r = &cappedReader{r: r, left: maxListing}
 		switch env := v.(type) {
 		case *rest_model.ListIdentitiesEnvelope:
 			var lean struct {
@@ -50,6 +53,35 @@ func listConsumer(next runtime.Consumer) runtime.Consumer {
 		}
 		return next.Consume(r, v)
 	})
+}
+
+// maxListing bounds one answer of the controller, as admin's maxBody bounds tenancy's: a page
+// of 500 identities or authenticators is a few hundred KiB, so one beyond it is a broken
+// controller or proxy, refused rather than read into memory whole.
+const maxListing = 64 << 20
+
+var errTooLarge = fmt.Errorf("ziti: answer larger than %d bytes: a listing page is a few hundred KiB; is the controller behind a proxy that sends something else?", maxListing)
+
+// cappedReader fails a read beyond left bytes with errTooLarge.
+type cappedReader struct {
+	r    io.Reader
+	left int64
+}
+
+func (c *cappedReader) Read(p []byte) (int, error) {
+	if c.left <= 0 {
+		var one [1]byte
+		if n, _ := c.r.Read(one[:]); n > 0 {
+			return 0, errTooLarge
+		}
+		return c.r.Read(p) // io.EOF, or the reader's own error
+	}
+	if int64(len(p)) > c.left {
+		p = p[:c.left]
+	}
+	n, err := c.r.Read(p)
+	c.left -= int64(n)
+	return n, err
 }
 
 // leanMeta is the pagination of a listing's meta; nil stays nil (the caller refuses it).
