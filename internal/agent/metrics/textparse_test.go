@@ -36,7 +36,7 @@ func TestTextfileParsesForEveryLabelAndValue(t *testing.T) {
 			t.Errorf("%q: read back %q", v[:min(len(v), 20)], got[:min(len(got), 20)])
 		}
 	}
-	for _, f := range []float64{math.NaN(), math.Inf(1), math.Inf(-1), 1e300, -0.0, math.SmallestNonzeroFloat64, 1e21, 123456789012} {
+	for _, f := range []float64{math.NaN(), math.Inf(1), math.Inf(-1), 1e300, math.Copysign(0, -1), math.SmallestNonzeroFloat64, 1e21, 123456789012} {
 		var p page
 		p.add(gaugeType, "x", "h\\e\nl\"p", f, "")
 		data, err := p.text()
