@@ -20,6 +20,7 @@ import (
 	"github.com/openziti/edge-api/rest_model"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/identity"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/capread"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/neterr"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/noredirect"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/zitierr"
@@ -34,6 +35,8 @@ const defaultExtendTimeout = 30 * time.Second
 // maxAnswer bounds each answer of the controller: its largest is a certificate chain.
 const maxAnswer = 1 << 20
 
+var errAnswerTooLarge = fmt.Errorf("the controller's answer is larger than %d bytes", maxAnswer)
+
 // cappedAnswers gives each response a body that fails past maxAnswer bytes, so an endless answer
 // is not read into memory until the timeout.
 type cappedAnswers struct{ rt http.RoundTripper }
@@ -41,26 +44,14 @@ type cappedAnswers struct{ rt http.RoundTripper }
 func (c cappedAnswers) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := c.rt.RoundTrip(req)
 	if err == nil {
-		resp.Body = &cappedBody{ReadCloser: resp.Body, left: maxAnswer}
+		resp.Body = cappedBody{capread.New(resp.Body, maxAnswer, errAnswerTooLarge), resp.Body}
 	}
 	return resp, err
 }
 
 type cappedBody struct {
-	io.ReadCloser
-	left int64
-}
-
-func (b *cappedBody) Read(p []byte) (int, error) {
-	if b.left <= 0 {
-		return 0, fmt.Errorf("the controller's answer is larger than %d bytes", maxAnswer)
-	}
-	if int64(len(p)) > b.left {
-		p = p[:b.left]
-	}
-	n, err := b.ReadCloser.Read(p)
-	b.left -= int64(n)
-	return n, err
+	io.Reader
+	io.Closer
 }
 
 // Extender reaches the controller's edge client API directly (the SDK does the same; it is not a

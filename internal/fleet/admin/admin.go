@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/capread"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/clip"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/neterr"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/noredirect"
@@ -169,28 +170,6 @@ func (c *Client) do(ctx context.Context, op, method, path string, q url.Values, 
 // errTooLarge is an answer beyond maxBody.
 var errTooLarge = fmt.Errorf("answer larger than %d bytes", maxBody)
 
-// limitedBody fails a read beyond maxBody bytes with errTooLarge.
-type limitedBody struct {
-	r    io.Reader
-	left int64
-}
-
-func (l *limitedBody) Read(p []byte) (int, error) {
-	if l.left <= 0 {
-		var one [1]byte
-		if n, _ := l.r.Read(one[:]); n > 0 {
-			return 0, errTooLarge
-		}
-		return l.r.Read(p) // io.EOF, or the reader's own error
-	}
-	if int64(len(p)) > l.left {
-		p = p[:l.left]
-	}
-	n, err := l.r.Read(p)
-	l.left -= int64(n)
-	return n, err
-}
-
 // stream sends a request and gives a 2xx answer's body, at most maxBody bytes of it, to read as
 // it arrives; any other answer is a *neterr.StatusError. Every error names the operation; one
 // of read's that is the body's own (a cut connection, too large) is named as such.
@@ -221,7 +200,7 @@ func (c *Client) stream(ctx context.Context, op, method, path string, q url.Valu
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
-		b, err := io.ReadAll(&limitedBody{r: resp.Body, left: maxBody})
+		b, err := io.ReadAll(capread.New(resp.Body, maxBody, errTooLarge))
 		switch {
 		case errors.Is(err, errTooLarge):
 			return fmt.Errorf("tenancy: %s: %w", op, errTooLarge)
@@ -235,7 +214,7 @@ func (c *Client) stream(ctx context.Context, op, method, path string, q url.Valu
 		}
 		return &neterr.StatusError{Service: "tenancy", Op: op, Status: resp.StatusCode, Code: eb.Code, Message: oneLine(msg, 300)}
 	}
-	body2 := &bodyReader{r: &limitedBody{r: resp.Body, left: maxBody}}
+	body2 := &bodyReader{r: capread.New(resp.Body, maxBody, errTooLarge)}
 	if err := read(body2); err != nil {
 		switch {
 		case errors.Is(body2.err, errTooLarge):

@@ -8,6 +8,7 @@ import (
 	"github.com/go-openapi/strfmt"
 	"github.com/openziti/edge-api/rest_model"
 
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/capread"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/strictjson"
 )
 
@@ -20,7 +21,7 @@ import (
 // Every answer is read to at most maxListing bytes.
 func listConsumer(next runtime.Consumer) runtime.Consumer {
 	return runtime.ConsumerFunc(func(r io.Reader, v any) error {
-		r = &cappedReader{r: r, left: maxListing}
+		r = capread.New(r, maxListing, errTooLarge)
 		switch env := v.(type) {
 		case *rest_model.ListIdentitiesEnvelope:
 			var lean struct {
@@ -61,28 +62,6 @@ func listConsumer(next runtime.Consumer) runtime.Consumer {
 const maxListing = 64 << 20
 
 var errTooLarge = fmt.Errorf("ziti: answer larger than %d bytes: a listing page is a few hundred KiB; is the controller behind a proxy that sends something else?", maxListing)
-
-// cappedReader fails a read beyond left bytes with errTooLarge.
-type cappedReader struct {
-	r    io.Reader
-	left int64
-}
-
-func (c *cappedReader) Read(p []byte) (int, error) {
-	if c.left <= 0 {
-		var one [1]byte
-		if n, _ := c.r.Read(one[:]); n > 0 {
-			return 0, errTooLarge
-		}
-		return c.r.Read(p) // io.EOF, or the reader's own error
-	}
-	if int64(len(p)) > c.left {
-		p = p[:c.left]
-	}
-	n, err := c.r.Read(p)
-	c.left -= int64(n)
-	return n, err
-}
 
 // leanMeta is the pagination of a listing's meta; nil stays nil (the caller refuses it).
 type leanMeta struct {
