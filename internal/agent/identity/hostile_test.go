@@ -86,17 +86,7 @@ func TestAVerifyThatTookEffectButAnswered4xxKeepsTheLiveKey(t *testing.T) {
 // The same in the recovery: a verify of the pending certificate that took effect but answered a
 // 4xx must not drop the pending file.
 func TestARecoveryVerifyThatTookEffectButAnswered4xxKeepsTheLiveKey(t *testing.T) {
-	b := newBox(t, 20*day)
-	r := b.renewer()
-	r.Step = func(s string) error {
-		if s == identity.StepPending {
-			return errKill
-		}
-		return nil
-	}
-	if _, err := r.Renew(context.Background(), b.st, b.save); err == nil {
-		t.Fatal("not killed")
-	}
+	b := killedAt(t, identity.StepPending)
 	b.ctrl.Fail(identitytest.OpVerifyAnswer, identitytest.Failure{Status: 400})
 	if err := b.renewer().Recover(context.Background(), b.st, b.save); err != nil {
 		t.Fatal(err)
@@ -129,12 +119,14 @@ func TestAVerifyThatSaysYesButDidNotTakeEffect(t *testing.T) {
 	b.noPending()
 }
 
-// plantPending leaves a pending file (as a killed renewal would) and returns it.
-func killedAtPending(t *testing.T) *box {
+// killedAt is a box whose renewal was killed at step: what a kill there leaves on disk, in the
+// state and at the controller.
+func killedAt(t *testing.T, step string) *box {
+	t.Helper()
 	b := newBox(t, 20*day)
 	r := b.renewer()
 	r.Step = func(s string) error {
-		if s == identity.StepPending {
+		if s == step {
 			return errKill
 		}
 		return nil
@@ -222,7 +214,7 @@ func TestAPlantedPendingSymlinkIsNotFollowed(t *testing.T) {
 // A pending file whose key is not its certificate's (damaged, or planted) is never verified or
 // swapped in: the identity would hold a pair that cannot authenticate.
 func TestAPendingFileWhoseKeyIsNotItsCertificates(t *testing.T) {
-	b := killedAtPending(t)
+	b := killedAt(t, identity.StepPending)
 	pending := b.path + identity.PendingSuffix
 	raw, err := os.ReadFile(pending)
 	if err != nil {
@@ -376,7 +368,7 @@ func TestOnlyCheckedCertificatesAreWritten(t *testing.T) {
 
 // A pending file the agent cannot read may hold the live key: it is kept, with the fix.
 func TestAnUnreadablePendingFileIsKept(t *testing.T) {
-	b := killedAtPending(t)
+	b := killedAt(t, identity.StepPending)
 	pending := b.path + identity.PendingSuffix
 	defer identity.FailOpenPending(syscall.EACCES)()
 	if err := b.renewer().Recover(context.Background(), b.st, b.save); err != nil {
@@ -587,17 +579,7 @@ func TestAHugeExtendAnswerIsNotReadWhole(t *testing.T) {
 // An identity file removed by hand while a verified renewal waits for its swap: the pending file
 // is all the box has, and the recovery puts it in place.
 func TestAVerifiedPendingFileOutlivesARemovedIdentity(t *testing.T) {
-	b := newBox(t, 20*day)
-	r := b.renewer()
-	r.Step = func(s string) error {
-		if s == identity.StepVerified {
-			return errKill
-		}
-		return nil
-	}
-	if _, err := r.Renew(context.Background(), b.st, b.save); err == nil {
-		t.Fatal("not killed")
-	}
+	b := killedAt(t, identity.StepVerified)
 	if err := os.Remove(b.path); err != nil {
 		t.Fatal(err)
 	}

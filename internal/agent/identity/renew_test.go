@@ -481,23 +481,8 @@ func TestARefusedVerifyKeepsTheOldCertificate(t *testing.T) {
 }
 
 func TestRecovery(t *testing.T) {
-	// killAfterPending leaves a box with its pending file and the controller holding it unverified.
-	killAfterPending := func(t *testing.T) *box {
-		b := newBox(t, 20*day)
-		r := b.renewer()
-		r.Step = func(s string) error {
-			if s == identity.StepPending {
-				return errKill
-			}
-			return nil
-		}
-		if _, err := r.Renew(context.Background(), b.st, b.save); err == nil {
-			t.Fatal("not killed")
-		}
-		return b
-	}
 	t.Run("the controller unreachable: both files stay for the next tick", func(t *testing.T) {
-		b := killAfterPending(t)
+		b := killedAt(t, identity.StepPending)
 		b.ctrl.Fail(identitytest.OpAuthenticate, identitytest.Failure{Status: 503})
 		if err := b.renewer().Recover(context.Background(), b.st, b.save); err != nil {
 			t.Fatal(err)
@@ -516,7 +501,7 @@ func TestRecovery(t *testing.T) {
 		b.noPending()
 	})
 	t.Run("an unreadable pending file is removed", func(t *testing.T) {
-		b := killAfterPending(t)
+		b := killedAt(t, identity.StepPending)
 		if err := os.WriteFile(b.path+identity.PendingSuffix, []byte("{garbage"), 0o640); err != nil {
 			t.Fatal(err)
 		}
@@ -541,7 +526,7 @@ func TestRecovery(t *testing.T) {
 		b.noPending()
 	})
 	t.Run("the state is read only by the identity's renewer, once", func(t *testing.T) {
-		b := killAfterPending(t)
+		b := killedAt(t, identity.StepPending)
 		loads := 0
 		load := func() (*state.State, func() error) { loads++; return b.st, b.save }
 		r := b.renewer()
@@ -560,7 +545,7 @@ func TestRecovery(t *testing.T) {
 		}
 	})
 	t.Run("recovery runs once per process", func(t *testing.T) {
-		b := killAfterPending(t)
+		b := killedAt(t, identity.StepPending)
 		r := b.renewer()
 		b.ctrl.Fail(identitytest.OpAuthenticate, identitytest.Failure{Status: 503})
 		_ = r.Recover(context.Background(), b.st, b.save)
