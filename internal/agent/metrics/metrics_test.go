@@ -136,9 +136,8 @@ monky_deployd_deploy_reverted_healthy{env="env-qa-02"} 1
 	}
 }
 
-// parsedGatherer is Encode's output read back by the text format's own parser (node_exporter's
-// reading), as a gatherer for testutil.
-func parsedGatherer(t *testing.T, tick Tick) prometheus.Gatherer {
+// encodeParsed is Encode's output and its families as the text format's own parser reads them.
+func encodeParsed(t *testing.T, tick Tick) (map[string]*dto.MetricFamily, []byte) {
 	t.Helper()
 	got, err := Encode(tick)
 	if err != nil {
@@ -147,8 +146,16 @@ func parsedGatherer(t *testing.T, tick Tick) prometheus.Gatherer {
 	var p expfmt.TextParser
 	mfs, err := p.TextToMetricFamilies(bytes.NewReader(got))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("output does not parse: %v\n%s", err, got)
 	}
+	return mfs, got
+}
+
+// parsedGatherer is Encode's output read back by the text format's own parser (node_exporter's
+// reading), as a gatherer for testutil.
+func parsedGatherer(t *testing.T, tick Tick) prometheus.Gatherer {
+	t.Helper()
+	mfs, _ := encodeParsed(t, tick)
 	return prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
 		out := make([]*dto.MetricFamily, 0, len(mfs))
 		for _, mf := range mfs {
@@ -234,15 +241,7 @@ func FuzzEncode(f *testing.F) {
 		if path != "" {
 			tick.Disk = []Disk{{Path: strings.ToValidUTF8(path, "?"), FreeBytes: 1}}
 		}
-		got, err := Encode(tick)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var p expfmt.TextParser
-		mfs, err := p.TextToMetricFamilies(bytes.NewReader(got))
-		if err != nil {
-			t.Fatalf("output does not parse: %v\n%s", err, got)
-		}
+		mfs, got := encodeParsed(t, tick)
 		// The hand-written encoder writes what expfmt writes of the same families.
 		names := slices.Sorted(maps.Keys(mfs))
 		var again bytes.Buffer
