@@ -50,7 +50,7 @@ func runDescribe(ctx context.Context, env string, g *globalOptions, w io.Writer)
 	}
 	ctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
-	zc, _, err := r.zitiSession(ctx)
+	zc, err := r.zitiSession(ctx)
 	if err != nil {
 		return err
 	}

@@ -145,26 +145,26 @@ func (g *globalOptions) openReader(check func(*config.Settings) error) (*reader,
 	return &reader{g: g, s: s, zs: zs, ac: ac}, nil
 }
 
-// zitiSession returns the kept session, or opens one (fresh).
-func (r *reader) zitiSession(ctx context.Context) (zc *ziti.Client, fresh bool, err error) {
+// zitiSession returns the kept session, or logs in (once per reading when the login fails).
+func (r *reader) zitiSession(ctx context.Context) (*ziti.Client, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.zc == nil {
-		if r.dialErr != nil {
-			return nil, false, r.dialErr
-		}
-		zc, err := r.g.dialZiti(ctx, r.zs)
-		if err != nil {
-			r.dialErr = err
-			return nil, false, err
-		}
-		r.zc = zc
-		return zc, true, nil
+	if r.zc != nil {
+		return r.zc, nil
 	}
-	return r.zc, false, nil
+	if r.dialErr != nil {
+		return nil, r.dialErr
+	}
+	zc, err := r.g.dialZiti(ctx, r.zs)
+	if err != nil {
+		r.dialErr = err
+		return nil, err
+	}
+	r.zc = zc
+	return zc, nil
 }
 
-// dropSession forgets zc if it is still the kept one: the next reading logs in again.
+// dropSession forgets zc if it is still the kept one: the next call logs in again.
 func (r *reader) dropSession(zc *ziti.Client) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -173,30 +173,42 @@ func (r *reader) dropSession(zc *ziti.Client) {
 	}
 }
 
-// identities lists the host identities. The controller drops idle sessions and forgets them on
-// restart: a kept session refused with 401 is replaced once; a fresh one refused is a source error.
-func (r *reader) identities(ctx context.Context, progress func(done, total int)) ([]ziti.Identity, error) {
-	zc, fresh, err := r.zitiSession(ctx)
+// withSession runs call on the kept session. The controller drops idle sessions and forgets them
+// on restart: a 401 on a session that has answered before is a dropped session, replaced once; a
+// 401 on one that never answered is this login's refusal, a source error. The session's own record
+// decides, not which call logged in: the identities and certificates listings share one login, and
+// either may be the one the refusal meets first.
+func (r *reader) withSession(ctx context.Context, call func(*ziti.Client) error) error {
+	zc, err := r.zitiSession(ctx)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	ids, err := zc.ListHostIdentities(ctx, progress)
+	err = call(zc)
 	if errors.Is(err, ziti.ErrUnauthorized) {
 		r.dropSession(zc)
-		if !fresh {
+		if zc.Answered() {
 			r.g.log.Debug("ziti: the controller dropped the session; authenticating again")
-			if zc, _, err = r.zitiSession(ctx); err != nil {
-				return nil, err
+			if zc, err = r.zitiSession(ctx); err != nil {
+				return err
 			}
-			if ids, err = zc.ListHostIdentities(ctx, progress); errors.Is(err, ziti.ErrUnauthorized) {
+			if err = call(zc); errors.Is(err, ziti.ErrUnauthorized) {
 				r.dropSession(zc)
 			}
 		}
 	}
 	if err != nil {
-		return nil, &SourceError{Source: sourceZiti, Addr: r.s.ZitiURL, Err: err}
+		return &SourceError{Source: sourceZiti, Addr: r.s.ZitiURL, Err: err}
 	}
-	return ids, nil
+	return nil
+}
+
+// identities lists the host identities over the kept session.
+func (r *reader) identities(ctx context.Context, progress func(done, total int)) (ids []ziti.Identity, err error) {
+	err = r.withSession(ctx, func(zc *ziti.Client) (err error) {
+		ids, err = zc.ListHostIdentities(ctx, progress)
+		return err
+	})
+	return ids, err
 }
 
 // read fetches both sources at once; a failure of either is a *SourceError: a verdict is never
@@ -264,28 +276,13 @@ func (r *reader) read(ctx context.Context, site, envGlob string) (*sources, erro
 	return out, nil
 }
 
-// certificates lists every identity's certificate, keeping the session as identities does.
-func (r *reader) certificates(ctx context.Context) (map[string]ziti.Certificate, error) {
-	zc, fresh, err := r.zitiSession(ctx)
-	if err != nil {
-		return nil, err
-	}
-	certs, err := zc.ListCertificates(ctx)
-	if errors.Is(err, ziti.ErrUnauthorized) {
-		r.dropSession(zc)
-		if !fresh {
-			if zc, _, err = r.zitiSession(ctx); err != nil {
-				return nil, err
-			}
-			if certs, err = zc.ListCertificates(ctx); errors.Is(err, ziti.ErrUnauthorized) {
-				r.dropSession(zc)
-			}
-		}
-	}
-	if err != nil {
-		return nil, &SourceError{Source: sourceZiti, Addr: r.s.ZitiURL, Err: err}
-	}
-	return certs, nil
+// certificates lists every identity's certificate over the kept session.
+func (r *reader) certificates(ctx context.Context) (certs map[string]ziti.Certificate, err error) {
+	err = r.withSession(ctx, func(zc *ziti.Client) (err error) {
+		certs, err = zc.ListCertificates(ctx)
+		return err
+	})
+	return certs, err
 }
 
 // attachCertificates gives each identity its certificate from the cert authenticators.
@@ -340,7 +337,7 @@ func (r *reader) confirmMissing(ctx context.Context, src *sources, envGlob strin
 		}
 		return out, nil
 	}
-	zc, _, err := r.zitiSession(ctx)
+	zc, err := r.zitiSession(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-openapi/runtime"
@@ -76,7 +77,14 @@ type Client struct {
 	session runtime.ClientAuthInfoWriter
 	cfg     Config
 	Method  string // "password" or "cert"
+	// answered is set by the first 2xx answer to a request made with the session.
+	answered *atomic.Bool
 }
+
+// Answered reports whether the controller has answered a request made with this client's session:
+// a 401 on a session that never answered is a refusal (this login is not allowed to read), one on
+// a session that did is a dropped session, worth one new login.
+func (c *Client) Answered() bool { return c.answered.Load() }
 
 // Dial authenticates to the controller and returns a client holding the API session.
 func Dial(ctx context.Context, cfg Config) (*Client, error) {
@@ -110,7 +118,8 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	} else if cfg.Username == "" || cfg.Password.Empty() {
 		return nil, errors.New("ziti: no credentials: a username and password, or an identity file")
 	}
-	hc := &http.Client{Transport: drainingTransport{&http.Transport{
+	answered := new(atomic.Bool)
+	hc := &http.Client{Transport: drainingTransport{answered: answered, rt: &http.Transport{
 		Proxy:               http.ProxyFromEnvironment,
 		TLSClientConfig:     tlsConf,
 		ForceAttemptHTTP2:   true,
@@ -123,7 +132,7 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	// go-openapi dumps the wire (password, session token) when DEBUG or SWAGGER_DEBUG is set.
 	rt.SetDebug(false)
 	rt.Consumers[runtime.JSONMime] = listConsumer(rt.Consumers[runtime.JSONMime])
-	c := &Client{mc: mgmt.New(rt, strfmt.Default), cfg: cfg, Method: method}
+	c := &Client{mc: mgmt.New(rt, strfmt.Default), cfg: cfg, Method: method, answered: answered}
 
 	params := authentication.NewAuthenticateParamsWithContext(ctx).WithTimeout(cfg.Timeout).WithMethod(method)
 	if method == "password" {
@@ -400,10 +409,17 @@ func fromDetail(d *rest_model.IdentityDetail) (Identity, error) {
 
 // drainingTransport reads a body to EOF before closing it: the generated decoder leaves the
 // trailing newline, and net/http reuses no connection with an unread body (a TLS handshake a page).
-type drainingTransport struct{ rt http.RoundTripper }
+// It also records the first 2xx answer to a request that carried the session (Client.Answered).
+type drainingTransport struct {
+	answered *atomic.Bool
+	rt       http.RoundTripper
+}
 
 func (d drainingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	resp, err := d.rt.RoundTrip(r)
+	if err == nil && resp.StatusCode/100 == 2 && r.Header.Get("zt-session") != "" {
+		d.answered.Store(true)
+	}
 	if err == nil && resp.Body != nil {
 		resp.Body = drainingBody{resp.Body}
 	}

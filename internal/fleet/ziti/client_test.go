@@ -533,3 +533,31 @@ func TestNoCallFollowsARedirect(t *testing.T) {
 		t.Fatalf("the redirect target got %d calls", n)
 	}
 }
+
+// Answered tells a dropped session from a refused one: the login's own 2xx does not count, a
+// refused call does not count, the first answered call on the session does.
+func TestAnsweredRecordsTheSessionsFirstAnswer(t *testing.T) {
+	z := newFake(t)
+	seed(z, 3)
+	c, err := dial(t, z, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Answered() {
+		t.Fatal("answered before any call on the session (the login's answer counted)")
+	}
+	z.Fail(zititest.OpList, zititest.Failure{Status: 401})
+	if _, err := c.ListHostIdentities(context.Background(), nil); !errors.Is(err, ziti.ErrUnauthorized) {
+		t.Fatalf("got %v, want unauthorized", err)
+	}
+	if c.Answered() {
+		t.Fatal("a refused call counted as an answer")
+	}
+	z.Fail(zititest.OpList, zititest.Failure{})
+	if _, err := c.ListHostIdentities(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if !c.Answered() {
+		t.Fatal("an answered listing was not recorded")
+	}
+}

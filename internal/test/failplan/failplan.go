@@ -21,6 +21,8 @@ type Failure struct {
 	Status int
 	// Malformed answers 200 with a body that is not the documented shape.
 	Malformed bool
+	// Times, when above 0, restores normal service after this many failed calls.
+	Times int
 }
 
 // Plan holds the Failure switched on per operation. The zero Plan serves normally; it is safe
@@ -57,7 +59,7 @@ func (p *Plan[Op]) Next(ctx context.Context, op Op) (f Failure, gone bool) {
 	p.mu.Lock()
 	if st := p.m[op]; st != nil {
 		st.calls++
-		if st.calls > st.After {
+		if st.calls > st.After && (st.Times <= 0 || st.calls <= st.After+st.Times) {
 			f = st.Failure
 		}
 	}

@@ -17,6 +17,8 @@ func TestNext(t *testing.T) {
 		{"After calls pass first", []Failure{fail}, []Failure{{}, {}, fail, fail}},
 		{"the zero Failure restores service", []Failure{fail, {}}, []Failure{{}, {}, {}}},
 		{"setting again restarts the count", []Failure{{Status: 500}, fail}, []Failure{{}, {}, fail}},
+		{"Times failures, then service", []Failure{{After: 1, Status: 401, Times: 2}},
+			[]Failure{{}, {After: 1, Status: 401, Times: 2}, {After: 1, Status: 401, Times: 2}, {}, {}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
