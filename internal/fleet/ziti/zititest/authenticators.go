@@ -109,6 +109,16 @@ func (s *Server) listAuthenticators(p authenticator.ListAuthenticatorsParams) mi
 		sort.Slice(s.auths, func(i, j int) bool { return *s.auths[i].ID < *s.auths[j].ID })
 		s.authsVersion = s.version
 	}
+	raw := ""
+	if p.Filter != nil {
+		raw = *p.Filter
+	}
+	// Pages are kept until an identity changes, as the identities' are (pageKey).
+	key := pageKey{op: OpAuthenticators, filter: raw, offset: offset, limit: limit, serve: limit, version: s.version}
+	if b, ok := s.pages[key]; ok {
+		s.mu.Unlock()
+		return rawJSON(b)
+	}
 	var all []*rest_model.AuthenticatorDetail
 	for _, a := range s.auths {
 		if f.match(a) {
@@ -128,6 +138,14 @@ func (s *Server) listAuthenticators(p authenticator.ListAuthenticatorsParams) mi
 	if err != nil {
 		return errorResponder(http.StatusInternalServerError, "UNHANDLED", err.Error())
 	}
+	s.mu.Lock()
+	if s.version == key.version {
+		if s.pages == nil {
+			s.pages = map[pageKey][]byte{}
+		}
+		s.pages[key] = b
+	}
+	s.mu.Unlock()
 	return rawJSON(b)
 }
 

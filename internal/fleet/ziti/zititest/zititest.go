@@ -381,6 +381,7 @@ func (s *Server) changedLocked() {
 // pageKey names a list answer; answers are kept until an identity changes, so that a benchmark
 // paging through 10,000 identities measures its client and not the fake's JSON encoder.
 type pageKey struct {
+	op                   Op
 	filter               string
 	offset, limit, serve int64
 	version              int
@@ -652,7 +653,7 @@ func (s *Server) list(p identity.ListIdentitiesParams) middleware.Responder {
 	if s.silentCap > 0 {
 		serve = min(limit, s.silentCap)
 	}
-	key := pageKey{filter: raw, offset: offset, limit: limit, serve: serve, version: s.version}
+	key := pageKey{op: OpList, filter: raw, offset: offset, limit: limit, serve: serve, version: s.version}
 	if b, ok := s.pages[key]; ok {
 		s.mu.Unlock()
 		return rawJSON(b)
