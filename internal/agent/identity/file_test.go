@@ -253,3 +253,51 @@ func TestCanReplace(t *testing.T) {
 		})
 	}
 }
+
+// Reading an unchanged identity again reuses the parse; a change to the file or to a file it
+// references is read afresh (every file is read again: no timestamp is trusted).
+func TestReadReusesTheParseOfUnchangedFiles(t *testing.T) {
+	_, leaf, _ := validFields(t)
+	other := testpki.NewCA(t, "other").Client(t, name, t0, t0.Add(2*day))
+	files := map[string][]byte{
+		"/id.json":  identityJSON(t, map[string]any{"ztAPI": "https://a:1280", "id": map[string]string{"cert": "file:///cert.pem", "key": "/key.pem"}}),
+		"/cert.pem": leaf.CertPEM,
+		"/key.pem":  leaf.KeyPEM,
+	}
+	reads := 0
+	r := &identity.Renewer{Path: "/id.json", ReadFile: func(p string) ([]byte, error) {
+		reads++
+		if b, ok := files[p]; ok {
+			return b, nil
+		}
+		return nil, &fs.PathError{Op: "open", Path: p, Err: fs.ErrNotExist}
+	}}
+	first, err := r.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := r.Read()
+	if err != nil || again != first {
+		t.Fatalf("an unchanged identity was parsed again (%v)", err)
+	}
+	if reads != 6 {
+		t.Errorf("%d reads, want 6: each read reads all three files", reads)
+	}
+	if f, err := (&identity.Renewer{Path: "/id.json", ReadFile: r.ReadFile}).Read(); err != nil || f != first {
+		t.Errorf("another Renewer of the same file parsed it again (%v)", err)
+	}
+
+	files["/cert.pem"], files["/key.pem"] = other.CertPEM, other.KeyPEM // a renewal through the references
+	f, err := r.Read()
+	if err != nil || f == first || !f.Leaf().NotAfter.Equal(t0.Add(2*day)) {
+		t.Fatalf("a changed referenced file was not read afresh: %v, until %v", err, f.Leaf().NotAfter)
+	}
+	delete(files, "/key.pem")
+	if _, err := r.Read(); err == nil || !strings.Contains(err.Error(), "id.key") {
+		t.Fatalf("a referenced file gone: %v, want the parse's error", err)
+	}
+	files["/id.json"] = []byte("{}")
+	if _, err := r.Read(); err == nil {
+		t.Fatal("a changed identity file was not parsed afresh")
+	}
+}

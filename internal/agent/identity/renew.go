@@ -1,6 +1,7 @@
 package identity
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -159,11 +160,60 @@ func (r *Renewer) read(path string) (*File, error) {
 	if err != nil {
 		return nil, err
 	}
-	f, err := Parse(raw, readFile)
+	if f := lastParsed.lookup(path, raw, readFile); f != nil {
+		return f, nil
+	}
+	reads := []fileRead{{path, raw}}
+	f, err := Parse(raw, func(p string) ([]byte, error) {
+		data, err := readFile(p)
+		if err == nil {
+			reads = append(reads, fileRead{p, data})
+		}
+		return data, err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("identity %s: %w", path, err)
 	}
+	lastParsed.keep(reads, f)
 	return f, nil
+}
+
+// lastParsed is the identity this process parsed last. A tick reads the file three times (the
+// check-in's identity_not_after, the renewal, the textfile's horizons), and parsing its
+// certificates and key is most of what a read costs; a File is never changed once parsed.
+var lastParsed parsedIdentity
+
+type parsedIdentity struct {
+	mu    sync.Mutex
+	reads []fileRead // the identity file first, then each file it references, as Parse read them
+	f     *File
+}
+
+type fileRead struct {
+	path string
+	data []byte
+}
+
+// lookup returns the kept File when path was parsed from raw and every file it referenced still
+// reads the same bytes (each is read again: the memo trusts no timestamp); else nil.
+func (p *parsedIdentity) lookup(path string, raw []byte, readFile func(string) ([]byte, error)) *File {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.f == nil || p.reads[0].path != path || !bytes.Equal(p.reads[0].data, raw) {
+		return nil
+	}
+	for _, rd := range p.reads[1:] {
+		if data, err := readFile(rd.path); err != nil || !bytes.Equal(data, rd.data) {
+			return nil
+		}
+	}
+	return p.f
+}
+
+func (p *parsedIdentity) keep(reads []fileRead, f *File) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.reads, p.f = reads, f
 }
 
 // Read reads the identity file.
