@@ -72,6 +72,9 @@ type sessionRecord struct {
 	// Services the session dialed, by name: what the next ticks would otherwise ask the
 	// controller again on every dial (the service's lookup, a new dial session).
 	Services map[string]keptService `json:"services,omitempty"`
+	// TLSSessions are the edge routers' TLS session tickets, by server name (tickets.go). They
+	// outlive the API session: a re-authentication keeps them.
+	TLSSessions map[string]keptTicket `json:"tls_sessions,omitempty"`
 }
 
 // keptService is a service as the controller described it and the dial session it created for
@@ -143,6 +146,11 @@ func parseSessionRecord(data []byte) (*sessionRecord, error) {
 	}
 	for name, ks := range r.Services {
 		if _, _, err := ks.decode(name); err != nil {
+			return nil, err
+		}
+	}
+	for server, kt := range r.TLSSessions {
+		if _, err := kt.decode(server); err != nil {
 			return nil, err
 		}
 	}
@@ -300,6 +308,7 @@ type keptSession struct {
 	impl                          *ziti.ContextImpl
 	log                           *slog.Logger
 	now                           func() time.Time
+	tickets                       *ticketCache // nil: no TLS session is kept
 
 	mu sync.Mutex
 	// restored: the context runs on the file's session, not (yet) replaced this tick.
@@ -325,6 +334,9 @@ func (k *keptSession) restore() {
 		return
 	}
 	k.onFile = r
+	if k.tickets != nil && r.Identity == k.fingerprint {
+		k.tickets.load(r.TLSSessions)
+	}
 	if why := r.usable(k.fingerprint, k.controller, k.now()); why != "" {
 		k.log.Debug("ziti: the kept controller session is not used; authenticating", "why", why)
 		return
@@ -340,6 +352,9 @@ func (k *keptSession) restore() {
 	}
 	k.impl.CtrlClt.ApiSession.Store(&s)
 	k.restored = true
+	if k.tickets != nil {
+		k.tickets.ctrlArmed.Store(true)
+	}
 	k.looked = map[string]bool{}
 	if err := k.restoreServices(r); err != nil {
 		// The API session alone still saves the authentication; services are looked up.
@@ -428,6 +443,9 @@ func (k *keptSession) reauthenticate(err error) bool {
 		return false
 	}
 	k.restored = false
+	if k.tickets != nil {
+		k.tickets.ctrlArmed.Store(false) // the authentication must present the certificate
+	}
 	k.log.Info("ziti: the kept controller session did not serve; authenticating again", "why", redactSDK(err.Error()))
 	k.impl.CtrlClt.ApiSession.Store(nil)
 	return true
@@ -439,6 +457,11 @@ func (k *keptSession) reauthenticate(err error) bool {
 func (k *keptSession) keep() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	if k.tickets != nil {
+		if n, resumed := k.tickets.counts(); n > 0 {
+			k.log.Debug("ziti: TLS handshakes with the controller and edge routers", "handshakes", n, "resumed", resumed)
+		}
+	}
 	var cur edge_apis.ApiSession
 	_ = safeCall("read the session", func() error { cur = k.impl.CtrlClt.GetCurrentApiSession(); return nil })
 	if cur == nil {
@@ -469,10 +492,18 @@ func (k *keptSession) keep() {
 	if len(services) == 0 {
 		services = nil
 	}
-	if sameSession && reflect.DeepEqual(services, k.onFile.Services) {
+	var onFileTLS map[string]keptTicket
+	if k.onFile != nil && k.onFile.Identity == k.fingerprint {
+		onFileTLS = k.onFile.TLSSessions
+	}
+	tickets, ticketsChanged := onFileTLS, false
+	if k.tickets != nil {
+		tickets, ticketsChanged = k.tickets.toKeep(onFileTLS)
+	}
+	if sameSession && reflect.DeepEqual(services, k.onFile.Services) && !ticketsChanged {
 		return
 	}
-	r.Services = services
+	r.Services, r.TLSSessions = services, tickets
 	if err := writeSessionRecord(k.path, r); err != nil {
 		k.log.Warn("ziti: the controller session could not be kept; the next tick authenticates again", "file", k.path, "error", err.Error())
 		return

@@ -158,7 +158,7 @@ func keptFixture(t *testing.T) (*zitiDialer, string) {
 func restoreFresh(t *testing.T, d *zitiDialer, sessionFile string) *keptSession {
 	t.Helper()
 	k := &keptSession{path: sessionFile, fingerprint: d.kept.fingerprint, controller: d.kept.controller, impl: d.kept.impl,
-		log: loggerOrDiscard(nil), now: func() time.Time { return sessionNow }}
+		log: loggerOrDiscard(nil), now: func() time.Time { return sessionNow }, tickets: newTicketCache(func() time.Time { return sessionNow })}
 	k.impl.CtrlClt.ApiSession.Store(nil)
 	k.restore()
 	return k
@@ -282,6 +282,9 @@ func TestKeptSessionReauthenticatesOnce(t *testing.T) {
 	if k.impl.CtrlClt.GetCurrentApiSession() != nil {
 		t.Error("the refused session is still in the context (the controller is unreachable: no new one)")
 	}
+	if k.tickets.ctrlArmed.Load() {
+		t.Error("the controller's tickets still serve: the authentication would resume without a certificate")
+	}
 	if k.reauthenticate(os.ErrDeadlineExceeded) {
 		t.Error("a second failure authenticated again")
 	}
@@ -379,6 +382,11 @@ func FuzzParseSessionRecord(f *testing.F) {
 	}()))
 	f.Add([]byte(`{"schema":1}`))
 	f.Add([]byte(`{}`))
+	f.Add(encodeRecord(f, func() sessionRecord {
+		r := validRecord()
+		r.TLSSessions = map[string]keptTicket{"router ctrl": {Ticket: []byte("t"), State: []byte{0, 1}, StoredAt: sessionNow}}
+		return r
+	}()))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r, err := parseSessionRecord(data)
 		if err != nil {
@@ -393,6 +401,11 @@ func FuzzParseSessionRecord(f *testing.F) {
 		for name, ks := range r.Services {
 			if svc, ses, err := ks.decode(name); err != nil || *ses.ServiceID != *svc.ID || len(ses.EdgeRouters) == 0 {
 				t.Fatalf("accepted a service a dial cannot use: %s: %v", name, err)
+			}
+		}
+		for server, kt := range r.TLSSessions {
+			if cs, err := kt.decode(server); err != nil || cs == nil || len(kt.Ticket) == 0 {
+				t.Fatalf("accepted a TLS session crypto/tls cannot resume: %s: %v", server, err)
 			}
 		}
 	})

@@ -2,12 +2,16 @@ package transport
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/openziti/identity"
@@ -46,26 +50,61 @@ func newZitiDialer(path string, readFile func(string) ([]byte, error), logger *s
 	if err != nil {
 		return nil, &IdentityError{Path: path, Reason: fmt.Sprintf("could not be loaded: %v", err), Kind: ErrIdentityMalformed, Err: err}
 	}
+	var tickets *ticketCache
+	fingerprint := ""
+	if sessionFile != "" && id.Cert() != nil && len(id.Cert().Certificate) > 0 {
+		fingerprint = certFingerprint(id.Cert().Certificate[0])
+		tickets = newTicketCache(time.Now)
+		id = &resumingIdentity{Identity: id, tickets: tickets}
+	}
 	creds := edge_apis.NewIdentityCredentials(id)
 	creds.ConfigTypes = cfg.ConfigTypes
 	cfg.Credentials = creds
 	cfg.ID = identity.Config{} // Credentials win; clear ID so nothing falls back to the lazy loader
 
+	// The SDK's controller client asks GET /version in a goroutine it starts inside NewContext:
+	// a TLS handshake with the controller every tick. Its TLS config exists only once NewContext
+	// has returned, and every controller request passes the proxy function before it dials: that
+	// waits until the kept session is restored (or not), gives the config the tickets once, then
+	// does what the SDK's default does (ProxyFromEnvironment). The controller's tickets serve
+	// only while the restored API session does (see ticketCache.ctrlArmed).
+	var ctrlTLS *tls.Config
+	ready := make(chan struct{})
+	open := sync.OnceFunc(func() { close(ready) })
+	defer open() // whatever fails below, no controller request waits for ever
+	if tickets != nil {
+		var once sync.Once
+		cfg.CtrlProxy = func(r *http.Request) (*url.URL, error) {
+			<-ready
+			once.Do(func() {
+				if ctrlTLS != nil {
+					tickets.resumeWith(ctrlTLS, "controller")
+				}
+			})
+			return http.ProxyFromEnvironment(r)
+		}
+	}
 	var zctx ziti.Context
 	err = safeCall("create ziti context", func() error {
 		var err error
-		zctx, err = ziti.NewContext(&cfg)
-		return err
+		if zctx, err = ziti.NewContext(&cfg); err != nil {
+			return err
+		}
+		if impl, ok := zctx.(*ziti.ContextImpl); ok && impl.CtrlClt != nil && impl.CtrlClt.ClientApiClient != nil && impl.CtrlClt.TlsAwareTransport != nil {
+			ctrlTLS = impl.CtrlClt.TlsAwareTransport.GetTlsClientConfig()
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, &IdentityError{Path: path, Reason: fmt.Sprintf("could not start a ziti context: %v", err), Kind: ErrIdentityMalformed, Err: err}
 	}
 	d := &zitiDialer{zctx: zctx}
-	if impl, ok := zctx.(*ziti.ContextImpl); ok && sessionFile != "" && id.Cert() != nil && len(id.Cert().Certificate) > 0 {
-		d.kept = &keptSession{path: sessionFile, fingerprint: certFingerprint(id.Cert().Certificate[0]),
+	if impl, ok := zctx.(*ziti.ContextImpl); ok && fingerprint != "" {
+		d.kept = &keptSession{path: sessionFile, fingerprint: fingerprint, tickets: tickets,
 			controller: controllerOf(cfg), impl: impl, log: loggerOrDiscard(logger), now: time.Now}
 		d.kept.restore()
 	}
+	open()
 	return d, nil
 }
 
