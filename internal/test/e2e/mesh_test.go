@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"os"
@@ -430,11 +431,32 @@ func TestMeshSDKKeepsItsSession(t *testing.T) {
 		t.Fatalf("after converging: session file %v, %v; want one of mode 0600", st, err)
 	}
 	first := read()
+	// tickets is the file's TLS session tickets by kind and host, with when each was stored.
+	tickets := func(rec map[string]any) map[string]string {
+		out := map[string]string{}
+		ts, _ := rec["tls_sessions"].(map[string]any)
+		for k, v := range ts {
+			out[k], _ = v.(map[string]any)["stored_at"].(string)
+		}
+		return out
+	}
 	for i := 0; i < 3; i++ {
 		tickCosts(fmt.Sprintf("converged tick %d", i+1), 0)
 	}
 	if read()["token"] != first["token"] {
 		t.Error("the kept session was replaced although it served")
+	}
+	// The converged ticks resumed both TLS handshakes with the kept tickets: a full handshake
+	// would have stored its own ticket.
+	kinds := map[string]bool{}
+	for k := range tickets(read()) {
+		kinds[strings.Fields(k)[0]] = true
+	}
+	if !kinds["controller"] || !kinds["router"] {
+		t.Errorf("the file keeps TLS sessions of %v, want the controller's and the router's", tickets(read()))
+	}
+	if got, want := tickets(read()), tickets(first); !maps.Equal(got, want) {
+		t.Errorf("the converged ticks replaced the TLS tickets (a full handshake): %v, were %v", got, want)
 	}
 	// The services the session dialed ride with it, so that a converged tick neither looks
 	// them up nor creates a dial session.
@@ -502,6 +524,12 @@ func TestMeshSDKKeepsItsSession(t *testing.T) {
 	if n := auths() - before; n > 1 {
 		t.Errorf("after the controller restarted the tick authenticated %d times, want at most 1", n)
 	}
+	beforeRestart := tickets(first)
+	for k, at := range tickets(read()) {
+		if beforeRestart[k] == at {
+			t.Errorf("the TLS ticket %s of the servers before their restart is still kept (stored %s)", k, at)
+		}
+	}
 	tickCosts("after the restart", 0)
 
 	for _, r := range []map[string]any{first, read()} {
@@ -511,6 +539,12 @@ func TestMeshSDKKeepsItsSession(t *testing.T) {
 		}
 		for i, tok := range dialTokens(r) {
 			secrets[fmt.Sprintf("dial session token %d", i)] = tok
+		}
+		ts, _ := r["tls_sessions"].(map[string]any)
+		for k, v := range ts {
+			for _, f := range []string{"ticket", "state"} {
+				secrets[k+" "+f], _ = v.(map[string]any)[f].(string)
+			}
 		}
 		for k, v := range secrets {
 			if len(v) < 8 {
