@@ -52,6 +52,7 @@ Exit 0 open, 1 closed, 2 usage or config error, 3 a source could not be read.`,
 }
 
 func runGate(ctx context.Context, opts gateOptions, g *globalOptions, w io.Writer) error {
+	defer g.readerGC()()
 	ro, err := opts.reportOptions()
 	if err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"testing"
@@ -220,5 +221,31 @@ func addEnvsWithoutIdentity(h *harness, n int) {
 		a := h.f.a.Agents()[0]
 		a.EnvID, a.Identity = fmt.Sprintf("env-new-%03d", i), ""
 		h.f.a.PutAgent(a)
+	}
+}
+
+// Reading the whole fleet collects garbage a quarter as often, and puts the pacing back after;
+// an operator's GOGC wins.
+func TestReaderGC(t *testing.T) {
+	const base = 150 // the pacing before the command: neither the default nor readerGC's
+	for _, tc := range []struct {
+		gogc string
+		want int
+	}{{"", 300}, {"50", base}} {
+		g := &globalOptions{deps: Deps{Getenv: func(k string) string {
+			if k == "GOGC" {
+				return tc.gogc
+			}
+			return ""
+		}}}
+		prev := debug.SetGCPercent(base)
+		restore := g.readerGC()
+		if got := debug.SetGCPercent(tc.want); got != tc.want {
+			t.Errorf("GOGC=%q: pacing %d while reading, want %d", tc.gogc, got, tc.want)
+		}
+		restore()
+		if got := debug.SetGCPercent(prev); got != base {
+			t.Errorf("GOGC=%q: pacing %d after, want the previous %d", tc.gogc, got, base)
+		}
 	}
 }
