@@ -16,7 +16,9 @@ FUZZTIME     ?= 10s
 # every go target runs in each.
 MODULES      := . packaging tools/mutate
 # make mutate: the packages that hold decisions (under internal/), smallest first, one at a time
-# with one worker; a mutant's tests may take COEFFICIENT × the package's plain test run.
+# with one worker; a mutant's tests may take COEFFICIENT × the package's plain test run, timed by
+# gremlins' own coverage run (GOFLAGS=-count=1: a cached test result timed it at a few hundred
+# milliseconds, and every mutant that did not fail at once was counted TIMED OUT).
 MUTATE_PKGS  ?= shared/protocol shared/secret agent/token fleet/verdict fleet/report agent/release agent/state agent/bundle agent/tick
 MUTATE_TIMEOUT_COEFFICIENT ?= 20
 MUTATE_OUT   ?= bin/mutate
@@ -82,7 +84,7 @@ mutate: ## mutation testing (gremlins) of the packages that hold decisions: each
 	mkdir -p $(MUTATE_OUT)
 	set -e; for p in $(MUTATE_PKGS); do \
 	  echo "== mutate internal/$$p"; \
-	  bin/gremlins unleash --workers 1 --timeout-coefficient $(MUTATE_TIMEOUT_COEFFICIENT) --exclude-files '[a-z]test/' \
+	  GOFLAGS=-count=1 bin/gremlins unleash --workers 1 --timeout-coefficient $(MUTATE_TIMEOUT_COEFFICIENT) --exclude-files '[a-z]test/' \
 	    --output $(MUTATE_OUT)/$$(echo $$p | tr / -).json $(CURDIR)/internal/$$p; \
 	done
 	bin/mutate-report $(foreach p,$(MUTATE_PKGS),$(MUTATE_OUT)/$(subst /,-,$(p)).json)
