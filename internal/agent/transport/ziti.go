@@ -65,7 +65,7 @@ func newZitiDialer(path string, readFile func(string) ([]byte, error), logger *s
 	// The SDK's controller client asks GET /version in a goroutine it starts inside NewContext:
 	// a TLS handshake with the controller every tick. Its TLS config exists only once NewContext
 	// has returned, and every controller request passes the proxy function before it dials: that
-	// waits until the kept session is restored (or not), gives the config the tickets once, then
+	// waits until the config has the tickets (set below, while no request can be under way), then
 	// does what the SDK's default does (ProxyFromEnvironment). The controller's tickets serve
 	// only while the restored API session does (see ticketCache.ctrlArmed).
 	var ctrlTLS *tls.Config
@@ -73,14 +73,8 @@ func newZitiDialer(path string, readFile func(string) ([]byte, error), logger *s
 	open := sync.OnceFunc(func() { close(ready) })
 	defer open() // whatever fails below, no controller request waits for ever
 	if tickets != nil {
-		var once sync.Once
 		cfg.CtrlProxy = func(r *http.Request) (*url.URL, error) {
 			<-ready
-			once.Do(func() {
-				if ctrlTLS != nil {
-					tickets.resumeWith(ctrlTLS, "controller")
-				}
-			})
 			return http.ProxyFromEnvironment(r)
 		}
 	}
@@ -103,6 +97,9 @@ func newZitiDialer(path string, readFile func(string) ([]byte, error), logger *s
 		d.kept = &keptSession{path: sessionFile, fingerprint: fingerprint, tickets: tickets,
 			controller: controllerOf(cfg), impl: impl, log: loggerOrDiscard(logger), now: time.Now}
 		d.kept.restore()
+	}
+	if tickets != nil && ctrlTLS != nil {
+		tickets.resumeWith(ctrlTLS, "controller")
 	}
 	open()
 	return d, nil
