@@ -138,14 +138,7 @@ func (s *Server) listAuthenticators(p authenticator.ListAuthenticatorsParams) mi
 	if err != nil {
 		return errorResponder(http.StatusInternalServerError, "UNHANDLED", err.Error())
 	}
-	s.mu.Lock()
-	if s.version == key.version {
-		if s.pages == nil {
-			s.pages = map[pageKey][]byte{}
-		}
-		s.pages[key] = b
-	}
-	s.mu.Unlock()
+	s.keepPage(key, b)
 	return rawJSON(b)
 }
 

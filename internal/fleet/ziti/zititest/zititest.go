@@ -677,15 +677,20 @@ func (s *Server) list(p identity.ListIdentitiesParams) middleware.Responder {
 	if err != nil {
 		return errorResponder(http.StatusInternalServerError, "UNHANDLED", err.Error())
 	}
+	s.keepPage(key, b)
+	return rawJSON(b)
+}
+
+// keepPage keeps an answer encoded at key.version, unless an identity changed meanwhile.
+func (s *Server) keepPage(key pageKey, b []byte) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.version == key.version {
 		if s.pages == nil {
 			s.pages = map[pageKey][]byte{}
 		}
 		s.pages[key] = b
 	}
-	s.mu.Unlock()
-	return rawJSON(b)
 }
 
 // rawJSON answers 200 with an envelope encoded already.
