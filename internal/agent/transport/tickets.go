@@ -223,6 +223,18 @@ func (c *ticketCache) resumeWith(cfg *tls.Config, kind string) {
 	}
 }
 
+// controllerTLS arms the SDK's controller TLS config (on its first request) with the tick's
+// tickets and the identity's certificate. A resumed handshake carries the client certificate of
+// the handshake that made its ticket, and the SDK authenticates by itself on a 401 while the
+// tickets serve: were a full handshake certificate-less (the SDK presents the certificate only
+// once it authenticates), that authentication would meet a session with no certificate.
+func (c *ticketCache) controllerTLS(cfg *tls.Config, cert *tls.Certificate) {
+	if cert != nil {
+		cfg.Certificates = []tls.Certificate{*cert}
+	}
+	c.resumeWith(cfg, "controller")
+}
+
 // resumingIdentity gives every client TLS config of the identity (the SDK's edge router
 // connections) the tick's ticket cache. Everything else is the identity's own.
 type resumingIdentity struct {

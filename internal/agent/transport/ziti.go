@@ -78,7 +78,7 @@ func newZitiDialer(path string, readFile func(string) ([]byte, error), logger *s
 			<-ready
 			once.Do(func() {
 				if ctrlTLS != nil {
-					tickets.resumeWith(ctrlTLS, "controller")
+					tickets.controllerTLS(ctrlTLS, id.Cert())
 				}
 			})
 			return http.ProxyFromEnvironment(r)
