@@ -75,8 +75,9 @@ type ticketCache struct {
 	handshakes, resumed int
 	// ctrlArmed lets the controller's tickets serve: only while the tick runs on a restored API
 	// session. The controller authenticates by the client certificate of the TLS handshake, and
-	// a resumed handshake presents none (the session it resumes, maybe the SDK's certificate-less
-	// GET /version, decides): an authentication must never resume.
+	// a resumed handshake presents none of its own: it carries the one of the handshake that made
+	// its ticket, which controllerTLS makes the identity's (the SDK still authenticates by itself
+	// on a 401 while the tickets serve).
 	ctrlArmed atomic.Bool
 }
 
