@@ -75,8 +75,9 @@ type ticketCache struct {
 	handshakes, resumed int
 	// ctrlArmed lets the controller's tickets serve: only while the tick runs on a restored API
 	// session. The controller authenticates by the client certificate of the TLS handshake, and
-	// a resumed handshake presents none (the session it resumes, maybe the SDK's certificate-less
-	// GET /version, decides): an authentication must never resume.
+	// a resumed handshake presents none of its own: it carries the one of the handshake that made
+	// its ticket, which controllerTLS makes the identity's (the SDK still authenticates by itself
+	// on a 401 while the tickets serve).
 	ctrlArmed atomic.Bool
 }
 
@@ -221,6 +222,18 @@ func (c *ticketCache) resumeWith(cfg *tls.Config, kind string) {
 		}
 		return nil
 	}
+}
+
+// controllerTLS arms the SDK's controller TLS config (before its first request) with the tick's
+// tickets and the identity's certificate. A resumed handshake carries the client certificate of
+// the handshake that made its ticket, and the SDK authenticates by itself on a 401 while the
+// tickets serve: were a full handshake certificate-less (the SDK presents the certificate only
+// once it authenticates), that authentication would meet a session with no certificate.
+func (c *ticketCache) controllerTLS(cfg *tls.Config, cert *tls.Certificate) {
+	if cert != nil {
+		cfg.Certificates = []tls.Certificate{*cert}
+	}
+	c.resumeWith(cfg, "controller")
 }
 
 // resumingIdentity gives every client TLS config of the identity (the SDK's edge router

@@ -1,10 +1,16 @@
 package transport
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"fmt"
 	"io"
+	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -214,4 +220,75 @@ func keys[V any](m map[string]V) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// clientCert is a self-signed client certificate, as the identity's is to the controller.
+func clientCert(t *testing.T) *tls.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "agent"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+// A tick on a restored session whose controller ticket the controller refuses (restarted) makes a
+// full handshake before the SDK ever set its certificate; the SDK, meeting a 401 later (the
+// session revoked, its refresh token refused), authenticates by itself while the tickets still
+// serve. The resumed connection must show the controller the identity's certificate: ziti 1.7.2
+// answered "no client certificates found" and the tick failed (TestMeshSDKKeepsItsSession).
+func TestControllerTicketsCarryTheIdentityCertificate(t *testing.T) {
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = fmt.Fprintf(w, "certificates=%d", len(r.TLS.PeerCertificates))
+	}))
+	srv.TLS = &tls.Config{ClientAuth: tls.RequestClientCert}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	pool := x509.NewCertPool()
+	pool.AddCert(srv.Certificate())
+	cert := clientCert(t)
+
+	// get is one controller request of a restored tick: the SDK's config holds no certificate.
+	get := func(c *ticketCache) (resumed bool, answer string) {
+		t.Helper()
+		cfg := &tls.Config{RootCAs: pool, ServerName: "example.com", MinVersion: tls.VersionTLS13}
+		c.controllerTLS(cfg, cert)
+		conn, err := tls.Dial("tcp", srv.Listener.Addr().String(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if _, err := io.WriteString(conn, "GET / HTTP/1.0\r\nHost: example.com\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(conn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return conn.ConnectionState().DidResume, string(b)
+	}
+
+	first := newTicketCache(func() time.Time { return sessionNow })
+	first.ctrlArmed.Store(true)
+	if _, answer := get(first); !strings.HasSuffix(answer, "certificates=1") {
+		t.Errorf("a full controller handshake: %q, want the identity's certificate shown", answer)
+	}
+	kept, _ := first.toKeep(nil)
+	next := newTicketCache(func() time.Time { return sessionNow })
+	next.load(throughFile(t, kept))
+	next.ctrlArmed.Store(true)
+	resumed, answer := get(next)
+	if !resumed {
+		t.Fatal("the next tick did not resume")
+	}
+	if !strings.HasSuffix(answer, "certificates=1") {
+		t.Errorf("a resumed controller connection: %q, want the identity's certificate (an authentication on it fails)", answer)
+	}
 }

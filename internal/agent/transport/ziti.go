@@ -99,7 +99,7 @@ func newZitiDialer(path string, readFile func(string) ([]byte, error), logger *s
 		d.kept.restore()
 	}
 	if tickets != nil && ctrlTLS != nil {
-		tickets.resumeWith(ctrlTLS, "controller")
+		tickets.controllerTLS(ctrlTLS, id.Cert())
 	}
 	open()
 	return d, nil

@@ -532,6 +532,23 @@ func TestMeshSDKKeepsItsSession(t *testing.T) {
 	}
 	tickCosts("after the restart", 0)
 
+	// The controller's ticket now comes from a handshake of a restored tick. A session the
+	// controller refuses, found by the SDK itself (the service lookup's 401), makes the SDK
+	// authenticate while the kept tickets are served: the resumed handshake must still carry
+	// the identity's certificate.
+	rec = read()
+	delete(rec, "services")
+	for _, k := range []string{"token", "refresh_token"} {
+		if v, ok := rec[k].(string); ok && len(v) > 4 {
+			rec[k] = strings.Repeat("0", len(v)-4) + "dead"
+		}
+	}
+	write(rec)
+	tickCosts("session the controller does not know, after the restart", 1)
+	if read()["token"] == rec["token"] {
+		t.Error("the refused session was not replaced after the restart")
+	}
+
 	for _, r := range []map[string]any{first, read()} {
 		secrets := map[string]string{}
 		for _, k := range []string{"token", "refresh_token", "id_token"} {
