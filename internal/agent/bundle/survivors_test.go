@@ -215,3 +215,99 @@ func TestMetaEdges(t *testing.T) {
 		}
 	}
 }
+
+// The policy's edges found by mutants: a neutral oom_score_adj, an anonymous volume, the IPv4
+// space written as IPv6 (mapped, or inside a wider IPv6 range), a secret's file.
+func TestJudgePolicyEdges(t *testing.T) {
+	for name, body := range map[string]string{
+		"oom_score_adj 0":     "    oom_score_adj: 0\n",
+		"an anonymous volume": "    volumes: [\"/data\"]\n",
+	} {
+		if err := composeBundle("", svc(body), false, "").Check(rel, project, Host{}); err != nil {
+			t.Errorf("%s refused: %v", name, err)
+		}
+	}
+	network := func(subnet string) *Bundle {
+		return composeBundle("", svc("    networks: [lan]\n")+"networks:\n  lan:\n    ipam:\n      config: [{subnet: \""+subnet+"\"}]\n", false, "")
+	}
+	for _, subnet := range []string{"::ffff:0:0/96", "::ffff:127.0.0.0/104", "::/80", "::/0"} {
+		assertRefusal(t, network(subnet).Check(rel, project, Host{}), protocol.CodePrivileged, "network lan: ipam.config[0].subnet: overlaps")
+	}
+	for _, subnet := range []string{"::ffff:10.20.0.0/112", "fd00::/96", "2001:db8::/32"} {
+		if err := network(subnet).Check(rel, project, Host{}); err != nil {
+			t.Errorf("%s refused: %v", subnet, err)
+		}
+	}
+	b := composeBundle("", svc("    secrets: [s]\n")+"secrets:\n  s:\n    file: /etc/shadow\n", false, "")
+	assertRefusal(t, b.Check(rel, project, Host{}), protocol.CodeBundleInvalid, "secret s: file: outside the release directory")
+}
+
+// A cut detail counts exactly what it left out, and is cut only when the next finding would not
+// fit: the findings shown and the count add up, and the detail is within a finding of the limit.
+func TestJudgeDetailCountsWhatItLeftOut(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("services:\n")
+	const n = 2000
+	for i := range n {
+		fmt.Fprintf(&b, "  s%04d: {image: x, privileged: true}\n", i)
+	}
+	err := composeBundle("", b.String(), false, "").Check(rel, project, Host{})
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	msg := err.Error()
+	i := strings.LastIndex(msg, "; … ")
+	var more int
+	if i < 0 {
+		t.Fatalf("no count: …%s", msg[max(len(msg)-80, 0):])
+	}
+	if _, err := fmt.Sscanf(msg[i:], "; … %d more", &more); err != nil {
+		t.Fatal(err)
+	}
+	shown := strings.Count(msg[:i], ": privileged: ")
+	if shown+more != n {
+		t.Errorf("%d findings shown and %d counted as left out, want %d in all", shown, more, n)
+	}
+	finding := len("; s0000: privileged: ") + 60 // one finding's line, generously
+	if len(msg) > MaxFindingsDetail || len(msg) < MaxFindingsDetail-finding {
+		t.Errorf("detail of %d bytes, want within a finding of %d", len(msg), MaxFindingsDetail)
+	}
+}
+
+// A file with include or extends.file is judged no further: its findings are the answer, not
+// the loader's failure to read the other file.
+func TestFindingsStopAtAnotherFile(t *testing.T) {
+	for _, compose := range []string{
+		"include:\n  - other.yaml\nservices:\n  web:\n    image: x\n",
+		"services:\n  web:\n    extends:\n      file: base.yaml\n      service: web\n",
+	} {
+		fs, err := Judgement{Compose: []byte(compose), File: "dc.yml", ReleaseDir: rel, Project: project}.Findings()
+		if err != nil || len(fs) != 1 || !fs[0].Invalid {
+			t.Errorf("%q: %v, %v; want the one finding", compose, fs, err)
+		}
+	}
+}
+
+// The .env template's references: a `$` that ends the line, a quoted value whose reference is
+// not a name.
+func TestEnvTemplateEdges(t *testing.T) {
+	if refs := findRefs("A=price$"); len(refs) != 0 {
+		t.Errorf("a trailing $: %v", refs)
+	}
+	if _, _, _, ok := wholeValue(`A="${1BAD}"`); ok {
+		t.Error(`"${1BAD}" read as one reference`)
+	}
+	if p, name, s, ok := wholeValue(`A="${GOOD}"`); !ok || name != "GOOD" || p != "A=" || s != "" {
+		t.Errorf(`"${GOOD}": %q %q %q %v`, p, name, s, ok)
+	}
+}
+
+// A manifest path may hold a space (0x20), not a control character.
+func TestManifestPathEdges(t *testing.T) {
+	if why := badManifestPath("app/a b"); why != "" {
+		t.Errorf("a path with a space: %s", why)
+	}
+	if why := badManifestPath("app/a\x1fb"); why == "" {
+		t.Error("a path with 0x1f accepted")
+	}
+}
