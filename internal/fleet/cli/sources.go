@@ -164,6 +164,17 @@ func (r *reader) zitiSession(ctx context.Context) (*ziti.Client, error) {
 	return zc, nil
 }
 
+// refuseSession forgets zc, which the controller refused before it ever answered, and makes
+// err this reading's answer to whoever asks for a session next (the next reading logs in anew).
+func (r *reader) refuseSession(zc *ziti.Client, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.zc == zc {
+		r.zc = nil
+	}
+	r.dialErr = err
+}
+
 // dropSession forgets zc if it is still the kept one: the next call logs in again.
 func (r *reader) dropSession(zc *ziti.Client) {
 	r.mu.Lock()
@@ -184,22 +195,24 @@ func (r *reader) withSession(ctx context.Context, call func(*ziti.Client) error)
 		return err
 	}
 	err = call(zc)
-	if errors.Is(err, ziti.ErrUnauthorized) {
+	if errors.Is(err, ziti.ErrUnauthorized) && zc.Answered() {
+		r.g.log.Debug("ziti: the controller dropped the session; authenticating again")
 		r.dropSession(zc)
-		if zc.Answered() {
-			r.g.log.Debug("ziti: the controller dropped the session; authenticating again")
-			if zc, err = r.zitiSession(ctx); err != nil {
-				return err
-			}
-			if err = call(zc); errors.Is(err, ziti.ErrUnauthorized) {
-				r.dropSession(zc)
-			}
+		if zc, err = r.zitiSession(ctx); err != nil {
+			return err
 		}
+		err = call(zc)
 	}
-	if err != nil {
-		return &SourceError{Source: sourceZiti, Addr: r.s.ZitiURL, Err: err}
+	if err == nil {
+		return nil
 	}
-	return nil
+	serr := &SourceError{Source: sourceZiti, Addr: r.s.ZitiURL, Err: err}
+	if errors.Is(err, ziti.ErrUnauthorized) {
+		// Refused before it ever answered, or again after a new login: this reading's answer.
+		// The other listing, asking for a session after this, gets it instead of a login.
+		r.refuseSession(zc, serr)
+	}
+	return serr
 }
 
 // identities lists the host identities over the kept session.
