@@ -220,7 +220,6 @@ func TestMetaEdges(t *testing.T) {
 // space written as IPv6 (mapped, or inside a wider IPv6 range), a secret's file.
 func TestJudgePolicyEdges(t *testing.T) {
 	for name, body := range map[string]string{
-		"oom_score_adj 0":     "    oom_score_adj: 0\n",
 		"an anonymous volume": "    volumes: [\"/data\"]\n",
 	} {
 		if err := composeBundle("", svc(body), false, "").Check(rel, project, Host{}); err != nil {
@@ -230,7 +229,8 @@ func TestJudgePolicyEdges(t *testing.T) {
 	network := func(subnet string) *Bundle {
 		return composeBundle("", svc("    networks: [lan]\n")+"networks:\n  lan:\n    ipam:\n      config: [{subnet: \""+subnet+"\"}]\n", false, "")
 	}
-	for _, subnet := range []string{"::ffff:0:0/96", "::ffff:127.0.0.0/104", "::/80", "::/0"} {
+	// Wider IPv6 ranges holding the IPv4-mapped space (::ffff:0:0/96) without the loopback ::1.
+	for _, subnet := range []string{"::ffff:0:0/96", "::ffff:127.0.0.0/104", "::fffe:0:0/95", "::ff00:0:0/88"} {
 		assertRefusal(t, network(subnet).Check(rel, project, Host{}), protocol.CodePrivileged, "network lan: ipam.config[0].subnet: overlaps")
 	}
 	for _, subnet := range []string{"::ffff:10.20.0.0/112", "fd00::/96", "2001:db8::/32"} {
@@ -240,6 +240,39 @@ func TestJudgePolicyEdges(t *testing.T) {
 	}
 	b := composeBundle("", svc("    secrets: [s]\n")+"secrets:\n  s:\n    file: /etc/shadow\n", false, "")
 	assertRefusal(t, b.Check(rel, project, Host{}), protocol.CodeBundleInvalid, "secret s: file: outside the release directory")
+	// A secret's file under a directory a service may write: the service plants a symlink there.
+	b = composeBundle("", svc("    secrets: [s]\n    volumes: [\"./shared:/shared\"]\n")+"secrets:\n  s:\n    file: ./shared/s.txt\n", false, "")
+	b.Files["shared/s.txt"] = "x\n"
+	if err := b.Check(rel, project, Host{}); err == nil || !strings.Contains(err.Error(), "secret s") {
+		t.Errorf("a secret's file under a writable bind: %v, want refused naming the secret", err)
+	}
+	// Networks: one named outside the project; an external one keyed host but named otherwise.
+	assertRefusal(t, composeBundle("", svc("    networks: [lan]\n")+"networks:\n  lan:\n    name: elsewhere\n", false, "").Check(rel, project, Host{}),
+		protocol.CodePrivileged, "network lan: name: names a network outside this project")
+	if err := composeBundle("", svc("    networks: [host]\n")+"networks:\n  host:\n    external: true\n    name: lan0\n", false, "").Check(rel, project, Host{}); err != nil && strings.Contains(err.Error(), "the host's network") {
+		t.Errorf("an external network keyed host but named lan0 judged the host's: %v", err)
+	}
+}
+
+// Aliases that expand past the node cap are refused before compose-go sees them: a tree of 9
+// aliases per level, 5 levels (~59,000 nodes from a few hundred).
+func TestAliasExpansionIsCapped(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("x-l0: &l0 [a, b, c, d, e, f, g, h, i]\n")
+	for l := 1; l <= 5; l++ {
+		fmt.Fprintf(&b, "x-l%d: &l%d [", l, l)
+		for i := range 9 {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "*l%d", l-1)
+		}
+		b.WriteString("]\n")
+	}
+	b.WriteString("services:\n  web:\n    image: x\n")
+	if _, err := parseRaw([]byte(b.String()), 1); err == nil || !strings.Contains(err.Error(), "expands through aliases") {
+		t.Errorf("a 9^5 alias tree: %v, want refused by the expansion cap", err)
+	}
 }
 
 // A cut detail counts exactly what it left out, and is cut only when the next finding would not
