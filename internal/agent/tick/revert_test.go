@@ -367,6 +367,10 @@ func TestATickKilledDuringARevertIsRecoveredByTheNext(t *testing.T) {
 			if at != "reverted" && (failed == nil || failed.RevertedTo != v1 || failed.RevertHealthy == nil || !*failed.RevertHealthy) {
 				t.Errorf("no failed report with the revert: %+v", failed)
 			}
+			// The report a finished revert owes carries the failure's own cause, not a stand-in.
+			if failed != nil && strings.HasPrefix(failed.Detail, "apply failed") {
+				t.Errorf("the failed report after recovery says %q, not why v2 failed", failed.Detail)
+			}
 			if r := h.lastReport(); r.Result != "healthy" || r.Sha != v1 || len(h.ten.Reports(env)) == reports {
 				t.Errorf("last report after recovery = %+v", r)
 			}
