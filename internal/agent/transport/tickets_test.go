@@ -34,8 +34,19 @@ func tlsServer(t *testing.T) (*httptest.Server, *x509.CertPool) {
 // after the handshake); it reports whether the connection resumed.
 func handshake(t *testing.T, srv *httptest.Server, pool *x509.CertPool, c *ticketCache, kind string) bool {
 	t.Helper()
+	resumed, answer := request(t, srv, pool, func(cfg *tls.Config) { c.resumeWith(cfg, kind) })
+	if !strings.HasSuffix(answer, "ok") {
+		t.Fatalf("answer %q", answer)
+	}
+	return resumed
+}
+
+// request makes one GET to srv over a TLS 1.3 config that arm prepares, and returns whether
+// the connection resumed and the answer.
+func request(t *testing.T, srv *httptest.Server, pool *x509.CertPool, arm func(*tls.Config)) (resumed bool, answer string) {
+	t.Helper()
 	cfg := &tls.Config{RootCAs: pool, ServerName: "example.com", MinVersion: tls.VersionTLS13}
-	c.resumeWith(cfg, kind)
+	arm(cfg)
 	conn, err := tls.Dial("tcp", srv.Listener.Addr().String(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -44,10 +55,11 @@ func handshake(t *testing.T, srv *httptest.Server, pool *x509.CertPool, c *ticke
 	if _, err := io.WriteString(conn, "GET / HTTP/1.0\r\nHost: example.com\r\n\r\n"); err != nil {
 		t.Fatal(err)
 	}
-	if b, err := io.ReadAll(conn); err != nil || !strings.HasSuffix(string(b), "ok") {
-		t.Fatalf("answer %q, %v", b, err)
+	b, err := io.ReadAll(conn)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return conn.ConnectionState().DidResume
+	return conn.ConnectionState().DidResume, string(b)
 }
 
 // throughFile is what the next tick loads: the tickets written in the record and read back.
@@ -258,21 +270,7 @@ func TestControllerTicketsCarryTheIdentityCertificate(t *testing.T) {
 	// get is one controller request of a restored tick: the SDK's config holds no certificate.
 	get := func(c *ticketCache) (resumed bool, answer string) {
 		t.Helper()
-		cfg := &tls.Config{RootCAs: pool, ServerName: "example.com", MinVersion: tls.VersionTLS13}
-		c.controllerTLS(cfg, cert)
-		conn, err := tls.Dial("tcp", srv.Listener.Addr().String(), cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		if _, err := io.WriteString(conn, "GET / HTTP/1.0\r\nHost: example.com\r\n\r\n"); err != nil {
-			t.Fatal(err)
-		}
-		b, err := io.ReadAll(conn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return conn.ConnectionState().DidResume, string(b)
+		return request(t, srv, pool, func(cfg *tls.Config) { c.controllerTLS(cfg, cert) })
 	}
 
 	first := newTicketCache(func() time.Time { return sessionNow })
