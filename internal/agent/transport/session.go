@@ -72,8 +72,8 @@ type sessionRecord struct {
 	// Services the session dialed, by name: what the next ticks would otherwise ask the
 	// controller again on every dial (the service's lookup, a new dial session).
 	Services map[string]keptService `json:"services,omitempty"`
-	// TLSSessions are the edge routers' TLS session tickets, by server name (tickets.go). They
-	// outlive the API session: a re-authentication keeps them.
+	// TLSSessions are the controller's and the edge routers' TLS session tickets, by kind and
+	// host name (tickets.go). They outlive the API session: a re-authentication keeps them.
 	TLSSessions map[string]keptTicket `json:"tls_sessions,omitempty"`
 }
 
@@ -308,7 +308,7 @@ type keptSession struct {
 	impl                          *ziti.ContextImpl
 	log                           *slog.Logger
 	now                           func() time.Time
-	tickets                       *ticketCache // nil: no TLS session is kept
+	tickets                       *ticketCache
 
 	mu sync.Mutex
 	// restored: the context runs on the file's session, not (yet) replaced this tick.
@@ -334,7 +334,7 @@ func (k *keptSession) restore() {
 		return
 	}
 	k.onFile = r
-	if k.tickets != nil && r.Identity == k.fingerprint {
+	if r.Identity == k.fingerprint {
 		k.tickets.load(r.TLSSessions)
 	}
 	if why := r.usable(k.fingerprint, k.controller, k.now()); why != "" {
@@ -352,9 +352,7 @@ func (k *keptSession) restore() {
 	}
 	k.impl.CtrlClt.ApiSession.Store(&s)
 	k.restored = true
-	if k.tickets != nil {
-		k.tickets.ctrlArmed.Store(true)
-	}
+	k.tickets.ctrlArmed.Store(true)
 	k.looked = map[string]bool{}
 	if err := k.restoreServices(r); err != nil {
 		// The API session alone still saves the authentication; services are looked up.
@@ -443,9 +441,7 @@ func (k *keptSession) reauthenticate(err error) bool {
 		return false
 	}
 	k.restored = false
-	if k.tickets != nil {
-		k.tickets.ctrlArmed.Store(false) // the authentication must present the certificate
-	}
+	k.tickets.ctrlArmed.Store(false) // the authentication must present the certificate
 	k.log.Info("ziti: the kept controller session did not serve; authenticating again", "why", redactSDK(err.Error()))
 	k.impl.CtrlClt.ApiSession.Store(nil)
 	return true
@@ -457,10 +453,8 @@ func (k *keptSession) reauthenticate(err error) bool {
 func (k *keptSession) keep() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.tickets != nil {
-		if n, resumed := k.tickets.counts(); n > 0 {
-			k.log.Debug("ziti: TLS handshakes with the controller and edge routers", "handshakes", n, "resumed", resumed)
-		}
+	if n, resumed := k.tickets.counts(); n > 0 {
+		k.log.Debug("ziti: TLS handshakes with the controller and edge routers", "handshakes", n, "resumed", resumed)
 	}
 	var cur edge_apis.ApiSession
 	_ = safeCall("read the session", func() error { cur = k.impl.CtrlClt.GetCurrentApiSession(); return nil })
@@ -496,10 +490,7 @@ func (k *keptSession) keep() {
 	if k.onFile != nil && k.onFile.Identity == k.fingerprint {
 		onFileTLS = k.onFile.TLSSessions
 	}
-	tickets, ticketsChanged := onFileTLS, false
-	if k.tickets != nil {
-		tickets, ticketsChanged = k.tickets.toKeep(onFileTLS)
-	}
+	tickets, ticketsChanged := k.tickets.toKeep(onFileTLS)
 	if sameSession && reflect.DeepEqual(services, k.onFile.Services) && !ticketsChanged {
 		return
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -382,4 +383,17 @@ func (r *reader) confirmMissing(ctx context.Context, src *sources, envGlob strin
 	}
 	r.g.log.Debug("ziti: looked up identities missing from the listing", "missing", len(missing), "found", n)
 	return out, nil
+}
+
+// readerGC lets the garbage collector run a third as often while a command reads the whole
+// fleet (status, gate): its heap is the pages it decodes, garbage once judged, and at 10,000 envs
+// the default pacing spent ~14% of fleetctl's CPU collecting it, for ~17 MiB more peak (issue
+// 24's status figure). GOGC, when the operator set it, wins. The exporter, which must stay small
+// for as long as it runs, keeps the default. It returns the restore.
+func (g *globalOptions) readerGC() func() {
+	if g.deps.Getenv("GOGC") != "" {
+		return func() {}
+	}
+	old := debug.SetGCPercent(300)
+	return func() { debug.SetGCPercent(old) }
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"path"
-	"runtime/debug"
 	"strings"
 	"time"
 
@@ -243,17 +242,4 @@ func noArgs(_ *cobra.Command, args []string) error {
 		return usagef("unexpected argument %q", args[0])
 	}
 	return nil
-}
-
-// readerGC lets the garbage collector run a third as often while a command reads the whole
-// fleet (status, gate): its heap is the pages it decodes, garbage once judged, and at 10,000 envs
-// the default pacing spent ~14% of fleetctl's CPU collecting it, for ~17 MiB more peak (issue
-// 24's status figure). GOGC, when the operator set it, wins. The exporter, which must stay small
-// for as long as it runs, keeps the default. It returns the restore.
-func (g *globalOptions) readerGC() func() {
-	if g.deps.Getenv("GOGC") != "" {
-		return func() {}
-	}
-	old := debug.SetGCPercent(300)
-	return func() { debug.SetGCPercent(old) }
 }
