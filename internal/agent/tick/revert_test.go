@@ -551,6 +551,7 @@ func TestRevertRefusesAReleaseChangedOnDisk(t *testing.T) {
 		"link to a copy in place of the compose file": "docker-compose.yml is not a regular file (symlink)",
 		"link in place of .env":                       ".env is not a regular file (symlink)",
 		"file grown huge":                             "holds more than 16 MiB",
+		"files grown past the cap together":           "holds more than 16 MiB",
 	}
 	for name, tamper := range map[string]func(dir string) error{
 		"compose file rewritten": func(dir string) error {
@@ -585,6 +586,15 @@ func TestRevertRefusesAReleaseChangedOnDisk(t *testing.T) {
 			defer f.Close()
 			return f.Truncate(64 << 20) // sparse: no disk is used
 		},
+		// each under the cap, together over it: the cap counts the whole read-back
+		"files grown past the cap together": func(dir string) error {
+			for _, name := range []string{"docker-compose.yml", ".env.template"} {
+				if err := os.Truncate(filepath.Join(dir, name), 9<<20); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			h := newHarness(t)
@@ -611,6 +621,44 @@ func TestRevertRefusesAReleaseChangedOnDisk(t *testing.T) {
 			}
 			h.expectLog("not reverted: release " + v1[:12] + " refused: changed on disk since it was applied: " + why[name])
 		})
+	}
+}
+
+// A tick killed after a revert pointed current at the release before, whose files then changed
+// on disk, leaves current on the failed release the next tick refuses to bring that one back:
+// current names what runs (the failed release's containers), not a release nothing started.
+func TestARefusedRevertPointsCurrentBackAtTheFailedRelease(t *testing.T) {
+	h := newHarness(t)
+	v1, v2 := failingV2(t, h, nil)
+	h.step = func(name string) error {
+		if name == "revert-promote" {
+			return errCrash
+		}
+		return nil
+	}
+	if code := h.tick(); code == tick.ExitOK {
+		t.Fatal("the crashed tick exited 0")
+	}
+	if cur := currentRelease(t, h); cur != v1 {
+		t.Fatalf("after the crash current → %.12s, want %.12s (the revert had promoted it)", cur, v1)
+	}
+	h.step = nil
+	if err := os.Truncate(filepath.Join(release.Dir(h.cfg.EnvDir(), v1), "docker-compose.yml"), 64<<20); err != nil {
+		t.Fatal(err)
+	}
+	h.clock.Advance(time.Minute)
+	h.expectExit(tick.ExitFailed)
+	if cur := currentRelease(t, h); cur != v2 {
+		t.Errorf("current → %.12s, want the failed %.12s back (what runs)", cur, v2)
+	}
+	if r := h.lastReport(); r.RevertedTo != "" || !strings.Contains(r.Detail, "not reverted: release "+v1[:12]+" refused: ") {
+		t.Errorf("report = %+v", r)
+	}
+	if bo := h.state().Backoff; bo == nil || bo.RevertPending || bo.RevertedTo != "" || !strings.Contains(bo.NoRevert, "holds more than 16 MiB") {
+		t.Errorf("backoff = %+v", bo)
+	}
+	if strings.Contains(h.logs.String(), "current not pointed back") {
+		t.Errorf("the journal says current was not pointed back:\n%s", h.logs.String())
 	}
 }
 
