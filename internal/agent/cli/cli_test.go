@@ -94,6 +94,15 @@ func TestUsageErrorsExit2(t *testing.T) {
 	if code, _, _ := runCLI(t, nil, "no-such-command"); code != 2 {
 		t.Errorf("unknown command exit %d, want 2", code)
 	}
+	// A mistyped command is answered with the one meant, as cobra does (the root's own RunE, for
+	// --version, must not lose that), and so is a word after --version.
+	for _, args := range [][]string{{"stauts"}, {"--version", "stauts"}} {
+		code, stdout, stderr := runCLI(t, nil, args...)
+		if code != 2 || stdout != "" || !strings.Contains(stderr, `unknown command "stauts" for "monky-deployd"`) ||
+			!strings.Contains(stderr, "Did you mean this?\n\tstatus") {
+			t.Errorf("%q: exit %d stdout %q stderr %q; want 2 suggesting status", args, code, stdout, stderr)
+		}
+	}
 }
 
 func TestTickWithoutTokenOrGrantAsksForTheKit(t *testing.T) {

@@ -77,7 +77,8 @@ func newRootCommand(g *cliDeps) *cobra.Command {
 		Long:          "monky-deployd checks in with monky-tenancy over the OpenZiti mesh, applies the desired bundle\nwith secrets from OpenBao through docker compose, and reports. A systemd timer runs `tick`.",
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		Args:          cobra.NoArgs,
+		// No Args: cobra's own check says "unknown command" for a word that names none, and
+		// suggests the command meant (cobra.NoArgs would say it without the suggestion).
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if asked, _ := cmd.Flags().GetBool("version"); asked {
 				_, err := fmt.Fprintln(g.stdout, versionLine())
