@@ -78,7 +78,8 @@ func dumpdep(t *testing.T, dir, pkg string) []byte {
 	return out
 }
 
-var flagRE = regexp.MustCompile(` <\w+>`)
+// flagRE: the flags dumpdep appends to a name, run together ("T <UsedInIface><ReflectMethod>").
+var flagRE = regexp.MustCompile(` (<\w+>)+$`)
 
 // readDumpdep counts the linker's "from -> to" edges and names the first reachable function
 // marked <ReflectMethod>, if any.
@@ -92,7 +93,7 @@ func readDumpdep(out []byte) (edges int, first string) {
 		}
 		edges++
 		for _, s := range []string{from, to} {
-			if first == "" && strings.HasSuffix(s, " <ReflectMethod>") {
+			if first == "" && strings.Contains(s, "<ReflectMethod>") {
 				first = flagRE.ReplaceAllString(s, "")
 			}
 		}
@@ -132,4 +133,20 @@ func tail(out []byte) string {
 		out = out[len(out)-4000:]
 	}
 	return string(out)
+}
+
+// readDumpdep and pathTo read the flags dumpdep appends, alone or run together.
+func TestReadDumpdep(t *testing.T) {
+	out := []byte("_ -> main.main\n" +
+		"main.main -> a.F <UsedInIface>\n" +
+		"a.F <UsedInIface> -> b.G <UsedInIface><ReflectMethod>\n" +
+		"b.G <UsedInIface><ReflectMethod> -> c.H <ReflectMethod>\n" +
+		"not an edge\n")
+	edges, first := readDumpdep(out)
+	if edges != 4 || first != "b.G" {
+		t.Errorf("readDumpdep: %d edges, first %q; want 4, b.G", edges, first)
+	}
+	if got, want := pathTo(out, "b.G"), []string{"b.G", "a.F", "main.main", "_"}; !slices.Equal(got, want) {
+		t.Errorf("pathTo b.G = %q, want %q", got, want)
+	}
 }
