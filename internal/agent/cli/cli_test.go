@@ -81,9 +81,11 @@ func TestVersion(t *testing.T) {
 	if code != 0 || !line.MatchString(stdout) {
 		t.Errorf("version: exit %d stdout %q", code, stdout)
 	}
-	code, flag, stderr := runCLI(t, nil, "--version")
-	if code != 0 || flag != stdout || stderr != "" {
-		t.Errorf("--version: exit %d stdout %q (want %q) stderr %q", code, flag, stdout, stderr)
+	for _, args := range [][]string{{"--version"}, {"-v"}, {"--config", "/nonexistent", "--version"}} {
+		code, flag, stderr := runCLI(t, nil, args...)
+		if code != 0 || flag != stdout || stderr != "" {
+			t.Errorf("%q: exit %d stdout %q (want %q) stderr %q", args, code, flag, stdout, stderr)
+		}
 	}
 }
 
