@@ -2,7 +2,6 @@
 package linkcheck
 
 import (
-	"bufio"
 	"bytes"
 	"os"
 	"os/exec"
@@ -103,10 +102,8 @@ var flagRE = regexp.MustCompile(` (<\w+>)+$`)
 // readDumpdep counts the linker's "from -> to" edges and names the first reachable function
 // marked <ReflectMethod>, if any.
 func readDumpdep(out []byte) (edges int, first string) {
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		from, to, ok := strings.Cut(sc.Text(), " -> ")
+	for line := range bytes.Lines(out) { // a scanner would stop, unsaid, at a line past its buffer
+		from, to, ok := strings.Cut(strings.TrimSuffix(string(line), "\n"), " -> ")
 		if !ok {
 			continue
 		}
@@ -124,10 +121,8 @@ func readDumpdep(out []byte) (edges int, first string) {
 // reached each symbol (dumpdep prints edges in the order it marks).
 func pathTo(out []byte, sym string) []string {
 	parent := map[string]string{}
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		from, to, ok := strings.Cut(sc.Text(), " -> ")
+	for line := range bytes.Lines(out) { // a scanner would stop, unsaid, at a line past its buffer
+		from, to, ok := strings.Cut(strings.TrimSuffix(string(line), "\n"), " -> ")
 		if !ok {
 			continue
 		}
@@ -164,6 +159,12 @@ func TestReadDumpdep(t *testing.T) {
 	edges, first := readDumpdep(out)
 	if edges != 4 || first != "b.G" {
 		t.Errorf("readDumpdep: %d edges, first %q; want 4, b.G", edges, first)
+	}
+	// a long name (a type of many fields) is read past, not where the reading ends
+	long := []byte("main.main -> type:struct { " + strings.Repeat("F int; ", 300_000) + "}\n" +
+		"main.main -> d.K <ReflectMethod>")
+	if edges, first := readDumpdep(long); edges != 2 || first != "d.K" {
+		t.Errorf("readDumpdep past a 2 MB line: %d edges, first %q; want 2, d.K", edges, first)
 	}
 	if got, want := pathTo(out, "b.G"), []string{"b.G", "a.F", "main.main", "_"}; !slices.Equal(got, want) {
 		t.Errorf("pathTo b.G = %q, want %q", got, want)
