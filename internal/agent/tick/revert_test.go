@@ -624,9 +624,10 @@ func TestRevertRefusesAReleaseChangedOnDisk(t *testing.T) {
 	}
 }
 
-// A tick killed after a revert pointed current at the release before, whose files then changed
-// on disk, leaves current on the failed release the next tick refuses to bring that one back:
-// current names what runs (the failed release's containers), not a release nothing started.
+// A tick is killed after its revert pointed current at the release before, whose files then
+// change on disk: the next tick, refusing to bring that one back, points current back at the
+// failed release. current names what runs (the failed release's containers), not a release
+// nothing started.
 func TestARefusedRevertPointsCurrentBackAtTheFailedRelease(t *testing.T) {
 	h := newHarness(t)
 	v1, v2 := failingV2(t, h, nil)
