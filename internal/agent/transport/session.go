@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"maps"
@@ -16,6 +17,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -281,14 +283,37 @@ func deref(p *string) string {
 	return *p
 }
 
+// maxSessionFile bounds what is read of the session file: a record holds one session, the
+// services it dialed with their dial sessions and a few TLS tickets (a few KiB).
+const maxSessionFile = 1 << 20
+
 // readSessionRecord loads the file; a missing file is (nil, nil), anything unusable an error.
+// Only a regular file of at most maxSessionFile bytes is read: a symlink is not followed and a
+// FIFO put in its place cannot hang the tick; either is unusable, and the tick's own record
+// then replaces it.
 func readSessionRecord(path string) (*sessionRecord, error) {
-	data, err := os.ReadFile(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
+	if errors.Is(err, syscall.ELOOP) {
+		return nil, errors.New("it is a symlink, which the agent never writes")
+	}
 	if err != nil {
 		return nil, err
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil {
+		return nil, err
+	} else if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("it is not a regular file (%s)", fi.Mode().Type())
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxSessionFile+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > maxSessionFile {
+		return nil, fmt.Errorf("larger than %d bytes", maxSessionFile)
 	}
 	return parseSessionRecord(data)
 }

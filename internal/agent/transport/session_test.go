@@ -1,12 +1,14 @@
 package transport
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -260,6 +262,76 @@ func TestKeptSessionNotUsed(t *testing.T) {
 	}
 	if k := restoreFresh(t, d, sessionFile); k.restored {
 		t.Fatal("a broken file was used")
+	}
+}
+
+// Only a regular file of at most maxSessionFile bytes is read as the session file: a symlink
+// (to a good record) is not followed, a FIFO does not hang the tick, an oversized file (a good
+// record padded with blanks) is not read whole; each is unusable, so the tick authenticates, and
+// the record it writes replaces the link, not the file the link names.
+func TestKeptSessionFileIsARegularFileOfBoundedSize(t *testing.T) {
+	d, sessionFile := keptFixture(t)
+	good := validRecord()
+	good.Identity, good.Controller = d.kept.fingerprint, d.kept.controller
+	goodFile := filepath.Join(t.TempDir(), "elsewhere.json")
+	if err := writeSessionRecord(goodFile, &good); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(goodFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := restoreFresh(t, d, goodFile); !k.restored {
+		t.Fatal("the good record itself is not restored: the cases below would prove nothing")
+	}
+	for _, tc := range []struct {
+		name, why string
+		make      func(p string) error
+	}{
+		{"symlink to a good record", "symlink", func(p string) error { return os.Symlink(goodFile, p) }},
+		{"fifo", "not a regular file", func(p string) error { return syscall.Mkfifo(p, 0o600) }},
+		{"directory", "not a regular file", func(p string) error { return os.Mkdir(p, 0o700) }},
+		{"good record padded past the cap", "larger than 1048576 bytes", func(p string) error {
+			return os.WriteFile(p, append(append([]byte{}, raw...), bytes.Repeat([]byte(" "), maxSessionFile)...), 0o600)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			os.RemoveAll(sessionFile)
+			if err := tc.make(sessionFile); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() {
+				_, err := readSessionRecord(sessionFile)
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				if err == nil || !strings.Contains(err.Error(), tc.why) {
+					t.Errorf("readSessionRecord: %v, want an error saying %q", err, tc.why)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("reading the session file hangs")
+			}
+			if k := restoreFresh(t, d, sessionFile); k.restored || k.impl.CtrlClt.GetCurrentApiSession() != nil {
+				t.Error("an unusable session file was used")
+			}
+		})
+	}
+	os.RemoveAll(sessionFile)
+	if err := os.Symlink(goodFile, sessionFile); err != nil {
+		t.Fatal(err)
+	}
+	other := good
+	other.Token = "replaced"
+	if err := writeSessionRecord(sessionFile, &other); err != nil {
+		t.Fatal(err)
+	}
+	if after, err := os.ReadFile(goodFile); err != nil || !bytes.Equal(after, raw) {
+		t.Errorf("writing the session file wrote through the link into %s", goodFile)
+	}
+	if fi, err := os.Lstat(sessionFile); err != nil || !fi.Mode().IsRegular() {
+		t.Errorf("the session file after a write: %v, %v; want a regular file", fi, err)
 	}
 }
 
