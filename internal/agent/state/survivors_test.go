@@ -114,3 +114,43 @@ func TestTendReserveWritesOnlyWhenOutOfOrder(t *testing.T) {
 		}
 	}
 }
+
+// A save that fills a reserve slot to its last byte (header and state) is kept; one byte more
+// is refused, not cut.
+func TestReserveKeepsASaveThatFitsExactly(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "state.json")
+	if err := os.WriteFile(p, []byte(`{"env_id":"env-qa-01"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	over, err := fileHash(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := []byte(`{"env_id":"env-qa-01","last_result":"applied"}`)
+	h := reserveSlot{seq: 1, over: over, size: len(data), sum: hashOf(data)}
+	for _, tc := range []struct {
+		name string
+		slot int
+		fits bool
+	}{
+		{"exactly", len(h.header()) + len(data), true},
+		{"one byte short", len(h.header()) + len(data) - 1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := os.WriteFile(p+ReserveSuffix, make([]byte, 2*tc.slot), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			err := keepInReserve(p, data)
+			if tc.fits {
+				if err != nil {
+					t.Fatalf("a save of exactly the slot's size: %v", err)
+				}
+				if got, _, _, ok := readReserve(p, over); !ok || string(got) != string(data) {
+					t.Errorf("the reserve reads back %q (%v), want %q", got, ok, data)
+				}
+			} else if err == nil || !strings.Contains(err.Error(), "does not fit") {
+				t.Errorf("a save one byte over the slot: %v, want does not fit", err)
+			}
+		})
+	}
+}
