@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/tick"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/versionflag"
 )
 
 // DefaultConfigPath is where the package and install.sh put the config.
@@ -77,21 +78,8 @@ func newRootCommand(g *cliDeps) *cobra.Command {
 		Long:          "monky-deployd checks in with monky-tenancy over the OpenZiti mesh, applies the desired bundle\nwith secrets from OpenBao through docker compose, and reports. A systemd timer runs `tick`.",
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		// No Args: cobra's own check says "unknown command" for a word that names none, and
-		// suggests the command meant (cobra.NoArgs would say it without the suggestion).
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if asked, _ := cmd.Flags().GetBool("version"); asked {
-				_, err := fmt.Fprintln(g.stdout, versionLine())
-				return err
-			}
-			return cmd.Help()
-		},
 	}
-	// --version (-v) is the root's own flag, not cobra's Version field: cobra prints a version
-	// line of one's own through text/template, whose reflective method calls make the linker keep
-	// every exported method of every type in the binary (14 MB of it, 4 MiB of every tick's RSS;
-	// TestBinariesKeepDeadCodeElimination guards this).
-	root.Flags().BoolP("version", "v", false, "version for monky-deployd")
+	versionflag.Add(root, "v", versionLine)
 	def := g.getenv("MONKY_DEPLOYD_CONFIG")
 	if def == "" {
 		def = DefaultConfigPath

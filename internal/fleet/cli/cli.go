@@ -25,6 +25,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/kit"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/fleet/render"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/secret"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/versionflag"
 )
 
 // Exit codes, the contract CI gates are written against.
@@ -244,27 +245,15 @@ Exit codes: 0 all OK, 1 something is not OK, 2 usage or configuration error,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			g.started = true
-			if versionAsked(cmd) {
+			if versionflag.Asked(cmd) {
 				return nil // as cobra's own --version: printed whatever the other flags say
 			}
 			return g.setup(cmd)
 		},
-		// No Args: cobra's own check says "unknown command" for a word that names none.
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if versionAsked(cmd) {
-				_, err := fmt.Fprintln(g.stdout, versionLine())
-				return err
-			}
-			return cmd.Help()
-		},
 	}
 	// `fleetctl completion bash|zsh|fish` is ours (completion.go), not cobra's default.
 	root.CompletionOptions.DisableDefaultCmd = true
-	// --version is the root's own flag, not cobra's Version field: cobra prints a version line of
-	// one's own through text/template, whose reflective method calls make the linker keep every
-	// exported method of every type in the binary (10 MB of fleetctl; the agent's
-	// TestBinariesKeepDeadCodeElimination guards both).
-	root.Flags().Bool("version", false, "version for fleetctl")
+	versionflag.Add(root, "", versionLine)
 	root.SetOut(g.stdout)
 	root.SetErr(g.stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usagef("%v", err) })

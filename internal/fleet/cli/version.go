@@ -48,12 +48,3 @@ func runVersion(g *globalOptions, w io.Writer) error {
 		Commit: commit, Date: date,
 	})
 }
-
-// versionAsked: the root command runs with --version.
-func versionAsked(cmd *cobra.Command) bool {
-	if cmd.HasParent() {
-		return false
-	}
-	asked, _ := cmd.Flags().GetBool("version")
-	return asked
-}
