@@ -29,10 +29,10 @@ func TestBinariesKeepDeadCodeElimination(t *testing.T) {
 	for _, pkg := range []string{"./cmd/deployd", "./cmd/fleetctl"} {
 		t.Run(filepath.Base(pkg), func(t *testing.T) {
 			t.Parallel()
-			out := dumpdep(t, root, pkg)
-			if _, first := readDumpdep(out); first != "" {
+			d := dumpdep(t, root, pkg)
+			if d.first != "" {
 				t.Errorf("%s reaches %s, a reflective method call: the linker keeps every exported method of every type. Reached by:\n  %s",
-					pkg, first, strings.Join(pathTo(out, first), "\n  ")+
+					pkg, d.first, strings.Join(d.pathTo(d.first), "\n  ")+
 						"\n(where the path passes a type's method table, \"type:T -> T.M\", M was kept because something calls a method of that name,"+
 						" e.g. MethodByName(\"M\"): go build -ldflags=-v=2 lists each \"reached generic iface method\")")
 			}
@@ -53,11 +53,10 @@ func TestBinariesKeepDeadCodeElimination(t *testing.T) {
 		}
 		bin := filepath.Join(t.TempDir(), "canary")
 		goBuild(t, dir, "-trimpath", "-o", bin, ".") // as `make build` does
-		out := dumpdep(t, dir, ".")
-		_, first := readDumpdep(out)
-		if path := pathTo(out, first); first == "" || !slices.Contains(path, "main.main") {
-			t.Fatalf("a program calling MethodByName(os.Args[1]) reaches no <ReflectMethod> function by main.main (first %q, path %q): the check sees nothing\n%s",
-				first, path, tail(out))
+		d := dumpdep(t, dir, ".")
+		if path := d.pathTo(d.first); d.first == "" || !slices.Contains(path, "main.main") {
+			t.Fatalf("a program calling MethodByName(os.Args[1]) reaches no <ReflectMethod> function by main.main (first %q, path %q): the check sees nothing",
+				d.first, path)
 		}
 		// The binary built before is up to date: building it again links nothing, and must not
 		// print the dump go cached from the build above (make build, after make test, did: 12 MB).
@@ -67,20 +66,21 @@ func TestBinariesKeepDeadCodeElimination(t *testing.T) {
 	})
 }
 
-// dumpdep builds pkg in dir as the release does (CGO_ENABLED=0, -trimpath) and returns what the
+// dumpdep builds pkg in dir as the release does (CGO_ENABLED=0, -trimpath) and reads what the
 // linker's -dumpdep printed: one "from -> to" line per symbol it marked reachable.
 //
 // go keeps a link's output under the main package's compile, to print again when a later build
 // finds its binary up to date; with -trimpath, -ldflags is no part of that compile (nor of the
 // build info), so `make build` after this test printed the dump. -tags is: the tag, which no
 // file uses, keeps the dump to builds of this test.
-func dumpdep(t *testing.T, dir, pkg string) []byte {
+func dumpdep(t *testing.T, dir, pkg string) dump {
 	t.Helper()
 	out := goBuild(t, dir, "-trimpath", "-tags=linkcheck", "-ldflags=-dumpdep", "-o", filepath.Join(t.TempDir(), "bin"), pkg)
-	if edges, _ := readDumpdep(out); edges == 0 {
+	d := readDumpdep(out)
+	if d.edges == 0 {
 		t.Fatalf("go build -ldflags=-dumpdep %s printed no edges: the test reads nothing\n%s", pkg, tail(out))
 	}
-	return out
+	return d
 }
 
 // goBuild runs go build with args in dir and returns what it printed.
@@ -99,42 +99,44 @@ func goBuild(t *testing.T, dir string, args ...string) []byte {
 // flagRE: the flags dumpdep appends to a name, run together ("T <UsedInIface><ReflectMethod>").
 var flagRE = regexp.MustCompile(` (<\w+>)+$`)
 
-// readDumpdep counts the linker's "from -> to" edges and names the first reachable function
-// marked <ReflectMethod>, if any.
-func readDumpdep(out []byte) (edges int, first string) {
-	for line := range bytes.Lines(out) { // a scanner would stop, unsaid, at a line past its buffer
-		from, to, ok := strings.Cut(strings.TrimSuffix(string(line), "\n"), " -> ")
-		if !ok {
-			continue
-		}
-		edges++
-		for _, s := range []string{from, to} {
-			if first == "" && strings.Contains(s, "<ReflectMethod>") {
-				first = flagRE.ReplaceAllString(s, "")
-			}
-		}
-	}
-	return edges, first
+// dump is what the linker's -dumpdep said, read once.
+type dump struct {
+	edges int
+	// first is the first reachable function marked <ReflectMethod>, if any.
+	first string
+	// parent is, for each symbol, the one by whose edge the linker first reached it (dumpdep
+	// prints edges in the order it marks).
+	parent map[string]string
 }
 
-// pathTo follows, from sym back to the program's entry, the edge by which the linker first
-// reached each symbol (dumpdep prints edges in the order it marks).
-func pathTo(out []byte, sym string) []string {
-	parent := map[string]string{}
+// readDumpdep reads the linker's "from -> to" edges.
+func readDumpdep(out []byte) dump {
+	d := dump{parent: map[string]string{}}
 	for line := range bytes.Lines(out) { // a scanner would stop, unsaid, at a line past its buffer
 		from, to, ok := strings.Cut(strings.TrimSuffix(string(line), "\n"), " -> ")
 		if !ok {
 			continue
 		}
+		d.edges++
+		for _, s := range []string{from, to} {
+			if d.first == "" && strings.Contains(s, "<ReflectMethod>") {
+				d.first = flagRE.ReplaceAllString(s, "")
+			}
+		}
 		from, to = flagRE.ReplaceAllString(from, ""), flagRE.ReplaceAllString(to, "")
-		if _, seen := parent[to]; !seen {
-			parent[to] = from
+		if _, seen := d.parent[to]; !seen {
+			d.parent[to] = from
 		}
 	}
+	return d
+}
+
+// pathTo follows sym back to the program's entry.
+func (d dump) pathTo(sym string) []string {
 	var path []string
-	for s := sym; s != "" && len(path) < 30; s = parent[s] {
+	for s := sym; s != "" && len(path) < 30; s = d.parent[s] {
 		path = append(path, s)
-		if _, ok := parent[s]; !ok {
+		if _, ok := d.parent[s]; !ok {
 			break
 		}
 	}
@@ -156,17 +158,17 @@ func TestReadDumpdep(t *testing.T) {
 		"a.F <UsedInIface> -> b.G <UsedInIface><ReflectMethod>\n" +
 		"b.G <UsedInIface><ReflectMethod> -> c.H <ReflectMethod>\n" +
 		"not an edge\n")
-	edges, first := readDumpdep(out)
-	if edges != 4 || first != "b.G" {
-		t.Errorf("readDumpdep: %d edges, first %q; want 4, b.G", edges, first)
+	d := readDumpdep(out)
+	if d.edges != 4 || d.first != "b.G" {
+		t.Errorf("readDumpdep: %d edges, first %q; want 4, b.G", d.edges, d.first)
 	}
 	// a long name (a type of many fields) is read past, not where the reading ends
 	long := []byte("main.main -> type:struct { " + strings.Repeat("F int; ", 300_000) + "}\n" +
 		"main.main -> d.K <ReflectMethod>")
-	if edges, first := readDumpdep(long); edges != 2 || first != "d.K" {
-		t.Errorf("readDumpdep past a 2 MB line: %d edges, first %q; want 2, d.K", edges, first)
+	if l := readDumpdep(long); l.edges != 2 || l.first != "d.K" {
+		t.Errorf("readDumpdep past a 2 MB line: %d edges, first %q; want 2, d.K", l.edges, l.first)
 	}
-	if got, want := pathTo(out, "b.G"), []string{"b.G", "a.F", "main.main", "_"}; !slices.Equal(got, want) {
+	if got, want := d.pathTo("b.G"), []string{"b.G", "a.F", "main.main", "_"}; !slices.Equal(got, want) {
 		t.Errorf("pathTo b.G = %q, want %q", got, want)
 	}
 }
