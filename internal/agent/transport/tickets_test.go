@@ -1,22 +1,19 @@
 package transport
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
 	"fmt"
 	"io"
-	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/test/testpki"
 )
 
 // tlsServer is a TLS 1.3 server as the edge router is one (a Go server issuing session tickets).
@@ -234,21 +231,15 @@ func keys[V any](m map[string]V) []string {
 	return out
 }
 
-// clientCert is a self-signed client certificate, as the identity's is to the controller.
+// clientCert is a client certificate, as the identity's is to the controller.
 func clientCert(t *testing.T) *tls.Certificate {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	leaf := testpki.NewCA(t, "test CA").Client(t, "agent", time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	cert, err := tls.X509KeyPair(leaf.CertPEM, leaf.KeyPEM)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "agent"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	return &cert
 }
 
 // A tick on a restored session whose controller ticket the controller refuses (restarted) makes a
