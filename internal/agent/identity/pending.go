@@ -4,10 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 
 	"golang.org/x/sys/unix"
+
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/capread"
 )
 
 // RefusedSuffix names where a pending file that is not this agent's renewal is set aside.
@@ -36,21 +37,12 @@ func readPending(path string) ([]byte, error) {
 	}
 	f := os.NewFile(uintptr(fd), path)
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
+	raw, err := capread.Regular(f, maxFile, fmt.Errorf("larger than %d bytes", maxFile), nil)
+	var notRegular *capread.NotRegularError
+	if errors.As(err, &notRegular) {
+		return nil, &errForeign{why: "it is " + err.Error()}
 	}
-	if !fi.Mode().IsRegular() {
-		return nil, &errForeign{why: fmt.Sprintf("it is not a regular file (%s)", fi.Mode().Type())}
-	}
-	raw, err := io.ReadAll(io.LimitReader(f, maxFile+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(raw) > maxFile {
-		return nil, fmt.Errorf("larger than %d bytes", maxFile)
-	}
-	return raw, nil
+	return raw, err
 }
 
 // pendingOf parses the pending file raw and checks it is a renewal of old: old's file but for an

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/compose"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/release"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/state"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/capread"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/protocol"
 )
 
@@ -349,21 +349,17 @@ func readRegular(root *os.Root, p string, limit int, want fs.FileInfo) ([]byte, 
 		return nil, err
 	}
 	defer f.Close()
-	if fi, err := f.Stat(); err != nil {
-		return nil, err
-	} else if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file (%s)", p, fi.Mode().Type())
-	} else if want != nil && !os.SameFile(fi, want) {
-		return nil, fmt.Errorf("%s was replaced while it was read", p)
+	raw, err := capread.Regular(f, int64(limit), fmt.Errorf("holds more than %d MiB", maxReleaseBytes>>20), func(fi fs.FileInfo) error {
+		if want != nil && !os.SameFile(fi, want) {
+			return fmt.Errorf("%s was replaced while it was read", p)
+		}
+		return nil
+	})
+	var notRegular *capread.NotRegularError
+	if errors.As(err, &notRegular) {
+		return nil, fmt.Errorf("%s is %w", p, err)
 	}
-	raw, err := io.ReadAll(io.LimitReader(f, int64(limit)+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(raw) > limit {
-		return nil, fmt.Errorf("holds more than %d MiB", maxReleaseBytes>>20)
-	}
-	return raw, nil
+	return raw, err
 }
 
 // runRelease brings up the release in dir that judgeRelease just judged, as a revert and a drift

@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
 	"maps"
@@ -32,6 +31,7 @@ import (
 	"golang.org/x/oauth2"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/atomicfile"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/capread"
 )
 
 // The sdk transport keeps the controller API session it authenticated in a file of state_dir,
@@ -303,17 +303,13 @@ func readSessionRecord(path string) (*sessionRecord, error) {
 		return nil, err
 	}
 	defer f.Close()
-	if fi, err := f.Stat(); err != nil {
-		return nil, err
-	} else if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("it is not a regular file (%s)", fi.Mode().Type())
+	data, err := capread.Regular(f, maxSessionFile, fmt.Errorf("larger than %d bytes", maxSessionFile), nil)
+	var notRegular *capread.NotRegularError
+	if errors.As(err, &notRegular) {
+		return nil, fmt.Errorf("it is %w", err)
 	}
-	data, err := io.ReadAll(io.LimitReader(f, maxSessionFile+1))
 	if err != nil {
 		return nil, err
-	}
-	if len(data) > maxSessionFile {
-		return nil, fmt.Errorf("larger than %d bytes", maxSessionFile)
 	}
 	return parseSessionRecord(data)
 }

@@ -1,8 +1,14 @@
-// Package capread bounds what is read of an answer from outside: past the cap a read fails with
-// the caller's error, so an endless or oversized body is refused rather than read into memory.
+// Package capread bounds what is read of an answer or a file from outside: past the cap a read
+// fails with the caller's error, so an endless or oversized body is refused rather than read into
+// memory; a file is read only when it is a regular file (Regular).
 package capread
 
-import "io"
+import (
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+)
 
 // Reader reads at most a cap's bytes of R; a body of exactly the cap reads whole.
 type Reader struct {
@@ -31,4 +37,29 @@ func (c *Reader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.left -= int64(n)
 	return n, err
+}
+
+// NotRegularError: Regular was given a FIFO, a device, a directory or a link, not a file.
+type NotRegularError struct{ Type fs.FileMode }
+
+func (e *NotRegularError) Error() string { return fmt.Sprintf("not a regular file (%s)", e.Type) }
+
+// Regular reads f, which must be a regular file (else a *NotRegularError), to at most max bytes
+// (more: tooLarge). check, when set, may refuse the file by what it is before a byte is read.
+// Open f with O_NONBLOCK: a FIFO put where a file was then cannot hang the caller at the open,
+// and is refused here before it is read.
+func Regular(f *os.File, max int64, tooLarge error, check func(fs.FileInfo) error) ([]byte, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, &NotRegularError{Type: fi.Mode().Type()}
+	}
+	if check != nil {
+		if err := check(fi); err != nil {
+			return nil, err
+		}
+	}
+	return io.ReadAll(New(f, max, tooLarge))
 }
