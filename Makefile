@@ -47,10 +47,14 @@ integration-setup: ## install what the integration tests need (compose plugin, r
 # package that passes without running a test, as after a TestMain that exits before m.Run, fails).
 test-integration: integration-setup ## tests against the real Docker engine, compose v2, registry and OpenBao; fails on any skipped test
 	$(GO) build -o bin/noskip ./internal/dev/cmd/noskip
-	set -eo pipefail; for m in $(MODULES); do \
+	@# The modules run side by side (the packaging module's box tests wait on systemd in
+	@# containers, the agent's on compose and the mesh); each line says which module it is from.
+	set -o pipefail; pids=(); for m in $(MODULES); do \
 	  echo "== go test -tags integration in $$m"; \
-	  CI=$${CI:-true} $(GO) -C $$m test -json -count=1 -tags integration -timeout 40m ./... | bin/noskip; \
-	done
+	  ( CI=$${CI:-true} $(GO) -C $$m test -json -count=1 -tags integration -timeout 40m ./... | bin/noskip 2>&1 | sed -u "s|^|[$$m] |" ) & pids+=($$!); \
+	done; \
+	rc=0; for p in "$${pids[@]}"; do wait $$p || rc=1; done; \
+	if [ $$rc -ne 0 ]; then echo "test-integration: FAILED (the lines above say which module)" >&2; fi; exit $$rc
 
 fuzz: ## run every fuzz target for FUZZTIME each (a duration or a count, e.g. 3000x); fails if any target fails
 	@# One instrumented test binary per package (go test -c -fuzz), each target run from it in the
