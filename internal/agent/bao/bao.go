@@ -11,7 +11,6 @@ import (
 	"io/fs"
 	"net/http"
 	"net/url"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -21,6 +20,7 @@ import (
 	"github.com/openbao/openbao/api/v2"
 	"golang.org/x/sync/errgroup"
 
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/capread"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/neterr"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/noredirect"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/secret"
@@ -177,9 +177,18 @@ func httpClient(opts Options) (*http.Client, error) {
 	return &hc, nil
 }
 
+// maxCAFile bounds what is read of the CA file: a bundle of a few hundred certificates.
+const maxCAFile = 4 << 20
+
+// ReadCAFile reads the CA file: only a regular file (capread.File: a FIFO in its place cannot
+// hang a tick) of at most 4 MiB.
+func ReadCAFile(path string) ([]byte, error) {
+	return capread.File(path, maxCAFile, fmt.Errorf("larger than %d bytes", maxCAFile))
+}
+
 // loadCA returns the CA file's pool, nil when it does not exist (optional: system roots apply).
 func loadCA(path string) (*x509.CertPool, error) {
-	b, err := os.ReadFile(path)
+	b, err := ReadCAFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}

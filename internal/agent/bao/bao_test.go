@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -645,6 +646,10 @@ func TestTLS(t *testing.T) {
 	wrongCA := writeFile(t, "wrong.pem", selfSignedPEM(t))
 	garbage := writeFile(t, "garbage.pem", []byte("not a certificate"))
 	missing := filepath.Join(t.TempDir(), "absent.pem")
+	fifo := filepath.Join(t.TempDir(), "fifo.pem") // a plain open would wait for a writer
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	insecure := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
 
 	for _, tc := range []struct {
@@ -661,6 +666,7 @@ func TestTLS(t *testing.T) {
 		{"no CA file: system roots", bao.Options{Addr: fake.URL}, false, true},
 		{"caller asks for InsecureSkipVerify", bao.Options{Addr: fake.URL, HTTPClient: insecure}, false, true},
 		{"CA file that holds no certificate", bao.Options{Addr: fake.URL, CAFile: garbage}, true, false},
+		{"a FIFO in the CA file's place", bao.Options{Addr: fake.URL, CAFile: fifo}, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := bao.New(tc.opts)

@@ -3,10 +3,10 @@ package cli
 import (
 	"errors"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"time"
 
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/bao"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/config"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/diskspace"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/identity"
@@ -117,7 +117,7 @@ func horizons(cfg *config.Config) (cert, ca, baoCA time.Time) {
 			ca = f.CA.Earliest().NotAfter
 		}
 	}
-	if raw, err := os.ReadFile(cfg.Bao.CAFile); err == nil {
+	if raw, err := bao.ReadCAFile(cfg.Bao.CAFile); err == nil {
 		if b, err := horizon.ParsePEM(raw); err == nil {
 			baoCA = b.Earliest().NotAfter
 		}

@@ -19,6 +19,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/window"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/capread"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/yamldoc"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/protocol"
@@ -55,9 +56,10 @@ func (e *Error) Unwrap() error { return e.Err }
 // maxSize bounds what is read: a config is a few hundred bytes.
 const maxSize = 1 << 20
 
-// Load parses the file at path; every failure is a *Error (fs.ErrNotExist still matches).
+// Load parses the file at path; every failure is a *Error (fs.ErrNotExist still matches). Only
+// a regular file is read (capread.Open: a FIFO in its place cannot hang a tick).
 func Load(path string) (*Config, error) {
-	f, err := os.Open(path)
+	f, _, err := capread.Open(path)
 	if err != nil {
 		return nil, &Error{File: path, Msg: "cannot read: " + errText(err), Err: err}
 	}

@@ -13,17 +13,24 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
 
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/capread"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/horizon"
 )
 
 // maxFile bounds what is read: an identity file is a few kilobytes.
 const maxFile = 1 << 20
+
+// ReadFile reads an identity file or a file it references: only a regular file (capread.File:
+// a FIFO in its place cannot hang a tick) of at most 1 MiB. It is the default of every reader
+// of this package and of the transport's identity check.
+func ReadFile(path string) ([]byte, error) {
+	return capread.File(path, maxFile, fmt.Errorf("larger than %d bytes", maxFile))
+}
 
 // File is a ziti identity file as the agent reads and renews it. Every field of the file is kept
 // on a rewrite, so what newer SDKs add survives a renewal.
@@ -44,11 +51,11 @@ type File struct {
 	id  map[string]json.RawMessage
 }
 
-// Parse reads an identity file; readFile resolves file references (nil: os.ReadFile). Every
+// Parse reads an identity file; readFile resolves file references (nil: ReadFile). Every
 // fault is an error naming the field; nothing here panics on any input.
 func Parse(raw []byte, readFile func(string) ([]byte, error)) (*File, error) {
 	if readFile == nil {
-		readFile = os.ReadFile
+		readFile = ReadFile
 	}
 	if len(raw) > maxFile {
 		return nil, fmt.Errorf("larger than %d bytes", maxFile)

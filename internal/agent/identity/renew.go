@@ -97,7 +97,7 @@ type Renewer struct {
 	Log        *slog.Logger
 	// Step, when set, runs after each of Steps; its error stops the renewal there like a kill.
 	Step func(name string) error
-	// ReadFile resolves the identity's file references (nil: os.ReadFile).
+	// ReadFile resolves the identity's file references (nil: ReadFile).
 	ReadFile func(string) ([]byte, error)
 	Perms    Perms
 	// Forget lists files to delete after a verified renewal: caches of a controller session
@@ -154,7 +154,7 @@ func (r *Renewer) askEvery() time.Duration {
 func (r *Renewer) read(path string) (*File, error) {
 	readFile := r.ReadFile
 	if readFile == nil {
-		readFile = os.ReadFile
+		readFile = ReadFile
 	}
 	raw, err := readFile(path)
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"unicode"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/atomicfile"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/capread"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/clip"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/secret"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/strictjson"
@@ -171,7 +172,7 @@ const maxConfigBytes = 64 << 10
 // them. A missing config is no secret and no error; an unreadable one is an error that never
 // quotes the file.
 func ReadDockerConfig(dir string) ([]secret.Value, error) {
-	f, err := os.Open(filepath.Join(dir, ConfigFile))
+	f, _, err := capread.Open(filepath.Join(dir, ConfigFile))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	} else if err != nil {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/secret"
@@ -276,5 +277,15 @@ func TestReadDockerConfig(t *testing.T) {
 	}
 	if _, err := ReadDockerConfig(dir); err == nil || !strings.Contains(err.Error(), "larger than") {
 		t.Errorf("an oversized config: %v", err)
+	}
+	// A FIFO in its place is refused at once: a plain open would wait for a writer.
+	if err := os.Remove(filepath.Join(dir, ConfigFile)); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(dir, ConfigFile), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadDockerConfig(dir); err == nil || !strings.Contains(err.Error(), "not a regular file (fifo)") {
+		t.Errorf("a FIFO in the config's place: %v", err)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/atomicfile"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/capread"
 )
 
 // Names inside an environment directory.
@@ -97,7 +98,7 @@ func restage(final, sha string, paths []string, files map[string]string, env str
 	if fi, err := os.Lstat(final); err != nil {
 		return nil, fmt.Errorf("release: stage %s: %w", sha, err)
 	} else if !fi.IsDir() {
-		return fmt.Errorf("%s is not a directory (%s)", final, typeName(fi.Mode())), nil
+		return fmt.Errorf("%s is not a directory (%s)", final, capread.TypeName(fi.Mode())), nil
 	}
 	root, err := os.OpenRoot(final)
 	if err != nil {
@@ -165,9 +166,9 @@ func CheckStaged(root *os.Root, p string) (fs.FileInfo, error) {
 		last := i == len(parts)-1
 		switch {
 		case !last && !fi.IsDir():
-			return nil, &shapeError{fmt.Sprintf("%s is not a directory (%s)", sub, typeName(fi.Mode()))}
+			return nil, &shapeError{fmt.Sprintf("%s is not a directory (%s)", sub, capread.TypeName(fi.Mode()))}
 		case last && !fi.Mode().IsRegular():
-			return nil, &shapeError{fmt.Sprintf("%s is not a regular file (%s)", sub, typeName(fi.Mode()))}
+			return nil, &shapeError{fmt.Sprintf("%s is not a regular file (%s)", sub, capread.TypeName(fi.Mode()))}
 		}
 	}
 	return fi, nil
@@ -177,19 +178,6 @@ func CheckStaged(root *os.Root, p string) (fs.FileInfo, error) {
 type shapeError struct{ msg string }
 
 func (e *shapeError) Error() string { return e.msg }
-
-// typeName names a file mode's type for an error: "symlink", "fifo", "directory".
-func typeName(m fs.FileMode) string {
-	switch {
-	case m&fs.ModeSymlink != 0:
-		return "symlink"
-	case m&fs.ModeNamedPipe != 0:
-		return "fifo"
-	case m.IsDir():
-		return "directory"
-	}
-	return m.Type().String()
-}
 
 // stageFresh writes a complete staging directory and moves it to releases/<sha>.
 func stageFresh(envDir, sha string, paths []string, files map[string]string, env string) (string, error) {

@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/atomicfile"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/capread"
 )
 
 // The reserve keeps state.json's records when the disk is full. A failed save (ENOSPC, EDQUOT)
@@ -33,6 +34,10 @@ const ReserveSuffix = ".reserve"
 
 // minReserveSlot is a slot's least size: ten times a busy box's state.json.
 const minReserveSlot = 64 << 10
+
+// maxReserveFile bounds what is read of the reserve: two slots, each of room for twice a state
+// (reserveSlotFor) of at most MaxFile.
+const maxReserveFile = 4*MaxFile + 2*minReserveSlot
 
 // reserveMagic starts every slot's header line; an empty slot has none.
 const reserveMagic = "monky-deployd state reserve 1 "
@@ -93,7 +98,7 @@ func hashOf(b []byte) string {
 
 // fileHash is the hash of path's content, "none" when it does not exist.
 func fileHash(path string) (string, error) {
-	b, err := os.ReadFile(path)
+	b, err := readFile(path, MaxFile)
 	if errors.Is(err, fs.ErrNotExist) {
 		return "none", nil
 	}
@@ -109,7 +114,7 @@ func readReserve(path, over string) (content []byte, seq uint64, slot int, found
 	if !reserveHoldsASave(path) {
 		return nil, 0, 0, false
 	}
-	b, err := os.ReadFile(path + ReserveSuffix)
+	b, err := readFile(path+ReserveSuffix, maxReserveFile)
 	if err != nil || len(b) < 2 || len(b)%2 != 0 {
 		return nil, 0, 0, false
 	}
@@ -128,13 +133,12 @@ func readReserve(path, over string) (content []byte, seq uint64, slot int, found
 // the slots (128 KiB at least): every Load asks, and on a box whose disk was never full the
 // answer is no.
 func reserveHoldsASave(path string) bool {
-	f, err := os.Open(path + ReserveSuffix)
+	f, fi, err := capread.Open(path + ReserveSuffix)
 	if err != nil {
 		return false
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil || fi.Size() < 2 || fi.Size()%2 != 0 {
+	if fi.Size() < 2 || fi.Size()%2 != 0 {
 		return false
 	}
 	head := make([]byte, len(reserveMagic))

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/atomicfile"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/capread"
 )
 
 // Token sources.
@@ -412,13 +413,27 @@ func (e *CorruptError) Unwrap() error { return e.Err }
 // writeFile is atomicfile.WriteFile; tests make it meet a full disk.
 var writeFile = atomicfile.WriteFile
 
-// Load reads the state file: missing is the empty state, not a state is a *CorruptError. A save
-// the full disk refused and the reserve kept (reserve.go) is newer than the file: it is read.
+// MaxFile bounds what is read of state.json (a busy box's is a few KiB): a larger one is an
+// error, not a corrupt state, so nothing of it is moved aside.
+const MaxFile = 16 << 20
+
+// readFile reads one of the state's files: a regular file of at most max bytes (capread.File:
+// a FIFO put in its place cannot hang the tick).
+func readFile(path string, max int64) ([]byte, error) {
+	return capread.File(path, max, fmt.Errorf("larger than %d bytes", max))
+}
+
+// Load reads the state file: missing is the empty state, not a state is a *CorruptError (a FIFO,
+// a directory or a device in its place among them). A save the full disk refused and the reserve
+// kept (reserve.go) is newer than the file: it is read.
 func Load(path string) (*State, error) {
-	data, err := os.ReadFile(path)
+	data, err := readFile(path, MaxFile)
+	var notRegular *capread.NotRegularError
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		data = nil
+	case errors.As(err, &notRegular):
+		return nil, &CorruptError{Path: path, Err: notRegular}
 	case err != nil:
 		return nil, fmt.Errorf("state: read %s: %w", path, err)
 	}

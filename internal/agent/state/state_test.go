@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -69,12 +70,52 @@ func TestLoadCorrupt(t *testing.T) {
 	}
 }
 
+// A state file that cannot be read is no corrupt state: it may hold the box's state, and is not
+// moved aside. (Tests run as root, which reads whatever the modes say: a path through a file
+// stands for the file no one may read.)
 func TestLoadUnreadableIsNotCorrupt(t *testing.T) {
-	p := t.TempDir() // a directory: reading it fails for root too
-	_, err := Load(p)
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{filepath.Join(file, "state.json")} {
+		_, err := Load(p)
+		var ce *CorruptError
+		if err == nil || errors.As(err, &ce) {
+			t.Fatalf("Load(%s) = %v; want a plain read error", p, err)
+		}
+	}
+	// Past MaxFile the file is no state the agent wrote, but it may be one grown by a fault: it
+	// is an error, and nothing is moved aside.
+	big := filepath.Join(t.TempDir(), "state.json")
+	if err := os.WriteFile(big, append([]byte(`{"applied_sha": "`), make([]byte, MaxFile)...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load(big)
 	var ce *CorruptError
-	if err == nil || errors.As(err, &ce) {
-		t.Fatalf("Load(dir) = %v; want a plain read error", err)
+	if err == nil || errors.As(err, &ce) || !strings.Contains(err.Error(), "larger than") {
+		t.Fatalf("Load(a state.json past MaxFile) = %v; want a plain error saying it is too large", err)
+	}
+}
+
+// A FIFO, a directory or a device in state.json's place holds no state: it is a *CorruptError
+// (the tick moves it aside and starts afresh), said at once; a plain open of a FIFO would wait
+// for a writer, and the tick until systemd's timeout.
+func TestLoadNotARegularFileIsCorrupt(t *testing.T) {
+	dir := t.TempDir()
+	fifo, sub := filepath.Join(dir, "fifo"), filepath.Join(dir, "dir")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(sub, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for p, kind := range map[string]string{fifo: "fifo", sub: "directory", "/dev/null": "device"} {
+		_, err := Load(p)
+		var ce *CorruptError
+		if !errors.As(err, &ce) || ce.Path != p || !strings.Contains(err.Error(), "not a regular file ("+kind+")") {
+			t.Errorf("Load(%s) = %v; want a *CorruptError saying it is a %s", p, err, kind)
+		}
 	}
 }
 

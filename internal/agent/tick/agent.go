@@ -22,6 +22,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/state"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/token"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/atomicfile"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/capread"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/protocol"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/secret"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/version"
@@ -369,7 +370,7 @@ func (a *Agent) noteVersion() {
 		return
 	}
 	path := filepath.Join(a.cfg.StateDir, state.UpgradedFromFile)
-	b, err := os.ReadFile(path)
+	b, err := capread.File(path, 4<<10, errors.New("larger than 4 KiB"))
 	if errors.Is(err, fs.ErrNotExist) {
 		return
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -12,6 +11,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/compose"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/release"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/runner"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/capread"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/protocol"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/secret"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/strictjson"
@@ -268,7 +268,7 @@ type releaseMetaWire struct {
 // anything unusable gives defaults, and revert judges the release in full anyway.
 func readReleaseMeta(dir string) releaseMetaWire {
 	var m releaseMetaWire
-	raw, err := os.ReadFile(filepath.Join(dir, bundle.MetaFile))
+	raw, err := capread.File(filepath.Join(dir, bundle.MetaFile), bundle.MaxTotalBytes, errors.New("larger than a bundle"))
 	if err != nil || strictjson.Unmarshal(raw, &m) != nil {
 		m = releaseMetaWire{}
 	}

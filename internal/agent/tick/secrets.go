@@ -15,6 +15,7 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/registryauth"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/release"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/state"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/token"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/secret"
 )
 
@@ -31,7 +32,7 @@ func SecretsOnDisk(cfg *config.Config, st *state.State) (*secret.Redactor, error
 // addSecretsOnDisk adds to red what SecretsOnDisk holds: the tick seeds its own redactor with it
 // before a hold's text is redacted, since a held tick reads no KV value.
 func addSecretsOnDisk(red *secret.Redactor, cfg *config.Config, st *state.State) error {
-	if raw, err := os.ReadFile(cfg.TokenPath()); err == nil {
+	if raw, err := token.ReadFile(cfg.TokenPath()); err == nil {
 		red.Add(strings.TrimSpace(string(raw)))
 	}
 	// The registry credential never reaches the .env: it lives in the agent's Docker config.

@@ -10,12 +10,24 @@ import (
 	"unicode"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/atomicfile"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/capread"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/secret"
 )
 
+// MaxFile bounds what is read of the token and the bootstrap grant files: a token is a few
+// hundred bytes, a grant a few KiB.
+const MaxFile = 64 << 10
+
+// ReadFile reads the token or the bootstrap grant file: only a regular file (capread.File: a
+// FIFO in its place cannot hang a tick; a symlink an operator made is followed) of at most
+// MaxFile bytes. The error never quotes the file.
+func ReadFile(path string) ([]byte, error) {
+	return capread.File(path, MaxFile, fmt.Errorf("larger than %d bytes", MaxFile))
+}
+
 // Read returns the token at path, whitespace trimmed; a missing file is empty, no error.
 func Read(path string) (secret.Value, error) {
-	data, err := os.ReadFile(path)
+	data, err := ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return secret.Value{}, nil
 	}

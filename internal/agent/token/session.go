@@ -104,7 +104,7 @@ func (s *Session) ForCheckin(ctx context.Context) error {
 // bootstrap exchanges the kit's deploy grant for a first token and deletes the single-purpose
 // grant. offMeshQuiet makes a temporary login failure OffMesh: no warning, exit 0.
 func (s *Session) bootstrap(ctx context.Context, offMeshQuiet bool) error {
-	raw, err := os.ReadFile(s.Cfg.BootstrapFile)
+	raw, err := ReadFile(s.Cfg.BootstrapFile)
 	if errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("no OpenBao token and no bootstrap grant at %s: %w", s.Cfg.BootstrapFile, ErrNeedsKit)
 	}

@@ -36,7 +36,7 @@ func CheckIdentity(path string, readFile func(string) ([]byte, error)) error {
 // checkIdentity also returns the checked bytes, so the loader parses exactly what was checked.
 func checkIdentity(path string, readFile func(string) ([]byte, error)) ([]byte, error) {
 	if readFile == nil {
-		readFile = os.ReadFile
+		readFile = identity.ReadFile
 	}
 	fail := func(kind error, cause error, format string, args ...any) error {
 		return &IdentityError{Path: path, Reason: fmt.Sprintf(format, args...), Kind: kind, Err: cause}

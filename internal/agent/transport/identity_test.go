@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/openziti/identity"
@@ -158,6 +159,16 @@ func TestCheckIdentityOnDisk(t *testing.T) {
 	})
 	t.Run("directory", func(t *testing.T) {
 		if err := CheckIdentity(dir, nil); !errors.Is(err, ErrIdentityUnreadable) {
+			t.Fatalf("got %v", err)
+		}
+	})
+	// A FIFO in the identity's place is refused at once: a plain open would wait for a writer.
+	t.Run("fifo", func(t *testing.T) {
+		fifo := filepath.Join(t.TempDir(), "identity.json")
+		if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := CheckIdentity(fifo, nil); !errors.Is(err, ErrIdentityUnreadable) || !strings.Contains(err.Error(), "not a regular file (fifo)") {
 			t.Fatalf("got %v", err)
 		}
 	})

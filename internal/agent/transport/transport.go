@@ -52,7 +52,7 @@ type Options struct {
 
 	// Dialer replaces the SDK context (tests; New and RunProxy close it); IdentityFile is then unread.
 	Dialer ServiceDialer
-	// ReadFile replaces os.ReadFile for the identity pre-flight (tests).
+	// ReadFile replaces identity.ReadFile for the identity pre-flight (tests).
 	ReadFile func(string) ([]byte, error)
 
 	// Reload, for RunProxy: each receive replaces the ziti context with one built from the

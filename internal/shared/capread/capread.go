@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"syscall"
 )
 
 // Reader reads at most a cap's bytes of R; a body of exactly the cap reads whole.
@@ -42,7 +43,27 @@ func (c *Reader) Read(p []byte) (int, error) {
 // NotRegularError: Regular was given a FIFO, a device, a directory or a link, not a file.
 type NotRegularError struct{ Type fs.FileMode }
 
-func (e *NotRegularError) Error() string { return fmt.Sprintf("not a regular file (%s)", e.Type) }
+func (e *NotRegularError) Error() string {
+	return fmt.Sprintf("not a regular file (%s)", TypeName(e.Type))
+}
+
+// TypeName names the type of a file's mode in a journal line's words: symlink, fifo, directory,
+// socket, device, or the mode's own letters for anything else.
+func TypeName(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeSymlink != 0:
+		return "symlink"
+	case m&fs.ModeNamedPipe != 0:
+		return "fifo"
+	case m.IsDir():
+		return "directory"
+	case m&fs.ModeSocket != 0:
+		return "socket"
+	case m&fs.ModeDevice != 0:
+		return "device"
+	}
+	return m.Type().String()
+}
 
 // Regular reads f, which must be a regular file (else a *NotRegularError), to at most max bytes
 // (more: tooLarge). check, when set, may refuse the file by what it is before a byte is read.
@@ -61,5 +82,36 @@ func Regular(f *os.File, max int64, tooLarge error, check func(fs.FileInfo) erro
 			return nil, err
 		}
 	}
+	return io.ReadAll(New(f, max, tooLarge))
+}
+
+// Open opens path for reading, following symlinks, and returns it only when it is a regular
+// file (else a *NotRegularError). It never blocks: a FIFO put in the file's place would hold a
+// plain open until some writer came, and a tick until systemd's timeout. The caller closes it.
+func Open(path string) (*os.File, fs.FileInfo, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, nil, &os.PathError{Op: "open", Path: path, Err: &NotRegularError{Type: fi.Mode().Type()}}
+	}
+	return f, fi, nil
+}
+
+// File reads the regular file at path (Open), failing with tooLarge past max bytes. A missing
+// file is the open's error (fs.ErrNotExist), as with os.ReadFile.
+func File(path string, max int64, tooLarge error) ([]byte, error) {
+	f, _, err := Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
 	return io.ReadAll(New(f, max, tooLarge))
 }

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"testing"
 	"testing/iotest"
+	"time"
 )
 
 var errBig = errors.New("too large")
@@ -80,5 +81,67 @@ func TestRegular(t *testing.T) {
 	}
 	if b, _ := io.ReadAll(f); string(b) != "abcd" {
 		t.Errorf("a file check refused was read (%q left)", b)
+	}
+}
+
+// File (and Open under it) reads a regular file, through a symlink too, and refuses anything
+// else at once: a FIFO with no writer would hold a plain open forever, and one with a writer
+// that never writes a plain read.
+func TestFile(t *testing.T) {
+	dir := t.TempDir()
+	p := func(name string) string { return filepath.Join(dir, name) }
+	for name, body := range map[string]string{"four": "abcd", "five": "abcde"} {
+		if err := os.WriteFile(p(name), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("four", p("link")); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"fifo", "fifo-with-writer"} {
+		if err := syscall.Mkfifo(p(name), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(p("dir"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// A writer that holds the FIFO open and never writes.
+	w, err := os.OpenFile(p("fifo-with-writer"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+
+	for _, name := range []string{"four", "link"} {
+		if b, err := File(p(name), 4, errBig); err != nil || string(b) != "abcd" {
+			t.Errorf("%s, exactly the cap: %q, %v", name, b, err)
+		}
+	}
+	if _, err := File(p("five"), 4, errBig); !errors.Is(err, errBig) {
+		t.Errorf("a file past the cap: %v, want %v", err, errBig)
+	}
+	if _, err := File(p("missing"), 4, errBig); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a missing file: %v, want fs.ErrNotExist", err)
+	}
+	for _, tc := range []struct {
+		path, kind string
+	}{
+		{p("fifo"), "fifo"}, {p("fifo-with-writer"), "fifo"}, {p("dir"), "directory"}, {"/dev/null", "device"},
+	} {
+		done := make(chan error, 1)
+		go func() {
+			_, err := File(tc.path, 4, errBig)
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			var nr *NotRegularError
+			if !errors.As(err, &nr) || !strings.Contains(err.Error(), tc.path) || !strings.Contains(err.Error(), "not a regular file ("+tc.kind+")") {
+				t.Errorf("%s: %v, want a NotRegularError naming the path and %q", tc.path, err, tc.kind)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: File still waits after 10 s", tc.path)
+		}
 	}
 }
