@@ -9,7 +9,9 @@
 // runs, never one filtered with -run: a package with no test matching would fail it.
 //
 // A fuzz target that skips one of its inputs (t.Skip inside f.Fuzz) skipped no test: the
-// target ran and filtered that input, so subtests of a Fuzz* target are not counted.
+// target ran and filtered that input, so subtests of a Fuzz* target are not counted. A target
+// whose every input skipped, or that passed with no input at all, checked nothing: it fails the
+// run as a skip does.
 package main
 
 import (
@@ -48,6 +50,10 @@ func run(in io.Reader, out, errw io.Writer) int {
 	ran := map[string]int{}       // package → tests that ended in it
 	var skips []skip
 	var empty []string // packages that passed without running a test
+	// inputs counts each fuzz target's inputs that passed and that skipped: a target whose every
+	// input skipped, or that passed with no input at all, checked nothing.
+	inputs := map[string]*fuzzInputs{}
+	var fuzzTargets []string // package + target, in the order they ended
 	failed, tests, lines := false, 0, 0
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
@@ -71,6 +77,18 @@ func run(in io.Reader, out, errw io.Writer) int {
 			}
 			held[key] = append(held[key], e.Output)
 		case "pass":
+			if top, ok := fuzzTarget(e.Test); ok {
+				in := inputs[e.Package+"\x00"+top]
+				if in == nil {
+					in = &fuzzInputs{}
+					inputs[e.Package+"\x00"+top] = in
+				}
+				if top == e.Test {
+					fuzzTargets = append(fuzzTargets, e.Package+"\x00"+top)
+				} else {
+					in.passed++
+				}
+			}
 			if e.Test != "" {
 				tests++
 				ran[e.Package]++
@@ -93,6 +111,13 @@ func run(in io.Reader, out, errw io.Writer) int {
 				continue
 			}
 			if fuzzInput(e.Test) {
+				top, _ := fuzzTarget(e.Test)
+				in := inputs[e.Package+"\x00"+top]
+				if in == nil {
+					in = &fuzzInputs{}
+					inputs[e.Package+"\x00"+top] = in
+				}
+				in.skipped++
 				delete(held, key)
 				continue
 			}
@@ -121,6 +146,20 @@ func run(in io.Reader, out, errw io.Writer) int {
 	for _, p := range empty {
 		fmt.Fprintf(out, "--- NO TEST RAN: %s\n", p)
 	}
+	idle := 0
+	for _, k := range fuzzTargets {
+		in := inputs[k]
+		if in.passed > 0 {
+			continue
+		}
+		pkg, target, _ := strings.Cut(k, "\x00")
+		idle++
+		if in.skipped > 0 {
+			fmt.Fprintf(out, "--- EVERY INPUT SKIPPED: %s %s (%d inputs)\n", pkg, target, in.skipped)
+		} else {
+			fmt.Fprintf(out, "--- NO INPUT RAN: %s %s\n", pkg, target)
+		}
+	}
 	code := 0
 	if len(skips) > 0 {
 		fmt.Fprintf(errw, "noskip: %d test(s) skipped where every test must run (CI set): each one above; "+
@@ -130,6 +169,11 @@ func run(in io.Reader, out, errw io.Writer) int {
 	if len(empty) > 0 {
 		fmt.Fprintf(errw, "noskip: %d package(s) passed without running a test: each one above; a TestMain that exits "+
 			"before m.Run skips every test unseen: run m.Run and stop each test through itest.Unavailable so it fails here\n", len(empty))
+		code = 1
+	}
+	if idle > 0 {
+		fmt.Fprintf(errw, "noskip: %d fuzz target(s) passed without checking an input: each one above; give the target "+
+			"a seed (f.Add or testdata/fuzz) that it does not skip\n", idle)
 		code = 1
 	}
 	if failed {
@@ -144,6 +188,15 @@ func run(in io.Reader, out, errw io.Writer) int {
 		fmt.Fprintf(out, "noskip: %d tests ran, none skipped\n", tests)
 	}
 	return code
+}
+
+// fuzzInputs is what a fuzz target's inputs did.
+type fuzzInputs struct{ passed, skipped int }
+
+// fuzzTarget is the fuzz target test belongs to (itself, or the target of an input).
+func fuzzTarget(test string) (string, bool) {
+	top, _, _ := strings.Cut(test, "/")
+	return top, strings.HasPrefix(top, "Fuzz")
 }
 
 // fuzzInput: a subtest of a fuzz target is one of its inputs (seed#N or a corpus file).

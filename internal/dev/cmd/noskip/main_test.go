@@ -80,6 +80,18 @@ func TestNoskip(t *testing.T) {
 			map[string]string{"other/o_test.go": "package other\n\nimport \"testing\"\n\nfunc TestO(t *testing.T) {}\n"},
 			1, []string{"ok  \texample.com/m\t", "--- NO TEST RAN: example.com/m\n", "noskip: 1 package(s) passed without running a test"},
 			[]string{"none skipped", "NO TEST RAN: example.com/m/", "skipped where"}},
+		// A fuzz target whose every input skipped, or that had none, passed having checked nothing.
+		{"a fuzz target whose every input skipped fails the run", header +
+			"func TestA(t *testing.T) {}\n" +
+			"func FuzzF(f *testing.F) { f.Add(0); f.Add(1); f.Fuzz(func(t *testing.T, n int) { t.Skip(\"no docker\") }) }\n",
+			nil, 1, []string{"--- EVERY INPUT SKIPPED: example.com/m FuzzF (2 inputs)", "noskip: 1 fuzz target(s) passed without checking an input"},
+			[]string{"none skipped"}},
+		{"a fuzz target without an input fails the run", header +
+			"func TestA(t *testing.T) {}\n" +
+			"func FuzzF(f *testing.F) { f.Fuzz(func(t *testing.T, n int) {}) }\n" +
+			"func FuzzG(f *testing.F) { f.Add(0); f.Fuzz(func(t *testing.T, n int) {}) }\n",
+			nil, 1, []string{"--- NO INPUT RAN: example.com/m FuzzF\n", "noskip: 1 fuzz target(s) passed without checking an input"},
+			[]string{"none skipped", "FuzzG"}},
 		{"test files without a test fail the run", header + "func BenchmarkA(b *testing.B) {}\n",
 			map[string]string{"other/o_test.go": "package other\n\nimport \"testing\"\n\nfunc TestO(t *testing.T) {}\n"},
 			1, []string{"--- NO TEST RAN: example.com/m\n", "noskip: 1 package(s) passed without running a test"}, []string{"none skipped"}},
