@@ -191,12 +191,7 @@ func BenchmarkConvergedTickProcess(b *testing.B) {
 	beforeBin, wave1Bin := filepath.Join(dir, "monky-deployd-before"), filepath.Join(dir, "monky-deployd-wave1")
 	gitbuild.Build(b, gitbuild.Rev(gitbuild.Before), "./cmd/deployd", beforeBin)
 	gitbuild.Build(b, gitbuild.Wave1, "./cmd/deployd", wave1Bin)
-	lowerBin := filepath.Join(dir, "ticklowerbound")
-	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", lowerBin, "../../dev/cmd/ticklowerbound")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		b.Fatalf("go build ticklowerbound: %v\n%s", err, out)
-	}
+	lowerBin := buildLowerBound(b, dir)
 	cfgPath, ts, cleanup := convergedBoxWithTenancy(b, dir, dockerBin)
 	defer cleanup()
 	stateDir := filepath.Join(dir, "state")
@@ -344,5 +339,56 @@ func TestMedian(t *testing.T) {
 		if !slices.Equal(in, tc.in) {
 			t.Errorf("median reordered its argument: %v, was %v", tc.in, in)
 		}
+	}
+}
+
+// buildLowerBound builds ticklowerbound into dir.
+func buildLowerBound(tb testing.TB, dir string) string {
+	tb.Helper()
+	bin := filepath.Join(dir, "ticklowerbound")
+	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, "../../dev/cmd/ticklowerbound")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		tb.Fatalf("go build ticklowerbound: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// ticklowerbound, the benchmark's lower bound, does a converged tick's outside work as the tick
+// does it (its report is one tenancy takes: the applied sha and the containers), and exits
+// non-zero when any of it fails, so that runProcess fails the benchmark rather than timing a
+// program that did less.
+func TestTickLowerBoundDoesATicksOutsideWork(t *testing.T) {
+	dir := t.TempDir()
+	_, dockerBin := buildBinaries(t, filepath.Join(dir, "bin"))
+	lowerBin := buildLowerBound(t, filepath.Join(dir, "bin"))
+	cfgPath, ts, cleanup := convergedBoxWithTenancy(t, dir, dockerBin)
+	defer cleanup()
+	stateDir := filepath.Join(dir, "state")
+	st, err := state.Load(filepath.Join(stateDir, "state.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := func(docker string) []string {
+		return []string{ts.URL, docker, cfgPath, filepath.Join(stateDir, "state.json"), filepath.Join(stateDir, "bao.token")}
+	}
+	if out, err := exec.Command(lowerBin, args(filepath.Join(dir, "docker-env"))...).CombinedOutput(); err != nil {
+		t.Fatalf("ticklowerbound: %v\n%s", err, out)
+	}
+	cs, rs := ts.Checkins(benchEnv), ts.Reports(benchEnv)
+	if len(cs) != 1 || cs[0].Response == nil || cs[0].Response.Action != "none" {
+		t.Errorf("check-ins: %+v", cs)
+	}
+	if len(rs) != 1 || rs[0].Report.Sha != st.AppliedSha || rs[0].Report.Result != "applied" || len(rs[0].Report.Containers) != 2 {
+		t.Errorf("reports: %+v, want one of %s with its two containers", rs, st.AppliedSha)
+	}
+	if out, err := exec.Command(lowerBin, args("/bin/false")...).CombinedOutput(); err == nil {
+		t.Errorf("ticklowerbound exits 0 when compose ps fails:\n%s", out)
+	}
+	if err := os.WriteFile(filepath.Join(stateDir, "bao.token"), []byte("refused\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(lowerBin, args(filepath.Join(dir, "docker-env"))...).CombinedOutput(); err == nil {
+		t.Errorf("ticklowerbound exits 0 when tenancy refuses its check-in:\n%s", out)
 	}
 }
