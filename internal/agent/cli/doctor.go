@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/bao"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/config"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/diskspace"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/doctor"
@@ -20,6 +21,12 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/transport"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/protocol"
 )
+
+// doctorReadFile reads the identity (and the files it references) and bao.ca_file as the tick
+// does: only a regular file, a FIFO in its place refused at once rather than waited on (the tick
+// says `not a regular file (fifo)`, and the doctor an operator then runs hung on it), bounded by
+// the larger of the tick's caps (bao.ca_file's; identity.Parse bounds the identity itself).
+func doctorReadFile(path string) ([]byte, error) { return bao.ReadCAFile(path) }
 
 type doctorOptions struct {
 	json bool
@@ -49,7 +56,7 @@ func osDoctorDeps() doctorDeps {
 	return doctorDeps{
 		runner:      run,
 		stat:        doctor.OSStat,
-		readFile:    os.ReadFile,
+		readFile:    doctorReadFile,
 		self:        doctor.CurrentAccount(),
 		lookup:      doctor.LookupAccount,
 		userName:    doctor.UserName,

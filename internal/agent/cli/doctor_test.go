@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -325,5 +326,40 @@ func TestDoctorJudgesTheTicksEndpoint(t *testing.T) {
 	code, stdout, _ = box.run1(t)
 	if code != 1 || !strings.Contains(stdout, "none.sock, where the agent's docker connects, does not exist") {
 		t.Errorf("exit %d\n%s", code, stdout)
+	}
+}
+
+// doctor reads bao.ca_file (and the identity) as the tick does: a FIFO in its place is said at
+// once, `not a regular file (fifo)` as the tick says it; os.ReadFile waited for a writer, so the
+// doctor an operator ran to see why the tick failed hung on the very file.
+func TestDoctorDoesNotWaitOnAFIFO(t *testing.T) {
+	box := newDoctorBox(t)
+	box.deps.readFile = osDoctorDeps().readFile
+	cfg, err := config.Load(box.cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca := cfg.Bao.CAFile
+	must(t, os.Remove(ca))
+	must(t, syscall.Mkfifo(ca, 0o600))
+	type result struct {
+		code   int
+		stdout string
+	}
+	done := make(chan result, 1)
+	go func() {
+		code, stdout, _ := box.run1(t)
+		done <- result{code, stdout}
+	}()
+	select {
+	case r := <-done:
+		if want := ca + " cannot be read: " + filepath.Base(ca) + ": not a regular file (fifo)"; r.code != 1 || !strings.Contains(r.stdout, want) {
+			t.Errorf("doctor (exit %d) lacks %q:\n%s", r.code, want, r.stdout)
+		}
+	case <-time.After(10 * time.Second):
+		if w, err := os.OpenFile(ca, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			w.Close()
+		}
+		t.Fatal("doctor still waits on the FIFO at bao.ca_file after 10 s")
 	}
 }

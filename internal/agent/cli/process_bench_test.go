@@ -172,7 +172,9 @@ func fakeDockerCPU(tb testing.TB, log string) time.Duration {
 // compose ps → heartbeat) against loopback fakes, side by side with the same binary doing
 // nothing (`version`: the same packages linked, so the same init cost). Figures of record
 // (issue 24): median-cpu-over-baseline-ms (≤ 3 ms) and tick-maxrss-MiB (≤ 20 MiB);
-// baseline-cpu-ms against wave1-baseline-cpu-ms (the floor, ±10%).
+// interleaved-baseline-cpu-ms against wave1-baseline-cpu-ms (the floor, ±10%: both `version`s
+// from the interleaved loop; baseline-cpu-ms, from the first part, ran with warm caches and is no
+// match for wave 1's).
 //
 // It runs in two parts. First this binary alone, each tick just after its own `version`: the
 // median of those differences is the tick's own work with the machine's caches as the previous
@@ -191,12 +193,7 @@ func BenchmarkConvergedTickProcess(b *testing.B) {
 	beforeBin, wave1Bin := filepath.Join(dir, "monky-deployd-before"), filepath.Join(dir, "monky-deployd-wave1")
 	gitbuild.Build(b, gitbuild.Rev(gitbuild.Before), "./cmd/deployd", beforeBin)
 	gitbuild.Build(b, gitbuild.Wave1, "./cmd/deployd", wave1Bin)
-	lowerBin := filepath.Join(dir, "ticklowerbound")
-	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", lowerBin, "../../dev/cmd/ticklowerbound")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		b.Fatalf("go build ticklowerbound: %v\n%s", err, out)
-	}
+	lowerBin := buildLowerBound(b, dir)
 	cfgPath, ts, cleanup := convergedBoxWithTenancy(b, dir, dockerBin)
 	defer cleanup()
 	stateDir := filepath.Join(dir, "state")
@@ -252,6 +249,7 @@ func BenchmarkConvergedTickProcess(b *testing.B) {
 	b.ReportMetric(float64(max(alone.tickRSS, after.tickRSS))/1024, "tick-maxrss-MiB")
 	b.ReportMetric(float64(max(alone.baseRSS, after.baseRSS))/1024, "baseline-maxrss-MiB")
 	b.ReportMetric(med(after), "interleaved-median-cpu-over-baseline-ms")
+	b.ReportMetric(ms(after.baseCPU), "interleaved-baseline-cpu-ms")
 	b.ReportMetric(med(before), "before-interleaved-median-cpu-over-baseline-ms")
 	b.ReportMetric(ms(before.baseCPU), "before-baseline-cpu-ms")
 	b.ReportMetric(float64(before.tickRSS)/1024, "before-tick-maxrss-MiB")
@@ -344,5 +342,56 @@ func TestMedian(t *testing.T) {
 		if !slices.Equal(in, tc.in) {
 			t.Errorf("median reordered its argument: %v, was %v", tc.in, in)
 		}
+	}
+}
+
+// buildLowerBound builds ticklowerbound into dir.
+func buildLowerBound(tb testing.TB, dir string) string {
+	tb.Helper()
+	bin := filepath.Join(dir, "ticklowerbound")
+	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, "../../dev/cmd/ticklowerbound")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		tb.Fatalf("go build ticklowerbound: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// ticklowerbound, the benchmark's lower bound, does a converged tick's outside work as the tick
+// does it (its report is one tenancy takes: the applied sha and the containers), and exits
+// non-zero when any of it fails, so that runProcess fails the benchmark rather than timing a
+// program that did less.
+func TestTickLowerBoundDoesATicksOutsideWork(t *testing.T) {
+	dir := t.TempDir()
+	_, dockerBin := buildBinaries(t, filepath.Join(dir, "bin"))
+	lowerBin := buildLowerBound(t, filepath.Join(dir, "bin"))
+	cfgPath, ts, cleanup := convergedBoxWithTenancy(t, dir, dockerBin)
+	defer cleanup()
+	stateDir := filepath.Join(dir, "state")
+	st, err := state.Load(filepath.Join(stateDir, "state.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := func(docker string) []string {
+		return []string{ts.URL, docker, cfgPath, filepath.Join(stateDir, "state.json"), filepath.Join(stateDir, "bao.token")}
+	}
+	if out, err := exec.Command(lowerBin, args(filepath.Join(dir, "docker-env"))...).CombinedOutput(); err != nil {
+		t.Fatalf("ticklowerbound: %v\n%s", err, out)
+	}
+	cs, rs := ts.Checkins(benchEnv), ts.Reports(benchEnv)
+	if len(cs) != 1 || cs[0].Response == nil || cs[0].Response.Action != "none" {
+		t.Errorf("check-ins: %+v", cs)
+	}
+	if len(rs) != 1 || rs[0].Report.Sha != st.AppliedSha || rs[0].Report.Result != "applied" || len(rs[0].Report.Containers) != 2 {
+		t.Errorf("reports: %+v, want one of %s with its two containers", rs, st.AppliedSha)
+	}
+	if out, err := exec.Command(lowerBin, args("/bin/false")...).CombinedOutput(); err == nil {
+		t.Errorf("ticklowerbound exits 0 when compose ps fails:\n%s", out)
+	}
+	if err := os.WriteFile(filepath.Join(stateDir, "bao.token"), []byte("refused\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(lowerBin, args(filepath.Join(dir, "docker-env"))...).CombinedOutput(); err == nil {
+		t.Errorf("ticklowerbound exits 0 when tenancy refuses its check-in:\n%s", out)
 	}
 }

@@ -15,6 +15,13 @@ import (
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/state"
 )
 
+// currentDir is the release directory the box's `current` link names (releases/<sha>).
+func currentDir(box string) string {
+	env := filepath.Join(box, "state", benchEnv)
+	target, _ := os.Readlink(filepath.Join(env, "current"))
+	return filepath.Join(env, target)
+}
+
 // A FIFO put in place of any file a tick reads cannot hang the tick. A plain open of a FIFO
 // waits for a writer, and the timer's tick would wait until systemd's timeout, reporting nothing
 // meanwhile: each such file is opened without blocking and read only when it is a regular file.
@@ -58,6 +65,23 @@ func TestAFIFOInPlaceOfAFileTheTickReadsCannotHangIt(t *testing.T) {
 		{name: "the applied release's bundle.json", path: func(box string) string {
 			return filepath.Join(box, "state", benchEnv, "current", "bundle.json")
 		}, wantCode: 0, wantReport: true},
+		// A held tick reads the applied release to learn its secrets before it redacts the
+		// hold's reason: the release directory itself (os.OpenRoot opened it without O_DIRECTORY).
+		{name: "the applied release's directory, on a held box", path: currentDir, before: func(t *testing.T, box string) {
+			sp := filepath.Join(box, "state", "state.json")
+			st, err := state.Load(sp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			now := time.Now().UTC()
+			st.Hold = &state.Hold{Reason: "maintenance", By: "ops", Since: now, Until: now.Add(time.Hour)}
+			if err := state.Save(sp, st); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.RemoveAll(currentDir(box)); err != nil {
+				t.Fatal(err)
+			}
+		}, wantCode: 0, wantLog: "hold: the release's secrets could not all be read", wantReport: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			box := t.TempDir()

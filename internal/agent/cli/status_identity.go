@@ -82,7 +82,7 @@ func grantsOf(cfg *config.Config) []grantStatus {
 	for _, g := range []struct{ kind, path string }{
 		{"bootstrap", cfg.BootstrapFile}, {"lease", token.In(cfg).Grant},
 	} {
-		b, err := os.ReadFile(g.path)
+		b, err := token.ReadFile(g.path) // a FIFO in its place is refused, never waited on
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}

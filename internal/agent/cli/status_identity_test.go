@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -99,5 +100,47 @@ func TestStatusShowsTheHorizons(t *testing.T) {
 	code, stdout, _ = runCLI(t, nil, "--config", path, "status")
 	if code != 0 || !strings.Contains(stdout, "unreadable: identity "+id+": id.cert: no PEM CERTIFICATE block") {
 		t.Errorf("a garbage identity: exit %d\n%s", code, stdout)
+	}
+}
+
+// status reads the grants as the tick does: a FIFO in the bootstrap grant's (or the lease
+// grant's) place is said at once, not waited on (os.ReadFile waited for a writer, and the
+// operator's `status`, run to see why the tick refused the same FIFO, hung).
+func TestStatusDoesNotWaitOnAFIFOGrant(t *testing.T) {
+	dir := t.TempDir()
+	os.MkdirAll(dir+"/state", 0o700)
+	os.WriteFile(dir+"/state/state.json", []byte(`{"env_id":"env-qa-02"}`), 0o600)
+	for _, p := range []string{dir + "/bootstrap.jwt", dir + "/state/lease.jwt"} {
+		if err := syscall.Mkfifo(p, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := writeConfig(t, "env_id: env-qa-02\nsite: cbs\nstate_dir: "+dir+"/state\nbootstrap_file: "+dir+"/bootstrap.jwt\n")
+	type result struct {
+		code   int
+		stdout string
+	}
+	done := make(chan result, 1)
+	go func() {
+		code, stdout, _ := runCLI(t, nil, "--config", path, "status")
+		done <- result{code, stdout}
+	}()
+	select {
+	case r := <-done:
+		for _, want := range []string{
+			"bootstrap grant: " + dir + "/bootstrap.jwt: unreadable: open " + dir + "/bootstrap.jwt: not a regular file (fifo)",
+			"lease grant:     " + dir + "/state/lease.jwt: unreadable: open " + dir + "/state/lease.jwt: not a regular file (fifo)",
+		} {
+			if r.code != 0 || !strings.Contains(r.stdout, want) {
+				t.Errorf("status (exit %d) lacks %q:\n%s", r.code, want, r.stdout)
+			}
+		}
+	case <-time.After(10 * time.Second):
+		for _, p := range []string{dir + "/bootstrap.jwt", dir + "/state/lease.jwt"} {
+			if w, err := os.OpenFile(p, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+				w.Close()
+			}
+		}
+		t.Fatal("status still waits on the FIFO grants after 10 s")
 	}
 }

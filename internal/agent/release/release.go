@@ -49,6 +49,15 @@ var exchange = func(a, b string) error {
 // Dir is the directory of the release sha under envDir.
 func Dir(envDir, sha string) string { return filepath.Join(envDir, ReleasesDir, sha) }
 
+// OpenRoot is os.OpenRoot(dir) for a release directory, refusing at once anything that is not a
+// directory: os.OpenRoot opens its path without O_DIRECTORY, so a FIFO put in a release
+// directory's place held the open (and the tick, until systemd's timeout) until some writer
+// came. The trailing separator makes the kernel's own lookup require a directory (ENOTDIR),
+// in the same open, so a FIFO swapped in after a check is refused too.
+func OpenRoot(dir string) (*os.Root, error) {
+	return os.OpenRoot(dir + string(filepath.Separator))
+}
+
 // Stage writes the bundle files and the rendered .env (0600, dirs 0700) into releases/<sha> and
 // returns its directory. On error a new sha leaves nothing under the final name, and a re-stage
 // in place leaves each file old or new, complete; env never appears in an error.
@@ -100,7 +109,7 @@ func restage(final, sha string, paths []string, files map[string]string, env str
 	} else if !fi.IsDir() {
 		return fmt.Errorf("%s is not a directory (%s)", final, capread.TypeName(fi.Mode())), nil
 	}
-	root, err := os.OpenRoot(final)
+	root, err := OpenRoot(final)
 	if err != nil {
 		return nil, fmt.Errorf("release: stage %s: %w", sha, err)
 	}

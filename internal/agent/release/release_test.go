@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -959,5 +960,53 @@ func TestCheckSha(t *testing.T) {
 		if err := checkSha(bad); err == nil {
 			t.Errorf("checkSha(%q) accepted", bad)
 		}
+	}
+}
+
+// OpenRoot opens a release directory (through a symlink too) and refuses anything else at once:
+// os.OpenRoot's plain open of a FIFO waits for a writer.
+func TestOpenRootRefusesAFIFOAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	real, link, fifo := filepath.Join(dir, "real"), filepath.Join(dir, "link"), filepath.Join(dir, "fifo")
+	if err := os.Mkdir(real, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(real, "f"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("real", link); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{real, link} {
+		root, err := OpenRoot(p)
+		if err != nil {
+			t.Fatalf("OpenRoot(%s): %v", p, err)
+		}
+		if b, err := root.ReadFile("f"); err != nil || string(b) != "x" {
+			t.Errorf("OpenRoot(%s): f reads %q, %v", p, b, err)
+		}
+		root.Close()
+	}
+	done := make(chan error, 1)
+	go func() {
+		root, err := OpenRoot(fifo)
+		if err == nil {
+			root.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, unix.ENOTDIR) {
+			t.Errorf("OpenRoot(a FIFO) = %v, want ENOTDIR", err)
+		}
+	case <-time.After(10 * time.Second):
+		if w, err := os.OpenFile(fifo, os.O_WRONLY|unix.O_NONBLOCK, 0); err == nil {
+			w.Close()
+		}
+		t.Fatal("OpenRoot(a FIFO) still waits after 10 s")
 	}
 }

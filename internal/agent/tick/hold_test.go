@@ -3,9 +3,11 @@ package tick_test
 import (
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/release"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/state"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/tick"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/protocol"
@@ -253,5 +255,41 @@ func TestAHoldRedactedPastItsBoundsIsCutBack(t *testing.T) {
 	}
 	if !strings.HasPrefix(got.Reason, "*** *** ") || !strings.HasSuffix(got.Reason, "…") {
 		t.Errorf("check-in hold reason %q, want the masked reason cut", got.Reason)
+	}
+}
+
+// A held tick reads the applied release from disk to learn its secrets (seedHoldRedactor): a
+// FIFO put in the release directory's place is refused at once, as every file a tick reads is.
+// os.OpenRoot opened it without O_DIRECTORY and waited for a writer, and the tick until
+// systemd's timeout, reporting nothing meanwhile.
+func TestAHeldTickDoesNotWaitOnAFIFOInPlaceOfTheRelease(t *testing.T) {
+	h := newHarness(t)
+	sha := applied(t, h)
+	h.hold("maintenance", 4*time.Hour)
+	dir := release.Dir(h.cfg.EnvDir(), sha)
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(dir, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h.logs.Reset()
+	done := make(chan int, 1)
+	go func() { done <- h.tick() }()
+	select {
+	case code := <-done:
+		if code != tick.ExitOK {
+			t.Errorf("tick exit %d, want %d; journal:\n%s", code, tick.ExitOK, h.logs.String())
+		}
+	case <-time.After(10 * time.Second):
+		// Let the stuck open go: a writer's open ends the reader's wait.
+		if w, err := os.OpenFile(dir, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			w.Close()
+		}
+		t.Fatalf("the held tick still waits on the FIFO at %s after 10 s", dir)
+	}
+	h.expectLog("WARN hold: the release's secrets could not all be read")
+	if r := h.lastReport(); r.Sha != sha || !strings.Contains(r.Detail, "maintenance") {
+		t.Errorf("heartbeat = %+v", r)
 	}
 }

@@ -319,7 +319,7 @@ func readStaged(dir string, staged []string) (map[string]string, error) {
 
 // readReleaseFiles collects what pick reads (≤ maxReleaseBytes); a pick error: the release changed.
 func readReleaseFiles(dir string, pick func(root *os.Root, read func(p string, want fs.FileInfo) error) error) (map[string]string, error) {
-	root, err := os.OpenRoot(dir)
+	root, err := release.OpenRoot(dir)
 	if err != nil {
 		return nil, fmt.Errorf("release directory: %w", err)
 	}

@@ -3,7 +3,6 @@ package tick
 import (
 	"fmt"
 	"maps"
-	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -61,7 +60,7 @@ func addSecretsOnDisk(red *secret.Redactor, cfg *config.Config, st *state.State)
 	if err != nil {
 		return err
 	}
-	root, err := os.OpenRoot(dir)
+	root, err := release.OpenRoot(dir)
 	if err != nil {
 		return err
 	}

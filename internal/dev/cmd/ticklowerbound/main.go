@@ -79,7 +79,7 @@ func run(url, docker, cfgPath, statePath, tokenPath string) error {
 		cs = append(cs, c)
 	}
 	return post(url+"/v1/agent/report", bearer, map[string]any{
-		"env_id": st.EnvID, "applied_sha": st.AppliedSha, "result": "applied", "containers": cs,
+		"env_id": st.EnvID, "sha": st.AppliedSha, "result": "applied", "containers": cs,
 	}, nil)
 }
 
