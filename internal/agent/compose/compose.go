@@ -28,6 +28,15 @@ var ErrNoRedactor = errors.New("compose: no redactor configured")
 // DefaultPollInterval is how often WaitHealthy looks at the project when PollInterval is 0.
 const DefaultPollInterval = 2 * time.Second
 
+// DefaultPsTimeout bounds one `compose ps` when PsTimeout is 0. It answers in well under a
+// second; one that has not answered in a minute met an engine that hangs. Unbounded, it held a
+// converged tick until systemd's timeout (an hour) with no report, and the timer started no
+// other tick meanwhile.
+const DefaultPsTimeout = time.Minute
+
+// ErrNoAnswer is a docker command that did not answer within its bound (Ps): the engine hangs.
+var ErrNoAnswer = errors.New("no answer")
+
 // Docker runs docker commands for one compose project.
 type Docker struct {
 	Bin string // docker CLI (config docker_bin); "" means "docker"
@@ -39,6 +48,8 @@ type Docker struct {
 	Now       func() time.Time
 	// PollInterval is the pause between two looks in WaitHealthy; 0 means DefaultPollInterval.
 	PollInterval time.Duration
+	// PsTimeout bounds one `compose ps`; 0 means DefaultPsTimeout.
+	PsTimeout time.Duration
 	// Redact masks every secret the tick has read (it is the tick's own, so values added later
 	// count): a failed command's output is redacted before anything cuts it (CmdError).
 	Redact *secret.Redactor
@@ -127,7 +138,16 @@ func (d *Docker) Ps(ctx context.Context, dir, composeFile string) ([]protocol.Co
 	if err != nil {
 		return nil, err
 	}
-	res, err := d.run(ctx, "docker compose ps", workDir, append(args, "ps", "-a", "--format", "json")...)
+	timeout := d.PsTimeout
+	if timeout <= 0 {
+		timeout = DefaultPsTimeout
+	}
+	pctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	res, err := d.run(pctx, "docker compose ps", workDir, append(args, "ps", "-a", "--format", "json")...)
+	if err != nil && ctx.Err() == nil && errors.Is(pctx.Err(), context.DeadlineExceeded) {
+		return nil, fmt.Errorf("compose: docker compose ps: %w in %s, stopped: the docker engine does not answer (systemctl status docker)", ErrNoAnswer, timeout)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -180,8 +200,8 @@ func (d *Docker) ImagePrune(ctx context.Context) error {
 
 // WaitHealthy polls Ps until every container is Ready or timeout passes on d.Now's clock, and
 // returns whether it did and the last containers seen. sleep nil is a real ctx-aware sleep. A
-// failed `ps` is "not ready yet"; its error returns only if the last look failed, ctx ended, or
-// the CLI cannot start.
+// failed `ps`, or one that did not answer (ErrNoAnswer), is "not ready yet"; its error returns
+// only if the last look failed, ctx ended, or the CLI cannot start.
 func (d *Docker) WaitHealthy(ctx context.Context, dir, composeFile string, timeout time.Duration, sleep func(context.Context, time.Duration) error) (bool, []protocol.Container, error) {
 	if sleep == nil {
 		sleep = sleepCtx
@@ -201,7 +221,7 @@ func (d *Docker) WaitHealthy(ctx context.Context, dir, composeFile string, timeo
 			if AllReady(cs) {
 				return true, cs, nil
 			}
-		case ctx.Err() != nil || !errors.As(err, &cmdErr):
+		case ctx.Err() != nil || (!errors.As(err, &cmdErr) && !errors.Is(err, ErrNoAnswer)):
 			return false, last, err
 		}
 		left := deadline.Sub(d.now())

@@ -612,6 +612,67 @@ func TestWaitHealthy(t *testing.T) {
 	}
 }
 
+// hangs answers a docker call as an engine that hangs does: not at all, until the call's
+// context ends (runner.Exec then kills the CLI and returns the context's error).
+func hangs(ctx context.Context, c runner.Cmd) (runner.Result, error) {
+	<-ctx.Done()
+	return runner.Result{}, fmt.Errorf("runner: %s: %w", c.Name, ctx.Err())
+}
+
+// A `compose ps` the engine never answers is stopped after PsTimeout with ErrNoAnswer, which
+// says so: unbounded, it held a converged tick for systemd's hour with nothing reported.
+func TestPsStopsWhenTheEngineDoesNotAnswer(t *testing.T) {
+	d, fake := newDocker(t)
+	d.PsTimeout = 50 * time.Millisecond
+	fake.ExpectPrefix(bin, []string{"compose"}).Do(hangs)
+	done := make(chan error, 1)
+	go func() {
+		_, err := d.Ps(context.Background(), t.TempDir(), "docker-compose.yml")
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrNoAnswer) || !strings.Contains(err.Error(), "docker engine does not answer") || !strings.Contains(err.Error(), "50ms") {
+			t.Errorf("err = %v, want ErrNoAnswer naming the bound and the engine", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Ps still waits on an engine that does not answer after 10 s")
+	}
+	if d.PsTimeout = 0; DefaultPsTimeout != time.Minute {
+		t.Errorf("DefaultPsTimeout = %v, want a minute", DefaultPsTimeout)
+	}
+
+	// The tick's own context ending is that, not the engine's silence.
+	d2, fake2 := newDocker(t)
+	fake2.ExpectPrefix(bin, []string{"compose"}).Do(hangs)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := d2.Ps(ctx, t.TempDir(), "docker-compose.yml"); err == nil || errors.Is(err, ErrNoAnswer) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("err = %v, want the caller's deadline, not ErrNoAnswer", err)
+	}
+}
+
+// While waiting for health, a `ps` the engine did not answer is "not ready yet", as a failed one
+// is: the next look may find the project healthy.
+func TestWaitHealthyRetriesAPsThatDidNotAnswer(t *testing.T) {
+	d, fake := newDocker(t)
+	d.PsTimeout = 20 * time.Millisecond
+	clk := &clock{now: time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)}
+	d.Now = clk.Now
+	calls := 0
+	fake.ExpectPrefix(bin, []string{"compose"}).Times(2).Do(func(ctx context.Context, c runner.Cmd) (runner.Result, error) {
+		calls++
+		if calls == 1 {
+			return hangs(ctx, c)
+		}
+		return runner.Result{Stdout: []byte(psLine("api", "running", "healthy"))}, nil
+	})
+	ok, cs, err := d.WaitHealthy(context.Background(), t.TempDir(), "docker-compose.yml", time.Minute, clk.sleep)
+	if !ok || err != nil || len(cs) != 1 {
+		t.Errorf("ok=%v cs=%v err=%v; want healthy on the second look", ok, cs, err)
+	}
+}
+
 func TestWaitHealthyStopsWhenDockerCannotStart(t *testing.T) {
 	d, fake := newDocker(t)
 	clk := &clock{now: time.Unix(0, 0)}
