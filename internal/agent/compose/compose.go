@@ -48,7 +48,8 @@ type Docker struct {
 	Now       func() time.Time
 	// PollInterval is the pause between two looks in WaitHealthy; 0 means DefaultPollInterval.
 	PollInterval time.Duration
-	// PsTimeout bounds one `compose ps`; 0 means DefaultPsTimeout.
+	// PsTimeout bounds one `compose ps` (a look of WaitHealthy gets what is left of the wait if
+	// that is more); 0 means DefaultPsTimeout.
 	PsTimeout time.Duration
 	// Redact masks every secret the tick has read (it is the tick's own, so values added later
 	// count): a failed command's output is redacted before anything cuts it (CmdError).
@@ -134,18 +135,29 @@ func (d *Docker) Up(ctx context.Context, dir, composeFile string) error {
 
 // Ps lists every container, exited ones included (a heartbeat must see them); dir "" finds by name.
 func (d *Docker) Ps(ctx context.Context, dir, composeFile string) ([]protocol.Container, error) {
+	return d.ps(ctx, dir, composeFile, d.psTimeout())
+}
+
+func (d *Docker) psTimeout() time.Duration {
+	if d.PsTimeout <= 0 {
+		return DefaultPsTimeout
+	}
+	return d.PsTimeout
+}
+
+// ps is Ps killed after timeout without an answer (ErrNoAnswer).
+func (d *Docker) ps(ctx context.Context, dir, composeFile string, timeout time.Duration) ([]protocol.Container, error) {
 	args, workDir, err := d.optionalFileArgs(dir, composeFile)
 	if err != nil {
 		return nil, err
-	}
-	timeout := d.PsTimeout
-	if timeout <= 0 {
-		timeout = DefaultPsTimeout
 	}
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	res, err := d.run(pctx, "docker compose ps", workDir, append(args, "ps", "-a", "--format", "json")...)
 	if err != nil && ctx.Err() == nil && errors.Is(pctx.Err(), context.DeadlineExceeded) {
+		if timeout >= time.Second {
+			timeout = timeout.Round(time.Second) // what is left of a health wait: "4m58s"
+		}
 		return nil, fmt.Errorf("compose: docker compose ps: %w in %s, stopped: the docker engine does not answer (systemctl status docker)", ErrNoAnswer, timeout)
 	}
 	if err != nil {
@@ -201,7 +213,10 @@ func (d *Docker) ImagePrune(ctx context.Context) error {
 // WaitHealthy polls Ps until every container is Ready or timeout passes on d.Now's clock, and
 // returns whether it did and the last containers seen. sleep nil is a real ctx-aware sleep. A
 // failed `ps`, or one that did not answer (ErrNoAnswer), is "not ready yet"; its error returns
-// only if the last look failed, ctx ended, or the CLI cannot start.
+// only if the last look failed, ctx ended, or the CLI cannot start. A look may take what is
+// left of the wait, and never less than PsTimeout: the wait has its own bound,
+// and a slow engine's answer that comes within it counts (a minute's bound on each look failed,
+// and reverted, a release that was healthy when the engine took a minute and more to say so).
 func (d *Docker) WaitHealthy(ctx context.Context, dir, composeFile string, timeout time.Duration, sleep func(context.Context, time.Duration) error) (bool, []protocol.Container, error) {
 	if sleep == nil {
 		sleep = sleepCtx
@@ -213,7 +228,7 @@ func (d *Docker) WaitHealthy(ctx context.Context, dir, composeFile string, timeo
 	deadline := d.now().Add(timeout)
 	var last []protocol.Container
 	for {
-		cs, err := d.Ps(ctx, dir, composeFile)
+		cs, err := d.ps(ctx, dir, composeFile, max(d.psTimeout(), deadline.Sub(d.now())))
 		var cmdErr *CmdError
 		switch {
 		case err == nil:

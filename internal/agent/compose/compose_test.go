@@ -653,7 +653,9 @@ func TestPsStopsWhenTheEngineDoesNotAnswer(t *testing.T) {
 }
 
 // While waiting for health, a `ps` the engine did not answer is "not ready yet", as a failed one
-// is: the next look may find the project healthy.
+// is: the next look may find the project healthy. (A look may take what is left of the wait, so
+// on a real clock none is left after one that did not answer; d.Now's clock here does not move
+// while the look hangs.)
 func TestWaitHealthyRetriesAPsThatDidNotAnswer(t *testing.T) {
 	d, fake := newDocker(t)
 	d.PsTimeout = 20 * time.Millisecond
@@ -667,9 +669,58 @@ func TestWaitHealthyRetriesAPsThatDidNotAnswer(t *testing.T) {
 		}
 		return runner.Result{Stdout: []byte(psLine("api", "running", "healthy"))}, nil
 	})
-	ok, cs, err := d.WaitHealthy(context.Background(), t.TempDir(), "docker-compose.yml", time.Minute, clk.sleep)
+	ok, cs, err := d.WaitHealthy(context.Background(), t.TempDir(), "docker-compose.yml", 10*time.Millisecond, clk.sleep)
 	if !ok || err != nil || len(cs) != 1 {
 		t.Errorf("ok=%v cs=%v err=%v; want healthy on the second look", ok, cs, err)
+	}
+}
+
+// A slow engine's answer that comes within the health wait counts: the wait has its own bound,
+// and PsTimeout is only the least a look gets. With every look killed after PsTimeout, a release
+// that was healthy all along failed (counted toward the backoff) and was reverted whenever the
+// engine took more than a minute to answer.
+func TestWaitHealthyWaitsForASlowEngine(t *testing.T) {
+	d, fake := newDocker(t)
+	d.PsTimeout = 20 * time.Millisecond
+	clk := &clock{now: time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)}
+	d.Now = clk.Now
+	calls := 0
+	fake.ExpectPrefix(bin, []string{"compose"}).AnyTimes().Do(func(ctx context.Context, c runner.Cmd) (runner.Result, error) {
+		calls++
+		select {
+		case <-time.After(200 * time.Millisecond): // ten times PsTimeout
+			return runner.Result{Stdout: []byte(psLine("api", "running", "healthy"))}, nil
+		case <-ctx.Done():
+			return runner.Result{}, fmt.Errorf("runner: %s: %w", c.Name, ctx.Err())
+		}
+	})
+	ok, cs, err := d.WaitHealthy(context.Background(), t.TempDir(), "docker-compose.yml", time.Minute, clk.sleep)
+	if !ok || err != nil || len(cs) != 1 || calls != 1 {
+		t.Errorf("ok=%v cs=%v err=%v after %d looks; want healthy at the first look", ok, cs, err, calls)
+	}
+}
+
+// A look that has not answered when the wait is over ends it with ErrNoAnswer and the
+// containers the last answer showed, on the real clock.
+func TestWaitHealthyEndsWithTheLookThatDidNotAnswer(t *testing.T) {
+	d, fake := newDocker(t)
+	d.PsTimeout = 20 * time.Millisecond
+	d.PollInterval = 10 * time.Millisecond
+	calls := 0
+	fake.ExpectPrefix(bin, []string{"compose"}).AnyTimes().Do(func(ctx context.Context, c runner.Cmd) (runner.Result, error) {
+		calls++
+		if calls == 1 {
+			return runner.Result{Stdout: []byte(psLine("api", "running", "starting"))}, nil
+		}
+		return hangs(ctx, c)
+	})
+	start := time.Now()
+	ok, cs, err := d.WaitHealthy(context.Background(), t.TempDir(), "docker-compose.yml", 500*time.Millisecond, nil)
+	if ok || !errors.Is(err, ErrNoAnswer) || len(cs) != 1 || cs[0].Health != "starting" {
+		t.Errorf("ok=%v cs=%v err=%v; want not healthy, ErrNoAnswer and the first look's containers", ok, cs, err)
+	}
+	if took := time.Since(start); took < 500*time.Millisecond || calls != 2 {
+		t.Errorf("ended after %v and %d looks; want the second look to run to the wait's end", took, calls)
 	}
 }
 
