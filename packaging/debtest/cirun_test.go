@@ -63,6 +63,18 @@ func TestCIRunEndsWhatRunsBesideAFailedStage(t *testing.T) {
 			if err == nil || !strings.Contains(out.String(), tc.fail+" fails") {
 				t.Fatalf(".ci/run did not fail at make %s: %v\n%s", tc.fail, err, out.String())
 			}
+			// The failed stage has its line in the closing table, marked: where the time went
+			// is wanted most when the run failed.
+			table := out.String()[strings.LastIndex(out.String(), "== stage durations"):]
+			marked := false
+			for _, l := range strings.Split(table, "\n") {
+				_, stageName, _ := strings.Cut(l, "% busy  ")
+				marked = marked || strings.HasPrefix(stageName, "make "+tc.fail) && strings.HasSuffix(l, ": FAILED (exit 2)") &&
+					!strings.HasPrefix(stageName, "make "+tc.fail+"-")
+			}
+			if !marked {
+				t.Errorf("the table of stage durations has no FAILED line for make %s:\n%s", tc.fail, table)
+			}
 			b, rerr := os.ReadFile(pidFile)
 			pid, perr := strconv.Atoi(strings.TrimSpace(string(b)))
 			if rerr != nil || perr != nil {
