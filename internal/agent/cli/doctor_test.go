@@ -356,6 +356,10 @@ func TestDoctorDoesNotWaitOnAFIFO(t *testing.T) {
 		if want := ca + " cannot be read: " + filepath.Base(ca) + ": not a regular file (fifo)"; r.code != 1 || !strings.Contains(r.stdout, want) {
 			t.Errorf("doctor (exit %d) lacks %q:\n%s", r.code, want, r.stdout)
 		}
+		// The fix replaces the file: no mode makes a FIFO a certificate.
+		if want := "replace " + ca + " with OpenBao's CA certificate (PEM) as a plain file"; !strings.Contains(r.stdout, want) || strings.Contains(r.stdout, "chmod 0644 "+ca) {
+			t.Errorf("doctor's fix for a FIFO at bao.ca_file is not %q:\n%s", want, r.stdout)
+		}
 	case <-time.After(10 * time.Second):
 		if w, err := os.OpenFile(ca, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
 			w.Close()

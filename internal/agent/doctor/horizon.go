@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/agent/identity"
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/capread"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/horizon"
 )
 
@@ -141,6 +142,10 @@ func (c *checker) openbaoCA(context.Context) Result {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return skip("%s does not exist: the system roots verify OpenBao", path)
+	case errors.As(err, new(*capread.NotRegularError)):
+		// A mode cannot make a FIFO, a directory or a device a certificate.
+		return fail(fmt.Sprintf("%s cannot be read: %v", path, unwrapPathErr(err)),
+			"replace "+path+" with OpenBao's CA certificate (PEM) as a plain file, or remove it to use the system roots")
 	case err != nil:
 		return fail(fmt.Sprintf("%s cannot be read: %v", path, unwrapPathErr(err)), fmt.Sprintf("chmod 0644 %s", path))
 	}
