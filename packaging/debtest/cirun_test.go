@@ -22,10 +22,10 @@ func TestCIRunEndsWhatRunsBesideAFailedStage(t *testing.T) {
 		t.Skip("no go on PATH (.ci/run prints its version)")
 	}
 	for _, tc := range []struct {
-		name, fail string
+		name, fail, job string
 	}{
-		{"the integration set-up, when make test fails", "test"},
-		{"fuzz, when make test-integration fails", "test-integration"},
+		{"the integration set-up, when make test fails", "test", "set-up"},
+		{"fuzz, when make test-integration fails", "test-integration", "fuzz"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -40,8 +40,8 @@ func TestCIRunEndsWhatRunsBesideAFailedStage(t *testing.T) {
 					"tidy-check lint test-rules deb deb-check:\n\t@true\n" +
 					"test test-integration:\n" +
 					"\t@if [ \"$$FAIL\" = \"$@\" ]; then for i in $$(seq 200); do [ -s \"$$PIDFILE\" ] && break; sleep 0.05; done; echo \"$@ fails\"; exit 1; fi\n" +
-					"fuzz:\n\t@for i in 1; do " + strings.ReplaceAll(deepest, "$", "$$") + "; done\n",
-				"scripts/integration-setup.sh": "if [ \"$FAIL\" = test ]; then for i in 1; do " + deepest + "; done; fi\n",
+					"fuzz:\n\t@echo the fuzz job was here; for i in 1; do " + strings.ReplaceAll(deepest, "$", "$$") + "; done\n",
+				"scripts/integration-setup.sh": "echo the set-up job was here\nif [ \"$FAIL\" = test ]; then for i in 1; do " + deepest + "; done; fi\n",
 				"scripts/prometheus-deps.sh":   "true\n",
 			}
 			for name, body := range files {
@@ -74,6 +74,13 @@ func TestCIRunEndsWhatRunsBesideAFailedStage(t *testing.T) {
 			}
 			if !marked {
 				t.Errorf("the table of stage durations has no FAILED line for make %s:\n%s", tc.fail, table)
+			}
+			// What the stopped job printed is shown, and the jobs' logs do not outlive the run.
+			if !strings.Contains(out.String(), "(stopped: the run failed beside it)\nthe "+tc.job+" job was here\n") {
+				t.Errorf("the output of the %s job, stopped, is not shown:\n%s", tc.job, out.String())
+			}
+			if left, _ := filepath.Glob(filepath.Join(dir, "tmp.*")); len(left) > 0 {
+				t.Errorf(".ci/run left its logs behind: %v", left)
 			}
 			b, rerr := os.ReadFile(pidFile)
 			pid, perr := strconv.Atoi(strings.TrimSpace(string(b)))
