@@ -117,7 +117,7 @@ func (j Judgement) Verdict(allowPrivileged bool) error {
 	findings, err := j.Findings()
 	if err != nil {
 		// Redacted, then cut: a cut through a quoted secret would leave a part no redactor knows.
-		msg := j.Redact.TruncateHead(strings.ToValidUTF8(err.Error(), "?"), MaxLoadError)
+		msg := j.Redact.TruncateHead(j.Redact.RedactFragments(strings.ToValidUTF8(err.Error(), "?")), MaxLoadError)
 		return invalid("%s%s %s", j.Stage, j.File, msg)
 	}
 	var inv, priv []Finding

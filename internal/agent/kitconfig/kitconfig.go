@@ -54,6 +54,10 @@ func Merge(existing, kit []byte, path string) (Result, error) {
 	if kitDoc == nil || kitDoc.Content[0].Kind != yaml.MappingNode {
 		return Result{}, &Error{File: "kit", Msg: "want a mapping of the kit's keys"}
 	}
+	if k := twice(kitDoc.Content[0], ""); k != "" {
+		// Which of the two would the box get? Neither: a kit sets each key once.
+		return Result{}, &Error{File: "kit", Msg: fmt.Sprintf("sets %s twice", k)}
+	}
 	doc, err := document(existing, path)
 	if err != nil {
 		return Result{}, &Error{File: path, Msg: err.(*Error).Msg + " — fix or move the file, then re-run the kit", Err: err}
@@ -180,6 +184,29 @@ func keys(n *yaml.Node, key string) []string {
 	return out
 }
 
+// twice is the first key (dotted) that a mapping under n sets twice, "" when none does.
+func twice(n *yaml.Node, key string) string {
+	if n.Kind != yaml.MappingNode {
+		return ""
+	}
+	prefix := ""
+	if key != "" {
+		prefix = key + "."
+	}
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i].Value, n.Content[i+1]
+		if seen[k] {
+			return prefix + k
+		}
+		seen[k] = true
+		if d := twice(v, prefix+k); d != "" {
+			return d
+		}
+	}
+	return ""
+}
+
 func find(m *yaml.Node, key string) int {
 	for i := 0; i+1 < len(m.Content); i += 2 {
 		if m.Content[i].Kind == yaml.ScalarNode && m.Content[i].Value == key {
@@ -248,7 +275,13 @@ func setHeader(doc, kitDoc *yaml.Node) bool {
 	if want == "" && len(kitDoc.Content[0].Content) > 0 {
 		want = kitDoc.Content[0].Content[0].HeadComment
 	}
-	if doc.HeadComment == want {
+	// The header is the document's head comment or, with no blank line below it, the first key's
+	// (as yaml reads a kit whose header sits right above env_id): either way it is the same one.
+	have := doc.HeadComment
+	if root := doc.Content[0]; have == "" && len(root.Content) > 0 {
+		have = root.Content[0].HeadComment
+	}
+	if have == want {
 		return false
 	}
 	own := doc.HeadComment

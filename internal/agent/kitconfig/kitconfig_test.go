@@ -160,6 +160,8 @@ func TestMergeRefuses(t *testing.T) {
 		{"a kit value the agent refuses", v020, strings.Replace(kit, "transport: sdk", "transport: carrier-pigeon", 1), "transport"},
 		{"a kit that is no mapping", v020, "- env_id\n", "kit"},
 		{"a second document", v020 + "---\nenv_id: x\n", kit, "more than one YAML document"},
+		{"a kit that sets a key twice", v020, kit + "site: other\n", "sets site twice"},
+		{"a kit that sets a nested key twice", v020, "env_id: env-a\ntenancy:\n  port: 1\n  port: 2\n", "sets tenancy.port twice"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Merge([]byte(tc.existing), []byte(tc.kit), path)

@@ -266,3 +266,43 @@ type maskedError struct {
 
 func (m maskedError) Error() string { return m.msg }
 func (m maskedError) Unwrap() error { return m.err }
+
+// RedactFragments is Redact for the words of a parser that may quote a part of a value it split
+// or trimmed before it failed (compose-go's loader: `Invalid ip address: …` quotes what stood
+// before a `:`): besides every whole value, every run of s of at least MinFragment bytes that is
+// also a part of a registered value is masked. It masks more than Redact (four bytes of a value
+// may be an ordinary word's too), so it is for such messages only, which are short and rare.
+func (r *Redactor) RedactFragments(s string) string {
+	if r == nil {
+		return s
+	}
+	s = r.Redact(s)
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	grams := map[string]bool{}
+	for _, v := range r.values {
+		for i := 0; i+MinFragment <= len(v); i++ {
+			grams[v[i:i+MinFragment]] = true
+		}
+	}
+	partOfValue := func(t string) bool {
+		for _, v := range r.values {
+			if strings.Contains(v, t) {
+				return true
+			}
+		}
+		return false
+	}
+	var spans []span
+	for i := 0; i+MinFragment <= len(s); i++ {
+		if !grams[s[i:i+MinFragment]] {
+			continue
+		}
+		k := MinFragment
+		for i+k < len(s) && partOfValue(s[i:i+k+1]) {
+			k++
+		}
+		spans = append(spans, span{i, i + k})
+	}
+	return maskSpans(s, spans, mask)
+}
