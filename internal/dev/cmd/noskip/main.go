@@ -53,6 +53,14 @@ func run(in io.Reader, out, errw io.Writer) int {
 	// inputs counts each fuzz target's inputs that passed and that skipped: a target whose every
 	// input skipped, or that passed with no input at all, checked nothing.
 	inputs := map[string]*fuzzInputs{}
+	inputsOf := func(pkg, target string) *fuzzInputs {
+		in := inputs[pkg+"\x00"+target]
+		if in == nil {
+			in = &fuzzInputs{}
+			inputs[pkg+"\x00"+target] = in
+		}
+		return in
+	}
 	var fuzzTargets []string // package + target, in the order they ended
 	failed, tests, lines := false, 0, 0
 	sc := bufio.NewScanner(in)
@@ -78,11 +86,7 @@ func run(in io.Reader, out, errw io.Writer) int {
 			held[key] = append(held[key], e.Output)
 		case "pass":
 			if top, ok := fuzzTarget(e.Test); ok {
-				in := inputs[e.Package+"\x00"+top]
-				if in == nil {
-					in = &fuzzInputs{}
-					inputs[e.Package+"\x00"+top] = in
-				}
+				in := inputsOf(e.Package, top)
 				if top == e.Test {
 					fuzzTargets = append(fuzzTargets, e.Package+"\x00"+top)
 				} else {
@@ -112,12 +116,7 @@ func run(in io.Reader, out, errw io.Writer) int {
 			}
 			if fuzzInput(e.Test) {
 				top, _ := fuzzTarget(e.Test)
-				in := inputs[e.Package+"\x00"+top]
-				if in == nil {
-					in = &fuzzInputs{}
-					inputs[e.Package+"\x00"+top] = in
-				}
-				in.skipped++
+				inputsOf(e.Package, top).skipped++
 				delete(held, key)
 				continue
 			}
@@ -201,6 +200,6 @@ func fuzzTarget(test string) (string, bool) {
 
 // fuzzInput: a subtest of a fuzz target is one of its inputs (seed#N or a corpus file).
 func fuzzInput(test string) bool {
-	top, _, sub := strings.Cut(test, "/")
-	return sub && strings.HasPrefix(top, "Fuzz")
+	_, ok := fuzzTarget(test)
+	return ok && strings.Contains(test, "/")
 }
