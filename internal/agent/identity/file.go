@@ -29,7 +29,7 @@ const maxFile = 1 << 20
 // a FIFO in its place cannot hang a tick) of at most 1 MiB. It is the default of every reader
 // of this package and of the transport's identity check.
 func ReadFile(path string) ([]byte, error) {
-	return capread.File(path, maxFile, fmt.Errorf("larger than %d bytes", maxFile))
+	return capread.File(path, maxFile, nil)
 }
 
 // File is a ziti identity file as the agent reads and renews it. Every field of the file is kept

@@ -98,7 +98,7 @@ func hashOf(b []byte) string {
 
 // fileHash is the hash of path's content, "none" when it does not exist.
 func fileHash(path string) (string, error) {
-	b, err := readFile(path, MaxFile)
+	b, err := capread.File(path, MaxFile, nil)
 	if errors.Is(err, fs.ErrNotExist) {
 		return "none", nil
 	}
@@ -114,7 +114,7 @@ func readReserve(path, over string) (content []byte, seq uint64, slot int, found
 	if !reserveHoldsASave(path) {
 		return nil, 0, 0, false
 	}
-	b, err := readFile(path+ReserveSuffix, maxReserveFile)
+	b, err := capread.File(path+ReserveSuffix, maxReserveFile, nil)
 	if err != nil || len(b) < 2 || len(b)%2 != 0 {
 		return nil, 0, 0, false
 	}

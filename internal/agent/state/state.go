@@ -417,17 +417,11 @@ var writeFile = atomicfile.WriteFile
 // error, not a corrupt state, so nothing of it is moved aside.
 const MaxFile = 16 << 20
 
-// readFile reads one of the state's files: a regular file of at most max bytes (capread.File:
-// a FIFO put in its place cannot hang the tick).
-func readFile(path string, max int64) ([]byte, error) {
-	return capread.File(path, max, fmt.Errorf("larger than %d bytes", max))
-}
-
 // Load reads the state file: missing is the empty state, not a state is a *CorruptError (a FIFO,
 // a directory or a device in its place among them). A save the full disk refused and the reserve
 // kept (reserve.go) is newer than the file: it is read.
 func Load(path string) (*State, error) {
-	data, err := readFile(path, MaxFile)
+	data, err := capread.File(path, MaxFile, nil) // a FIFO in its place cannot hang the tick
 	var notRegular *capread.NotRegularError
 	switch {
 	case errors.Is(err, fs.ErrNotExist):

@@ -268,7 +268,7 @@ type releaseMetaWire struct {
 // anything unusable gives defaults, and revert judges the release in full anyway.
 func readReleaseMeta(dir string) releaseMetaWire {
 	var m releaseMetaWire
-	raw, err := capread.File(filepath.Join(dir, bundle.MetaFile), bundle.MaxTotalBytes, errors.New("larger than a bundle"))
+	raw, err := capread.File(filepath.Join(dir, bundle.MetaFile), bundle.MaxTotalBytes, nil)
 	if err != nil || strictjson.Unmarshal(raw, &m) != nil {
 		m = releaseMetaWire{}
 	}

@@ -105,13 +105,16 @@ func Open(path string) (*os.File, fs.FileInfo, error) {
 	return f, fi, nil
 }
 
-// File reads the regular file at path (Open), failing with tooLarge past max bytes. A missing
-// file is the open's error (fs.ErrNotExist), as with os.ReadFile.
+// File reads the regular file at path (Open), failing with tooLarge past max bytes (nil: "larger
+// than max bytes"). A missing file is the open's error (fs.ErrNotExist), as with os.ReadFile.
 func File(path string, max int64, tooLarge error) ([]byte, error) {
 	f, _, err := Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
+	if tooLarge == nil {
+		tooLarge = fmt.Errorf("larger than %d bytes", max)
+	}
 	return io.ReadAll(New(f, max, tooLarge))
 }
