@@ -11,6 +11,7 @@ import (
 	"github.com/compose-spec/compose-go/v2/loader"
 	"github.com/compose-spec/compose-go/v2/types"
 
+	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/clip"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/protocol"
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/secret"
 )
@@ -116,8 +117,12 @@ const renderedScale = 4
 func (j Judgement) Verdict(allowPrivileged bool) error {
 	findings, err := j.Findings()
 	if err != nil {
-		// Redacted, then cut: a cut through a quoted secret would leave a part no redactor knows.
-		msg := j.Redact.TruncateHead(j.Redact.RedactFragments(strings.ToValidUTF8(err.Error(), "?")), MaxLoadError)
+		// Every part of a secret of MinFragment bytes or more is masked, wherever the loader
+		// quoted it from, then the text is cut. Only its start is read for the parts: past twice
+		// what is kept, a long message full of them cost seconds (a cut there leaves a part
+		// RedactFragments still finds, or one shorter than MinFragment).
+		msg := clip.Head(strings.ToValidUTF8(err.Error(), "?"), 2*MaxLoadError)
+		msg = j.Redact.TruncateHead(j.Redact.RedactFragments(msg), MaxLoadError)
 		return invalid("%s%s %s", j.Stage, j.File, msg)
 	}
 	var inv, priv []Finding

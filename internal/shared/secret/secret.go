@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"scm.tikali.ai/tikali/applications/monky/monky-deployd/internal/shared/clip"
 )
@@ -294,15 +295,28 @@ func (r *Redactor) RedactFragments(s string) string {
 		return false
 	}
 	var spans []span
+	end := 0 // where the runs found so far end: a start inside one grows only past it
 	for i := 0; i+MinFragment <= len(s); i++ {
 		if !grams[s[i:i+MinFragment]] {
 			continue
 		}
-		k := MinFragment
+		k := max(MinFragment, end-i) // what a run found before masks already
+		if k > MinFragment && !partOfValue(s[i:i+k]) {
+			k = MinFragment // that run was widened to whole characters: grow from the start
+		}
 		for i+k < len(s) && partOfValue(s[i:i+k+1]) {
 			k++
 		}
-		spans = append(spans, span{i, i + k})
+		from, to := i, i+k
+		// Whole characters: a run may start or end inside a multibyte one.
+		for from > 0 && !utf8.RuneStart(s[from]) {
+			from--
+		}
+		for to < len(s) && !utf8.RuneStart(s[to]) {
+			to++
+		}
+		spans = append(spans, span{from, to})
+		end = max(end, to)
 	}
 	return maskSpans(s, spans, mask)
 }
