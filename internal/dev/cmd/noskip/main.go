@@ -19,8 +19,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -110,6 +112,20 @@ func run(in io.Reader, out, errw io.Writer) int {
 				fmt.Fprint(out, l)
 			}
 			delete(held, key)
+			if e.Test == "" {
+				// The package failed with tests that never ended (a crash, an os.Exit, the
+				// -timeout panic): what they printed is all there is to tell why.
+				prefix := e.Package + "\x00"
+				for _, k := range slices.Sorted(maps.Keys(held)) {
+					if strings.HasPrefix(k, prefix) {
+						fmt.Fprintf(out, "--- DID NOT END: %s\n", strings.TrimPrefix(k, prefix))
+						for _, l := range held[k] {
+							fmt.Fprint(out, l)
+						}
+						delete(held, k)
+					}
+				}
+			}
 		case "skip":
 			if e.Test == "" { // a package without tests
 				continue

@@ -70,6 +70,12 @@ func TestNoskip(t *testing.T) {
 			"func TestA(t *testing.T) { t.Log(\"what went wrong\"); t.Fail() }\n" +
 			"func TestB(t *testing.T) { t.Log(\"quiet\") }\n",
 			nil, 1, []string{"what went wrong", "--- FAIL: TestA", "noskip: tests failed"}, []string{"quiet"}},
+		// A test that never ends (the binary exits under it) has no fail event of its own: what
+		// it printed is shown with the package's failure, or the log says nothing of why.
+		{"a test cut short by an exit shows its output", "package m\n\nimport (\n\t\"os\"\n\t\"testing\"\n)\n\n" +
+			"func TestA(t *testing.T) {}\n" +
+			"func TestExits(t *testing.T) { t.Log(\"the last words\"); os.Exit(3) }\n",
+			nil, 1, []string{"--- DID NOT END: TestExits", "the last words", "noskip: tests failed"}, []string{"none skipped"}},
 		{"a build failure fails the run", header + "func TestA(t *testing.T) { undefined() }\n",
 			nil, 1, []string{"undefined: undefined"}, []string{"none skipped"}},
 		// go test says ok for a package whose TestMain exits 0 without m.Run: every test of it
